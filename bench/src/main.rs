@@ -1,0 +1,67 @@
+//! The benchmark runner behind `cargo xtask bench`: runs every scenario a few times, and
+//! prints (and with `--out`, writes) a Markdown table of medians, spreads, baselines measured
+//! in the same run, ratios and targets.
+//!
+//! `--quick` runs each scenario once with small sizes and checks that it produced figures;
+//! CI runs it so the benchmarks never rot. Its numbers mean nothing.
+
+#![allow(clippy::print_stdout, clippy::print_stderr, clippy::disallowed_methods)]
+
+mod report;
+mod store;
+
+use report::{Report, Row};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// How hard a run pushes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Effort {
+    /// Repetitions of each measurement; the table shows their median and spread.
+    pub(crate) runs: usize,
+    /// A multiplier on each scenario's size: 1.0 for a full run.
+    pub(crate) scale: f64,
+}
+
+impl Effort {
+    pub(crate) fn scaled(&self, full: usize) -> usize {
+        ((full as f64 * self.scale) as usize).max(1)
+    }
+}
+
+fn main() -> ExitCode {
+    let mut quick = false;
+    let mut out = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--quick" => quick = true,
+            "--out" => out = args.next().map(PathBuf::from),
+            other => {
+                eprintln!("unknown argument {other:?}; usage: wharf-bench [--quick] [--out FILE]");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let effort =
+        if quick { Effort { runs: 1, scale: 0.02 } } else { Effort { runs: 5, scale: 1.0 } };
+
+    let mut rows: Vec<Row> = Vec::new();
+    rows.extend(store::run(effort));
+
+    let report = Report::new(rows);
+    let text = report.markdown(quick);
+    println!("{text}");
+    if let Some(missing) = report.rows.iter().find(|r| r.samples.is_empty()) {
+        eprintln!("scenario {:?} produced no figures", missing.name);
+        return ExitCode::FAILURE;
+    }
+    if let Some(out) = out {
+        if let Err(e) = std::fs::write(&out, &text) {
+            eprintln!("cannot write {}: {e}", out.display());
+            return ExitCode::FAILURE;
+        }
+        eprintln!("wrote {}", out.display());
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,565 @@
+//! Jobs, task groups and tasks: what a user writes, parsed and validated.
+//!
+//! A job spec file holds one job header and one task group (see DESIGN.md). Field names follow
+//! Nomad's job spec. [`parse_toml`] and [`parse_json`] read a file into a [`Job`] and validate
+//! it; every error names the field it is about, such as `group.task[1].restart.interval`.
+//! Which drivers exist is not known here: [`Job::check_drivers`] takes that from the caller.
+
+use crate::duration;
+use crate::signal::Signal;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::time::Duration;
+
+/// Whether a job runs until it is stopped or until its work is done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobType {
+    /// Long-running: tasks that exit are restarted by policy.
+    Service,
+    /// Run to completion: a task that exits 0 is done.
+    Batch,
+}
+
+/// A job: an id, a type and its task groups. An allocation runs one of the groups.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Job {
+    /// The job's id, as the user named it.
+    pub id: String,
+    /// Service or batch.
+    #[serde(rename = "type")]
+    pub job_type: JobType,
+    /// The groups; a spec file has exactly one.
+    pub groups: Vec<TaskGroup>,
+}
+
+/// Tasks that are placed, started and stopped together.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskGroup {
+    /// The group's name, unique within the job.
+    pub name: String,
+    /// Restart settings for every task of the group; a task's own settings win.
+    #[serde(default, skip_serializing_if = "RestartOverrides::is_empty")]
+    pub restart: RestartOverrides,
+    /// The tasks, in the order the user wrote them.
+    #[serde(rename = "task")]
+    pub tasks: Vec<Task>,
+}
+
+/// One process (or container, or VM) run by a driver.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Task {
+    /// Unique within the group; also a directory name, so `[A-Za-z0-9_-]{1,64}`.
+    pub name: String,
+    /// The driver that runs it, such as `raw_exec`.
+    pub driver: String,
+    /// Driver-specific settings, checked by the driver before start.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub config: serde_json::Map<String, serde_json::Value>,
+    /// Environment variables; values may refer to others as `${NAME}`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// When the leader dies, the other tasks of the group are killed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub leader: bool,
+    /// Prestart, poststart or poststop, and whether it is a sidecar. None: a main task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifecycle: Option<Lifecycle>,
+    /// How long to wait after `kill_signal` before killing for good.
+    #[serde(default = "default_kill_timeout", with = "duration::serde_str")]
+    pub kill_timeout: Duration,
+    /// The signal that asks the task to stop.
+    #[serde(default = "default_kill_signal")]
+    pub kill_signal: Signal,
+    /// Restart settings; unset fields come from the group, then from the job type's defaults.
+    #[serde(default, skip_serializing_if = "RestartOverrides::is_empty")]
+    pub restart: RestartOverrides,
+    /// What the task may use.
+    #[serde(default)]
+    pub resources: Resources,
+}
+
+/// The default `kill_timeout`, as in Nomad.
+pub const DEFAULT_KILL_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn default_kill_timeout() -> Duration {
+    DEFAULT_KILL_TIMEOUT
+}
+
+fn default_kill_signal() -> Signal {
+    Signal::Term
+}
+
+/// When a task runs relative to the group's main tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Lifecycle {
+    /// The stage it is attached to.
+    pub hook: LifecycleHook,
+    /// Keeps running beside the main tasks instead of running to completion.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sidecar: bool,
+}
+
+/// The lifecycle stage a non-main task is attached to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LifecycleHook {
+    /// Before the main tasks.
+    Prestart,
+    /// Once the main tasks run.
+    Poststart,
+    /// After every other task is dead.
+    Poststop,
+}
+
+/// Where a task stands in the group's start order; derived from [`Task::lifecycle`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Stage {
+    /// A prestart task that runs to completion before the main tasks.
+    PrestartEphemeral,
+    /// A prestart task that keeps running beside the main tasks.
+    PrestartSidecar,
+    /// A task with no lifecycle block.
+    Main,
+    /// A poststart task that runs to completion.
+    PoststartEphemeral,
+    /// A poststart task that keeps running.
+    PoststartSidecar,
+    /// A task that runs once every other task is dead.
+    Poststop,
+}
+
+impl Stage {
+    /// Sidecars are killed last and do not keep an allocation alive on their own.
+    pub fn is_sidecar(self) -> bool {
+        matches!(self, Stage::PrestartSidecar | Stage::PoststartSidecar)
+    }
+}
+
+/// What a task may use of the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Resources {
+    /// CPU in MHz, used as a relative share.
+    #[serde(default = "Resources::default_cpu")]
+    pub cpu: u32,
+    /// Memory in MiB.
+    #[serde(default = "Resources::default_memory_mb")]
+    pub memory_mb: u32,
+}
+
+impl Resources {
+    fn default_cpu() -> u32 {
+        100
+    }
+    fn default_memory_mb() -> u32 {
+        300
+    }
+}
+
+impl Default for Resources {
+    fn default() -> Self {
+        Resources { cpu: Self::default_cpu(), memory_mb: Self::default_memory_mb() }
+    }
+}
+
+/// What to do once a task has used up its restart attempts within the interval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RestartMode {
+    /// The task fails.
+    Fail,
+    /// Wait for the rest of the interval, then start counting again.
+    Delay,
+}
+
+/// A complete restart policy, as the task runner applies it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestartPolicy {
+    /// Restarts allowed within one interval.
+    pub attempts: u32,
+    /// The window attempts are counted in.
+    #[serde(with = "duration::serde_str")]
+    pub interval: Duration,
+    /// Wait before each restart (plus up to 25% jitter).
+    #[serde(with = "duration::serde_str")]
+    pub delay: Duration,
+    /// What happens when attempts run out.
+    pub mode: RestartMode,
+}
+
+impl RestartPolicy {
+    /// Nomad's defaults: services 2 attempts in 30m, batch 3 in 24h; 15s delay; mode fail.
+    pub fn defaults_for(job_type: JobType) -> RestartPolicy {
+        let (attempts, interval) = match job_type {
+            JobType::Service => (2, Duration::from_secs(30 * 60)),
+            JobType::Batch => (3, Duration::from_secs(24 * 3600)),
+        };
+        RestartPolicy {
+            attempts,
+            interval,
+            delay: Duration::from_secs(15),
+            mode: RestartMode::Fail,
+        }
+    }
+
+    /// Applies the fields `overrides` sets.
+    pub fn with(mut self, overrides: &RestartOverrides) -> RestartPolicy {
+        self.attempts = overrides.attempts.unwrap_or(self.attempts);
+        self.interval = overrides.interval.unwrap_or(self.interval);
+        self.delay = overrides.delay.unwrap_or(self.delay);
+        self.mode = overrides.mode.unwrap_or(self.mode);
+        self
+    }
+
+    /// Nomad's rules: an interval of at least 5s, `attempts * delay <= interval`, and
+    /// zero attempts only with mode fail (otherwise it is ambiguous).
+    fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.interval < MIN_RESTART_INTERVAL {
+            problems.push(format!(
+                "interval {} is shorter than the minimum of {}",
+                duration::Formatted(self.interval),
+                duration::Formatted(MIN_RESTART_INTERVAL)
+            ));
+        }
+        if self.attempts == 0 && self.mode != RestartMode::Fail {
+            problems.push("0 attempts with mode \"delay\" is ambiguous; use mode \"fail\"".into());
+        }
+        let needed = self.delay.checked_mul(self.attempts).unwrap_or(Duration::MAX);
+        if needed > self.interval {
+            problems.push(format!(
+                "{} attempts with a delay of {} do not fit in the interval of {}",
+                self.attempts,
+                duration::Formatted(self.delay),
+                duration::Formatted(self.interval)
+            ));
+        }
+        problems
+    }
+}
+
+/// The shortest restart interval a policy may have.
+pub const MIN_RESTART_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Restart settings as written in a spec: each field may be left to the level above.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestartOverrides {
+    /// Restarts allowed within one interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<u32>,
+    /// The window attempts are counted in.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "duration::serde_str::option"
+    )]
+    pub interval: Option<Duration>,
+    /// Wait before each restart.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "duration::serde_str::option"
+    )]
+    pub delay: Option<Duration>,
+    /// What happens when attempts run out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<RestartMode>,
+}
+
+impl RestartOverrides {
+    /// True when no field is set.
+    pub fn is_empty(&self) -> bool {
+        *self == RestartOverrides::default()
+    }
+}
+
+impl Task {
+    /// The task's place in the group's start order.
+    pub fn stage(&self) -> Stage {
+        match self.lifecycle {
+            None => Stage::Main,
+            Some(Lifecycle { hook: LifecycleHook::Prestart, sidecar: false }) => {
+                Stage::PrestartEphemeral
+            }
+            Some(Lifecycle { hook: LifecycleHook::Prestart, sidecar: true }) => {
+                Stage::PrestartSidecar
+            }
+            Some(Lifecycle { hook: LifecycleHook::Poststart, sidecar: false }) => {
+                Stage::PoststartEphemeral
+            }
+            Some(Lifecycle { hook: LifecycleHook::Poststart, sidecar: true }) => {
+                Stage::PoststartSidecar
+            }
+            Some(Lifecycle { hook: LifecycleHook::Poststop, .. }) => Stage::Poststop,
+        }
+    }
+}
+
+impl Job {
+    /// The group named `name`, if the job has it.
+    pub fn group(&self, name: &str) -> Option<&TaskGroup> {
+        self.groups.iter().find(|g| g.name == name)
+    }
+
+    /// The restart policy a task of `group` runs under: the job type's defaults, then the
+    /// group's settings, then the task's.
+    pub fn restart_policy(&self, group: &TaskGroup, task: &Task) -> RestartPolicy {
+        RestartPolicy::defaults_for(self.job_type).with(&group.restart).with(&task.restart)
+    }
+
+    /// Checks everything that can be checked without knowing the node: names, leaders,
+    /// lifecycles, restart policies, environment. Returns every problem found, not just the first.
+    pub fn validate(&self) -> Result<(), SpecError> {
+        let mut problems = Problems::default();
+        if self.id.is_empty()
+            || self.id.len() > 128
+            || self.id.chars().any(|c| c.is_whitespace() || c.is_control())
+        {
+            problems.add(
+                "job.id",
+                format!(
+                    "{:?} must be 1 to 128 characters with no spaces or control characters",
+                    self.id
+                ),
+            );
+        }
+        if self.groups.is_empty() {
+            problems.add("group", "a job needs a task group".into());
+        }
+        let mut group_names = HashSet::new();
+        for (gi, group) in self.groups.iter().enumerate() {
+            let at =
+                if self.groups.len() == 1 { "group".to_owned() } else { format!("group[{gi}]") };
+            check_name(&mut problems, &format!("{at}.name"), &group.name);
+            if !group_names.insert(group.name.as_str()) {
+                problems
+                    .add(&format!("{at}.name"), format!("duplicate group name {:?}", group.name));
+            }
+            self.validate_group(&mut problems, &at, group);
+        }
+        problems.into_result()
+    }
+
+    fn validate_group(&self, problems: &mut Problems, at: &str, group: &TaskGroup) {
+        if group.tasks.is_empty() {
+            problems.add(&format!("{at}.task"), "a group needs at least one task".into());
+        }
+        let mut task_names = HashSet::new();
+        let mut leaders = Vec::new();
+        for (ti, task) in group.tasks.iter().enumerate() {
+            let at = format!("{at}.task[{ti}]");
+            check_name(problems, &format!("{at}.name"), &task.name);
+            if !task.name.is_empty() && !task_names.insert(task.name.as_str()) {
+                problems.add(&format!("{at}.name"), format!("duplicate task name {:?}", task.name));
+            }
+            if task.driver.is_empty() {
+                problems.add(
+                    &format!("{at}.driver"),
+                    "a task needs a driver, such as \"raw_exec\"".into(),
+                );
+            }
+            if task.leader {
+                leaders.push(task.name.as_str());
+            }
+            if let Some(Lifecycle { hook: LifecycleHook::Poststop, sidecar: true }) = task.lifecycle
+            {
+                problems.add(
+                    &format!("{at}.lifecycle.sidecar"),
+                    "a poststop task cannot be a sidecar: it runs after every other task is dead"
+                        .into(),
+                );
+            }
+            for problem in self.restart_policy(group, task).problems() {
+                problems.add(&format!("{at}.restart"), problem);
+            }
+            for (key, value) in &task.env {
+                if key.is_empty() || key.contains(['=', '\0']) {
+                    problems
+                        .add(&format!("{at}.env"), format!("{key:?} is not a valid variable name"));
+                }
+                if value.contains('\0') {
+                    problems
+                        .add(&format!("{at}.env.{key}"), "values cannot contain NUL bytes".into());
+                }
+            }
+            if task.resources.cpu == 0 {
+                problems.add(&format!("{at}.resources.cpu"), "must be at least 1".into());
+            }
+            if task.resources.memory_mb == 0 {
+                problems.add(&format!("{at}.resources.memory_mb"), "must be at least 1".into());
+            }
+        }
+        if leaders.len() > 1 {
+            problems.add(
+                &format!("{at}.task"),
+                format!(
+                    "only one task may be the leader, found {}: {}",
+                    leaders.len(),
+                    leaders.join(", ")
+                ),
+            );
+        }
+    }
+
+    /// Fails for the first task whose driver `is_known` rejects, naming the task and driver.
+    pub fn check_drivers(&self, is_known: impl Fn(&str) -> bool) -> Result<(), SpecError> {
+        let mut problems = Problems::default();
+        for (gi, group) in self.groups.iter().enumerate() {
+            for (ti, task) in group.tasks.iter().enumerate() {
+                if !is_known(&task.driver) {
+                    let at = if self.groups.len() == 1 {
+                        "group".to_owned()
+                    } else {
+                        format!("group[{gi}]")
+                    };
+                    problems.add(
+                        &format!("{at}.task[{ti}].driver"),
+                        format!("unknown driver {:?}", task.driver),
+                    );
+                }
+            }
+        }
+        problems.into_result()
+    }
+
+    /// The job as a spec file body (job header plus its one group), for writing back out.
+    /// Jobs with several groups write the first.
+    pub fn to_spec(&self) -> SpecFile {
+        SpecFile {
+            job: JobHeader { id: self.id.clone(), job_type: self.job_type },
+            group: self.groups.first().cloned().unwrap_or_else(|| TaskGroup {
+                name: String::new(),
+                restart: RestartOverrides::default(),
+                tasks: Vec::new(),
+            }),
+        }
+    }
+}
+
+/// The shape of a spec file: `[job]` and `[group]` with `[[group.task]]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpecFile {
+    /// The `[job]` table.
+    pub job: JobHeader,
+    /// The `[group]` table.
+    pub group: TaskGroup,
+}
+
+/// The `[job]` table of a spec file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobHeader {
+    /// The job's id.
+    pub id: String,
+    /// Service or batch.
+    #[serde(rename = "type")]
+    pub job_type: JobType,
+}
+
+impl From<SpecFile> for Job {
+    fn from(spec: SpecFile) -> Job {
+        Job { id: spec.job.id, job_type: spec.job.job_type, groups: vec![spec.group] }
+    }
+}
+
+fn check_name(problems: &mut Problems, field: &str, name: &str) {
+    let valid = (1..=64).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if !valid {
+        problems.add(
+            field,
+            format!("{name:?} must match [A-Za-z0-9_-]{{1,64}} (it becomes a directory name)"),
+        );
+    }
+}
+
+/// A job spec that could not be read or is not valid. Each problem names its field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct SpecError {
+    /// What is wrong, one entry per problem, in the order found.
+    pub problems: Vec<FieldProblem>,
+}
+
+/// One problem with one field of a spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldProblem {
+    /// Where it is, such as `group.task[1].name`; empty for the document as a whole.
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for SpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, p) in self.problems.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            if p.field.is_empty() {
+                f.write_str(&p.message)?;
+            } else {
+                write!(f, "{}: {}", p.field, p.message)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+struct Problems(Vec<FieldProblem>);
+
+impl Problems {
+    fn add(&mut self, field: &str, message: String) {
+        self.0.push(FieldProblem { field: field.to_owned(), message });
+    }
+
+    fn into_result(self) -> Result<(), SpecError> {
+        if self.0.is_empty() { Ok(()) } else { Err(SpecError { problems: self.0 }) }
+    }
+}
+
+/// Reads and validates a TOML job spec.
+pub fn parse_toml(text: &str) -> Result<Job, SpecError> {
+    let deserializer = toml::Deserializer::parse(text).map_err(|e| single("", e.to_string()))?;
+    finish(serde_path_to_error::deserialize(deserializer).map_err(|e| {
+        let field = e.path().to_string();
+        single(&field, e.into_inner().to_string())
+    }))
+}
+
+/// Reads and validates a JSON job spec (the same shape as the TOML one).
+pub fn parse_json(text: &str) -> Result<Job, SpecError> {
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    let spec = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+        let field = e.path().to_string();
+        single(&field, e.into_inner().to_string())
+    })?;
+    deserializer.end().map_err(|e| single("", e.to_string()))?;
+    finish(Ok(spec))
+}
+
+fn finish(spec: Result<SpecFile, SpecError>) -> Result<Job, SpecError> {
+    let job = Job::from(spec?);
+    job.validate()?;
+    Ok(job)
+}
+
+fn single(field: &str, message: String) -> SpecError {
+    // serde_path_to_error writes "." for the root.
+    let field = if field == "." { "" } else { field };
+    SpecError {
+        problems: vec![FieldProblem {
+            field: field.to_owned(),
+            message: message.trim_end().to_owned(),
+        }],
+    }
+}

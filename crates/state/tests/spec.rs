@@ -1,0 +1,285 @@
+//! Job spec parsing and validation, tested on whole documents.
+
+use proptest::prelude::*;
+use std::time::Duration;
+use wharf_state::spec::{self, Job, JobType, RestartMode, RestartPolicy, Stage, TaskGroup};
+
+const DESIGN_EXAMPLE: &str = r#"
+[job]
+id = "hello"
+type = "service"            # service | batch
+
+[group]
+name = "web"
+
+[[group.task]]
+name = "init"
+driver = "raw_exec"
+lifecycle = { hook = "prestart" }          # prestart | poststart | poststop; sidecar = true|false
+config = { command = "/bin/sh", args = ["-c", "echo ready > ${WHARF_ALLOC_DIR}/ready"] }
+
+[[group.task]]
+name = "server"
+driver = "raw_exec"
+leader = true
+kill_timeout = "5s"
+kill_signal = "SIGTERM"
+env = { PORT = "8080" }
+config = { command = "python3", args = ["-m", "http.server", "8080"] }
+restart = { attempts = 2, interval = "30m", delay = "15s", mode = "fail" }
+
+[[group.task]]
+name = "cleanup"
+driver = "raw_exec"
+lifecycle = { hook = "poststop" }
+config = { command = "/bin/sh", args = ["-c", "echo bye"] }
+"#;
+
+#[test]
+fn design_example_parses() {
+    let job = spec::parse_toml(DESIGN_EXAMPLE).unwrap();
+    assert_eq!(job.id, "hello");
+    assert_eq!(job.job_type, JobType::Service);
+    let group = job.group("web").unwrap();
+    let stages: Vec<_> = group.tasks.iter().map(|t| (t.name.as_str(), t.stage())).collect();
+    assert_eq!(
+        stages,
+        [("init", Stage::PrestartEphemeral), ("server", Stage::Main), ("cleanup", Stage::Poststop)]
+    );
+    let server = &group.tasks[1];
+    assert!(server.leader);
+    assert_eq!(server.env["PORT"], "8080");
+    assert_eq!(server.config["args"][2], "8080");
+    assert_eq!(
+        job.restart_policy(group, server),
+        RestartPolicy {
+            attempts: 2,
+            interval: Duration::from_secs(1800),
+            delay: Duration::from_secs(15),
+            mode: RestartMode::Fail
+        }
+    );
+    // The same document as JSON reads the same.
+    let json = serde_json::to_string(&job.to_spec()).unwrap();
+    assert_eq!(spec::parse_json(&json).unwrap(), job);
+}
+
+#[test]
+fn restart_defaults_follow_job_type_then_group_then_task() {
+    let doc = r#"
+        [job]
+        id = "b"
+        type = "batch"
+        [group]
+        name = "g"
+        restart = { attempts = 5, delay = "1s" }
+        [[group.task]]
+        name = "t"
+        driver = "mock"
+        restart = { delay = "2s" }
+        [[group.task]]
+        name = "u"
+        driver = "mock"
+    "#;
+    let job = spec::parse_toml(doc).unwrap();
+    let group = &job.groups[0];
+    let t = job.restart_policy(group, &group.tasks[0]);
+    let u = job.restart_policy(group, &group.tasks[1]);
+    assert_eq!(
+        (t.attempts, t.interval, t.delay),
+        (5, Duration::from_secs(86_400), Duration::from_secs(2))
+    );
+    assert_eq!((u.attempts, u.delay), (5, Duration::from_secs(1)));
+    assert_eq!(RestartPolicy::defaults_for(JobType::Service).attempts, 2);
+    assert_eq!(RestartPolicy::defaults_for(JobType::Batch).attempts, 3);
+}
+
+/// A minimal valid document with `task_lines` as its tasks.
+fn doc_with_tasks(task_lines: &str) -> String {
+    format!("[job]\nid = \"j\"\ntype = \"service\"\n[group]\nname = \"g\"\n{task_lines}")
+}
+
+#[test]
+fn invalid_specs_name_the_field() {
+    // (document, the field the error must name, a phrase it must contain)
+    let cases: Vec<(String, &str, &str)> = vec![
+        (doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\nbogus = 1\n"), "group.task[0].bogus", "unknown field `bogus`"),
+        (doc_with_tasks("[[group.task]]\nname = \"\"\ndriver = \"x\"\n"), "group.task[0].name", "[A-Za-z0-9_-]{1,64}"),
+        (doc_with_tasks("[[group.task]]\nname = \"a/b\"\ndriver = \"x\"\n"), "group.task[0].name", "directory name"),
+        (doc_with_tasks(&format!("[[group.task]]\nname = \"{}\"\ndriver = \"x\"\n", "n".repeat(65))), "group.task[0].name", "{1,64}"),
+        (
+            doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\n[[group.task]]\nname = \"t\"\ndriver = \"x\"\n"),
+            "group.task[1].name",
+            "duplicate task name \"t\"",
+        ),
+        (
+            doc_with_tasks("[[group.task]]\nname = \"a\"\ndriver = \"x\"\nleader = true\n[[group.task]]\nname = \"b\"\ndriver = \"x\"\nleader = true\n"),
+            "group.task",
+            "only one task may be the leader, found 2: a, b",
+        ),
+        (
+            doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\nlifecycle = { hook = \"poststop\", sidecar = true }\n"),
+            "group.task[0].lifecycle.sidecar",
+            "poststop task cannot be a sidecar",
+        ),
+        (
+            doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\nlifecycle = { hook = \"prerun\" }\n"),
+            "group.task[0].lifecycle.hook",
+            "unknown variant `prerun`",
+        ),
+        (doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\nkill_timeout = \"5 minutes\"\n"), "group.task[0].kill_timeout", "invalid duration"),
+        (doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\nkill_timeout = 5\n"), "group.task[0].kill_timeout", "invalid type"),
+        (doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\nkill_signal = \"SIGFOO\"\n"), "group.task[0].kill_signal", "unknown signal \"SIGFOO\""),
+        (doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\nrestart = { interval = \"1s\" }\n"), "group.task[0].restart", "shorter than the minimum of 5s"),
+        (doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\nrestart = { interval = \"1x\" }\n"), "group.task[0].restart.interval", "unknown unit"),
+        (
+            doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\nrestart = { attempts = 10, delay = \"1m\", interval = \"5m\" }\n"),
+            "group.task[0].restart",
+            "do not fit in the interval",
+        ),
+        (
+            doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\nrestart = { attempts = 0, mode = \"delay\" }\n"),
+            "group.task[0].restart",
+            "ambiguous",
+        ),
+        (doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"\"\n"), "group.task[0].driver", "needs a driver"),
+        (doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\nenv = { \"A=B\" = \"1\" }\n"), "group.task[0].env", "not a valid variable name"),
+        (doc_with_tasks(""), "group", "missing field `task`"),
+        (doc_with_tasks("task = []\n"), "group.task", "at least one task"),
+        ("[job]\nid = \"j\"\ntype = \"daemon\"\n".into(), "job.type", "unknown variant `daemon`"),
+        ("[job]\nid = \"\"\ntype = \"batch\"\n[group]\nname = \"g\"\ntask = [{ name = \"t\", driver = \"x\" }]\n".into(), "job.id", "1 to 128"),
+        ("this is not toml".into(), "", "TOML parse error"),
+    ];
+    for (doc, field, phrase) in cases {
+        let err = spec::parse_toml(&doc).expect_err(&doc);
+        let problem = err
+            .problems
+            .iter()
+            .find(|p| p.field == field)
+            .unwrap_or_else(|| panic!("no problem names {field:?} for\n{doc}\ngot: {err}"));
+        assert!(
+            problem.message.contains(phrase),
+            "{field}: {:?} lacks {phrase:?}",
+            problem.message
+        );
+    }
+}
+
+#[test]
+fn every_problem_is_reported_at_once() {
+    let doc = doc_with_tasks(
+        "[[group.task]]\nname = \"a b\"\ndriver = \"\"\n[[group.task]]\nname = \"c\"\ndriver = \"x\"\nlifecycle = { hook = \"poststop\", sidecar = true }\n",
+    );
+    let err = spec::parse_toml(&doc).unwrap_err();
+    let fields: Vec<_> = err.problems.iter().map(|p| p.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        ["group.task[0].name", "group.task[0].driver", "group.task[1].lifecycle.sidecar"]
+    );
+    assert_eq!(err.to_string().lines().count(), 3);
+}
+
+#[test]
+fn json_errors_name_the_field_too() {
+    let err = spec::parse_json(r#"{"job":{"id":"j","type":"batch"},"group":{"name":"g","task":[{"name":"t","driver":"x","kill_timeout":"soon"}]}}"#).unwrap_err();
+    assert_eq!(err.problems[0].field, "group.task[0].kill_timeout");
+    let err = spec::parse_json("{} trailing").unwrap_err();
+    assert!(
+        err.to_string().contains("missing field `job`") || err.to_string().contains("trailing"),
+        "{err}"
+    );
+}
+
+#[test]
+fn unknown_drivers_are_named() {
+    let job = spec::parse_toml(DESIGN_EXAMPLE).unwrap();
+    assert!(job.check_drivers(|d| d == "raw_exec").is_ok());
+    let err = job.check_drivers(|d| d == "docker").unwrap_err();
+    assert_eq!(err.problems.len(), 3);
+    assert_eq!(err.problems[0].field, "group.task[0].driver");
+    assert!(err.problems[0].message.contains("unknown driver \"raw_exec\""));
+}
+
+fn name() -> impl Strategy<Value = String> {
+    "[A-Za-z0-9_-]{1,12}"
+}
+
+fn arb_job() -> impl Strategy<Value = Job> {
+    let task = (
+        name(),
+        prop_oneof![Just("raw_exec".to_owned()), Just("mock".to_owned())],
+        proptest::collection::btree_map("[A-Z_]{1,6}", "[ -~]{0,10}", 0..3),
+        prop_oneof![
+            Just(None),
+            Just(Some(spec::Lifecycle { hook: spec::LifecycleHook::Prestart, sidecar: false })),
+            Just(Some(spec::Lifecycle { hook: spec::LifecycleHook::Prestart, sidecar: true })),
+            Just(Some(spec::Lifecycle { hook: spec::LifecycleHook::Poststart, sidecar: true })),
+            Just(Some(spec::Lifecycle { hook: spec::LifecycleHook::Poststop, sidecar: false })),
+        ],
+        1u64..600_000,
+        proptest::option::of(0u32..4),
+        proptest::sample::select(wharf_state::Signal::ALL),
+    )
+        .prop_map(|(name, driver, env, lifecycle, kill_ms, attempts, kill_signal)| {
+            spec::Task {
+                name,
+                driver,
+                config: serde_json::json!({ "command": "/bin/true", "args": ["a", 1, true] })
+                    .as_object()
+                    .cloned()
+                    .unwrap(),
+                env,
+                leader: false,
+                lifecycle,
+                kill_timeout: Duration::from_millis(kill_ms),
+                kill_signal,
+                restart: spec::RestartOverrides { attempts, ..Default::default() },
+                resources: Default::default(),
+            }
+        });
+    (
+        name(),
+        prop_oneof![Just(JobType::Service), Just(JobType::Batch)],
+        name(),
+        proptest::collection::vec(task, 1..5),
+    )
+        .prop_map(|(id, job_type, group_name, mut tasks)| {
+            for (i, task) in tasks.iter_mut().enumerate() {
+                task.name = format!("{}{i}", task.name);
+            }
+            tasks[0].leader = true;
+            Job {
+                id,
+                job_type,
+                groups: vec![TaskGroup { name: group_name, restart: Default::default(), tasks }],
+            }
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn valid_specs_round_trip_through_toml_and_json(job in arb_job()) {
+        prop_assert!(job.validate().is_ok(), "{:?}", job.validate());
+        let toml_text = toml::to_string(&job.to_spec()).unwrap();
+        prop_assert_eq!(&spec::parse_toml(&toml_text).unwrap(), &job);
+        let json_text = serde_json::to_string_pretty(&job.to_spec()).unwrap();
+        prop_assert_eq!(&spec::parse_json(&json_text).unwrap(), &job);
+    }
+
+    #[test]
+    fn parsers_never_panic(input in "\\PC{0,200}") {
+        let _ = spec::parse_toml(&input);
+        let _ = spec::parse_json(&input);
+    }
+
+    #[test]
+    fn parsers_never_panic_on_near_valid_documents(cut in 0usize..900, junk in "[\\[\\]{}=\"a-z0-9., \n]{0,8}") {
+        let mut doc = DESIGN_EXAMPLE.to_owned();
+        let cut = cut.min(doc.len());
+        let cut = (0..=cut).rev().find(|&i| doc.is_char_boundary(i)).unwrap_or(0);
+        doc.insert_str(cut, &junk);
+        let _ = spec::parse_toml(&doc);
+    }
+}

@@ -1,0 +1,107 @@
+//! wharf's build tasks. `cargo xtask ci` is the one command CI runs; `cargo xtask bench`
+//! writes docs/BENCHMARKS.md.
+//!
+//! This crate stays small (one dependency) because it builds before anything else.
+
+#![allow(clippy::print_stdout, clippy::print_stderr, clippy::disallowed_methods)]
+
+mod boundaries;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+const USAGE: &str = "\
+usage: cargo xtask <task>
+
+tasks:
+  ci              fmt check, clippy, tests, docs, crate boundaries, quick bench
+  boundaries      check the crate dependency rules of DESIGN.md
+  bench [--quick] run the benchmarks and write docs/BENCHMARKS.md (--quick: a short run
+                  that only checks every scenario produces figures; writes nothing)";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+        ["ci"] => ci(),
+        ["boundaries"] => check_boundaries(),
+        ["bench"] => bench(false),
+        ["bench", "--quick"] => bench(true),
+        _ => Err(USAGE.to_owned()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("{message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_owned()
+}
+
+fn cargo() -> Command {
+    let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    command.current_dir(workspace_root());
+    command
+}
+
+/// Runs `command`, failing with `step` named if it does not succeed.
+fn run(step: &str, command: &mut Command) -> Result<(), String> {
+    eprintln!("\n==> {step}");
+    let status = command.status().map_err(|e| format!("{step}: cannot run {command:?}: {e}"))?;
+    if status.success() { Ok(()) } else { Err(format!("{step} failed ({status})")) }
+}
+
+fn ci() -> Result<(), String> {
+    run("rustfmt", cargo().args(["fmt", "--all", "--", "--check"]))?;
+    run(
+        "clippy",
+        cargo().args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]),
+    )?;
+    run("tests", cargo().args(["test", "--workspace", "--all-targets"]))?;
+    run("doc tests", cargo().args(["test", "--workspace", "--doc"]))?;
+    run(
+        "docs",
+        cargo().args(["doc", "--workspace", "--no-deps"]).env("RUSTDOCFLAGS", "-D warnings"),
+    )?;
+    check_boundaries()?;
+    bench(true)?;
+    eprintln!("\nci: all checks passed");
+    Ok(())
+}
+
+fn check_boundaries() -> Result<(), String> {
+    eprintln!("\n==> crate boundaries");
+    let output = cargo()
+        .args(["metadata", "--format-version", "1"])
+        .output()
+        .map_err(|e| format!("cannot run cargo metadata: {e}"))?;
+    if !output.status.success() {
+        return Err(format!("cargo metadata failed: {}", String::from_utf8_lossy(&output.stderr)));
+    }
+    let metadata: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .map_err(|e| format!("cargo metadata printed invalid JSON: {e}"))?;
+    let violations = boundaries::check(&metadata)?;
+    if violations.is_empty() {
+        eprintln!("crate boundaries hold");
+        Ok(())
+    } else {
+        Err(format!("crate boundaries broken (see DESIGN.md):\n  {}", violations.join("\n  ")))
+    }
+}
+
+fn bench(quick: bool) -> Result<(), String> {
+    let mut command = cargo();
+    command.args(["run", "--package", "wharf-bench"]);
+    if quick {
+        // The quick run only proves every scenario still produces figures; a debug build
+        // reuses what the tests compiled.
+        command.args(["--", "--quick"]);
+    } else {
+        let out = workspace_root().join("docs/BENCHMARKS.md");
+        command.args(["--release", "--", "--out"]).arg(out);
+    }
+    run(if quick { "bench (quick)" } else { "bench" }, &mut command)
+}
