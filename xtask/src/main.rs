@@ -58,13 +58,23 @@ fn ci() -> Result<(), String> {
     run("rustfmt", cargo().args(["fmt", "--all", "--", "--check"]))?;
     run(
         "clippy",
-        cargo().args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]),
+        cargo().args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--all-features",
+            "--",
+            "-D",
+            "warnings",
+        ]),
     )?;
     run("tests", cargo().args(["test", "--workspace", "--all-targets"]))?;
     run("doc tests", cargo().args(["test", "--workspace", "--doc"]))?;
     run(
         "docs",
-        cargo().args(["doc", "--workspace", "--no-deps"]).env("RUSTDOCFLAGS", "-D warnings"),
+        cargo()
+            .args(["doc", "--workspace", "--no-deps", "--all-features"])
+            .env("RUSTDOCFLAGS", "-D warnings"),
     )?;
     check_boundaries()?;
     bench(true)?;

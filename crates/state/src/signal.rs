@@ -7,7 +7,7 @@ use std::fmt;
 use std::str::FromStr;
 
 macro_rules! signals {
-    ($($variant:ident = $name:literal,)*) => {
+    ($($variant:ident = $name:literal, $number:literal,)*) => {
         /// A POSIX signal a task may be sent, by its conventional name.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         #[allow(missing_docs)]
@@ -21,27 +21,37 @@ macro_rules! signals {
             pub fn name(self) -> &'static str {
                 match self { $(Signal::$variant => $name,)* }
             }
+
+            /// The signal's number on Linux.
+            pub fn number(self) -> i32 {
+                match self { $(Signal::$variant => $number,)* }
+            }
+
+            /// The signal with this number on Linux, if it is one of [`Signal::ALL`].
+            pub fn from_number(number: i32) -> Option<Signal> {
+                match number { $($number => Some(Signal::$variant),)* _ => None }
+            }
         }
     };
 }
 
 signals! {
-    Hup = "SIGHUP",
-    Int = "SIGINT",
-    Quit = "SIGQUIT",
-    Abrt = "SIGABRT",
-    Kill = "SIGKILL",
-    Usr1 = "SIGUSR1",
-    Usr2 = "SIGUSR2",
-    Pipe = "SIGPIPE",
-    Alrm = "SIGALRM",
-    Term = "SIGTERM",
-    Cont = "SIGCONT",
-    Stop = "SIGSTOP",
-    Tstp = "SIGTSTP",
-    Ttin = "SIGTTIN",
-    Ttou = "SIGTTOU",
-    Winch = "SIGWINCH",
+    Hup = "SIGHUP", 1,
+    Int = "SIGINT", 2,
+    Quit = "SIGQUIT", 3,
+    Abrt = "SIGABRT", 6,
+    Kill = "SIGKILL", 9,
+    Usr1 = "SIGUSR1", 10,
+    Usr2 = "SIGUSR2", 12,
+    Pipe = "SIGPIPE", 13,
+    Alrm = "SIGALRM", 14,
+    Term = "SIGTERM", 15,
+    Cont = "SIGCONT", 18,
+    Stop = "SIGSTOP", 19,
+    Tstp = "SIGTSTP", 20,
+    Ttin = "SIGTTIN", 21,
+    Ttou = "SIGTTOU", 22,
+    Winch = "SIGWINCH", 28,
 }
 
 /// A signal name that is not one of [`Signal::ALL`].
@@ -94,6 +104,11 @@ mod tests {
             assert_eq!(signal.name()[3..].to_lowercase().parse(), Ok(signal));
         }
         assert_eq!("sigterm".parse(), Ok(Signal::Term));
+        for &signal in Signal::ALL {
+            assert_eq!(Signal::from_number(signal.number()), Some(signal));
+        }
+        assert_eq!((Signal::Term.number(), Signal::Kill.number()), (15, 9));
+        assert_eq!(Signal::from_number(64), None);
         assert_eq!("SIGTERMX".parse::<Signal>(), Err(UnknownSignal("SIGTERMX".into())));
         assert!("".parse::<Signal>().is_err());
         assert!("SIG".parse::<Signal>().is_err());

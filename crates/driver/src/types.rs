@@ -1,0 +1,226 @@
+//! The values that cross the driver interface.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+use wharf_state::Timestamp;
+use wharf_state::spec::Resources;
+
+/// Identifies one run of a task: `<alloc_id>/<task>/<run>`. Every restart gets a new one, so
+/// an old run's late messages never land on the new run.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct TaskId(pub String);
+
+impl TaskId {
+    /// The id of run number `run` of `task` in `alloc_id`.
+    pub fn new(alloc_id: &str, task: &str, run: u64) -> TaskId {
+        TaskId(format!("{alloc_id}/{task}/{run:08x}"))
+    }
+}
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Where a task's output goes and how much of it is kept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogConfig {
+    /// The directory for `<task>.stdout.N` and `<task>.stderr.N`.
+    pub dir: PathBuf,
+    /// Files kept per stream, the current one included.
+    pub max_files: u32,
+    /// Size at which a file is rotated, in bytes.
+    pub max_file_bytes: u64,
+}
+
+/// Everything a driver needs to start a task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskConfig {
+    /// This run's id.
+    pub id: TaskId,
+    /// The allocation it belongs to.
+    pub alloc_id: String,
+    /// The job's id.
+    pub job_id: String,
+    /// The task group's name.
+    pub group: String,
+    /// The task's name.
+    pub task_name: String,
+    /// The environment, fully interpolated.
+    pub env: BTreeMap<String, String>,
+    /// The task's own directory (working directory for process drivers).
+    pub task_dir: PathBuf,
+    /// The directory shared by the allocation's tasks.
+    pub alloc_dir: PathBuf,
+    /// Where output goes.
+    pub logs: LogConfig,
+    /// What the task may use.
+    pub resources: Resources,
+    /// The task's `config` block, for the driver to interpret.
+    pub driver_config: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The version of [`TaskHandle`]'s shape.
+pub const TASK_HANDLE_VERSION: u32 = 1;
+
+/// What a driver hands back from [`crate::Driver::start_task`]: persisted by the task runner,
+/// and all [`crate::Driver::recover_task`] needs after the agent restarts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskHandle {
+    /// [`TASK_HANDLE_VERSION`] when written.
+    pub version: u32,
+    /// The driver that made it.
+    pub driver: String,
+    /// The config the task was started with.
+    pub config: TaskConfig,
+    /// The driver's own reattach data, such as a pid and start time.
+    pub driver_state: serde_json::Value,
+}
+
+impl TaskHandle {
+    /// The run it belongs to.
+    pub fn id(&self) -> &TaskId {
+        &self.config.id
+    }
+}
+
+/// How a task ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitResult {
+    /// The exit code (0 when killed by a signal).
+    pub exit_code: i32,
+    /// The signal that ended it, if any.
+    pub signal: Option<i32>,
+    /// Whether the kernel killed it for memory.
+    pub oom_killed: bool,
+    /// Set when the driver could not learn the outcome properly.
+    pub error: Option<String>,
+}
+
+impl ExitResult {
+    /// A plain exit with `code`.
+    pub fn code(exit_code: i32) -> ExitResult {
+        ExitResult { exit_code, signal: None, oom_killed: false, error: None }
+    }
+
+    /// Death by `signal`.
+    pub fn signalled(signal: i32) -> ExitResult {
+        ExitResult { exit_code: 0, signal: Some(signal), oom_killed: false, error: None }
+    }
+
+    /// Exit code 0, no signal, no error.
+    pub fn successful(&self) -> bool {
+        self.exit_code == 0 && self.signal.is_none() && self.error.is_none() && !self.oom_killed
+    }
+}
+
+/// What a driver can do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capabilities {
+    /// Signals can be sent to tasks.
+    pub send_signals: bool,
+    /// Commands can be run inside tasks.
+    pub exec: bool,
+    /// How tasks are kept apart from the node's filesystem.
+    pub fs_isolation: FsIsolation,
+}
+
+/// Filesystem isolation a driver gives its tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FsIsolation {
+    /// Tasks see the node's filesystem.
+    None,
+    /// Tasks are chrooted into their task directory.
+    Chroot,
+    /// Tasks run in their own image.
+    Image,
+}
+
+/// Whether a driver can run tasks here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Health {
+    /// Ready.
+    Healthy,
+    /// Present but not working.
+    Unhealthy,
+    /// Not found on this node.
+    Undetected,
+}
+
+/// A driver's report on itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fingerprint {
+    /// Whether it can run tasks.
+    pub health: Health,
+    /// Why, for people.
+    pub description: String,
+    /// What it found, such as versions.
+    pub attributes: BTreeMap<String, String>,
+}
+
+/// A task's state as its driver sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunState {
+    /// The driver cannot tell.
+    Unknown,
+    /// Running.
+    Running,
+    /// Exited.
+    Exited,
+}
+
+/// What [`crate::Driver::inspect_task`] returns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskInfo {
+    /// The run.
+    pub id: TaskId,
+    /// Running, exited or unknown.
+    pub state: RunState,
+    /// How it ended, once it has.
+    pub exit: Option<ExitResult>,
+    /// Driver-specific details, such as the pid.
+    pub attributes: BTreeMap<String, String>,
+}
+
+/// The outcome of [`crate::Driver::exec_task`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecResult {
+    /// What the command wrote to stdout.
+    pub stdout: Vec<u8>,
+    /// What it wrote to stderr.
+    pub stderr: Vec<u8>,
+    /// How it ended.
+    pub exit: ExitResult,
+}
+
+/// A task's resource usage.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct ResourceUsage {
+    /// CPU time used (user plus system) by all of the task's processes.
+    pub cpu_time: Duration,
+    /// Resident memory of all of the task's processes, in bytes.
+    pub memory_rss_bytes: u64,
+    /// How many processes the task has.
+    pub processes: u32,
+    /// When it was measured, if the driver knows.
+    pub at: Option<Timestamp>,
+}
+
+/// A message from a driver for a task's event log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriverEvent {
+    /// The run it is about.
+    pub task_id: TaskId,
+    /// The text.
+    pub message: String,
+    /// Driver-specific details.
+    pub annotations: BTreeMap<String, String>,
+}
