@@ -121,6 +121,7 @@ struct Inner {
     /// Start attempts per `<alloc>/<task>`, for `start_error_count`.
     starts: HashMap<String, u32>,
     signals: Vec<(TaskId, Signal)>,
+    started: Vec<TaskConfig>,
     stops: Vec<TaskId>,
     destroyed: Vec<TaskId>,
 }
@@ -155,6 +156,11 @@ impl MockDriver {
     /// Every signal sent through [`Driver::signal_task`] or [`Driver::stop_task`], in order.
     pub fn signals_sent(&self) -> Vec<(TaskId, Signal)> {
         self.inner.lock().signals.clone()
+    }
+
+    /// The config of every task started, in order.
+    pub fn started(&self) -> Vec<TaskConfig> {
+        self.inner.lock().started.clone()
     }
 
     /// Every task [`Driver::stop_task`] was called for, in order.
@@ -295,6 +301,7 @@ impl Driver for MockDriver {
             });
         }
         self.launch(config.id.clone(), mock);
+        self.inner.lock().started.push(config.clone());
         Ok(TaskHandle {
             version: TASK_HANDLE_VERSION,
             driver: self.name.clone(),

@@ -83,6 +83,9 @@ pub struct Task {
     pub resources: Resources,
 }
 
+/// A task may not be called this: `<alloc dir>/alloc` is the directory its group shares.
+pub const RESERVED_TASK_NAME: &str = "alloc";
+
 /// The default `kill_timeout`, as in Nomad.
 pub const DEFAULT_KILL_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -357,6 +360,12 @@ impl Job {
         for (ti, task) in group.tasks.iter().enumerate() {
             let at = format!("{at}.task[{ti}]");
             check_name(problems, &format!("{at}.name"), &task.name);
+            if task.name == RESERVED_TASK_NAME {
+                problems.add(
+                    &format!("{at}.name"),
+                    format!("{RESERVED_TASK_NAME:?} is reserved: it names the directory the group's tasks share"),
+                );
+            }
             if !task.name.is_empty() && !task_names.insert(task.name.as_str()) {
                 problems.add(&format!("{at}.name"), format!("duplicate task name {:?}", task.name));
             }

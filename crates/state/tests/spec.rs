@@ -106,6 +106,7 @@ fn invalid_specs_name_the_field() {
         (doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\nbogus = 1\n"), "group.task[0].bogus", "unknown field `bogus`"),
         (doc_with_tasks("[[group.task]]\nname = \"\"\ndriver = \"x\"\n"), "group.task[0].name", "[A-Za-z0-9_-]{1,64}"),
         (doc_with_tasks("[[group.task]]\nname = \"a/b\"\ndriver = \"x\"\n"), "group.task[0].name", "directory name"),
+        (doc_with_tasks("[[group.task]]\nname = \"alloc\"\ndriver = \"x\"\n"), "group.task[0].name", "reserved"),
         (doc_with_tasks(&format!("[[group.task]]\nname = \"{}\"\ndriver = \"x\"\n", "n".repeat(65))), "group.task[0].name", "{1,64}"),
         (
             doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\n[[group.task]]\nname = \"t\"\ndriver = \"x\"\n"),

@@ -1,0 +1,978 @@
+//! The task runner: one task of an allocation from start to death.
+//!
+//! ```text
+//! restore? ──> [wait for start gate] ──> prestart hooks ──> driver start ──> poststart hooks
+//!                   ^                                                            │
+//!                   │  restart (delay, interruptible)        wait: exit | kill | restart | shutdown
+//!                   └──────────────── restart tracker <──────────────────────────┘
+//!                                          │ done / fail / killed
+//!                                          v
+//!                               dead ──> [wait: alloc-wide restart | kill | shutdown] ──> stop hooks
+//! ```
+//!
+//! Every step records an event and persists the task state through the store, so a restarted
+//! agent sees exactly what happened. The runner talks to the task only through its
+//! [`Driver`], and every wait on the driver is bounded: a driver that never finishes stopping a
+//! task is escalated to a forced destroy, and the task is reported dead with an error event.
+//!
+//! Kill stops the task for good; shutdown (the agent exiting) leaves it running with its handle
+//! persisted, for the next agent to reattach.
+
+use crate::TaskError;
+use crate::clock::WallClock;
+use crate::env::{self, EnvIdentity, EnvPaths};
+use crate::hooks::{HOOK_TIMEOUT, HookContext, TaskDirHook, TaskDirs, TaskHook};
+use crate::local_state::{HookState, LocalState};
+use crate::restart::{Decision, Outcome, RestartTracker};
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tokio::sync::{Notify, watch};
+use wharf_driver::{
+    Driver, DriverError, ExecResult, ExitResult, LogConfig, ResourceUsage, TaskConfig, TaskHandle,
+    TaskId,
+};
+use wharf_state::spec::Stage;
+use wharf_state::{Allocation, Signal, Task, TaskEvent, TaskEventKind, TaskState, TaskStatus};
+use wharf_store::{StateStore, StoredTask, WriteBatch};
+
+/// Extra time a driver gets beyond the kill timeout to finish stopping a task.
+pub const STOP_GRACE: Duration = Duration::from_secs(5);
+/// The longest a forced destroy may take before the task is given up on.
+pub const DESTROY_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest to wait for a stopped task's exit result.
+pub const EXIT_RESULT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest a driver may take to start a task; past it the start counts as a retryable
+/// failure.
+pub const START_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Log rotation limits for a task's output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogLimits {
+    /// Files kept per stream.
+    pub max_files: u32,
+    /// Size at which a file is rotated.
+    pub max_file_bytes: u64,
+}
+
+impl Default for LogLimits {
+    fn default() -> Self {
+        LogLimits { max_files: 10, max_file_bytes: 10 << 20 }
+    }
+}
+
+/// Everything a [`TaskRunner`] is built from.
+#[derive(Debug, Clone)]
+pub struct TaskRunnerConfig {
+    /// The allocation the task belongs to.
+    pub alloc: Allocation,
+    /// The task, as in the allocation's group.
+    pub task: Task,
+    /// The driver named by the task.
+    pub driver: Arc<dyn Driver>,
+    /// Where state is persisted.
+    pub store: Arc<dyn StateStore>,
+    /// Where event timestamps come from.
+    pub clock: Arc<dyn WallClock>,
+    /// The allocation's directory: `<data dir>/allocs/<alloc id>`.
+    pub alloc_root: PathBuf,
+    /// Hooks run after the built-in ones.
+    pub hooks: Vec<Arc<dyn TaskHook>>,
+    /// The node-wide cap on `kill_timeout`.
+    pub max_kill_timeout: Duration,
+    /// Log rotation limits.
+    pub logs: LogLimits,
+    /// Notified (coalescing) after every state change, for the alloc runner.
+    pub state_changed: Arc<Notify>,
+}
+
+/// A user's or a hook's request to restart the running task.
+#[derive(Debug, Clone)]
+struct RestartRequest {
+    failure: bool,
+}
+
+/// Runs one task. Cheap to clone; clones control the same runner.
+#[derive(Debug, Clone)]
+pub struct TaskRunner {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    task: Task,
+    stage: Stage,
+    alloc: Mutex<Allocation>,
+    driver: Arc<dyn Driver>,
+    store: Arc<dyn StateStore>,
+    clock: Arc<dyn WallClock>,
+    hooks: Vec<Arc<dyn TaskHook>>,
+    dirs: TaskDirs,
+    logs: LogLimits,
+    kill_timeout: Duration,
+    state: Mutex<TaskState>,
+    local: Mutex<LocalState>,
+    /// Serialises persists, so the store never goes back to an older state.
+    persist: tokio::sync::Mutex<()>,
+    tracker: Mutex<RestartTracker>,
+    origin: tokio::time::Instant,
+    /// The running task, when one is.
+    current: Mutex<Option<TaskId>>,
+    /// A handle recovered by `restore`, adopted by the run loop instead of starting.
+    recovered: Mutex<Option<TaskHandle>>,
+    /// An outcome to act on before anything else (a task lost while the agent was away).
+    pending_outcome: Mutex<Option<Outcome>>,
+    env: Mutex<BTreeMap<String, String>>,
+    gate: watch::Sender<bool>,
+    kill: watch::Sender<bool>,
+    shutdown: watch::Sender<bool>,
+    restart: Mutex<Option<RestartRequest>>,
+    restart_notify: Notify,
+    rerun: Notify,
+    finished: watch::Sender<bool>,
+    started: AtomicBool,
+    state_changed: Arc<Notify>,
+}
+
+/// Waits until a flag is raised (or its sender is gone). Returns nothing, so no borrow of the
+/// channel outlives the wait.
+async fn raised(flag: &mut watch::Receiver<bool>) {
+    let _ = flag.wait_for(|raised| *raised).await;
+}
+
+/// How waiting on a running task ended.
+enum Waited {
+    Exited(ExitResult),
+    Killed,
+    Restart(RestartRequest),
+    Shutdown,
+}
+
+/// What the main loop hands to the end of the run.
+enum Ending {
+    /// The task is dead.
+    Dead,
+    /// The agent is shutting down; the task is left as it is.
+    Shutdown,
+}
+
+impl TaskRunner {
+    /// Builds a runner; nothing runs until [`TaskRunner::run`].
+    pub fn new(config: TaskRunnerConfig) -> TaskRunner {
+        let stage = config.task.stage();
+        let group = config.alloc.group().ok().cloned();
+        let policy = match &group {
+            Some(group) => config.alloc.job.restart_policy(group, &config.task),
+            None => wharf_state::RestartPolicy::defaults_for(config.alloc.job.job_type),
+        };
+        let seed = config
+            .alloc
+            .id
+            .bytes()
+            .chain(config.task.name.bytes())
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+            });
+        let tracker = RestartTracker::new(policy, config.alloc.job.job_type, stage, seed);
+        let dirs = TaskDirs::new(&config.alloc_root, &config.task.name);
+        let mut hooks: Vec<Arc<dyn TaskHook>> = vec![Arc::new(TaskDirHook)];
+        hooks.extend(config.hooks);
+        let kill_timeout = config.task.kill_timeout.min(config.max_kill_timeout);
+        // Received until restore says otherwise; persisted with the first change.
+        let mut state = TaskState::new();
+        state.append_event(TaskEvent::new(config.clock.now(), TaskEventKind::Received));
+        TaskRunner {
+            shared: Arc::new(Shared {
+                stage,
+                alloc: Mutex::new(config.alloc),
+                driver: config.driver,
+                store: config.store,
+                clock: config.clock,
+                hooks,
+                dirs,
+                logs: config.logs,
+                kill_timeout,
+                state: Mutex::new(state),
+                local: Mutex::new(LocalState::default()),
+                persist: tokio::sync::Mutex::new(()),
+                tracker: Mutex::new(tracker),
+                origin: tokio::time::Instant::now(),
+                current: Mutex::new(None),
+                recovered: Mutex::new(None),
+                pending_outcome: Mutex::new(None),
+                env: Mutex::new(BTreeMap::new()),
+                gate: watch::channel(false).0,
+                kill: watch::channel(false).0,
+                shutdown: watch::channel(false).0,
+                restart: Mutex::new(None),
+                restart_notify: Notify::new(),
+                rerun: Notify::new(),
+                finished: watch::channel(false).0,
+                started: AtomicBool::new(false),
+                state_changed: config.state_changed,
+                task: config.task,
+            }),
+        }
+    }
+
+    /// The task's name.
+    pub fn name(&self) -> &str {
+        &self.shared.task.name
+    }
+
+    /// The task.
+    pub fn task(&self) -> &Task {
+        &self.shared.task
+    }
+
+    /// Where the task stands in the group's start order.
+    pub fn stage(&self) -> Stage {
+        self.shared.stage
+    }
+
+    /// Whether it is the group's leader.
+    pub fn is_leader(&self) -> bool {
+        self.shared.task.leader
+    }
+
+    /// Its directories.
+    pub fn dirs(&self) -> &TaskDirs {
+        &self.shared.dirs
+    }
+
+    /// A snapshot of its state.
+    pub fn state(&self) -> TaskState {
+        self.shared.state.lock().clone()
+    }
+
+    /// The driver running it.
+    pub fn driver(&self) -> &Arc<dyn Driver> {
+        &self.shared.driver
+    }
+
+    /// Lets the task start (the lifecycle gate). Closing it again holds back later restarts.
+    pub fn set_start_gate(&self, open: bool) {
+        self.shared.gate.send_replace(open);
+    }
+
+    /// Whether [`TaskRunner::run`] has returned.
+    pub fn is_finished(&self) -> bool {
+        *self.shared.finished.borrow()
+    }
+
+    /// Waits until [`TaskRunner::run`] has returned.
+    pub async fn wait_finished(&self) {
+        let mut finished = self.shared.finished.subscribe();
+        let _ = finished.wait_for(|f| *f).await;
+    }
+
+    /// Loads the task's persisted state and reattaches to its task if one was running.
+    /// Call before [`TaskRunner::run`]. `stored` is what the store holds for this task.
+    pub async fn restore(&self, stored: Option<&StoredTask>) -> Result<(), TaskError> {
+        let s = &self.shared;
+        let Some(stored) = stored else { return Ok(()) };
+        if let Some(state) = &stored.state {
+            *s.state.lock() = state.clone();
+        }
+        let local = match &stored.local_state {
+            Some(bytes) => LocalState::decode(bytes)
+                .map_err(|reason| TaskError::BadLocalState { task: s.task.name.clone(), reason })?,
+            None => LocalState::default(),
+        };
+        let handle = local.handle.clone();
+        *s.local.lock() = local;
+        let Some(handle) = handle else {
+            if s.state.lock().status == TaskStatus::Running {
+                // Running with no handle: whatever ran is unknown to us now.
+                self.lost("no driver handle was saved").await;
+            }
+            return Ok(());
+        };
+        match s.driver.recover_task(&handle).await {
+            Ok(()) => {
+                tracing::info!(alloc_id = %self.alloc_id(), task = %s.task.name, task_id = %handle.id(), "reattached to task");
+                *s.recovered.lock() = Some(handle);
+            }
+            Err(error) => {
+                tracing::warn!(alloc_id = %self.alloc_id(), task = %s.task.name, %error, "could not reattach to task");
+                let _ =
+                    tokio::time::timeout(DESTROY_TIMEOUT, s.driver.destroy_task(handle.id(), true))
+                        .await;
+                s.local.lock().handle = None;
+                self.persist_local().await;
+                self.lost(&error.to_string()).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Records that the task was lost while the agent was away; the run loop then restarts it
+    /// by policy or fails it.
+    async fn lost(&self, error: &str) {
+        self.commit(|state| {
+            state.append_event(
+                self.event(TaskEventKind::FailedRestoring { error: error.to_owned() }),
+            )
+        })
+        .await;
+        *self.shared.pending_outcome.lock() = Some(Outcome::Exited(ExitResult {
+            exit_code: 0,
+            signal: None,
+            oom_killed: false,
+            error: Some(format!("task lost while the agent was away: {error}")),
+        }));
+    }
+
+    /// Runs the task until it is dead and released, or until shutdown. Returns at once if
+    /// called a second time.
+    pub async fn run(&self) {
+        if self.shared.started.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        self.run_claimed().await;
+    }
+
+    /// The body of [`TaskRunner::run`], for whoever claimed the run.
+    async fn run_claimed(&self) {
+        let s = &self.shared;
+        let ending = if s.local.lock().run_complete {
+            Ending::Dead
+        } else {
+            if s.state.lock().status == TaskStatus::Dead && s.pending_outcome.lock().is_none() {
+                // Restored dead: only the end of the run is left.
+            } else if self.main_loop().await.is_none() {
+                self.on_shutdown().await;
+                s.finished.send_replace(true);
+                return;
+            }
+            self.after_death().await
+        };
+        if let Ending::Shutdown = ending {
+            self.on_shutdown().await;
+        }
+        s.finished.send_replace(true);
+    }
+
+    /// Starts, watches and restarts the task until it is dead. None means shutdown.
+    async fn main_loop(&self) -> Option<()> {
+        let s = &self.shared;
+        loop {
+            let pending = s.pending_outcome.lock().take();
+            let outcome = match pending {
+                Some(outcome) => outcome,
+                None => match self.run_once().await? {
+                    Some(outcome) => outcome,
+                    None => break, // Killed before it started.
+                },
+            };
+            let decision = s.tracker.lock().decide(&outcome, s.origin.elapsed());
+            match decision {
+                Decision::Restart { delay, reason } => {
+                    let event = self.event(TaskEventKind::Restarting { delay, reason });
+                    self.commit(|state| {
+                        state.append_event(event);
+                        let _ = state.set_status(TaskStatus::Pending, self.now());
+                    })
+                    .await;
+                    let mut kill = s.kill.subscribe();
+                    let mut shutdown = s.shutdown.subscribe();
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        () = raised(&mut kill) => break,
+                        () = raised(&mut shutdown) => return None,
+                    }
+                }
+                Decision::Fail { reason } => {
+                    let event = self.event(TaskEventKind::NotRestarting { reason }).failing();
+                    self.commit(|state| state.append_event(event)).await;
+                    break;
+                }
+                Decision::Done | Decision::Killed => break,
+            }
+        }
+        Some(())
+    }
+
+    /// One run: wait for the gate, prepare, start (or adopt a recovered task), wait for it.
+    /// Returns the outcome, None (inside Some) when killed before starting, None on shutdown.
+    async fn run_once(&self) -> Option<Option<Outcome>> {
+        let s = &self.shared;
+        let recovered = s.recovered.lock().take();
+        let task_id = match recovered {
+            Some(handle) => {
+                let id = handle.id().clone();
+                *s.current.lock() = Some(id.clone());
+                let event = self.event(TaskEventKind::Reattached);
+                self.commit(|state| {
+                    state.append_event(event);
+                    let _ = state.set_status(TaskStatus::Running, self.now());
+                })
+                .await;
+                id
+            }
+            None => {
+                let mut gate = s.gate.subscribe();
+                let mut kill = s.kill.subscribe();
+                let mut shutdown = s.shutdown.subscribe();
+                tokio::select! {
+                    biased;
+                    () = raised(&mut shutdown) => return None,
+                    () = raised(&mut kill) => return Some(None),
+                    () = raised(&mut gate) => {}
+                }
+                match self.start().await {
+                    Ok(id) => id,
+                    Err(outcome) => return Some(Some(outcome)),
+                }
+            }
+        };
+        self.poststart().await;
+        let waited = self.wait(&task_id).await;
+        let outcome = match waited {
+            Waited::Shutdown => return None,
+            Waited::Exited(exit) => {
+                self.record_exit(&exit).await;
+                Outcome::Exited(exit)
+            }
+            Waited::Killed => {
+                self.stop_task(&task_id).await;
+                Outcome::Killed
+            }
+            Waited::Restart(request) => {
+                self.stop_task(&task_id).await;
+                Outcome::RestartRequested { failure: request.failure }
+            }
+        };
+        self.release(&task_id).await;
+        Some(Some(outcome))
+    }
+
+    /// Prestart hooks, then the driver. On failure, the events are recorded and the outcome
+    /// for the restart tracker returned.
+    async fn start(&self) -> Result<TaskId, Outcome> {
+        let s = &self.shared;
+        let alloc = s.alloc.lock().clone();
+        let base_env = env::build(
+            EnvIdentity {
+                alloc_id: &alloc.id,
+                alloc_name: &format!("{}.{}[0]", alloc.job.id, alloc.task_group),
+                job_id: &alloc.job.id,
+                group: &alloc.task_group,
+                task: &s.task.name,
+            },
+            EnvPaths {
+                alloc_dir: &s.dirs.alloc_dir,
+                task_dir: &s.dirs.task_dir,
+                secrets_dir: &s.dirs.secrets_dir,
+            },
+            &s.task.env,
+        );
+        let env = match self.prestart(&alloc, base_env).await {
+            Ok(env) => env,
+            Err((hook, error)) => {
+                let event =
+                    self.event(TaskEventKind::HookFailed { hook, error: error.to_string() });
+                self.commit(|state| state.append_event(event)).await;
+                return Err(Outcome::StartFailed { retryable: true });
+            }
+        };
+        *s.env.lock() = env.clone();
+        let driver_config = env::interpolate_config(&s.task.config, &env);
+        if let Err(error) = s.driver.validate_config(&driver_config) {
+            return Err(self.start_failed(error).await);
+        }
+        let run = {
+            let mut local = s.local.lock();
+            local.runs += 1;
+            local.runs
+        };
+        let config = TaskConfig {
+            id: TaskId::new(&alloc.id, &s.task.name, run),
+            alloc_id: alloc.id.clone(),
+            job_id: alloc.job.id.clone(),
+            group: alloc.task_group.clone(),
+            task_name: s.task.name.clone(),
+            env,
+            task_dir: s.dirs.task_dir.clone(),
+            alloc_dir: s.dirs.alloc_dir.clone(),
+            logs: LogConfig {
+                dir: s.dirs.logs_dir.clone(),
+                max_files: s.logs.max_files,
+                max_file_bytes: s.logs.max_file_bytes,
+            },
+            resources: s.task.resources,
+            driver_config,
+        };
+        let handle = match tokio::time::timeout(START_TIMEOUT, s.driver.start_task(config)).await {
+            Ok(Ok(handle)) => handle,
+            Ok(Err(error)) => return Err(self.start_failed(error).await),
+            Err(_) => {
+                let reason = format!(
+                    "the driver did not start the task within {}",
+                    wharf_state::duration::Formatted(START_TIMEOUT)
+                );
+                return Err(self.start_failed(DriverError::Retryable { reason }).await);
+            }
+        };
+        let id = handle.id().clone();
+        *s.current.lock() = Some(id.clone());
+        s.local.lock().handle = Some(handle);
+        let event = self.event(TaskEventKind::Started);
+        self.commit_with_local(|state| {
+            state.append_event(event);
+            let _ = state.set_status(TaskStatus::Running, self.now());
+        })
+        .await;
+        Ok(id)
+    }
+
+    async fn start_failed(&self, error: DriverError) -> Outcome {
+        let retryable = error.is_retryable();
+        let kind = match &error {
+            DriverError::InvalidConfig { .. } => {
+                TaskEventKind::FailedValidation { error: error.to_string() }
+            }
+            _ => TaskEventKind::DriverFailure { error: error.to_string() },
+        };
+        let event = self.event(kind);
+        self.commit(|state| state.append_event(event)).await;
+        Outcome::StartFailed { retryable }
+    }
+
+    /// Runs the prestart hooks that are not done, persisting their state. Returns the
+    /// environment they built, or the failing hook's name and error.
+    async fn prestart(
+        &self,
+        alloc: &Allocation,
+        mut env: BTreeMap<String, String>,
+    ) -> Result<BTreeMap<String, String>, (String, TaskError)> {
+        let s = &self.shared;
+        for hook in &s.hooks {
+            let name = hook.name().to_owned();
+            let saved = s.local.lock().hooks.get(&name).cloned().unwrap_or_default();
+            if saved.done {
+                env.extend(saved.env);
+                continue;
+            }
+            let ctx = HookContext { alloc, task: &s.task, dirs: &s.dirs, env: &env };
+            let response =
+                match tokio::time::timeout(HOOK_TIMEOUT, hook.prestart(ctx, saved.data.as_ref()))
+                    .await
+                {
+                    Ok(Ok(response)) => response,
+                    Ok(Err(error)) => return Err((name, error)),
+                    Err(_) => {
+                        return Err((
+                            name.clone(),
+                            TaskError::Hook { hook: name, reason: "timed out".into() },
+                        ));
+                    }
+                };
+            for kind in response.events {
+                let event = self.event(kind);
+                self.commit(|state| state.append_event(event)).await;
+            }
+            env.extend(response.env.clone());
+            let changed = response.done || response.state.is_some();
+            if changed {
+                s.local.lock().hooks.insert(
+                    name,
+                    HookState { done: response.done, data: response.state, env: response.env },
+                );
+                self.persist_local().await;
+            }
+        }
+        Ok(env)
+    }
+
+    async fn poststart(&self) {
+        let alloc = self.shared.alloc.lock().clone();
+        let env = self.shared.env.lock().clone();
+        for hook in &self.shared.hooks {
+            let ctx = self.ctx(&alloc, &env);
+            let error = match tokio::time::timeout(HOOK_TIMEOUT, hook.poststart(ctx)).await {
+                Ok(Ok(())) => continue,
+                Ok(Err(error)) => error.to_string(),
+                Err(_) => "timed out".to_owned(),
+            };
+            let event =
+                self.event(TaskEventKind::HookFailed { hook: hook.name().to_owned(), error });
+            self.commit(|state| state.append_event(event)).await;
+        }
+    }
+
+    fn ctx<'a>(
+        &'a self,
+        alloc: &'a Allocation,
+        env: &'a BTreeMap<String, String>,
+    ) -> HookContext<'a> {
+        HookContext { alloc, task: &self.shared.task, dirs: &self.shared.dirs, env }
+    }
+
+    /// Waits for the task to exit, or for a kill, restart or shutdown request.
+    async fn wait(&self, task_id: &TaskId) -> Waited {
+        let s = &self.shared;
+        let mut kill = s.kill.subscribe();
+        let mut shutdown = s.shutdown.subscribe();
+        tokio::select! {
+            biased;
+            () = raised(&mut shutdown) => Waited::Shutdown,
+            () = raised(&mut kill) => Waited::Killed,
+            () = s.restart_notify.notified() => {
+                match s.restart.lock().take() {
+                    Some(request) => Waited::Restart(request),
+                    // A request taken by an earlier wait; treat as a plain restart.
+                    None => Waited::Restart(RestartRequest { failure: false }),
+                }
+            }
+            result = s.driver.wait_task(task_id) => Waited::Exited(result.unwrap_or_else(|error| ExitResult {
+                exit_code: 0,
+                signal: None,
+                oom_killed: false,
+                error: Some(format!("lost track of the task: {error}")),
+            })),
+        }
+    }
+
+    async fn record_exit(&self, exit: &ExitResult) {
+        let event = self.event(TaskEventKind::Terminated {
+            exit_code: exit.exit_code,
+            signal: exit.signal,
+            oom_killed: exit.oom_killed,
+            message: exit.error.clone(),
+        });
+        self.commit(|state| state.append_event(event)).await;
+        self.exited_hooks(exit).await;
+    }
+
+    async fn exited_hooks(&self, exit: &ExitResult) {
+        let alloc = self.shared.alloc.lock().clone();
+        let env = self.shared.env.lock().clone();
+        for hook in &self.shared.hooks {
+            let _ =
+                tokio::time::timeout(HOOK_TIMEOUT, hook.exited(self.ctx(&alloc, &env), exit)).await;
+        }
+    }
+
+    /// Stops a running task: prekill hooks, the kill signal, the timeout, and escalation to a
+    /// forced destroy if the driver does not finish. Always returns, bounded.
+    async fn stop_task(&self, task_id: &TaskId) {
+        let s = &self.shared;
+        let alloc = s.alloc.lock().clone();
+        let env = s.env.lock().clone();
+        for hook in &s.hooks {
+            let _ = tokio::time::timeout(HOOK_TIMEOUT, hook.prekill(self.ctx(&alloc, &env))).await;
+        }
+        let signal = s.task.kill_signal;
+        let event = self.event(TaskEventKind::Killing { signal, kill_timeout: s.kill_timeout });
+        self.commit(|state| state.append_event(event)).await;
+        let stopped = tokio::time::timeout(
+            s.kill_timeout + STOP_GRACE,
+            s.driver.stop_task(task_id, s.kill_timeout, signal),
+        )
+        .await;
+        let mut error = match stopped {
+            Ok(Ok(())) => None,
+            Ok(Err(error)) => Some(format!("stopping failed: {error}")),
+            Err(_) => Some(format!(
+                "the driver did not finish stopping the task within {}",
+                wharf_state::duration::Formatted(s.kill_timeout + STOP_GRACE)
+            )),
+        };
+        if let Some(stop_error) = &error {
+            tracing::warn!(alloc_id = %self.alloc_id(), task = %s.task.name, error = %stop_error, "escalating to a forced destroy");
+            match tokio::time::timeout(DESTROY_TIMEOUT, s.driver.destroy_task(task_id, true)).await
+            {
+                Ok(Ok(())) => {}
+                Ok(Err(destroy)) => {
+                    error = Some(format!(
+                        "{stop_error}; forced destroy failed: {destroy}; resources may have leaked"
+                    ))
+                }
+                Err(_) => {
+                    error = Some(format!(
+                        "{stop_error}; forced destroy did not finish; resources may have leaked"
+                    ))
+                }
+            }
+        }
+        let exit =
+            match tokio::time::timeout(EXIT_RESULT_TIMEOUT, s.driver.wait_task(task_id)).await {
+                Ok(Ok(exit)) => Some(exit),
+                _ => None,
+            };
+        let mut events = Vec::new();
+        if let Some(exit) = &exit {
+            events.push(self.event(TaskEventKind::Terminated {
+                exit_code: exit.exit_code,
+                signal: exit.signal,
+                oom_killed: exit.oom_killed,
+                message: exit.error.clone(),
+            }));
+        }
+        events.push(self.event(TaskEventKind::Killed { error }));
+        self.commit(|state| events.into_iter().for_each(|e| state.append_event(e))).await;
+        if let Some(exit) = &exit {
+            self.exited_hooks(exit).await;
+        }
+    }
+
+    /// Forgets a run that has ended: the driver frees it, the handle is cleared.
+    async fn release(&self, task_id: &TaskId) {
+        let s = &self.shared;
+        *s.current.lock() = None;
+        if let Ok(Err(error)) =
+            tokio::time::timeout(DESTROY_TIMEOUT, s.driver.destroy_task(task_id, false)).await
+        {
+            tracing::debug!(alloc_id = %self.alloc_id(), task = %s.task.name, %error, "driver could not free the task");
+        }
+        s.local.lock().handle = None;
+        self.persist_local().await;
+    }
+
+    /// The task is dead: record it, then wait for an allocation-wide restart, a kill (the alloc
+    /// runner releases dead tasks once they are all dead) or shutdown.
+    async fn after_death(&self) -> Ending {
+        let s = &self.shared;
+        loop {
+            self.commit(|state| {
+                let _ = state.set_status(TaskStatus::Dead, self.now());
+            })
+            .await;
+            let released = s.stage == Stage::Poststop || *s.kill.borrow();
+            if released {
+                break;
+            }
+            let mut kill = s.kill.subscribe();
+            let mut shutdown = s.shutdown.subscribe();
+            tokio::select! {
+                biased;
+                () = raised(&mut shutdown) => return Ending::Shutdown,
+                () = raised(&mut kill) => break,
+                () = s.rerun.notified() => {
+                    self.commit(|state| {
+                        let _ = state.set_status(TaskStatus::Pending, self.now());
+                    })
+                    .await;
+                    if self.main_loop().await.is_none() {
+                        return Ending::Shutdown;
+                    }
+                }
+            }
+        }
+        self.stop_hooks().await;
+        s.local.lock().run_complete = true;
+        self.persist_local().await;
+        Ending::Dead
+    }
+
+    async fn stop_hooks(&self) {
+        let alloc = self.shared.alloc.lock().clone();
+        let env = self.shared.env.lock().clone();
+        for hook in &self.shared.hooks {
+            let error =
+                match tokio::time::timeout(HOOK_TIMEOUT, hook.stop(self.ctx(&alloc, &env))).await {
+                    Ok(Ok(())) => continue,
+                    Ok(Err(error)) => error.to_string(),
+                    Err(_) => "timed out".to_owned(),
+                };
+            let event =
+                self.event(TaskEventKind::HookFailed { hook: hook.name().to_owned(), error });
+            self.commit(|state| state.append_event(event)).await;
+        }
+    }
+
+    async fn on_shutdown(&self) {
+        self.persist_local().await;
+        let alloc = self.shared.alloc.lock().clone();
+        let env = self.shared.env.lock().clone();
+        for hook in &self.shared.hooks {
+            let _ = tokio::time::timeout(HOOK_TIMEOUT, hook.shutdown(self.ctx(&alloc, &env))).await;
+        }
+    }
+
+    /// Stops the task for good and waits (bounded by the runner's own limits) until its run
+    /// has ended. `event`, if any, is recorded first when the task is not yet dead (such as
+    /// "Sibling Task Failed").
+    pub async fn kill(&self, event: Option<TaskEvent>) {
+        let s = &self.shared;
+        let alive = s.state.lock().status != TaskStatus::Dead && !*s.kill.borrow();
+        if let Some(event) = event.filter(|_| alive) {
+            self.commit(|state| state.append_event(event)).await;
+        }
+        s.kill.send_replace(true);
+        if s.started.swap(true, Ordering::SeqCst) {
+            self.wait_finished().await;
+        } else {
+            // Killed before it ran: the kill runs it to its end here, and a later `run` returns.
+            self.run_claimed().await;
+        }
+    }
+
+    /// Marks a task that never ran as failed and dead, as when the allocation's setup failed.
+    pub async fn mark_failed_dead(&self, event: TaskEvent) {
+        self.commit(|state| {
+            state.append_event(event.failing());
+            let _ = state.set_status(TaskStatus::Dead, self.now());
+        })
+        .await;
+        self.shared.kill.send_replace(true);
+    }
+
+    /// Leaves the task running and makes [`TaskRunner::run`] return, with everything restore
+    /// needs persisted.
+    pub fn shutdown(&self) {
+        self.shared.shutdown.send_replace(true);
+    }
+
+    /// Restarts the running task. A restart that is not a `failure` does not count against
+    /// the restart policy and happens at once.
+    pub async fn restart(&self, reason: &str, failure: bool) -> Result<(), TaskError> {
+        let s = &self.shared;
+        if s.current.lock().is_none() {
+            return Err(TaskError::NotRunning { task: s.task.name.clone() });
+        }
+        let event = self.event(TaskEventKind::RestartSignaled { reason: reason.to_owned() });
+        self.commit(|state| state.append_event(event)).await;
+        *s.restart.lock() = Some(RestartRequest { failure });
+        s.restart_notify.notify_one();
+        Ok(())
+    }
+
+    /// Runs a dead task again, as part of restarting the whole allocation. Returns false if
+    /// the task is not waiting for that (still running, or released).
+    pub fn rerun(&self) -> bool {
+        let s = &self.shared;
+        let waiting =
+            s.state.lock().status == TaskStatus::Dead && !*s.kill.borrow() && !self.is_finished();
+        if waiting {
+            s.rerun.notify_one();
+        }
+        waiting
+    }
+
+    /// Sends a signal to the running task.
+    pub async fn signal(&self, signal: Signal, reason: &str) -> Result<(), TaskError> {
+        let s = &self.shared;
+        let id = self.current_id()?;
+        let event = self.event(TaskEventKind::Signaling { signal, reason: reason.to_owned() });
+        self.commit(|state| state.append_event(event)).await;
+        s.driver
+            .signal_task(&id, signal)
+            .await
+            .map_err(|source| TaskError::Driver { task: s.task.name.clone(), source })
+    }
+
+    /// Runs a command in the running task.
+    pub async fn exec(
+        &self,
+        command: &[String],
+        timeout: Duration,
+    ) -> Result<ExecResult, TaskError> {
+        let id = self.current_id()?;
+        let s = &self.shared;
+        match tokio::time::timeout(timeout + STOP_GRACE, s.driver.exec_task(&id, command, timeout))
+            .await
+        {
+            Ok(result) => {
+                result.map_err(|source| TaskError::Driver { task: s.task.name.clone(), source })
+            }
+            Err(_) => Err(TaskError::Driver {
+                task: s.task.name.clone(),
+                source: DriverError::other("exec did not finish in time"),
+            }),
+        }
+    }
+
+    /// The running task's resource usage.
+    pub async fn usage(&self) -> Result<ResourceUsage, TaskError> {
+        let id = self.current_id()?;
+        let s = &self.shared;
+        s.driver
+            .task_stats(&id)
+            .await
+            .map_err(|source| TaskError::Driver { task: s.task.name.clone(), source })
+    }
+
+    /// Records an event from outside the runner, such as the alloc runner's.
+    pub async fn emit_event(&self, event: TaskEvent) {
+        self.commit(|state| state.append_event(event)).await;
+    }
+
+    /// Applies an allocation update and runs the update hooks.
+    pub async fn update(&self, alloc: Allocation) {
+        *self.shared.alloc.lock() = alloc.clone();
+        let env = self.shared.env.lock().clone();
+        for hook in &self.shared.hooks {
+            let _ = tokio::time::timeout(HOOK_TIMEOUT, hook.update(self.ctx(&alloc, &env))).await;
+        }
+    }
+
+    fn current_id(&self) -> Result<TaskId, TaskError> {
+        self.shared
+            .current
+            .lock()
+            .clone()
+            .ok_or_else(|| TaskError::NotRunning { task: self.shared.task.name.clone() })
+    }
+
+    fn alloc_id(&self) -> String {
+        self.shared.alloc.lock().id.clone()
+    }
+
+    fn now(&self) -> wharf_state::Timestamp {
+        self.shared.clock.now()
+    }
+
+    fn event(&self, kind: TaskEventKind) -> TaskEvent {
+        TaskEvent::new(self.now(), kind)
+    }
+
+    /// Changes the task state and persists it (persists are serialised, so the store never
+    /// goes back), then tells the alloc runner.
+    async fn commit(&self, change: impl FnOnce(&mut TaskState)) {
+        self.persist(change, false).await;
+    }
+
+    /// As [`TaskRunner::commit`], with the local state in the same atomic write.
+    async fn commit_with_local(&self, change: impl FnOnce(&mut TaskState)) {
+        self.persist(change, true).await;
+    }
+
+    async fn persist_local(&self) {
+        self.persist(|_| {}, true).await;
+    }
+
+    async fn persist(&self, change: impl FnOnce(&mut TaskState), with_local: bool) {
+        let s = &self.shared;
+        let _order = s.persist.lock().await;
+        let state = {
+            let mut state = s.state.lock();
+            change(&mut state);
+            state.clone()
+        };
+        let alloc_id = self.alloc_id();
+        let batch =
+            WriteBatch::new().put_task_state(&alloc_id, &s.task.name, &state).and_then(|batch| {
+                if !with_local {
+                    return Ok(batch);
+                }
+                let local = s.local.lock().encode().map_err(|e| {
+                    wharf_store::StoreError::Encode { what: "task local state".into(), source: e }
+                })?;
+                batch.put_task_local_state(&alloc_id, &s.task.name, &local)
+            });
+        let result = match batch {
+            Ok(batch) => s.store.write(batch).await,
+            Err(error) => Err(error),
+        };
+        if let Err(error) = result {
+            // The state stays current in memory; the next successful write persists it.
+            tracing::error!(alloc_id = %alloc_id, task = %s.task.name, %error, "persisting task state failed");
+        }
+        s.state_changed.notify_one();
+    }
+}
