@@ -7,12 +7,17 @@
 
 #![allow(clippy::print_stdout, clippy::print_stderr, clippy::disallowed_methods)]
 
+mod alloc;
+mod heap;
 mod report;
 mod store;
 
 use report::{Report, Row};
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+#[global_allocator]
+static HEAP: heap::Counting = heap::Counting;
 
 /// How hard a run pushes.
 #[derive(Debug, Clone, Copy)]
@@ -48,6 +53,7 @@ fn main() -> ExitCode {
 
     let mut rows: Vec<Row> = Vec::new();
     rows.extend(store::run(effort));
+    rows.extend(alloc::run(effort));
 
     let report = Report::new(rows);
     let text = report.markdown(quick);

@@ -91,7 +91,7 @@ fn measure(
 }
 
 /// Beside the build output, on the same disk as the workspace.
-fn scratch_dir() -> std::path::PathBuf {
+pub(crate) fn scratch_dir() -> std::path::PathBuf {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench-scratch");
     std::fs::create_dir_all(&dir).unwrap();
     dir

@@ -846,12 +846,16 @@ impl TaskRunner {
     /// the task is not waiting for that (still running, or released).
     pub fn rerun(&self) -> bool {
         let s = &self.shared;
-        let waiting =
-            s.state.lock().status == TaskStatus::Dead && !*s.kill.borrow() && !self.is_finished();
-        if waiting {
-            s.rerun.notify_one();
+        let waiting = !*s.kill.borrow() && !self.is_finished();
+        let mut state = s.state.lock();
+        if !waiting || state.status != TaskStatus::Dead {
+            return false;
         }
-        waiting
+        // Pending at once, so whoever coordinates start gates sees it before the loop wakes.
+        let _ = state.set_status(TaskStatus::Pending, s.clock.now());
+        drop(state);
+        s.rerun.notify_one();
+        true
     }
 
     /// Sends a signal to the running task.

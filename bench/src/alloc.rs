@@ -1,0 +1,100 @@
+//! Alloc runner scenario: start 1,000 one-task allocations on the mock driver (with the redb
+//! store the agent uses) and measure the time until every one runs and the memory each
+//! running alloc runner adds.
+
+use crate::Effort;
+use crate::report::{Better, Row};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use wharf_alloc::{AllocRunner, AllocRunnerConfig, DEFAULT_POSTSTOP_TIMEOUT};
+use wharf_driver::DriverRegistry;
+use wharf_driver::mock::MockDriver;
+use wharf_state::{Allocation, ClientStatus, DesiredStatus, spec};
+use wharf_store::{RedbStore, StateStore};
+use wharf_task::SystemClock;
+
+const FULL_ALLOCS: usize = 1000;
+
+pub(crate) fn run(effort: Effort) -> Vec<Row> {
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let allocs = effort.scaled(FULL_ALLOCS);
+    let (mut seconds, mut per_runner) = (Vec::new(), Vec::new());
+    for _ in 0..effort.runs {
+        let (elapsed, bytes) = runtime.block_on(start_all(allocs));
+        seconds.push(elapsed.as_secs_f64() * 1000.0);
+        per_runner.push(bytes / 1024.0);
+    }
+    vec![
+        Row {
+            name: format!("alloc: {allocs} one-task allocations (mock driver) to all running"),
+            unit: "ms",
+            better: Better::Lower,
+            samples: seconds,
+            baseline: None,
+            target: None,
+        },
+        Row {
+            name: "alloc: heap per running alloc runner (with its task runner and tasks)".into(),
+            unit: "KiB",
+            better: Better::Lower,
+            samples: per_runner,
+            baseline: None,
+            target: Some("≤ 64 KiB".into()),
+        },
+    ]
+}
+
+async fn start_all(count: usize) -> (Duration, f64) {
+    let dir = tempfile::Builder::new()
+        .prefix("wharf-bench-alloc")
+        .tempdir_in(crate::store::scratch_dir())
+        .unwrap();
+    let store: Arc<dyn StateStore> =
+        Arc::new(RedbStore::open(dir.path().join("state.redb")).unwrap());
+    let drivers = DriverRegistry::new().with(Arc::new(MockDriver::new()));
+    let job = spec::parse_toml(
+        "[job]\nid = \"bench\"\ntype = \"service\"\n[group]\nname = \"g\"\n[[group.task]]\nname = \"t\"\ndriver = \"mock\"\n",
+    )
+    .unwrap();
+    let before = crate::heap::live_bytes();
+    let started = Instant::now();
+    let runners: Vec<AllocRunner> = (0..count)
+        .map(|i| {
+            let alloc = Allocation {
+                id: format!("bench-{i}"),
+                job: job.clone(),
+                task_group: "g".into(),
+                desired_status: DesiredStatus::Run,
+                modify_index: 1,
+                deployment_id: None,
+            };
+            AllocRunner::new(AllocRunnerConfig {
+                alloc,
+                drivers: drivers.clone(),
+                store: store.clone(),
+                clock: Arc::new(SystemClock),
+                alloc_root: dir.path().join(format!("allocs/bench-{i}")),
+                hooks: Vec::new(),
+                task_hooks: Vec::new(),
+                max_kill_timeout: Duration::from_secs(30),
+                logs: Default::default(),
+                poststop_timeout: DEFAULT_POSTSTOP_TIMEOUT,
+            })
+            .unwrap()
+        })
+        .collect();
+    for runner in &runners {
+        let runner = runner.clone();
+        tokio::spawn(async move { runner.run().await });
+    }
+    for runner in &runners {
+        let _ = runner.subscribe().wait_for(|s| s.client_status == ClientStatus::Running).await;
+    }
+    let elapsed = started.elapsed();
+    let grown = (crate::heap::live_bytes() - before).max(0) as f64 / count as f64;
+    for runner in &runners {
+        runner.destroy().await;
+    }
+    (elapsed, grown)
+}

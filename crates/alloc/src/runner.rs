@@ -1,0 +1,738 @@
+//! The alloc runner: an allocation's tasks, started in lifecycle order and watched together.
+//!
+//! [`AllocRunner::run`] runs the prerun hooks, every task runner, and the postrun hooks. Beside
+//! it, two loops live as long as the run: one reacts to task state changes (kill decisions,
+//! lifecycle gates, the allocation's status for its watchers), one applies updates. Task
+//! runners report changes through one shared, coalescing notification, so a burst of events
+//! costs one pass.
+//!
+//! Reacting to task states (poststop tasks take no part): a failed task kills the others
+//! (`SiblingFailed`); a dead leader kills the others (`LeaderDead`); when only sidecars are left
+//! they are killed (`MainTasksDead`). Kill order: prekill hooks, the leader alone, the other
+//! main and ephemeral tasks together, then the sidecars; poststop tasks are never killed and run
+//! once everything else is dead.
+//!
+//! Every wait here ends: task runners bound their own kills, and destroy bounds how long it
+//! lets poststop tasks run before killing them too.
+
+use crate::AllocError;
+use crate::coordinator::{Coordinator, Phase};
+use crate::hooks::{AllocDirHook, AllocHook, AllocHookContext};
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinSet;
+use wharf_driver::{Capabilities, DriverRegistry, ExecResult, ResourceUsage};
+use wharf_state::spec::Stage;
+use wharf_state::{
+    AllocState, Allocation, ClientStatus, DeploymentStatus, Signal, TaskEvent, TaskEventKind,
+    TaskState, TaskStatus,
+};
+use wharf_store::{StateStore, StoredAlloc};
+use wharf_task::hooks::HOOK_TIMEOUT;
+use wharf_task::{LogLimits, TaskError, TaskHook, TaskRunner, TaskRunnerConfig, WallClock};
+
+/// How long destroy lets poststop tasks run before killing them.
+pub const DEFAULT_POSTSTOP_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Everything an [`AllocRunner`] is built from.
+#[derive(Debug, Clone)]
+pub struct AllocRunnerConfig {
+    /// The allocation.
+    pub alloc: Allocation,
+    /// The node's drivers; each task's must be here.
+    pub drivers: DriverRegistry,
+    /// Where state is persisted.
+    pub store: Arc<dyn StateStore>,
+    /// Where event timestamps come from.
+    pub clock: Arc<dyn WallClock>,
+    /// The allocation's directory: `<data dir>/allocs/<alloc id>`.
+    pub alloc_root: PathBuf,
+    /// Alloc hooks run after the built-in alloc dir hook.
+    pub hooks: Vec<Arc<dyn AllocHook>>,
+    /// Task hooks given to every task runner.
+    pub task_hooks: Vec<Arc<dyn TaskHook>>,
+    /// The node-wide cap on `kill_timeout`.
+    pub max_kill_timeout: Duration,
+    /// Log rotation limits for every task.
+    pub logs: LogLimits,
+    /// How long destroy lets poststop tasks run before killing them.
+    pub poststop_timeout: Duration,
+}
+
+/// Resource usage of an allocation's running tasks.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AllocUsage {
+    /// Each running task's usage.
+    pub tasks: BTreeMap<String, ResourceUsage>,
+    /// Their sum.
+    pub total: ResourceUsage,
+}
+
+/// Runs one allocation. Cheap to clone; clones control the same runner.
+#[derive(Debug, Clone)]
+pub struct AllocRunner {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    id: String,
+    alloc: Mutex<Allocation>,
+    tasks: Vec<TaskRunner>,
+    store: Arc<dyn StateStore>,
+    clock: Arc<dyn WallClock>,
+    alloc_root: PathBuf,
+    hooks: Vec<Arc<dyn AllocHook>>,
+    poststop_timeout: Duration,
+    state_changed: Arc<Notify>,
+    state: watch::Sender<AllocState>,
+    coordinator: Mutex<Coordinator>,
+    deployment: Mutex<Option<DeploymentStatus>>,
+    forced: Mutex<Option<(ClientStatus, String)>>,
+    queued_update: Mutex<Option<Allocation>>,
+    update_ready: Notify,
+    started: AtomicBool,
+    released: AtomicBool,
+    /// Set while the tasks are being killed, so a pass over task states does not start a
+    /// second kill of the same tasks.
+    killing: AtomicBool,
+    run_done: watch::Sender<bool>,
+    shutting_down: AtomicBool,
+    destroy_launched: AtomicBool,
+    shutdown_launched: AtomicBool,
+    /// Held while deleting the allocation's records and while persisting it, so a persist
+    /// never brings back a destroyed allocation.
+    records: tokio::sync::Mutex<bool>,
+    destroyed: watch::Sender<bool>,
+    shut_down: watch::Sender<bool>,
+}
+
+async fn raised(flag: &mut watch::Receiver<bool>) {
+    let _ = flag.wait_for(|raised| *raised).await;
+}
+
+impl AllocRunner {
+    /// Builds the runner and its task runners without running anything. Fails if the group is
+    /// missing from the job or a task names a driver the node does not have.
+    pub fn new(config: AllocRunnerConfig) -> Result<AllocRunner, AllocError> {
+        let group = config.alloc.group()?.clone();
+        let state_changed = Arc::new(Notify::new());
+        let mut tasks = Vec::with_capacity(group.tasks.len());
+        for task in &group.tasks {
+            let driver = config.drivers.get(&task.driver).cloned().ok_or_else(|| {
+                AllocError::UnknownDriver {
+                    task: task.name.clone(),
+                    driver: task.driver.clone(),
+                    available: config.drivers.names().collect::<Vec<_>>().join(", "),
+                }
+            })?;
+            tasks.push(TaskRunner::new(TaskRunnerConfig {
+                alloc: config.alloc.clone(),
+                task: task.clone(),
+                driver,
+                store: config.store.clone(),
+                clock: config.clock.clone(),
+                alloc_root: config.alloc_root.clone(),
+                hooks: config.task_hooks.clone(),
+                max_kill_timeout: config.max_kill_timeout,
+                logs: config.logs,
+                state_changed: state_changed.clone(),
+            }));
+        }
+        let mut hooks: Vec<Arc<dyn AllocHook>> = vec![Arc::new(AllocDirHook)];
+        hooks.extend(config.hooks);
+        let initial = AllocState::pending(group.tasks.iter().map(|t| t.name.clone()));
+        Ok(AllocRunner {
+            shared: Arc::new(Shared {
+                id: config.alloc.id.clone(),
+                alloc: Mutex::new(config.alloc),
+                tasks,
+                store: config.store,
+                clock: config.clock,
+                alloc_root: config.alloc_root,
+                hooks,
+                poststop_timeout: config.poststop_timeout,
+                state_changed,
+                state: watch::channel(initial).0,
+                coordinator: Mutex::new(Coordinator::new()),
+                deployment: Mutex::new(None),
+                forced: Mutex::new(None),
+                queued_update: Mutex::new(None),
+                update_ready: Notify::new(),
+                started: AtomicBool::new(false),
+                released: AtomicBool::new(false),
+                killing: AtomicBool::new(false),
+                run_done: watch::channel(false).0,
+                shutting_down: AtomicBool::new(false),
+                destroy_launched: AtomicBool::new(false),
+                shutdown_launched: AtomicBool::new(false),
+                records: tokio::sync::Mutex::new(false),
+                destroyed: watch::channel(false).0,
+                shut_down: watch::channel(false).0,
+            }),
+        })
+    }
+
+    /// The allocation's id.
+    pub fn id(&self) -> &str {
+        &self.shared.id
+    }
+
+    /// The allocation as of the latest update.
+    pub fn alloc(&self) -> Allocation {
+        self.shared.alloc.lock().clone()
+    }
+
+    /// The allocation's directory.
+    pub fn alloc_root(&self) -> &std::path::Path {
+        &self.shared.alloc_root
+    }
+
+    /// The task runners, in the group's order.
+    pub fn tasks(&self) -> &[TaskRunner] {
+        &self.shared.tasks
+    }
+
+    /// The latest state: client status, task states, deployment status.
+    pub fn state(&self) -> AllocState {
+        self.shared.state.borrow().clone()
+    }
+
+    /// A watcher of the allocation's state: it always sees the latest, and any number may
+    /// watch.
+    pub fn subscribe(&self) -> watch::Receiver<AllocState> {
+        self.shared.state.subscribe()
+    }
+
+    /// Whether [`AllocRunner::run`] has finished.
+    pub fn is_done(&self) -> bool {
+        *self.shared.run_done.borrow()
+    }
+
+    /// Waits until [`AllocRunner::run`] has finished.
+    pub async fn wait(&self) {
+        raised(&mut self.shared.run_done.subscribe()).await;
+    }
+
+    /// Whether [`AllocRunner::destroy`] has completed.
+    pub fn is_destroyed(&self) -> bool {
+        *self.shared.destroyed.borrow()
+    }
+
+    /// Loads every task's persisted state and reattaches to running tasks; the deployment
+    /// status comes back too. Call before [`AllocRunner::run`].
+    pub async fn restore(&self, stored: &StoredAlloc) -> Result<(), AllocError> {
+        *self.shared.deployment.lock() = stored.deployment_status.clone();
+        for task in &self.shared.tasks {
+            task.restore(stored.tasks.get(task.name())).await?;
+        }
+        self.publish();
+        Ok(())
+    }
+
+    /// Runs the allocation until every task has finished (or the agent shuts down). Returns at
+    /// once if called again.
+    pub async fn run(&self) {
+        if self.shared.started.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        self.persist_alloc().await;
+        tokio::join!(self.run_tasks(), self.watch_task_states(), self.handle_updates());
+    }
+
+    async fn run_tasks(&self) {
+        let s = &self.shared;
+        let alloc = self.alloc();
+        let terminal = alloc.server_terminal() || self.state().client_status.is_terminal();
+        if terminal {
+            // Nothing should start; tasks that have not run are marked dead.
+            for task in &s.tasks {
+                if task.state().status == TaskStatus::Pending {
+                    task.kill(None).await;
+                }
+            }
+        } else if let Err(error) = self.prerun().await {
+            tracing::error!(alloc_id = %s.id, %error, "prerun failed");
+            for task in &s.tasks {
+                let kind = TaskEventKind::SetupFailure {
+                    error: format!("failed to set up the allocation: {error}"),
+                };
+                task.mark_failed_dead(TaskEvent::new(s.clock.now(), kind)).await;
+            }
+        }
+        self.apply_gates();
+        let mut running = JoinSet::new();
+        for task in &s.tasks {
+            let task = task.clone();
+            running.spawn(async move { task.run().await });
+        }
+        while running.join_next().await.is_some() {}
+        s.run_done.send_replace(true);
+        if !s.shutting_down.load(Ordering::SeqCst) {
+            let alloc = self.alloc();
+            for hook in &s.hooks {
+                let ctx = AllocHookContext { alloc: &alloc, alloc_root: &s.alloc_root };
+                if let Err(error) = bounded(hook.name(), hook.postrun(ctx)).await {
+                    tracing::warn!(alloc_id = %s.id, %error, "postrun hook failed");
+                }
+            }
+        }
+    }
+
+    async fn prerun(&self) -> Result<(), AllocError> {
+        let alloc = self.alloc();
+        for hook in &self.shared.hooks {
+            let ctx = AllocHookContext { alloc: &alloc, alloc_root: &self.shared.alloc_root };
+            bounded(hook.name(), hook.prerun(ctx)).await?;
+        }
+        Ok(())
+    }
+
+    /// Reacts to task state changes until the run is done, then once more.
+    async fn watch_task_states(&self) {
+        let s = &self.shared;
+        let mut done = s.run_done.subscribe();
+        loop {
+            let finished = tokio::select! {
+                () = s.state_changed.notified() => false,
+                () = raised(&mut done) => true,
+            };
+            self.react().await;
+            if finished {
+                break;
+            }
+        }
+    }
+
+    /// One pass over the task states: kill decisions, gates, release of dead tasks, and the
+    /// allocation's state for its watchers.
+    async fn react(&self) {
+        let s = &self.shared;
+        let states: Vec<(TaskRunner, TaskState)> =
+            s.tasks.iter().map(|t| (t.clone(), t.state())).collect();
+        let members = || states.iter().filter(|(t, _)| t.stage() != Stage::Poststop);
+        let mut kill_event = None;
+        for (task, state) in members().filter(|(_, state)| state.status == TaskStatus::Dead) {
+            if state.failed {
+                if kill_event.is_none() {
+                    kill_event =
+                        Some(TaskEventKind::SiblingFailed { task: task.name().to_owned() });
+                }
+            } else if task.is_leader() {
+                kill_event = Some(TaskEventKind::LeaderDead);
+            }
+        }
+        let live: Vec<&TaskRunner> = members()
+            .filter(|(_, state)| state.status != TaskStatus::Dead)
+            .map(|(t, _)| t)
+            .collect();
+        if kill_event.is_none() && !live.is_empty() && live.iter().all(|t| t.stage().is_sidecar()) {
+            kill_event = Some(TaskEventKind::MainTasksDead);
+        }
+        if let Some(kind) = kill_event
+            && !live.is_empty()
+            && !s.killing.load(Ordering::SeqCst)
+        {
+            tracing::debug!(alloc_id = %s.id, event = kind.title(), "killing the allocation's tasks");
+            self.kill_tasks(Some(kind)).await;
+        }
+
+        self.apply_gates();
+
+        let all_dead = s
+            .tasks
+            .iter()
+            .filter(|t| t.stage() != Stage::Poststop)
+            .all(|t| t.state().status == TaskStatus::Dead);
+        if all_dead && !s.released.swap(true, Ordering::SeqCst) {
+            if !s.shutting_down.load(Ordering::SeqCst) {
+                self.prekill_hooks().await;
+            }
+            // Dead tasks wait for an allocation-wide restart until released.
+            let mut releasing = JoinSet::new();
+            for task in s.tasks.iter().filter(|t| t.stage() != Stage::Poststop) {
+                let task = task.clone();
+                releasing.spawn(async move { task.kill(None).await });
+            }
+            while releasing.join_next().await.is_some() {}
+        }
+        self.publish();
+        self.persist_deployment().await;
+    }
+
+    fn apply_gates(&self) {
+        let s = &self.shared;
+        let states: Vec<(Stage, TaskState)> =
+            s.tasks.iter().map(|t| (t.stage(), t.state())).collect();
+        let mut coordinator = s.coordinator.lock();
+        let phase = coordinator.update(states.iter().map(|(stage, state)| (*stage, state)));
+        for task in &s.tasks {
+            task.set_start_gate(coordinator.gate_open(task.stage()));
+        }
+        tracing::trace!(alloc_id = %s.id, ?phase, "lifecycle gates applied");
+    }
+
+    /// The lifecycle phase the allocation is in.
+    pub fn phase(&self) -> Phase {
+        self.shared.coordinator.lock().phase()
+    }
+
+    /// Recomputes the allocation's state and tells watchers if it changed.
+    fn publish(&self) {
+        let s = &self.shared;
+        let alloc = self.alloc();
+        let task_states: BTreeMap<String, TaskState> =
+            s.tasks.iter().map(|t| (t.name().to_owned(), t.state())).collect();
+        let mut state = AllocState {
+            client_status: ClientStatus::Pending,
+            client_description: "No tasks have started".into(),
+            task_states,
+            deployment_status: s.deployment.lock().clone(),
+        };
+        if let Some((status, description)) = s.forced.lock().clone() {
+            state.client_status = status;
+            state.client_description = description;
+        }
+        state.settle(alloc.deployment_id.is_some(), s.clock.now());
+        *s.deployment.lock() = state.deployment_status.clone();
+        s.state.send_if_modified(|current| {
+            let changed = *current != state;
+            if changed {
+                *current = state;
+            }
+            changed
+        });
+    }
+
+    /// Kills the tasks in order: prekill hooks, the leader alone, the other main and ephemeral
+    /// tasks together, then the sidecars. Poststop tasks are left alone.
+    async fn kill_tasks(&self, event: Option<TaskEventKind>) {
+        let s = &self.shared;
+        s.killing.store(true, Ordering::SeqCst);
+        self.prekill_hooks().await;
+        let stamped = || event.clone().map(|kind| TaskEvent::new(s.clock.now(), kind));
+        let killable = || s.tasks.iter().filter(|t| t.stage() != Stage::Poststop);
+        for leader in killable().filter(|t| t.is_leader()) {
+            leader.kill(stamped()).await;
+        }
+        for sidecars in [false, true] {
+            let mut killing = JoinSet::new();
+            for task in killable().filter(|t| !t.is_leader() && t.stage().is_sidecar() == sidecars)
+            {
+                let (task, event) = (task.clone(), stamped());
+                killing.spawn(async move { task.kill(event).await });
+            }
+            while killing.join_next().await.is_some() {}
+        }
+        s.killing.store(false, Ordering::SeqCst);
+    }
+
+    async fn prekill_hooks(&self) {
+        let alloc = self.alloc();
+        for hook in &self.shared.hooks {
+            let ctx = AllocHookContext { alloc: &alloc, alloc_root: &self.shared.alloc_root };
+            let _ = tokio::time::timeout(HOOK_TIMEOUT, hook.prekill(ctx)).await;
+        }
+    }
+
+    /// Queues an update of the allocation; it is applied in the background. A newer queued
+    /// update replaces an older one; an update older than the queued or the current one is
+    /// discarded.
+    pub fn update(&self, alloc: Allocation) {
+        let s = &self.shared;
+        if self.is_done() {
+            tracing::debug!(alloc_id = %s.id, "allocation finished; update ignored");
+            return;
+        }
+        let current = s.alloc.lock().modify_index;
+        let mut queued = s.queued_update.lock();
+        let newest = queued.as_ref().map_or(current, |q| q.modify_index.max(current));
+        if alloc.modify_index < newest {
+            tracing::debug!(alloc_id = %s.id, discarded = alloc.modify_index, newest, "discarding an out-of-date update");
+            return;
+        }
+        *queued = Some(alloc);
+        drop(queued);
+        s.update_ready.notify_one();
+    }
+
+    async fn handle_updates(&self) {
+        let s = &self.shared;
+        let mut done = s.run_done.subscribe();
+        loop {
+            tokio::select! {
+                () = s.update_ready.notified() => {}
+                () = raised(&mut done) => return,
+            }
+            let next = s.queued_update.lock().take();
+            if let Some(update) = next {
+                self.apply_update(update).await;
+            }
+        }
+    }
+
+    async fn apply_update(&self, update: Allocation) {
+        let s = &self.shared;
+        let stopping = !self.alloc().server_terminal() && update.server_terminal();
+        *s.alloc.lock() = update.clone();
+        self.persist_alloc().await;
+        if !update.server_terminal() {
+            for hook in &s.hooks {
+                let ctx = AllocHookContext { alloc: &update, alloc_root: &s.alloc_root };
+                if let Err(error) = bounded(hook.name(), hook.update(ctx)).await {
+                    tracing::warn!(alloc_id = %s.id, %error, "update hook failed");
+                }
+            }
+        }
+        for task in &s.tasks {
+            task.update(update.clone()).await;
+        }
+        if stopping {
+            self.kill_tasks(None).await;
+        }
+        self.publish();
+    }
+
+    /// Stops every task, waits for the run to end (letting poststop tasks run, bounded),
+    /// runs the destroy hooks and deletes the allocation's records. Idempotent; safe while
+    /// `run` is in progress and after `shutdown`.
+    pub async fn destroy(&self) {
+        let s = &self.shared;
+        if s.destroy_launched.swap(true, Ordering::SeqCst) {
+            raised(&mut s.destroyed.subscribe()).await;
+            return;
+        }
+        if s.shutdown_launched.load(Ordering::SeqCst) {
+            raised(&mut s.shut_down.subscribe()).await;
+        }
+        if s.started.swap(true, Ordering::SeqCst) {
+            self.kill_tasks(None).await;
+            let mut done = s.run_done.subscribe();
+            if tokio::time::timeout(s.poststop_timeout, raised(&mut done)).await.is_err() {
+                tracing::warn!(alloc_id = %s.id, "poststop tasks did not finish in time; killing them");
+                for task in &s.tasks {
+                    task.kill(None).await;
+                }
+                raised(&mut done).await;
+            }
+        } else {
+            // Never ran: the kills below end each task runner without starting anything.
+            for task in &s.tasks {
+                task.kill(None).await;
+            }
+            s.run_done.send_replace(true);
+        }
+        self.publish();
+        let alloc = self.alloc();
+        for hook in &s.hooks {
+            let ctx = AllocHookContext { alloc: &alloc, alloc_root: &s.alloc_root };
+            if let Err(error) = bounded(hook.name(), hook.destroy(ctx)).await {
+                tracing::warn!(alloc_id = %s.id, %error, "destroy hook failed");
+            }
+        }
+        let mut destroyed = s.records.lock().await;
+        if let Err(error) = s.store.delete_allocation(&s.id).await {
+            tracing::error!(alloc_id = %s.id, %error, "deleting the allocation's records failed");
+        }
+        *destroyed = true;
+        drop(destroyed);
+        s.shut_down.send_replace(true);
+        s.destroyed.send_replace(true);
+    }
+
+    /// Leaves every task running and ends the run, with everything restore needs persisted;
+    /// then runs the shutdown hooks. Idempotent; does nothing once destroy has begun.
+    pub async fn shutdown(&self) {
+        let s = &self.shared;
+        if s.destroy_launched.load(Ordering::SeqCst) {
+            raised(&mut s.destroyed.subscribe()).await;
+            return;
+        }
+        if s.shutdown_launched.swap(true, Ordering::SeqCst) {
+            raised(&mut s.shut_down.subscribe()).await;
+            return;
+        }
+        s.shutting_down.store(true, Ordering::SeqCst);
+        for task in &s.tasks {
+            task.shutdown();
+        }
+        if s.started.swap(true, Ordering::SeqCst) {
+            raised(&mut s.run_done.subscribe()).await;
+        } else {
+            s.run_done.send_replace(true);
+        }
+        let alloc = self.alloc();
+        for hook in &s.hooks {
+            let ctx = AllocHookContext { alloc: &alloc, alloc_root: &s.alloc_root };
+            let _ = tokio::time::timeout(HOOK_TIMEOUT, hook.shutdown(ctx)).await;
+        }
+        s.shut_down.send_replace(true);
+    }
+
+    /// Forces the client status, such as `lost` when the node lost track of the allocation.
+    pub fn set_client_status(&self, status: ClientStatus, description: &str) {
+        *self.shared.forced.lock() = Some((status, description.to_owned()));
+        self.publish();
+    }
+
+    /// Records the allocation's health in its deployment, persisted.
+    pub async fn set_health(&self, healthy: bool) {
+        {
+            let mut deployment = self.shared.deployment.lock();
+            let status = deployment.get_or_insert_with(DeploymentStatus::default);
+            status.healthy = Some(healthy);
+            status.timestamp = Some(self.shared.clock.now());
+            status.modify_index += 1;
+        }
+        self.publish();
+        self.persist_deployment().await;
+    }
+
+    fn task(&self, name: &str) -> Result<&TaskRunner, AllocError> {
+        self.shared.tasks.iter().find(|t| t.name() == name).ok_or_else(|| AllocError::UnknownTask {
+            alloc_id: self.shared.id.clone(),
+            task: name.to_owned(),
+        })
+    }
+
+    /// Restarts one running task (not counted against its restart policy).
+    pub async fn restart_task(&self, name: &str, reason: &str) -> Result<(), AllocError> {
+        Ok(self.task(name)?.restart(reason, false).await?)
+    }
+
+    /// Restarts every running task; tasks that are not running are left alone.
+    pub async fn restart_running(&self, reason: &str) -> Result<(), AllocError> {
+        let mut errors = Vec::new();
+        for task in self.shared.tasks.iter().filter(|t| t.state().status == TaskStatus::Running) {
+            if let Err(error) = task.restart(reason, false).await {
+                errors.push((task.name().to_owned(), error));
+            }
+        }
+        collect(errors)
+    }
+
+    /// Restarts the whole allocation: the lifecycle starts over, running tasks restart and
+    /// dead ones (that are not yet released) run again, prestart tasks first.
+    pub async fn restart_all(&self, reason: &str) -> Result<(), AllocError> {
+        let mut errors = Vec::new();
+        for task in self.shared.tasks.iter().filter(|t| t.stage() != Stage::Poststop) {
+            match task.state().status {
+                TaskStatus::Running => {
+                    if let Err(error) = task.restart(reason, false).await {
+                        errors.push((task.name().to_owned(), error));
+                    }
+                }
+                TaskStatus::Dead => {
+                    task.emit_event(TaskEvent::new(
+                        self.shared.clock.now(),
+                        TaskEventKind::RestartSignaled { reason: reason.to_owned() },
+                    ))
+                    .await;
+                    if !task.rerun() {
+                        errors.push((
+                            task.name().to_owned(),
+                            TaskError::NotRunning { task: task.name().to_owned() },
+                        ));
+                    }
+                }
+                TaskStatus::Pending => {}
+            }
+        }
+        // Every task is pending or on its way there: start the lifecycle over.
+        self.shared.coordinator.lock().reset();
+        self.apply_gates();
+        collect(errors)
+    }
+
+    /// Signals one task, or every running task when `task` is None; each task's failure is
+    /// reported.
+    pub async fn signal(&self, task: Option<&str>, signal: Signal) -> Result<(), AllocError> {
+        let reason = "signal requested";
+        if let Some(name) = task {
+            return Ok(self.task(name)?.signal(signal, reason).await?);
+        }
+        let mut errors = Vec::new();
+        for task in &self.shared.tasks {
+            if let Err(error) = task.signal(signal, reason).await {
+                errors.push((task.name().to_owned(), error));
+            }
+        }
+        collect(errors)
+    }
+
+    /// Runs a command in a running task.
+    pub async fn exec(
+        &self,
+        task: &str,
+        command: &[String],
+        timeout: Duration,
+    ) -> Result<ExecResult, AllocError> {
+        Ok(self.task(task)?.exec(command, timeout).await?)
+    }
+
+    /// What the task's driver can do.
+    pub fn capabilities(&self, task: &str) -> Result<Capabilities, AllocError> {
+        Ok(self.task(task)?.driver().capabilities())
+    }
+
+    /// Resource usage of every running task, and the sum.
+    pub async fn usage(&self) -> AllocUsage {
+        let mut usage = AllocUsage::default();
+        for task in &self.shared.tasks {
+            if let Ok(task_usage) = task.usage().await {
+                usage.total.cpu_time += task_usage.cpu_time;
+                usage.total.memory_rss_bytes += task_usage.memory_rss_bytes;
+                usage.total.processes += task_usage.processes;
+                usage.tasks.insert(task.name().to_owned(), task_usage);
+            }
+        }
+        usage
+    }
+
+    async fn persist_alloc(&self) {
+        let s = &self.shared;
+        let destroyed = s.records.lock().await;
+        if *destroyed {
+            return;
+        }
+        let alloc = self.alloc();
+        if let Err(error) = s.store.put_allocation(&alloc).await {
+            tracing::error!(alloc_id = %s.id, %error, "persisting the allocation failed");
+        }
+    }
+
+    async fn persist_deployment(&self) {
+        let s = &self.shared;
+        let Some(deployment) = s.deployment.lock().clone() else { return };
+        let destroyed = s.records.lock().await;
+        if *destroyed {
+            return;
+        }
+        let stored =
+            s.store.load_alloc(&s.id).await.ok().flatten().and_then(|a| a.deployment_status);
+        if stored.as_ref() != Some(&deployment)
+            && let Err(error) = s.store.put_deployment_status(&s.id, &deployment).await
+        {
+            tracing::error!(alloc_id = %s.id, %error, "persisting the deployment status failed");
+        }
+    }
+}
+
+fn collect(errors: Vec<(String, TaskError)>) -> Result<(), AllocError> {
+    if errors.is_empty() { Ok(()) } else { Err(AllocError::Tasks(errors)) }
+}
+
+async fn bounded(
+    hook: &str,
+    call: impl std::future::Future<Output = Result<(), AllocError>>,
+) -> Result<(), AllocError> {
+    match tokio::time::timeout(HOOK_TIMEOUT, call).await {
+        Ok(result) => result,
+        Err(_) => Err(AllocError::Hook { hook: hook.to_owned(), reason: "timed out".into() }),
+    }
+}
