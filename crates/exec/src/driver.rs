@@ -1,0 +1,518 @@
+//! [`RawExecDriver`]: the [`Driver`] trait over shims and real processes.
+//!
+//! The driver keeps one entry per task it started or recovered: the task's identities (pid and
+//! start time of the task and of its shim), its run directory, and a `watch` channel that a
+//! background watcher fills with the [`ExitResult`] once the shim exits. Every method works the
+//! same for fresh and recovered tasks; only reaping differs (the driver reaps the shims it
+//! spawned, nothing else).
+//!
+//! Signals go to the task's process group through a pidfd of its main process, opened and then
+//! checked against the recorded start time: a pid that now belongs to another process is never
+//! signalled.
+
+use crate::config::{RawExecConfig, check_env, resolve_command, resolve_work_dir};
+use crate::error::ExecError;
+use crate::handle::{DRIVER_STATE_VERSION, ShimState};
+use crate::launch::{self, Watch};
+use crate::protocol::{EXIT_FILE, SHIM_LOG, ShimArgs, Stage, StartReport};
+use crate::sys::{self, Pid, ProcStat};
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{broadcast, watch};
+use wharf_driver::{
+    Capabilities, Driver, DriverError, DriverEvent, ExecResult, ExitResult, Fingerprint,
+    FsIsolation, Health, ResourceUsage, RunState, TASK_HANDLE_VERSION, TaskConfig, TaskHandle,
+    TaskId, TaskInfo,
+};
+use wharf_state::Signal;
+
+/// The name job specs use for this driver.
+pub const DRIVER_NAME: &str = "raw_exec";
+/// The shim's program name; by default it is looked for beside the current executable.
+pub const SHIM_NAME: &str = "wharf-shim";
+/// The directory, inside a task directory, that holds one run directory per run.
+pub const RUNS_DIR: &str = ".raw_exec";
+
+/// How the driver runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawExecOptions {
+    /// The shim program. Default: `wharf-shim` in the directory of the current executable.
+    pub shim_path: Option<PathBuf>,
+    /// How long a shim may take to report that its task started.
+    pub start_timeout: Duration,
+    /// After the SIGKILL that ends a stop, how long the task may take to be gone before
+    /// `stop_task` gives up with an error (it waits for every process of the task).
+    pub kill_grace: Duration,
+}
+
+impl Default for RawExecOptions {
+    fn default() -> Self {
+        RawExecOptions {
+            shim_path: None,
+            start_timeout: Duration::from_secs(10),
+            kill_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The raw_exec driver: runs a task's command as a plain process (no isolation) under a shim
+/// that outlives the agent. Linux only (it needs pidfds, Linux 5.3 or later).
+#[derive(Debug)]
+pub struct RawExecDriver {
+    shim: PathBuf,
+    options: RawExecOptions,
+    tasks: Mutex<HashMap<TaskId, Arc<Task>>>,
+    events: broadcast::Sender<DriverEvent>,
+}
+
+/// What the driver knows of one task.
+#[derive(Debug)]
+struct Task {
+    alloc_id: String,
+    name: String,
+    env: BTreeMap<String, String>,
+    state: ShimState,
+    exit: watch::Receiver<Option<ExitResult>>,
+}
+
+impl Task {
+    fn exited(&self) -> Option<ExitResult> {
+        self.exit.borrow().clone()
+    }
+
+    async fn wait(&self) -> ExitResult {
+        let mut exit = self.exit.clone();
+        match exit.wait_for(Option::is_some).await {
+            Ok(result) => result.clone().unwrap_or_else(|| launch::unknown_exit(String::new())),
+            Err(_) => launch::unknown_exit("the driver stopped watching the task".into()),
+        }
+    }
+
+    fn span(&self) -> tracing::Span {
+        tracing::info_span!("raw_exec", alloc_id = %self.alloc_id, task = %self.name)
+    }
+}
+
+impl RawExecDriver {
+    /// A driver with `options`. It checks nothing yet: a missing shim shows in
+    /// [`Driver::fingerprint`] and fails each start with a clear error.
+    pub fn new(options: RawExecOptions) -> RawExecDriver {
+        let shim = options.shim_path.clone().unwrap_or_else(default_shim_path);
+        let (events, _) = broadcast::channel(64);
+        RawExecDriver { shim, options, tasks: Mutex::default(), events }
+    }
+
+    /// A driver with default options and the shim at `path`.
+    pub fn with_shim(path: impl Into<PathBuf>) -> RawExecDriver {
+        RawExecDriver::new(RawExecOptions { shim_path: Some(path.into()), ..Default::default() })
+    }
+
+    /// The shim program this driver starts.
+    pub fn shim_path(&self) -> &Path {
+        &self.shim
+    }
+
+    fn task(&self, id: &TaskId) -> Result<Arc<Task>, DriverError> {
+        self.tasks
+            .lock()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| DriverError::TaskNotFound { task_id: id.clone() })
+    }
+
+    fn event(&self, task_id: &TaskId, message: String) {
+        let _ = self.events.send(DriverEvent {
+            task_id: task_id.clone(),
+            message,
+            annotations: BTreeMap::new(),
+        });
+    }
+
+    /// Sends `signal` to the task's process group. `Ok(false)` if the main process has
+    /// exited (or its pid is another process's now): nothing was sent.
+    fn signal_group(task: &Task, signal: i32) -> Result<bool, DriverError> {
+        let identity = task.state.task();
+        let (Some(pidfd), Some(pid)) = (identity.open()?, identity.pid) else {
+            return Ok(false);
+        };
+        match sys::pidfd_kill_group(&pidfd, pid, signal) {
+            Ok(()) => Ok(true),
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(false),
+            Err(source) => Err(ExecError::Sys { call: "kill", source }.into()),
+        }
+    }
+
+    fn register(&self, id: TaskId, task: Task) {
+        self.tasks.lock().insert(id, Arc::new(task));
+    }
+}
+
+/// `wharf-shim` beside the current executable (or a bare name if that cannot be known).
+fn default_shim_path() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.join(SHIM_NAME)))
+        .unwrap_or_else(|| PathBuf::from(SHIM_NAME))
+}
+
+/// A run's directory: `<task_dir>/.raw_exec/<task id with anything odd replaced by '_'>`.
+fn run_dir(config: &TaskConfig) -> PathBuf {
+    let name: String = config
+        .id
+        .0
+        .chars()
+        .take(200)
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+        .collect();
+    config.task_dir.join(RUNS_DIR).join(if name.is_empty() { "_".into() } else { name })
+}
+
+fn io_error(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> ExecError {
+    let path = path.to_owned();
+    move |source| ExecError::Io { action, path, source }
+}
+
+/// The error for a start the shim reported as failed.
+fn start_failure(stage: Stage, errno: i32, message: String) -> DriverError {
+    let transient = matches!(errno, libc::EAGAIN | libc::ENOMEM | libc::EMFILE | libc::ENFILE);
+    match stage {
+        _ if transient => DriverError::Retryable { reason: message },
+        Stage::Spawn => match errno {
+            libc::E2BIG => DriverError::invalid_config("config.args", message),
+            libc::ENOENT
+            | libc::EACCES
+            | libc::ENOEXEC
+            | libc::ENOTDIR
+            | libc::EISDIR
+            | libc::ELOOP
+            | libc::ENAMETOOLONG
+            | libc::EPERM => DriverError::invalid_config("config.command", message),
+            _ => DriverError::other(message),
+        },
+        Stage::Logs | Stage::Setup => DriverError::other(message),
+    }
+}
+
+#[async_trait::async_trait]
+impl Driver for RawExecDriver {
+    fn name(&self) -> &str {
+        DRIVER_NAME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { send_signals: true, exec: true, fs_isolation: FsIsolation::None }
+    }
+
+    async fn fingerprint(&self) -> Fingerprint {
+        let mut attributes = BTreeMap::new();
+        attributes.insert("driver.raw_exec.shim".to_owned(), self.shim.display().to_string());
+        if let Ok(release) = std::fs::read_to_string("/proc/sys/kernel/osrelease") {
+            attributes.insert("kernel.release".to_owned(), release.trim().to_owned());
+        }
+        let (health, description) = if !cfg!(target_os = "linux") {
+            (Health::Undetected, "raw_exec runs on Linux only".to_owned())
+        } else if !self.shim.is_file() || !sys::executable(&self.shim) {
+            (Health::Unhealthy, ExecError::ShimMissing { path: self.shim.clone() }.to_string())
+        } else if let Err(e) = Pid::new(sys::getpid().into())
+            .ok_or_else(|| std::io::Error::other("running as pid 1"))
+            .and_then(sys::pidfd_open)
+        {
+            (Health::Unhealthy, format!("pidfds do not work here (Linux 5.3 or later needed): {e}"))
+        } else {
+            (Health::Healthy, "raw_exec: ready".to_owned())
+        };
+        Fingerprint { health, description, attributes }
+    }
+
+    fn validate_config(
+        &self,
+        config: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<(), DriverError> {
+        RawExecConfig::parse(config).map(drop)
+    }
+
+    async fn start_task(&self, config: TaskConfig) -> Result<TaskHandle, DriverError> {
+        let raw = RawExecConfig::parse(&config.driver_config)?;
+        check_env(&config.env)?;
+        let name = &config.task_name;
+        if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']) {
+            return Err(DriverError::invalid_config(
+                "task_name",
+                format!("{name:?} cannot name log files"),
+            ));
+        }
+        let work_dir = resolve_work_dir(&config.task_dir, raw.work_dir.as_deref())?;
+        let program = resolve_command("config.command", &raw.command, &config.env, &work_dir)?;
+        if !self.shim.is_file() || !sys::executable(&self.shim) {
+            return Err(ExecError::ShimMissing { path: self.shim.clone() }.into());
+        }
+        if self.tasks.lock().get(&config.id).is_some_and(|t| t.exited().is_none()) {
+            return Err(DriverError::other(format!("task {} is already running", config.id)));
+        }
+
+        let run_dir = run_dir(&config);
+        std::fs::create_dir_all(&run_dir).map_err(io_error("create", &run_dir))?;
+        std::fs::create_dir_all(&config.logs.dir).map_err(io_error("create", &config.logs.dir))?;
+        let stale = run_dir.join(EXIT_FILE);
+        match std::fs::remove_file(&stale) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_error("remove", &stale)(e).into()),
+        }
+        let log = run_dir.join(SHIM_LOG);
+        let shim_log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .map_err(io_error("open", &log))?;
+        let args = ShimArgs {
+            run_dir: run_dir.clone(),
+            work_dir: work_dir.clone(),
+            log_dir: config.logs.dir.clone(),
+            log_name: name.into(),
+            max_file_bytes: config.logs.max_file_bytes,
+            max_files: config.logs.max_files.max(1),
+            program,
+            arg0: raw.command.clone().into(),
+            args: raw.args.iter().map(Into::into).collect(),
+        };
+
+        let launched = launch::spawn_shim(&self.shim, &args, &config.env, shim_log)?;
+        let (task_pid, task_start_ticks) =
+            match launched.report(self.options.start_timeout, &log).await? {
+                StartReport::Started { pid, start_ticks } => (pid, start_ticks),
+                StartReport::Failed { stage, errno, message } => {
+                    return Err(start_failure(stage, errno, message));
+                }
+            };
+        // The shim is our unreaped child: its /proc entry is there even if it has exited.
+        let shim_start_ticks = ProcStat::read(launched.pid.get()).map_or(0, |s| s.start_ticks);
+        let state = ShimState {
+            version: DRIVER_STATE_VERSION,
+            boot_id: sys::boot_id().unwrap_or_default(),
+            shim_pid: launched.pid.get().into(),
+            shim_start_ticks,
+            task_pid: task_pid.into(),
+            task_start_ticks,
+            run_dir: run_dir.clone(),
+            work_dir,
+        };
+        let (exit_tx, exit) = watch::channel(None);
+        let task = Task {
+            alloc_id: config.alloc_id.clone(),
+            name: name.clone(),
+            env: config.env.clone(),
+            state: state.clone(),
+            exit,
+        };
+        let span = task.span();
+        let watch = Watch {
+            shim_pidfd: launched.pidfd,
+            own_child: Some(launched.pid),
+            run_dir,
+            task: state.task(),
+        };
+        launch::watch(watch, exit_tx, span.clone())?;
+        span.in_scope(|| tracing::info!(pid = task_pid, shim_pid = state.shim_pid, "task started"));
+        self.register(config.id.clone(), task);
+        Ok(TaskHandle {
+            version: TASK_HANDLE_VERSION,
+            driver: DRIVER_NAME.to_owned(),
+            config,
+            driver_state: state.to_value(),
+        })
+    }
+
+    async fn recover_task(&self, handle: &TaskHandle) -> Result<(), DriverError> {
+        let id = handle.id();
+        if handle.driver != DRIVER_NAME {
+            return Err(ExecError::BadHandle {
+                reason: format!("it was made by driver {:?}", handle.driver),
+            }
+            .into());
+        }
+        if handle.version == 0 || handle.version > TASK_HANDLE_VERSION {
+            return Err(ExecError::BadHandle {
+                reason: format!("handle version {} is not one this wharf reads", handle.version),
+            }
+            .into());
+        }
+        let state = ShimState::from_value(&handle.driver_state)?;
+        if self.tasks.lock().contains_key(id) {
+            return Ok(());
+        }
+        let (exit_tx, exit) = watch::channel(None);
+        let task = Task {
+            alloc_id: handle.config.alloc_id.clone(),
+            name: handle.config.task_name.clone(),
+            env: handle.config.env.clone(),
+            state: state.clone(),
+            exit,
+        };
+        let span = task.span();
+        let same_boot = sys::boot_id().is_ok_and(|boot| boot == state.boot_id);
+        // The shim, if it is still the recorded process. Its pidfd then stays bound to it.
+        let shim = if same_boot { state.shim().open()? } else { None };
+        let shim_running = match &shim {
+            Some(pidfd) => !sys::pidfd_exited(pidfd)
+                .map_err(|source| ExecError::Sys { call: "poll", source })?,
+            None => false,
+        };
+        if let (true, Some(pidfd)) = (shim_running, shim) {
+            let watch = Watch {
+                shim_pidfd: pidfd,
+                own_child: None,
+                run_dir: state.run_dir.clone(),
+                task: state.task(),
+            };
+            launch::watch(watch, exit_tx, span.clone())?;
+            span.in_scope(|| tracing::info!(pid = state.task_pid, "reattached to a running task"));
+            self.register(id.clone(), task);
+            self.event(id, "reattached to the running task".into());
+            return Ok(());
+        }
+        // The shim is gone: its exit record says how the task ended.
+        match launch::read_exit_record(&state.run_dir) {
+            Ok(result) => {
+                span.in_scope(|| {
+                    tracing::info!(?result, "the task exited while the agent was away")
+                });
+                exit_tx.send_replace(Some(result.clone()));
+                self.register(id.clone(), task);
+                self.event(id, "the task exited while the agent was away".into());
+                Ok(())
+            }
+            Err(reason) => {
+                // No record: the shim died, or the handle's processes are someone else's now.
+                // A main process that is still the recorded one is an orphan: kill its group.
+                let killed = same_boot && launch::kill_orphan(&state.task());
+                span.in_scope(|| tracing::warn!(%reason, killed, "cannot recover the task"));
+                Err(DriverError::other(format!(
+                    "task {id} is gone: its shim (pid {}) no longer runs and left no exit \
+                     record ({reason}){}",
+                    state.shim_pid,
+                    if killed { "; its orphaned processes were killed" } else { "" }
+                )))
+            }
+        }
+    }
+
+    async fn wait_task(&self, task_id: &TaskId) -> Result<ExitResult, DriverError> {
+        let task = self.task(task_id)?;
+        Ok(task.wait().await)
+    }
+
+    async fn stop_task(
+        &self,
+        task_id: &TaskId,
+        timeout: Duration,
+        signal: Signal,
+    ) -> Result<(), DriverError> {
+        let task = self.task(task_id)?;
+        if task.exited().is_some() {
+            return Ok(());
+        }
+        if signal != Signal::Kill {
+            RawExecDriver::signal_group(&task, signal.number())?;
+            if tokio::time::timeout(timeout, task.wait()).await.is_ok() {
+                return Ok(());
+            }
+            tracing::info!(
+                alloc_id = %task.alloc_id,
+                task = %task.name,
+                ?timeout,
+                "the task outlived its kill timeout; sending SIGKILL"
+            );
+        }
+        RawExecDriver::signal_group(&task, libc::SIGKILL)?;
+        tokio::time::timeout(self.options.kill_grace, task.wait()).await.map(drop).map_err(|_| {
+            DriverError::other(format!(
+                "task {task_id} is still there {:?} after SIGKILL",
+                self.options.kill_grace
+            ))
+        })
+    }
+
+    async fn destroy_task(&self, task_id: &TaskId, force: bool) -> Result<(), DriverError> {
+        let task = self.task(task_id)?;
+        if task.exited().is_none() {
+            if !force {
+                return Err(DriverError::other(format!(
+                    "task {task_id} is still running; stop it first, or destroy with force"
+                )));
+            }
+            self.stop_task(task_id, Duration::ZERO, Signal::Kill).await?;
+        }
+        self.tasks.lock().remove(task_id);
+        let run_dir = &task.state.run_dir;
+        match std::fs::remove_dir_all(run_dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(
+                alloc_id = %task.alloc_id,
+                task = %task.name,
+                run_dir = %run_dir.display(),
+                error = %e,
+                "cannot remove the run directory"
+            ),
+        }
+        // Only if no other run is left in it.
+        if let Some(parent) = run_dir.parent() {
+            let _ = std::fs::remove_dir(parent);
+        }
+        Ok(())
+    }
+
+    async fn inspect_task(&self, task_id: &TaskId) -> Result<TaskInfo, DriverError> {
+        let task = self.task(task_id)?;
+        let exit = task.exited();
+        let mut attributes = BTreeMap::new();
+        attributes.insert("pid".to_owned(), task.state.task_pid.to_string());
+        attributes.insert("shim_pid".to_owned(), task.state.shim_pid.to_string());
+        attributes.insert("run_dir".to_owned(), task.state.run_dir.display().to_string());
+        attributes.insert("work_dir".to_owned(), task.state.work_dir.display().to_string());
+        Ok(TaskInfo {
+            id: task_id.clone(),
+            state: if exit.is_some() { RunState::Exited } else { RunState::Running },
+            exit,
+            attributes,
+        })
+    }
+
+    async fn signal_task(&self, task_id: &TaskId, signal: Signal) -> Result<(), DriverError> {
+        let task = self.task(task_id)?;
+        let exited = || DriverError::other(format!("task {task_id} has exited"));
+        if task.exited().is_some() {
+            return Err(exited());
+        }
+        if RawExecDriver::signal_group(&task, signal.number())? { Ok(()) } else { Err(exited()) }
+    }
+
+    async fn exec_task(
+        &self,
+        task_id: &TaskId,
+        command: &[String],
+        timeout: Duration,
+    ) -> Result<ExecResult, DriverError> {
+        let task = self.task(task_id)?;
+        if task.exited().is_some() {
+            return Err(DriverError::other(format!("task {task_id} has exited")));
+        }
+        crate::exec::run(&task.env, &task.state.work_dir, command, timeout).await
+    }
+
+    async fn task_stats(&self, task_id: &TaskId) -> Result<ResourceUsage, DriverError> {
+        let task = self.task(task_id)?;
+        if task.exited().is_some() {
+            return Ok(ResourceUsage::default());
+        }
+        Ok(crate::stats::usage(&task.state.shim()))
+    }
+
+    fn events(&self) -> broadcast::Receiver<DriverEvent> {
+        self.events.subscribe()
+    }
+}

@@ -1,0 +1,244 @@
+//! The agent's side of a shim: starting it, hearing whether the task started, and learning how
+//! the task ended.
+//!
+//! The shim is started with `std::process::Command` and nothing that would make it fork: no
+//! `pre_exec`, no uid, gid, groups or chroot, an absolute program path. So std uses
+//! `posix_spawn` (a vfork-style clone), which costs the same however large the agent is. The
+//! shim does the setsid and the rest itself.
+//!
+//! Reaping has one owner per process: the agent reaps only the shims it spawned, each by its
+//! own pid (`waitpid(pid)` once its pidfd says it exited), never with `waitpid(-1)`. A shim
+//! recovered after a restart is not the agent's child; it is watched through a pidfd alone,
+//! and whoever is its parent now (init, or a subreaper) reaps it.
+
+use crate::error::ExecError;
+use crate::handle::Identity;
+use crate::protocol::{self, EXIT_FILE, ShimArgs, StartReport};
+use crate::sys::{self, Pid, WaitStatus};
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::sync::watch;
+use tracing::Instrument;
+use wharf_driver::ExitResult;
+
+/// A shim that has been started and has not yet said whether the task runs.
+#[derive(Debug)]
+pub(crate) struct Launched {
+    pub(crate) pid: Pid,
+    /// Readable once the shim exits.
+    pub(crate) pidfd: OwnedFd,
+    report: OwnedFd,
+}
+
+/// Starts a shim with exactly `env` as its environment (which the task inherits).
+pub(crate) fn spawn_shim(
+    shim: &Path,
+    args: &ShimArgs,
+    env: &BTreeMap<String, String>,
+    shim_log: File,
+) -> Result<Launched, ExecError> {
+    #[allow(clippy::disallowed_methods)] // wharf-exec is the crate that starts task processes.
+    let mut command = std::process::Command::new(shim);
+    command
+        .args(args.to_args())
+        .env_clear()
+        .envs(env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(shim_log));
+    let mut child =
+        command.spawn().map_err(|source| ExecError::SpawnShim { path: shim.to_owned(), source })?;
+    let report = child.stdout.take().map(OwnedFd::from);
+    // Dropping a std `Child` neither kills nor reaps it; the pid is reaped below or by the
+    // watcher.
+    let raw = child.id();
+    drop(child);
+    let pid = Pid::new(raw.into()).ok_or_else(|| ExecError::ShimFailed {
+        detail: format!("the shim got pid {raw}"),
+        log: args.run_dir.join(protocol::SHIM_LOG),
+    })?;
+    let pidfd = match sys::pidfd_open(pid) {
+        Ok(fd) => fd,
+        Err(source) => {
+            abandon(pid);
+            return Err(ExecError::Sys { call: "pidfd_open", source });
+        }
+    };
+    let Some(report) = report else {
+        abandon(pid);
+        return Err(ExecError::ShimFailed {
+            detail: "no stdout pipe".into(),
+            log: args.run_dir.join(protocol::SHIM_LOG),
+        });
+    };
+    Ok(Launched { pid, pidfd, report })
+}
+
+/// Kills and reaps a shim this process spawned and will not use.
+pub(crate) fn abandon(pid: Pid) {
+    let _ = sys::kill(pid, libc::SIGKILL);
+    let _ = sys::reap_blocking(pid);
+}
+
+impl Launched {
+    /// Waits (at most `limit`) for the shim's start report. On any failure the shim is gone
+    /// (killed if need be) and reaped when this returns.
+    pub(crate) async fn report(
+        &self,
+        limit: Duration,
+        log: &Path,
+    ) -> Result<StartReport, ExecError> {
+        let read = read_line(&self.report);
+        let line = match tokio::time::timeout(limit, read).await {
+            Ok(Ok(line)) => line,
+            Ok(Err(detail)) => {
+                self.finish(Duration::from_secs(5)).await;
+                return Err(ExecError::ShimFailed { detail, log: log.to_owned() });
+            }
+            Err(_) => {
+                abandon(self.pid);
+                return Err(ExecError::StartTimeout { limit, log: log.to_owned() });
+            }
+        };
+        match StartReport::parse(&line) {
+            Some(report @ StartReport::Started { .. }) => Ok(report),
+            Some(report @ StartReport::Failed { .. }) => {
+                // The shim exits right after a failure report.
+                self.finish(Duration::from_secs(5)).await;
+                Ok(report)
+            }
+            None => {
+                abandon(self.pid);
+                Err(ExecError::ShimFailed {
+                    detail: format!("unreadable start report {line:?}"),
+                    log: log.to_owned(),
+                })
+            }
+        }
+    }
+
+    /// Waits up to `limit` for the shim to exit, then reaps it (killing it first if it is
+    /// still there).
+    async fn finish(&self, limit: Duration) {
+        if let Ok(fd) = sys::async_fd_borrowed(self.pidfd.as_fd()) {
+            let _ = tokio::time::timeout(limit, fd.readable()).await;
+        }
+        if !matches!(sys::try_reap(self.pid), Ok(Some(_))) {
+            abandon(self.pid);
+        }
+    }
+}
+
+/// Reads one line (without its newline) from a pipe, to EOF at most.
+async fn read_line(fd: &OwnedFd) -> Result<String, String> {
+    sys::set_nonblocking(fd).map_err(|e| format!("cannot read the shim's report: {e}"))?;
+    let fd = sys::async_fd_borrowed(fd.as_fd())
+        .map_err(|e| format!("cannot watch the shim's report: {e}"))?;
+    let mut line = Vec::new();
+    let mut buf = [0u8; 512];
+    loop {
+        let mut guard = fd.readable().await.map_err(|e| format!("waiting for the report: {e}"))?;
+        match guard.try_io(|fd| sys::read(fd.get_ref(), &mut buf)) {
+            Ok(Ok(0)) => {
+                return Err(if line.is_empty() {
+                    "the shim exited without a report".into()
+                } else {
+                    format!("a cut-off report {:?}", String::from_utf8_lossy(&line))
+                });
+            }
+            Ok(Ok(n)) => {
+                line.extend_from_slice(&buf[..n]);
+                if let Some(end) = line.iter().position(|b| *b == b'\n') {
+                    line.truncate(end);
+                    return String::from_utf8(line).map_err(|_| "a report that is not text".into());
+                }
+                if line.len() > 4096 {
+                    return Err("a report without an end".into());
+                }
+            }
+            Ok(Err(e)) => return Err(format!("reading the report: {e}")),
+            Err(_would_block) => continue,
+        }
+    }
+}
+
+/// How a task ended, from its exit record.
+pub(crate) fn read_exit_record(run_dir: &Path) -> Result<ExitResult, String> {
+    let path = run_dir.join(EXIT_FILE);
+    let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let status =
+        protocol::parse_exit_record(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(exit_result(status))
+}
+
+pub(crate) fn exit_result(status: WaitStatus) -> ExitResult {
+    match status {
+        WaitStatus::Exited(code) => ExitResult::code(code),
+        WaitStatus::Signaled(signal) => ExitResult::signalled(signal),
+    }
+}
+
+/// An outcome that could not be learned: exit code -1 and the reason.
+pub(crate) fn unknown_exit(reason: String) -> ExitResult {
+    ExitResult { exit_code: -1, signal: None, oom_killed: false, error: Some(reason) }
+}
+
+/// What to watch to learn that a task has ended.
+#[derive(Debug)]
+pub(crate) struct Watch {
+    /// Readable once the shim exits.
+    pub(crate) shim_pidfd: OwnedFd,
+    /// Set if this process spawned the shim and so must reap it.
+    pub(crate) own_child: Option<Pid>,
+    pub(crate) run_dir: PathBuf,
+    /// The task's main process, killed (group and all) if the shim vanished without a record.
+    pub(crate) task: Identity,
+}
+
+/// Starts watching: when the shim exits, reaps it if it is ours, reads the exit record and
+/// publishes the result. Needs a tokio runtime with I/O enabled; the registration is done here
+/// so that a missing one fails the caller, not the watch.
+pub(crate) fn watch(
+    watch: Watch,
+    exit: watch::Sender<Option<ExitResult>>,
+    span: tracing::Span,
+) -> Result<(), ExecError> {
+    let Watch { shim_pidfd, own_child, run_dir, task } = watch;
+    let pidfd =
+        sys::async_fd(shim_pidfd).map_err(|source| ExecError::Sys { call: "epoll_ctl", source })?;
+    tokio::spawn(
+        async move {
+            if let Err(e) = pidfd.readable().await {
+                tracing::warn!(error = %e, "cannot wait for the shim; reading its exit record now");
+            }
+            let shim_status = own_child.and_then(|pid| sys::try_reap(pid).ok().flatten());
+            let result = match read_exit_record(&run_dir) {
+                Ok(result) => result,
+                Err(reason) => {
+                    let killed = kill_orphan(&task);
+                    tracing::warn!(%reason, ?shim_status, killed, "the shim left no exit record");
+                    unknown_exit(format!(
+                        "the shim exited ({}) without recording the task's exit ({reason}){}",
+                        shim_status.map_or_else(|| "status unknown".into(), |s| format!("{s:?}")),
+                        if killed { "; the task's processes were killed" } else { "" },
+                    ))
+                }
+            };
+            tracing::debug!(?result, "task exited");
+            exit.send_replace(Some(result));
+        }
+        .instrument(span),
+    );
+    Ok(())
+}
+
+/// Kills the process group of a task whose shim is gone, if its main process is still the one
+/// recorded. Returns whether it sent the signal.
+pub(crate) fn kill_orphan(task: &Identity) -> bool {
+    let (Ok(Some(pidfd)), Some(pid)) = (task.open(), task.pid) else { return false };
+    sys::pidfd_kill_group(&pidfd, pid, libc::SIGKILL).is_ok()
+}

@@ -1,0 +1,57 @@
+//! The raw_exec driver: tasks as plain processes, each under a tiny shim that outlives the
+//! agent.
+//!
+//! ```text
+//! agent (RawExecDriver) --posix_spawn--> wharf-shim --fork+setsid+exec--> task process group
+//!        |   reads one start line from the shim's stdout      |  copies stdout/stderr into
+//!        |   watches the shim through a pidfd                 |  <task>.stdout.N / .stderr.N
+//!        |   signals the task's group through a pidfd         |  reaps the task and all it left
+//!        '-- reads <run dir>/exit when the shim is gone       '- writes <run dir>/exit, fsynced
+//! ```
+//!
+//! Modules, in the order a task meets them:
+//! - [`config`]: the task's `config` block (`command`, `args`, `work_dir`) and how the command
+//!   is found (the task's `PATH`);
+//! - `launch`: starting a shim on the `posix_spawn` fast path, its start report, the watcher
+//!   that learns the exit;
+//! - [`shim`]: the shim itself (the `wharf-shim` binary is one line around [`shim::main`]), with
+//!   its size-rotated log files;
+//! - `handle`: the versioned `driver_state` of a [`wharf_driver::TaskHandle`] and the identity
+//!   checks (pid plus start time, pidfds) that keep a reused pid from ever being signalled;
+//! - `driver`: [`RawExecDriver`], the [`wharf_driver::Driver`] implementation;
+//! - `exec` and `stats`: commands run in a task's context, and its usage from `/proc`;
+//! - `sys`: the system calls, the only `unsafe` code besides the shim's `pre_exec` hook.
+//!
+//! What this crate does not do: isolation (no chroot, namespaces, users or cgroups, so no
+//! resource limits and no OOM detection: `oom_killed` is always false) and persistence (the
+//! task runner stores the handle; this crate only writes into each run's directory).
+//!
+//! Environment: a task gets exactly [`wharf_driver::TaskConfig::env`], nothing inherited from
+//! the agent. A bare command is looked up in that `PATH`, or in [`config::DEFAULT_PATH`] if
+//! it has none (the default is not added to the task's environment).
+//!
+//! Reaping: the agent reaps only the shims it spawned and the commands of `exec_task`, each by
+//! its pid; the shim reaps the task and everything it leaves behind. Nothing calls
+//! `waitpid(-1)` in the agent. A shim's exit means the task's whole process tree is gone.
+//!
+//! Tokio: the driver needs a runtime with I/O and time enabled (pidfds and pipes are watched
+//! with `AsyncFd`); the shim has no runtime at all.
+
+#[cfg(not(target_os = "linux"))]
+compile_error!("wharf-exec runs tasks with Linux system calls (pidfds, signalfd, subreapers)");
+
+pub mod config;
+mod driver;
+mod error;
+mod exec;
+mod handle;
+mod launch;
+mod protocol;
+pub mod shim;
+mod stats;
+mod sys;
+
+pub use config::RawExecConfig;
+pub use driver::{DRIVER_NAME, RUNS_DIR, RawExecDriver, RawExecOptions, SHIM_NAME};
+pub use error::ExecError;
+pub use exec::OUTPUT_LIMIT;

@@ -1,0 +1,292 @@
+//! What the driver and the shim say to each other: the shim's command line, the one line it
+//! writes back once the task runs (or could not start), and the exit record it leaves in the
+//! run directory.
+//!
+//! Both sides are built from this module, so they cannot disagree on the format. Everything
+//! the driver reads back (the start report, the exit record) is parsed strictly: a damaged or
+//! foreign file is an error, never a panic and never a guess.
+
+use crate::sys::WaitStatus;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+
+/// The first argument of every shim command line; a shim refuses any other.
+pub(crate) const SHIM_PROTOCOL: &str = "wharf-shim-1";
+/// The exit record's file name in the run directory.
+pub(crate) const EXIT_FILE: &str = "exit";
+/// The shim's own diagnostics, in the run directory.
+pub(crate) const SHIM_LOG: &str = "shim.log";
+/// The first word of an exit record.
+const EXIT_RECORD_VERSION: &str = "wharf-exit-1";
+
+/// The shim's command line, after the program name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ShimArgs {
+    /// Where the shim writes its exit record and diagnostics.
+    pub(crate) run_dir: PathBuf,
+    /// The task's working directory.
+    pub(crate) work_dir: PathBuf,
+    /// Where `<log_name>.stdout.N` and `<log_name>.stderr.N` go.
+    pub(crate) log_dir: PathBuf,
+    /// The task's name, the stem of its log files.
+    pub(crate) log_name: OsString,
+    /// Rotate a log file at this size; 0 never rotates.
+    pub(crate) max_file_bytes: u64,
+    /// Files kept per stream, the current one included (at least 1).
+    pub(crate) max_files: u32,
+    /// The resolved program to execute.
+    pub(crate) program: PathBuf,
+    /// What the task sees as `argv[0]`.
+    pub(crate) arg0: OsString,
+    /// The rest of its arguments.
+    pub(crate) args: Vec<OsString>,
+}
+
+impl ShimArgs {
+    /// The command line, protocol marker first.
+    pub(crate) fn to_args(&self) -> Vec<OsString> {
+        let mut out: Vec<OsString> = vec![
+            SHIM_PROTOCOL.into(),
+            self.run_dir.clone().into(),
+            self.work_dir.clone().into(),
+            self.log_dir.clone().into(),
+            self.log_name.clone(),
+            self.max_file_bytes.to_string().into(),
+            self.max_files.to_string().into(),
+            self.program.clone().into(),
+            self.arg0.clone(),
+        ];
+        out.extend(self.args.iter().cloned());
+        out
+    }
+
+    /// Reads a command line written by [`ShimArgs::to_args`].
+    pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<ShimArgs, String> {
+        let mut args = args.into_iter();
+        let mut next = |what: &str| args.next().ok_or_else(|| format!("missing argument: {what}"));
+        let marker = next("protocol")?;
+        if marker != OsStr::new(SHIM_PROTOCOL) {
+            return Err(format!(
+                "this shim speaks {SHIM_PROTOCOL}, the driver asked for {}",
+                marker.to_string_lossy()
+            ));
+        }
+        let number = |value: OsString, what: &str| {
+            value.to_str().and_then(|v| v.parse::<u64>().ok()).ok_or_else(|| format!("bad {what}"))
+        };
+        let run_dir = next("run dir")?.into();
+        let work_dir = next("work dir")?.into();
+        let log_dir = next("log dir")?.into();
+        let log_name = next("log name")?;
+        let max_file_bytes = number(next("max file bytes")?, "max file bytes")?;
+        let max_files = number(next("max files")?, "max files")?;
+        let program = next("program")?.into();
+        let arg0 = next("arg0")?;
+        let rest: Vec<OsString> = args.collect();
+        if log_name.is_empty() || log_name.as_bytes().contains(&b'/') {
+            return Err("bad log name".into());
+        }
+        Ok(ShimArgs {
+            run_dir,
+            work_dir,
+            log_dir,
+            log_name,
+            max_file_bytes,
+            max_files: u32::try_from(max_files.max(1)).map_err(|_| "bad max files")?,
+            program,
+            arg0,
+            args: rest,
+        })
+    }
+}
+
+/// Where a start failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stage {
+    /// The shim itself could not get going (arguments, session, signals).
+    Setup,
+    /// The log files could not be opened.
+    Logs,
+    /// The task could not be executed.
+    Spawn,
+}
+
+impl Stage {
+    fn word(self) -> &'static str {
+        match self {
+            Stage::Setup => "setup",
+            Stage::Logs => "logs",
+            Stage::Spawn => "spawn",
+        }
+    }
+}
+
+/// The one line the shim writes on its stdout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum StartReport {
+    /// The task's program is executing.
+    Started {
+        /// Its pid, also its process group and session id.
+        pid: i32,
+        /// Its start time in clock ticks since boot.
+        start_ticks: u64,
+    },
+    /// It could not be started; the shim exits.
+    Failed {
+        /// At which step.
+        stage: Stage,
+        /// The OS error number, 0 if none.
+        errno: i32,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+impl StartReport {
+    /// The line, newline included.
+    pub(crate) fn line(&self) -> String {
+        match self {
+            StartReport::Started { pid, start_ticks } => format!("started {pid} {start_ticks}\n"),
+            StartReport::Failed { stage, errno, message } => {
+                format!("failed {} {errno} {}\n", stage.word(), message.replace('\n', " "))
+            }
+        }
+    }
+
+    /// Reads a line written by [`StartReport::line`] (without its newline).
+    pub(crate) fn parse(line: &str) -> Option<StartReport> {
+        let mut words = line.splitn(4, ' ');
+        match words.next()? {
+            "started" => {
+                let pid = words.next()?.parse().ok()?;
+                let start_ticks = words.next()?.parse().ok()?;
+                words.next().is_none().then_some(StartReport::Started { pid, start_ticks })
+            }
+            "failed" => {
+                let stage = match words.next()? {
+                    "setup" => Stage::Setup,
+                    "logs" => Stage::Logs,
+                    "spawn" => Stage::Spawn,
+                    _ => return None,
+                };
+                let errno = words.next()?.parse().ok()?;
+                let message = words.next().unwrap_or_default().to_owned();
+                Some(StartReport::Failed { stage, errno, message })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The exit record for `status`.
+pub(crate) fn exit_record(status: WaitStatus) -> String {
+    match status {
+        WaitStatus::Exited(code) => format!("{EXIT_RECORD_VERSION} exited {code}\n"),
+        WaitStatus::Signaled(signal) => format!("{EXIT_RECORD_VERSION} signaled {signal}\n"),
+    }
+}
+
+/// Reads an exit record; the error says what is wrong with it.
+pub(crate) fn parse_exit_record(bytes: &[u8]) -> Result<WaitStatus, String> {
+    let text = std::str::from_utf8(bytes).map_err(|_| "not text".to_owned())?;
+    let words: Vec<&str> = text.split_ascii_whitespace().collect();
+    let number = |word: &str| word.parse::<i32>().map_err(|_| format!("bad number {word:?}"));
+    match words.as_slice() {
+        [EXIT_RECORD_VERSION, "exited", code] => Ok(WaitStatus::Exited(number(code)?)),
+        [EXIT_RECORD_VERSION, "signaled", signal] => Ok(WaitStatus::Signaled(number(signal)?)),
+        [version, ..] if *version != EXIT_RECORD_VERSION && version.starts_with("wharf-exit-") => {
+            Err(format!("written in format {version}, this wharf reads {EXIT_RECORD_VERSION}"))
+        }
+        _ => Err(format!("not an exit record: {:?}", text.chars().take(80).collect::<String>())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shim_args_round_trip() {
+        let args = ShimArgs {
+            run_dir: "/d/run".into(),
+            work_dir: "/d".into(),
+            log_dir: "/d/logs".into(),
+            log_name: "web".into(),
+            max_file_bytes: 1024,
+            max_files: 3,
+            program: "/bin/sh".into(),
+            arg0: "sh".into(),
+            args: vec!["-c".into(), "echo 'a b'".into(), "".into()],
+        };
+        assert_eq!(ShimArgs::parse(args.to_args()).unwrap(), args);
+    }
+
+    #[test]
+    fn bad_shim_args_are_refused() {
+        let good: Vec<OsString> = ["wharf-shim-1", "/r", "/w", "/l", "t", "10", "2", "/p", "p"]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        let with = |index: usize, value: &str| {
+            let mut args = good.clone();
+            args[index] = value.into();
+            args
+        };
+        for (args, expected) in [
+            (with(0, "wharf-shim-9"), "this shim speaks"),
+            (with(4, "a/b"), "bad log name"),
+            (with(4, ""), "bad log name"),
+            (with(5, "-1"), "bad max file bytes"),
+            (with(6, "x"), "bad max files"),
+            (with(6, "99999999999"), "bad max files"),
+            (good[..8].to_vec(), "missing argument: arg0"),
+            (vec![], "missing argument: protocol"),
+        ] {
+            let error = ShimArgs::parse(args.clone()).unwrap_err();
+            assert!(error.starts_with(expected), "{args:?}: {error}");
+        }
+        assert_eq!(ShimArgs::parse(with(6, "0")).unwrap().max_files, 1);
+    }
+
+    #[test]
+    fn start_reports_round_trip_and_garbage_is_refused() {
+        for report in [
+            StartReport::Started { pid: 42, start_ticks: 123_456_789 },
+            StartReport::Failed { stage: Stage::Spawn, errno: 2, message: "No such file".into() },
+            StartReport::Failed { stage: Stage::Logs, errno: 13, message: String::new() },
+            StartReport::Failed { stage: Stage::Setup, errno: 0, message: "two\nlines".into() },
+        ] {
+            let line = report.line();
+            let parsed = StartReport::parse(line.trim_end_matches('\n')).unwrap();
+            match (&report, &parsed) {
+                (StartReport::Failed { message, .. }, StartReport::Failed { message: m, .. }) => {
+                    assert_eq!(message.replace('\n', " "), *m)
+                }
+                _ => assert_eq!(parsed, report),
+            }
+        }
+        for garbage in ["", "started", "started 1", "started x 2", "started 1 2 3", "failed oops 1"]
+        {
+            assert_eq!(StartReport::parse(garbage), None, "{garbage:?}");
+        }
+    }
+
+    #[test]
+    fn exit_records_round_trip_and_garbage_is_refused() {
+        for status in [WaitStatus::Exited(0), WaitStatus::Exited(255), WaitStatus::Signaled(9)] {
+            assert_eq!(parse_exit_record(exit_record(status).as_bytes()), Ok(status));
+        }
+        for (bytes, expected) in [
+            (&b""[..], "not an exit record"),
+            (b"\xff\xfe", "not text"),
+            (b"wharf-exit-1 exited", "not an exit record"),
+            (b"wharf-exit-1 exited x", "bad number"),
+            (b"wharf-exit-1 vanished 3", "not an exit record"),
+            (b"wharf-exit-2 exited 3", "written in format wharf-exit-2"),
+        ] {
+            let error = parse_exit_record(bytes).unwrap_err();
+            assert!(error.starts_with(expected), "{bytes:?}: {error}");
+        }
+    }
+}

@@ -1,0 +1,435 @@
+//! The system calls wharf-exec makes, as small safe functions over `libc`.
+//!
+//! Every `unsafe` block of the crate outside the shim's `pre_exec` hook is here, each with the
+//! reason it is sound. Callers above see `io::Result`s and the [`Pid`] type, which cannot hold
+//! 0, 1 or a negative number: `kill(0)`, `kill(-1)` and `kill(1)` would reach the caller's own
+//! group, every process, or init, and no value read from a handle on disk may ever get there.
+
+use std::ffi::CString;
+use std::fs;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+/// A process id that may be signalled: greater than 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct Pid(i32);
+
+impl Pid {
+    /// `raw` if it names an ordinary process (not 0, not init, not negative).
+    pub(crate) fn new(raw: i64) -> Option<Pid> {
+        i32::try_from(raw).ok().filter(|p| *p > 1).map(Pid)
+    }
+
+    /// The number.
+    pub(crate) fn get(self) -> i32 {
+        self.0
+    }
+}
+
+impl std::fmt::Display for Pid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Turns a `-1` return into the thread's `errno`.
+fn check(ret: libc::c_long) -> io::Result<libc::c_long> {
+    if ret == -1 { Err(io::Error::last_os_error()) } else { Ok(ret) }
+}
+
+/// How a process ended, as `waitpid` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WaitStatus {
+    /// It called `exit` with this code.
+    Exited(i32),
+    /// A signal ended it.
+    Signaled(i32),
+}
+
+impl WaitStatus {
+    fn from_raw(status: libc::c_int) -> WaitStatus {
+        if libc::WIFSIGNALED(status) {
+            WaitStatus::Signaled(libc::WTERMSIG(status))
+        } else {
+            WaitStatus::Exited(libc::WEXITSTATUS(status))
+        }
+    }
+}
+
+/// Reaps `pid`, a child of this process, if it has exited; `None` if it still runs.
+pub(crate) fn try_reap(pid: Pid) -> io::Result<Option<WaitStatus>> {
+    let mut status: libc::c_int = 0;
+    loop {
+        // SAFETY: `status` is a valid, writable int for the duration of the call.
+        let ret = unsafe { libc::waitpid(pid.get(), &mut status, libc::WNOHANG) };
+        match check(ret.into()) {
+            Ok(0) => return Ok(None),
+            Ok(_) => return Ok(Some(WaitStatus::from_raw(status))),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Waits for `pid`, a child of this process, to exit and reaps it.
+pub(crate) fn reap_blocking(pid: Pid) -> io::Result<WaitStatus> {
+    let mut status: libc::c_int = 0;
+    loop {
+        // SAFETY: `status` is a valid, writable int for the duration of the call.
+        let ret = unsafe { libc::waitpid(pid.get(), &mut status, 0) };
+        match check(ret.into()) {
+            Ok(_) => return Ok(WaitStatus::from_raw(status)),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Reaps any exited child of this process (the shim, which is a subreaper, uses this):
+/// `Ok(None)` if children remain but none has exited, an `ECHILD` error if there are none.
+pub(crate) fn try_reap_any() -> io::Result<Option<(i32, WaitStatus)>> {
+    let mut status: libc::c_int = 0;
+    loop {
+        // SAFETY: `status` is a valid, writable int for the duration of the call.
+        let ret = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        match check(ret.into()) {
+            Ok(0) => return Ok(None),
+            Ok(pid) => return Ok(Some((pid as i32, WaitStatus::from_raw(status)))),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Sends `signal` to one process.
+pub(crate) fn kill(pid: Pid, signal: i32) -> io::Result<()> {
+    // SAFETY: kill takes plain integers; `Pid` rules out the broadcast forms.
+    check(unsafe { libc::kill(pid.get(), signal) }.into()).map(drop)
+}
+
+/// Sends `signal` to every process of the group `pgid`.
+pub(crate) fn kill_group(pgid: Pid, signal: i32) -> io::Result<()> {
+    // SAFETY: kill takes plain integers; a negative `Pid` (> 1) names exactly one group.
+    check(unsafe { libc::kill(-pgid.get(), signal) }.into()).map(drop)
+}
+
+/// Opens a pidfd: a file descriptor that stays bound to the process `pid` names now, even
+/// after that number is reused, and becomes readable when the process exits.
+pub(crate) fn pidfd_open(pid: Pid) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = check(unsafe { libc::syscall(libc::SYS_pidfd_open, pid.get(), 0) })?;
+    // SAFETY: the kernel just returned `fd` as a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// `PIDFD_SIGNAL_PROCESS_GROUP` of `<linux/pidfd.h>` (Linux 6.9): signal the process group
+/// whose id is the pidfd's process.
+const PIDFD_SIGNAL_PROCESS_GROUP: libc::c_uint = 1 << 2;
+
+/// Sends `signal` to the process group led (now or formerly) by the pidfd's process. The
+/// pidfd pins the process id, so this can never reach a group that took over a reused number.
+/// Kernels before 6.9 lack the flag: then the group is signalled by number, which is as safe
+/// as long as the caller has just checked the leader's identity through this pidfd.
+pub(crate) fn pidfd_kill_group(pidfd: &OwnedFd, pgid: Pid, signal: i32) -> io::Result<()> {
+    // SAFETY: the descriptor is open for the call; a null siginfo is allowed.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            signal,
+            std::ptr::null::<libc::siginfo_t>(),
+            PIDFD_SIGNAL_PROCESS_GROUP,
+        )
+    };
+    match check(ret) {
+        Ok(_) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => kill_group(pgid, signal),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether the process behind `pidfd` has exited (the pidfd is readable), without waiting.
+pub(crate) fn pidfd_exited(pidfd: &OwnedFd) -> io::Result<bool> {
+    Ok(poll_one(pidfd.as_raw_fd(), libc::POLLIN, 0)? != 0)
+}
+
+/// Polls one descriptor; returns its `revents` (0 on timeout).
+fn poll_one(fd: RawFd, events: libc::c_short, timeout_ms: i32) -> io::Result<libc::c_short> {
+    let mut fds = [libc::pollfd { fd, events, revents: 0 }];
+    poll(&mut fds, timeout_ms)?;
+    Ok(fds[0].revents)
+}
+
+/// `poll(2)` over `fds`, retried on EINTR; returns how many have events.
+pub(crate) fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
+    loop {
+        // SAFETY: `fds` is a valid slice of pollfd structs of the given length.
+        let ret = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+        match check(ret.into()) {
+            Ok(n) => return Ok(n as usize),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Puts `fd` in non-blocking mode.
+pub(crate) fn set_nonblocking(fd: &impl AsRawFd) -> io::Result<()> {
+    let fd = fd.as_raw_fd();
+    // SAFETY: F_GETFL and F_SETFL only read and set the flags of an open descriptor.
+    let flags = check(unsafe { libc::fcntl(fd, libc::F_GETFL) }.into())?;
+    // SAFETY: as above.
+    check(unsafe { libc::fcntl(fd, libc::F_SETFL, flags as libc::c_int | libc::O_NONBLOCK) }.into())
+        .map(drop)
+}
+
+/// Reads from a raw descriptor into `buf`.
+pub(crate) fn read(fd: &impl AsRawFd, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: `buf` is valid for writes of `buf.len()` bytes.
+        let ret = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        match check(ret as libc::c_long) {
+            Ok(n) => return Ok(n as usize),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Whether this process may execute `path` (`access(X_OK)`).
+pub(crate) fn executable(path: &Path) -> bool {
+    let Ok(path) = CString::new(path.as_os_str().as_bytes()) else { return false };
+    // SAFETY: `path` is a valid NUL-terminated string for the duration of the call.
+    unsafe { libc::access(path.as_ptr(), libc::X_OK) == 0 }
+}
+
+/// Clock ticks per second, the unit of the times in `/proc/<pid>/stat`.
+pub(crate) fn clock_ticks_per_second() -> u64 {
+    // SAFETY: sysconf only reads a configuration value.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks > 0 { ticks as u64 } else { 100 }
+}
+
+/// The size of a memory page, the unit of RSS in `/proc/<pid>/stat`.
+pub(crate) fn page_size() -> u64 {
+    // SAFETY: sysconf only reads a configuration value.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if size > 0 { size as u64 } else { 4096 }
+}
+
+/// This boot's id: after a reboot every pid and start time recorded before it is meaningless.
+pub(crate) fn boot_id() -> io::Result<String> {
+    Ok(fs::read_to_string("/proc/sys/kernel/random/boot_id")?.trim().to_owned())
+}
+
+/// This process's id.
+pub(crate) fn getpid() -> i32 {
+    // SAFETY: getpid cannot fail and touches no memory.
+    unsafe { libc::getpid() }
+}
+
+/// Makes this process the leader of a new session (and process group).
+pub(crate) fn setsid() -> io::Result<()> {
+    // SAFETY: setsid takes no arguments and touches no memory.
+    check(unsafe { libc::setsid() }.into()).map(drop)
+}
+
+/// Makes this process adopt its orphaned descendants, so it can reap (and kill) all of them.
+pub(crate) fn set_child_subreaper() -> io::Result<()> {
+    // SAFETY: PR_SET_CHILD_SUBREAPER takes an integer and touches no memory.
+    check(unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) }.into()).map(drop)
+}
+
+/// Blocks SIGCHLD and returns a non-blocking signalfd that becomes readable when one is
+/// pending, so the shim can wait for children and pipes in one `poll`.
+pub(crate) fn sigchld_fd() -> io::Result<OwnedFd> {
+    let mut mask = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: sigemptyset initialises the set it is given; sigaddset then adds to it.
+    let mask = unsafe {
+        libc::sigemptyset(mask.as_mut_ptr());
+        libc::sigaddset(mask.as_mut_ptr(), libc::SIGCHLD);
+        mask.assume_init()
+    };
+    // SAFETY: `mask` is an initialised set; the old mask is not asked for.
+    check(unsafe { libc::sigprocmask(libc::SIG_BLOCK, &mask, std::ptr::null_mut()) }.into())?;
+    // SAFETY: `mask` is an initialised set; -1 asks for a new descriptor.
+    let fd =
+        check(unsafe { libc::signalfd(-1, &mask, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) }.into())?;
+    // SAFETY: the kernel just returned `fd` as a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Empties a signalfd made by [`sigchld_fd`].
+pub(crate) fn drain_signalfd(fd: &OwnedFd) {
+    let mut buf = [0u8; std::mem::size_of::<libc::signalfd_siginfo>() * 8];
+    while matches!(read(fd, &mut buf), Ok(n) if n > 0) {}
+}
+
+/// Runs in a freshly forked task process, before it executes the task's program: a new
+/// session (so the task's pid is also its process group and session id), no blocked signals
+/// and SIGPIPE at its default, whatever the shim had. Only async-signal-safe calls.
+pub(crate) fn task_child_setup() -> io::Result<()> {
+    setsid()?;
+    let mut empty = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: sigemptyset initialises the set; sigprocmask reads it. Both are async-signal-safe.
+    let unblocked = unsafe {
+        libc::sigemptyset(empty.as_mut_ptr());
+        libc::sigprocmask(libc::SIG_SETMASK, empty.as_ptr(), std::ptr::null_mut())
+    };
+    check(unblocked.into())?;
+    // SAFETY: resetting a disposition to SIG_DFL is async-signal-safe and touches no memory.
+    if unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) } == libc::SIG_ERR {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The direct children of this (single-threaded) process.
+pub(crate) fn own_children() -> Vec<i32> {
+    let me = getpid();
+    match fs::read_to_string(format!("/proc/{me}/task/{me}/children")) {
+        Ok(text) => text.split_ascii_whitespace().filter_map(|p| p.parse().ok()).collect(),
+        // Kernels built without CONFIG_PROC_CHILDREN: ask every process for its parent.
+        Err(_) => all_pids().filter(|p| ProcStat::read(*p).is_some_and(|s| s.ppid == me)).collect(),
+    }
+}
+
+/// Registers a descriptor this crate owns with tokio's reactor, for read readiness. Fails
+/// (rather than panicking) outside a tokio runtime; the runtime must have I/O enabled.
+pub(crate) fn async_fd(fd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
+    tokio::runtime::Handle::try_current().map_err(io::Error::other)?;
+    // SAFETY: an `OwnedFd` is open until it is dropped, which happens only when the `AsyncFd`
+    // that owns it is dropped, and its `as_raw_fd` always returns that same descriptor.
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+        .map_err(io::Error::from)
+}
+
+/// Like [`async_fd`], for a descriptor borrowed for the `AsyncFd`'s lifetime.
+pub(crate) fn async_fd_borrowed(
+    fd: BorrowedFd<'_>,
+) -> io::Result<tokio::io::unix::AsyncFd<BorrowedFd<'_>>> {
+    tokio::runtime::Handle::try_current().map_err(io::Error::other)?;
+    // SAFETY: the borrow keeps the descriptor open for as long as the `AsyncFd` (which holds
+    // the borrow) lives, and a `BorrowedFd`'s `as_raw_fd` always returns the same descriptor.
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+        .map_err(io::Error::from)
+}
+
+/// The fields of `/proc/<pid>/stat` that wharf-exec uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ProcStat {
+    /// R, S, D, Z, T, ...
+    pub(crate) state: u8,
+    /// The parent.
+    pub(crate) ppid: i32,
+    /// The process group.
+    pub(crate) pgrp: i32,
+    /// The session.
+    pub(crate) session: i32,
+    /// User CPU time, in clock ticks.
+    pub(crate) utime: u64,
+    /// System CPU time, in clock ticks.
+    pub(crate) stime: u64,
+    /// When it started, in clock ticks since boot: with the pid, its identity.
+    pub(crate) start_ticks: u64,
+    /// Resident set size, in pages.
+    pub(crate) rss_pages: u64,
+}
+
+impl ProcStat {
+    /// Parses the text of `/proc/<pid>/stat`. The command name may hold spaces and
+    /// parentheses, so fields are counted from its last `)`.
+    pub(crate) fn parse(text: &str) -> Option<ProcStat> {
+        let rest = &text[text.rfind(')')? + 1..];
+        let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
+        // fields[0] is field 3 of proc(5), "state".
+        let get = |field: usize| fields.get(field - 3).copied();
+        let num = |field: usize| get(field)?.parse::<u64>().ok();
+        let int = |field: usize| get(field)?.parse::<i32>().ok();
+        Some(ProcStat {
+            state: *get(3)?.as_bytes().first()?,
+            ppid: int(4)?,
+            pgrp: int(5)?,
+            session: int(6)?,
+            utime: num(14)?,
+            stime: num(15)?,
+            start_ticks: num(22)?,
+            rss_pages: get(24)?.parse::<i64>().ok()?.max(0) as u64,
+        })
+    }
+
+    /// Reads `/proc/<pid>/stat`; `None` if there is no such process (or it is unreadable).
+    pub(crate) fn read(pid: i32) -> Option<ProcStat> {
+        let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        ProcStat::parse(&text)
+    }
+
+    /// Whether the process has exited and waits to be reaped (or is being reaped).
+    pub(crate) fn is_dead(&self) -> bool {
+        matches!(self.state, b'Z' | b'X' | b'x')
+    }
+}
+
+/// Every process id in `/proc`.
+pub(crate) fn all_pids() -> impl Iterator<Item = i32> {
+    fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pids_that_would_broadcast_are_refused() {
+        for (raw, expected) in [
+            (-1, None),
+            (0, None),
+            (1, None),
+            (2, Some(2)),
+            (4_194_304, Some(4_194_304)),
+            (i64::from(i32::MAX) + 1, None),
+            (i64::MIN, None),
+        ] {
+            assert_eq!(Pid::new(raw).map(Pid::get), expected, "{raw}");
+        }
+    }
+
+    #[test]
+    fn stat_lines_parse_with_awkward_command_names() {
+        let tail = "S 10 20 20 0 -1 4194560 100 0 0 0 7 3 0 0 20 0 1 0 123456 1000000 250 \
+                    18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0";
+        for comm in ["sleep", "a b", "x) S 1 2 3 (y", "(("] {
+            let stat = ProcStat::parse(&format!("42 ({comm}) {tail}")).expect(comm);
+            assert_eq!(
+                stat,
+                ProcStat {
+                    state: b'S',
+                    ppid: 10,
+                    pgrp: 20,
+                    session: 20,
+                    utime: 7,
+                    stime: 3,
+                    start_ticks: 123_456,
+                    rss_pages: 250,
+                },
+                "{comm}"
+            );
+        }
+        for garbage in ["", "42 (x)", "42 (x) S 1 2", "no parens at all 1 2 3"] {
+            assert_eq!(ProcStat::parse(garbage), None, "{garbage:?}");
+        }
+    }
+
+    #[test]
+    fn this_process_reads_as_alive() {
+        let me = ProcStat::read(getpid()).unwrap();
+        assert!(!me.is_dead());
+        assert!(me.start_ticks > 0);
+    }
+}

@@ -1,0 +1,123 @@
+//! What the raw_exec tests share: task configs in temporary directories, and bounded waits on
+//! real processes and FIFOs.
+
+#![allow(dead_code, unreachable_pub)] // Each test binary uses its own part of this module.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::Duration;
+use wharf_driver::{LogConfig, TaskConfig, TaskId};
+use wharf_exec::RawExecDriver;
+
+/// Every wait in these tests gives up after this long.
+pub const LIMIT: Duration = Duration::from_secs(20);
+
+pub const SHIM: &str = env!("CARGO_BIN_EXE_wharf-shim");
+
+pub fn driver() -> RawExecDriver {
+    RawExecDriver::with_shim(SHIM)
+}
+
+/// A task directory (with `logs/`) under `root`.
+pub fn task_dir(root: &Path, name: &str) -> PathBuf {
+    let dir = root.join(name);
+    std::fs::create_dir_all(dir.join("logs")).unwrap();
+    dir
+}
+
+/// A task running `sh -c script` in its own directory under `root`.
+pub fn shell(root: &Path, name: &str, script: &str) -> TaskConfig {
+    config(root, name, serde_json::json!({"command": "/bin/sh", "args": ["-c", script]}))
+}
+
+/// A task with this driver config, in its own directory under `root`.
+pub fn config(root: &Path, name: &str, driver_config: serde_json::Value) -> TaskConfig {
+    let dir = task_dir(root, name);
+    TaskConfig {
+        id: TaskId::new("a1", name, 0),
+        alloc_id: "a1".into(),
+        job_id: "j".into(),
+        group: "g".into(),
+        task_name: name.into(),
+        env: BTreeMap::from([
+            ("PATH".to_owned(), "/usr/local/bin:/usr/bin:/bin".to_owned()),
+            ("WHARF_TEST".to_owned(), "yes".to_owned()),
+        ]),
+        alloc_dir: root.join("alloc"),
+        logs: LogConfig { dir: dir.join("logs"), max_files: 3, max_file_bytes: 1 << 20 },
+        task_dir: dir,
+        resources: Default::default(),
+        driver_config: driver_config.as_object().cloned().unwrap(),
+    }
+}
+
+/// Makes a FIFO at `path`.
+pub fn mkfifo(path: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: `c` is a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo {}", path.display());
+}
+
+/// Reads a FIFO until its writer closes it, waiting at most [`LIMIT`] for that. Opening a
+/// FIFO blocks until a writer opens it too, so this is how a task tells the test it reached a
+/// point in its script: no sleeping, no polling.
+pub fn read_fifo(path: &Path) -> String {
+    let (tx, rx) = mpsc::channel();
+    let path = path.to_owned();
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        let result = std::fs::File::open(&path).and_then(|mut f| f.read_to_string(&mut text));
+        let _ = tx.send(result.map(|_| text));
+    });
+    rx.recv_timeout(LIMIT).expect("the task never wrote to its FIFO").unwrap()
+}
+
+/// Writes `text` into a FIFO once a reader has it open, waiting at most [`LIMIT`].
+pub fn write_fifo(path: &Path, text: &str) {
+    let (tx, rx) = mpsc::channel();
+    let (path, text) = (path.to_owned(), text.to_owned());
+    std::thread::spawn(move || {
+        let result = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()));
+        let _ = tx.send(result);
+    });
+    rx.recv_timeout(LIMIT).expect("the task never opened its FIFO").unwrap()
+}
+
+/// Whether a process with this pid exists (a zombie counts as gone).
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let state = stat.rsplit(')').next().and_then(|rest| rest.trim_start().chars().next());
+            !matches!(state, Some('Z' | 'X'))
+        }
+        Err(_) => false,
+    }
+}
+
+/// Waits (at most [`LIMIT`]) for the process `pid`, which need not be our child, to exit.
+pub fn wait_gone(pid: i32) {
+    // SAFETY: pidfd_open takes a pid and flags.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return; // Already gone.
+    }
+    let mut fds = [libc::pollfd { fd: fd as i32, events: libc::POLLIN, revents: 0 }];
+    // SAFETY: `fds` is a valid array of one pollfd.
+    let ready = unsafe { libc::poll(fds.as_mut_ptr(), 1, LIMIT.as_millis() as i32) };
+    // SAFETY: `fd` is ours to close.
+    unsafe { libc::close(fd as i32) };
+    assert_eq!(ready, 1, "process {pid} still runs after {LIMIT:?}");
+}
+
+/// The start time of `pid` in clock ticks since boot.
+pub fn start_ticks(pid: i32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat.rsplit(')').next().unwrap().split_whitespace().collect();
+    fields[19].parse().unwrap()
+}
