@@ -101,6 +101,9 @@ struct Shared {
     /// Set while the tasks are being killed, so a pass over task states does not start a
     /// second kill of the same tasks.
     killing: AtomicBool,
+    /// Every task runner has finished; the loops beside the run wind down.
+    tasks_done: watch::Sender<bool>,
+    /// The run is over and its final state published.
     run_done: watch::Sender<bool>,
     shutting_down: AtomicBool,
     destroy_launched: AtomicBool,
@@ -167,6 +170,7 @@ impl AllocRunner {
                 started: AtomicBool::new(false),
                 released: AtomicBool::new(false),
                 killing: AtomicBool::new(false),
+                tasks_done: watch::channel(false).0,
                 run_done: watch::channel(false).0,
                 shutting_down: AtomicBool::new(false),
                 destroy_launched: AtomicBool::new(false),
@@ -243,6 +247,8 @@ impl AllocRunner {
         }
         self.persist_alloc().await;
         tokio::join!(self.run_tasks(), self.watch_task_states(), self.handle_updates());
+        self.publish();
+        self.shared.run_done.send_replace(true);
     }
 
     async fn run_tasks(&self) {
@@ -272,7 +278,7 @@ impl AllocRunner {
             running.spawn(async move { task.run().await });
         }
         while running.join_next().await.is_some() {}
-        s.run_done.send_replace(true);
+        s.tasks_done.send_replace(true);
         if !s.shutting_down.load(Ordering::SeqCst) {
             let alloc = self.alloc();
             for hook in &s.hooks {
@@ -296,7 +302,7 @@ impl AllocRunner {
     /// Reacts to task state changes until the run is done, then once more.
     async fn watch_task_states(&self) {
         let s = &self.shared;
-        let mut done = s.run_done.subscribe();
+        let mut done = s.tasks_done.subscribe();
         loop {
             let finished = tokio::select! {
                 () = s.state_changed.notified() => false,
@@ -463,7 +469,7 @@ impl AllocRunner {
 
     async fn handle_updates(&self) {
         let s = &self.shared;
-        let mut done = s.run_done.subscribe();
+        let mut done = s.tasks_done.subscribe();
         loop {
             tokio::select! {
                 () = s.update_ready.notified() => {}
@@ -525,6 +531,7 @@ impl AllocRunner {
             for task in &s.tasks {
                 task.kill(None).await;
             }
+            s.tasks_done.send_replace(true);
             s.run_done.send_replace(true);
         }
         self.publish();
@@ -564,6 +571,7 @@ impl AllocRunner {
         if s.started.swap(true, Ordering::SeqCst) {
             raised(&mut s.run_done.subscribe()).await;
         } else {
+            s.tasks_done.send_replace(true);
             s.run_done.send_replace(true);
         }
         let alloc = self.alloc();

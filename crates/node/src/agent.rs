@@ -1,0 +1,475 @@
+//! The node agent: opens the store, restores every allocation, runs new ones, applies stops,
+//! collects garbage, and shuts down leaving tasks running. The HTTP API and the CLI's
+//! embedded mode both drive it.
+
+use crate::config::NodeConfig;
+use crate::metrics::{Metrics, MetricsHook};
+use parking_lot::RwLock;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tokio::task::JoinSet;
+use wharf_alloc::{AllocError, AllocRunner, AllocRunnerConfig, DEFAULT_POSTSTOP_TIMEOUT};
+use wharf_driver::{DriverRegistry, Health};
+use wharf_state::{Allocation, ClientStatus, DesiredStatus, Job, SpecError, Timestamp};
+use wharf_store::{RedbStore, StateStore, StoreError, StoredAlloc};
+use wharf_task::{LogLimits, SystemClock, TaskHook, WallClock};
+
+/// Why the agent could not do what it was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The store could not be opened or written.
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    /// The job spec is not valid on this node.
+    #[error("{0}")]
+    Spec(#[from] SpecError),
+    /// No allocation with that id.
+    #[error("no allocation {0:?} on this node")]
+    UnknownAlloc(String),
+    /// The allocation refused.
+    #[error("{0}")]
+    Alloc(#[from] AllocError),
+    /// A file operation failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// How to start.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StartOptions {
+    /// If the store is damaged, move it aside and start empty instead of refusing to start.
+    pub reset_state: bool,
+}
+
+/// One allocation the agent manages.
+#[derive(Debug, Clone)]
+struct Managed {
+    runner: AllocRunner,
+    /// Submission order, for listing.
+    order: u64,
+}
+
+/// The running agent.
+#[derive(Debug)]
+pub struct Agent {
+    config: NodeConfig,
+    store: RedbStore,
+    drivers: DriverRegistry,
+    allocs: RwLock<BTreeMap<String, Managed>>,
+    next_order: std::sync::atomic::AtomicU64,
+    metrics: Arc<Metrics>,
+    clock: Arc<dyn WallClock>,
+    task_hooks: Vec<Arc<dyn TaskHook>>,
+}
+
+impl Agent {
+    /// Opens the store, builds the drivers and restores every allocation (in parallel), then
+    /// starts them running. Ready to serve when it returns.
+    pub async fn start(
+        mut config: NodeConfig,
+        options: StartOptions,
+    ) -> Result<Arc<Agent>, AgentError> {
+        let allocs_dir = config.data_dir.join("allocs");
+        std::fs::create_dir_all(&allocs_dir)
+            .map_err(|source| AgentError::Io { path: allocs_dir.clone(), source })?;
+        // Tasks get absolute paths, whatever directory the agent was started in.
+        config.data_dir = config
+            .data_dir
+            .canonicalize()
+            .map_err(|source| AgentError::Io { path: config.data_dir.clone(), source })?;
+        let store = open_store(&config, options)?;
+        let metrics = Arc::new(Metrics::default());
+        let agent = Arc::new(Agent {
+            drivers: build_drivers(&config),
+            store,
+            allocs: RwLock::new(BTreeMap::new()),
+            next_order: 0.into(),
+            clock: Arc::new(SystemClock),
+            task_hooks: vec![Arc::new(MetricsHook(metrics.clone()))],
+            metrics,
+            config,
+        });
+        agent.restore().await?;
+        Ok(agent)
+    }
+
+    /// The configuration it runs with.
+    pub fn config(&self) -> &NodeConfig {
+        &self.config
+    }
+
+    /// The node's drivers.
+    pub fn drivers(&self) -> &DriverRegistry {
+        &self.drivers
+    }
+
+    async fn restore(self: &Arc<Self>) -> Result<(), AgentError> {
+        #[allow(clippy::disallowed_methods)] // Restore duration is a measurement.
+        let started = std::time::Instant::now();
+        let snapshot = self.store.load_all().await?;
+        let mut orphans = Vec::new();
+        for problem in &snapshot.problems {
+            tracing::warn!(alloc_id = %problem.alloc_id, record = %problem.record, error = %problem.error, "unreadable state record");
+            if problem.error.contains("allocation record is missing") {
+                orphans.push(problem.alloc_id.clone());
+            }
+        }
+        for orphan in orphans {
+            // Task records of an allocation whose own record is gone cannot be restored.
+            self.store.delete_allocation(&orphan).await?;
+        }
+        let mut restoring = JoinSet::new();
+        for stored in snapshot.allocs {
+            let agent = self.clone();
+            restoring.spawn(async move { agent.restore_one(stored).await });
+        }
+        let mut restored = 0;
+        while let Some(result) = restoring.join_next().await {
+            if matches!(result, Ok(true)) {
+                restored += 1;
+            }
+        }
+        let elapsed = started.elapsed();
+        self.metrics.restore_micros.store(elapsed.as_micros() as u64, Ordering::Relaxed);
+        self.metrics.restored_allocs.store(restored, Ordering::Relaxed);
+        tracing::info!(
+            allocs = restored,
+            elapsed_ms = elapsed.as_millis() as u64,
+            "restored allocations"
+        );
+        Ok(())
+    }
+
+    /// Restores one allocation and starts it; false if it could not be.
+    async fn restore_one(self: Arc<Self>, stored: StoredAlloc) -> bool {
+        let id = stored.alloc.id.clone();
+        let runner = match self.new_runner(stored.alloc.clone()) {
+            Ok(runner) => runner,
+            Err(error) => {
+                tracing::error!(alloc_id = %id, %error, "cannot restore allocation; its records are kept");
+                return false;
+            }
+        };
+        if let Err(error) = runner.restore(&stored).await {
+            tracing::error!(alloc_id = %id, %error, "restoring allocation failed; marking it failed");
+            runner.set_client_status(
+                ClientStatus::Failed,
+                &format!("could not be restored: {error}"),
+            );
+        }
+        self.adopt(runner);
+        true
+    }
+
+    fn new_runner(&self, alloc: Allocation) -> Result<AllocRunner, AllocError> {
+        let alloc_root = self.config.alloc_root(&alloc.id);
+        AllocRunner::new(AllocRunnerConfig {
+            alloc,
+            drivers: self.drivers.clone(),
+            store: Arc::new(self.store.clone()),
+            clock: self.clock.clone(),
+            alloc_root,
+            hooks: Vec::new(),
+            task_hooks: self.task_hooks.clone(),
+            max_kill_timeout: self.config.max_kill_timeout,
+            logs: LogLimits {
+                max_files: self.config.logs.max_files,
+                max_file_bytes: self.config.logs.max_file_mb << 20,
+            },
+            poststop_timeout: DEFAULT_POSTSTOP_TIMEOUT,
+        })
+    }
+
+    /// Takes an allocation under management and runs it.
+    fn adopt(&self, runner: AllocRunner) {
+        let order = self.next_order.fetch_add(1, Ordering::Relaxed);
+        self.allocs
+            .write()
+            .insert(runner.id().to_owned(), Managed { runner: runner.clone(), order });
+        let metrics = self.metrics.clone();
+        let mut watch = runner.subscribe();
+        tokio::spawn(async move {
+            // Restarts are counted from the task states, which count them exactly.
+            let mut seen: BTreeMap<String, u64> =
+                watch.borrow().task_states.iter().map(|(n, s)| (n.clone(), s.restarts)).collect();
+            while watch.changed().await.is_ok() {
+                let state = watch.borrow_and_update().clone();
+                for (name, task) in &state.task_states {
+                    let before = seen.insert(name.clone(), task.restarts).unwrap_or(task.restarts);
+                    metrics
+                        .task_restarts
+                        .fetch_add(task.restarts.saturating_sub(before), Ordering::Relaxed);
+                }
+            }
+        });
+        tokio::spawn(async move { runner.run().await });
+    }
+
+    /// Accepts a job: checks it against this node's drivers, persists it as a new allocation
+    /// of its first group and starts it. Returns the allocation's id.
+    pub async fn submit(&self, job: Job) -> Result<String, AgentError> {
+        job.validate()?;
+        job.check_drivers(|name| self.drivers.get(name).is_some())?;
+        let mut problems = Vec::new();
+        for group in &job.groups {
+            for (index, task) in group.tasks.iter().enumerate() {
+                if let Some(driver) = self.drivers.get(&task.driver)
+                    && let Err(error) = driver.validate_config(&task.config)
+                {
+                    problems.push(wharf_state::spec::FieldProblem {
+                        field: format!("group.task[{index}].{}", field_of(&error)),
+                        message: error.to_string(),
+                    });
+                }
+            }
+        }
+        if !problems.is_empty() {
+            return Err(SpecError { problems }.into());
+        }
+        let alloc = Allocation {
+            id: new_alloc_id(),
+            task_group: job.groups[0].name.clone(),
+            job,
+            desired_status: DesiredStatus::Run,
+            modify_index: 1,
+            deployment_id: None,
+        };
+        let runner = self.new_runner(alloc.clone())?;
+        // Durable before the caller hears of it.
+        self.store.put_allocation(&alloc).await?;
+        self.metrics.allocs_submitted.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(alloc_id = %alloc.id, job_id = %alloc.job.id, "allocation accepted");
+        self.adopt(runner);
+        Ok(alloc.id)
+    }
+
+    /// Every allocation, oldest first.
+    pub fn list(&self) -> Vec<AllocRunner> {
+        let allocs = self.allocs.read();
+        let mut managed: Vec<&Managed> = allocs.values().collect();
+        managed.sort_by_key(|m| m.order);
+        managed.into_iter().map(|m| m.runner.clone()).collect()
+    }
+
+    /// One allocation.
+    pub fn get(&self, id: &str) -> Result<AllocRunner, AgentError> {
+        self.allocs
+            .read()
+            .get(id)
+            .map(|m| m.runner.clone())
+            .ok_or_else(|| AgentError::UnknownAlloc(id.to_owned()))
+    }
+
+    /// Asks an allocation to stop: its tasks are killed in order and poststop tasks run.
+    pub fn stop(&self, id: &str) -> Result<(), AgentError> {
+        let runner = self.get(id)?;
+        let mut alloc = runner.alloc();
+        if alloc.server_terminal() {
+            return Ok(());
+        }
+        alloc.desired_status = DesiredStatus::Stop;
+        alloc.modify_index += 1;
+        runner.update(alloc);
+        Ok(())
+    }
+
+    /// Removes finished allocations (records and directories), oldest first: all beyond
+    /// `gc.max_allocs`, and any finished longer ago than `gc.max_age`. Returns their ids.
+    pub async fn gc(&self) -> Vec<String> {
+        let now = self.clock.now();
+        let mut finished: Vec<(Timestamp, AllocRunner)> = self
+            .list()
+            .into_iter()
+            .filter(|r| r.is_done() && r.state().client_status.is_terminal())
+            .map(|r| {
+                let state = r.state();
+                let at =
+                    state.task_states.values().filter_map(|t| t.finished_at).max().unwrap_or(now);
+                (at, r)
+            })
+            .collect();
+        finished.sort_by_key(|(at, _)| *at);
+        let excess = finished.len().saturating_sub(self.config.gc.max_allocs);
+        let mut removed = Vec::new();
+        for (index, (at, runner)) in finished.into_iter().enumerate() {
+            if index < excess || now.since(at) > self.config.gc.max_age {
+                runner.destroy().await;
+                self.allocs.write().remove(runner.id());
+                tracing::info!(alloc_id = %runner.id(), "garbage-collected allocation");
+                removed.push(runner.id().to_owned());
+            }
+        }
+        removed
+    }
+
+    /// Runs [`Agent::gc`] every `gc.interval` until `stop` is raised.
+    pub async fn gc_loop(&self, mut stop: tokio::sync::watch::Receiver<bool>) {
+        let mut ticks = tokio::time::interval(self.config.gc.interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticks.tick() => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+            self.gc().await;
+        }
+    }
+
+    /// Leaves every task running and stops managing them; the next agent reattaches.
+    pub async fn shutdown(&self) {
+        let mut stopping = JoinSet::new();
+        for runner in self.list() {
+            stopping.spawn(async move { runner.shutdown().await });
+        }
+        while stopping.join_next().await.is_some() {}
+        tracing::info!("agent shut down; tasks left running");
+    }
+
+    /// The runner-list protocol (DESIGN.md): one line per allocation that is not terminal,
+    /// and `broken` when this node cannot run work.
+    pub async fn probe(&self) -> Vec<String> {
+        let mut lines: Vec<String> = self
+            .list()
+            .into_iter()
+            .filter(|r| !r.state().client_status.is_terminal() && !r.is_done())
+            .map(|r| r.id().to_owned())
+            .collect();
+        if let Some(reason) = self.broken().await {
+            tracing::warn!(%reason, "node cannot run work");
+            lines.push("broken".into());
+        }
+        lines
+    }
+
+    /// Why the node cannot run work, if it cannot: the data dir is not writable (or full), or
+    /// no driver is healthy.
+    pub async fn broken(&self) -> Option<String> {
+        let probe = self.config.data_dir.join(".probe");
+        if let Err(e) = std::fs::write(&probe, b"ok").and_then(|()| std::fs::remove_file(&probe)) {
+            return Some(format!(
+                "data dir {} is not writable: {e}",
+                self.config.data_dir.display()
+            ));
+        }
+        let mut healthy = false;
+        for name in self.drivers.names() {
+            if let Some(driver) = self.drivers.get(name) {
+                healthy |= driver.fingerprint().await.health == Health::Healthy;
+            }
+        }
+        (!healthy).then(|| "no healthy driver".to_owned())
+    }
+
+    /// The Prometheus text for `/v1/metrics`.
+    pub fn metrics_text(&self) -> String {
+        let mut by_status: BTreeMap<&'static str, f64> =
+            ["pending", "running", "complete", "failed", "lost"]
+                .into_iter()
+                .map(|s| (s, 0.0))
+                .collect();
+        for runner in self.list() {
+            let status = match runner.state().client_status {
+                ClientStatus::Pending => "pending",
+                ClientStatus::Running => "running",
+                ClientStatus::Complete => "complete",
+                ClientStatus::Failed => "failed",
+                ClientStatus::Lost => "lost",
+            };
+            *by_status.entry(status).or_default() += 1.0;
+        }
+        let stats = self.store.stats();
+        self.metrics.render(
+            &[
+                (
+                    "wharf_store_commits_total",
+                    "Durable commits of the state store.",
+                    "counter",
+                    stats.commits as f64,
+                ),
+                (
+                    "wharf_store_writes_total",
+                    "Writes committed (several share a commit).",
+                    "counter",
+                    stats.writes as f64,
+                ),
+                (
+                    "wharf_store_commit_seconds_total",
+                    "Time spent committing.",
+                    "counter",
+                    stats.commit_micros as f64 / 1e6,
+                ),
+            ],
+            &[(
+                "wharf_allocs",
+                "Allocations on this node by client status.",
+                "gauge",
+                by_status.into_iter().map(|(s, n)| (format!("status=\"{s}\""), n)).collect(),
+            )],
+        )
+    }
+}
+
+/// Opens the store; a damaged one is refused, or with `reset_state` moved aside.
+fn open_store(config: &NodeConfig, options: StartOptions) -> Result<RedbStore, AgentError> {
+    let path = config.store_path();
+    match RedbStore::open(&path) {
+        Err(StoreError::Corrupt { detail, .. }) if options.reset_state => {
+            let mut aside = path.clone().into_os_string();
+            aside.push(format!(".damaged-{}", SystemClock.now().0));
+            let aside = PathBuf::from(aside);
+            std::fs::rename(&path, &aside)
+                .map_err(|source| AgentError::Io { path: path.clone(), source })?;
+            tracing::warn!(path = %path.display(), moved_to = %aside.display(), %detail, "state store was damaged; starting empty");
+            Ok(RedbStore::open(&path)?)
+        }
+        other => Ok(other?),
+    }
+}
+
+fn build_drivers(config: &NodeConfig) -> DriverRegistry {
+    let mut drivers = DriverRegistry::new();
+    if config.drivers.raw_exec.enabled {
+        let options = wharf_exec::RawExecOptions {
+            shim_path: config.drivers.raw_exec.shim_path.clone(),
+            ..wharf_exec::RawExecOptions::default()
+        };
+        drivers.register(Arc::new(wharf_exec::RawExecDriver::new(options)));
+    }
+    drivers
+}
+
+/// `config.command` from a driver's InvalidConfig, or `config` otherwise.
+fn field_of(error: &wharf_driver::DriverError) -> String {
+    match error {
+        wharf_driver::DriverError::InvalidConfig { field, .. } if field.starts_with("config") => {
+            field.clone()
+        }
+        _ => "config".into(),
+    }
+}
+
+/// A random (version 4) UUID.
+pub fn new_alloc_id() -> String {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).unwrap_or_else(|_| {
+        // No entropy source: fall back to the clock, still unique per process and moment.
+        let now = SystemClock.now().0.to_le_bytes();
+        bytes[..8].copy_from_slice(&now);
+        bytes[8..].copy_from_slice(&std::process::id().to_le_bytes().repeat(2));
+    });
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
+}
+
+/// How long to wait between checks for things that have no notification (log files).
+pub const POLL_INTERVAL: Duration = Duration::from_millis(200);

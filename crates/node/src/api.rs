@@ -1,0 +1,494 @@
+//! The HTTP API (JSON over HTTP/1.1), served by axum. Thin: every handler calls the agent.
+//!
+//! | method and path | what |
+//! |---|---|
+//! | `GET /v1/health` | liveness, store and drivers (no token needed) |
+//! | `POST /v1/allocations` | submit a job spec (JSON, or TOML) → `{"id": ...}` |
+//! | `GET /v1/allocations` | every allocation, summarised |
+//! | `GET /v1/allocations/{id}?after=<version>&wait=30s` | one allocation; blocks until its state differs from `after` |
+//! | `POST /v1/allocations/{id}/stop` | stop it (poststop tasks still run) |
+//! | `POST /v1/allocations/{id}/restart` | `{"task": "web"}`, `{"all": true}` or `{}` for the running tasks |
+//! | `POST /v1/allocations/{id}/signal` | `{"signal": "SIGHUP", "task": "web"}` (no task: all) |
+//! | `POST /v1/allocations/{id}/exec` | `{"task": "web", "command": [...], "timeout": "30s"}` |
+//! | `GET /v1/allocations/{id}/logs/{task}?stream=stderr&offset=N&tail=N&follow=true` | output |
+//! | `GET /v1/probe` | the runner-list protocol, as text |
+//! | `GET /v1/metrics` | Prometheus text |
+//!
+//! Errors are `{"error": "..."}` with a 4xx status for a bad request. When a token is set,
+//! every call but `/v1/health` must carry it (`Authorization: Bearer <token>`); it is compared
+//! in constant time.
+
+use crate::agent::{Agent, AgentError, POLL_INTERVAL};
+use crate::logs::{Stream, TaskLogs};
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use wharf_state::{AllocState, Allocation, Signal};
+
+/// Builds the router for `agent`.
+pub fn router(agent: Arc<Agent>) -> Router {
+    let protected = Router::new()
+        .route("/v1/allocations", post(submit).get(list))
+        .route("/v1/allocations/{id}", get(status))
+        .route("/v1/allocations/{id}/stop", post(stop))
+        .route("/v1/allocations/{id}/restart", post(restart))
+        .route("/v1/allocations/{id}/signal", post(signal))
+        .route("/v1/allocations/{id}/exec", post(exec))
+        .route("/v1/allocations/{id}/logs/{task}", get(logs))
+        .route("/v1/probe", get(probe))
+        .route("/v1/metrics", get(metrics))
+        .route_layer(axum::middleware::from_fn_with_state(agent.clone(), require_token));
+    Router::new()
+        .route("/v1/health", get(health))
+        .merge(protected)
+        .fallback(not_found)
+        .with_state(agent)
+}
+
+/// An error as the API reports it.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError { status, message: message.into() }
+    }
+
+    fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, message)
+    }
+}
+
+impl From<AgentError> for ApiError {
+    fn from(error: AgentError) -> ApiError {
+        let status = match &error {
+            AgentError::UnknownAlloc(_) => StatusCode::NOT_FOUND,
+            AgentError::Spec(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            AgentError::Alloc(wharf_alloc::AllocError::UnknownTask { .. }) => StatusCode::NOT_FOUND,
+            AgentError::Alloc(wharf_alloc::AllocError::Task(
+                wharf_task::TaskError::NotRunning { .. },
+            )) => StatusCode::CONFLICT,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        ApiError::new(status, error.to_string())
+    }
+}
+
+impl From<wharf_alloc::AllocError> for ApiError {
+    fn from(error: wharf_alloc::AllocError) -> ApiError {
+        AgentError::from(error).into()
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(serde_json::json!({ "error": self.message }))).into_response()
+    }
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+async fn not_found() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "no such endpoint; see the API table in the wharf-node docs",
+    )
+}
+
+/// Constant-time comparison, so the time taken does not tell how much of a guess was right.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = a.len() ^ b.len();
+    for (i, byte) in a.iter().enumerate() {
+        diff |= usize::from(byte ^ b.get(i % b.len().max(1)).copied().unwrap_or(0));
+    }
+    diff == 0
+}
+
+async fn require_token(State(agent): State<Arc<Agent>>, request: Request, next: Next) -> Response {
+    if let Some(token) = &agent.config().token {
+        let presented = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        if presented.is_empty() {
+            return ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "this agent requires a token: send `Authorization: Bearer <token>`",
+            )
+            .into_response();
+        }
+        if !same(presented.as_bytes(), token.as_bytes()) {
+            return ApiError::new(StatusCode::FORBIDDEN, "the token is not valid").into_response();
+        }
+    }
+    next.run(request).await
+}
+
+/// Reads a request body, refusing one larger than the configured limit.
+async fn body(agent: &Agent, body: Body) -> ApiResult<Bytes> {
+    let limit = agent.config().max_body_bytes;
+    axum::body::to_bytes(body, limit).await.map_err(|_| {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the request body is larger than the limit of {limit} bytes"),
+        )
+    })
+}
+
+fn json<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> ApiResult<T> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return serde_json::from_slice(b"{}")
+            .map_err(|e| ApiError::bad_request(format!("invalid request: {e}")));
+    }
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON request: {e}")))
+}
+
+async fn health(State(agent): State<Arc<Agent>>) -> Response {
+    let mut drivers = BTreeMap::new();
+    for name in agent.drivers().names() {
+        if let Some(driver) = agent.drivers().get(name) {
+            drivers.insert(name.to_owned(), driver.fingerprint().await);
+        }
+    }
+    let broken = agent.broken().await;
+    let status = if broken.is_some() { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::OK };
+    let body = serde_json::json!({ "status": if broken.is_some() { "broken" } else { "ok" }, "reason": broken, "drivers": drivers });
+    (status, axum::Json(body)).into_response()
+}
+
+#[derive(Serialize)]
+struct Submitted {
+    id: String,
+}
+
+async fn submit(
+    State(agent): State<Arc<Agent>>,
+    headers: HeaderMap,
+    request: Body,
+) -> ApiResult<Response> {
+    let bytes = body(&agent, request).await?;
+    let text = std::str::from_utf8(&bytes)
+        .map_err(|_| ApiError::bad_request("the job spec is not UTF-8 text"))?;
+    let content_type =
+        headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let is_json = content_type.contains("json")
+        || (!content_type.contains("toml") && text.trim_start().starts_with('{'));
+    let parsed = if is_json {
+        wharf_state::spec::parse_json(text)
+    } else {
+        wharf_state::spec::parse_toml(text)
+    };
+    let job = parsed.map_err(|e| {
+        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, format!("invalid job spec:\n{e}"))
+    })?;
+    let id = agent.submit(job).await?;
+    Ok((StatusCode::CREATED, axum::Json(Submitted { id })).into_response())
+}
+
+/// One allocation, as listed.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AllocSummary {
+    /// Its id.
+    pub id: String,
+    /// Its job's id.
+    pub job_id: String,
+    /// Its group.
+    pub group: String,
+    /// What it should be doing.
+    pub desired_status: wharf_state::DesiredStatus,
+    /// What it is doing.
+    pub client_status: wharf_state::ClientStatus,
+    /// Why.
+    pub description: String,
+    /// Each task's status.
+    pub tasks: BTreeMap<String, wharf_state::TaskStatus>,
+}
+
+fn summary(alloc: &Allocation, state: &AllocState) -> AllocSummary {
+    AllocSummary {
+        id: alloc.id.clone(),
+        job_id: alloc.job.id.clone(),
+        group: alloc.task_group.clone(),
+        desired_status: alloc.desired_status,
+        client_status: state.client_status,
+        description: state.client_description.clone(),
+        tasks: state.task_states.iter().map(|(name, task)| (name.clone(), task.status)).collect(),
+    }
+}
+
+async fn list(State(agent): State<Arc<Agent>>) -> axum::Json<Vec<AllocSummary>> {
+    axum::Json(agent.list().iter().map(|r| summary(&r.alloc(), &r.state())).collect())
+}
+
+/// One allocation in full, as `GET /v1/allocations/{id}` returns it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AllocDetail {
+    /// The allocation.
+    pub alloc: Allocation,
+    /// Its state with every task's state and events.
+    pub state: AllocState,
+    /// Whether its runner has finished (nothing more will change).
+    pub done: bool,
+    /// A value that changes whenever the state does, for `?after=`.
+    pub version: String,
+}
+
+#[derive(Deserialize)]
+struct StatusQuery {
+    after: Option<String>,
+    wait: Option<String>,
+}
+
+fn version_of(detail_state: &AllocState, done: bool) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(detail_state).unwrap_or_default().hash(&mut hasher);
+    done.hash(&mut hasher);
+    format!("{:016x}", hasher.finish())
+}
+
+async fn status(
+    State(agent): State<Arc<Agent>>,
+    Path(id): Path<String>,
+    Query(query): Query<StatusQuery>,
+) -> ApiResult<axum::Json<AllocDetail>> {
+    let runner = agent.get(&id)?;
+    let wait = match &query.wait {
+        Some(text) => wharf_state::duration::parse(text)
+            .map_err(|e| ApiError::bad_request(format!("wait: {e}")))?
+            .min(Duration::from_secs(300)),
+        None => Duration::from_secs(30),
+    };
+    let mut watch = runner.subscribe();
+    let detail = |state: AllocState| {
+        let done = runner.is_done();
+        AllocDetail { alloc: runner.alloc(), version: version_of(&state, done), state, done }
+    };
+    let mut current = detail(watch.borrow_and_update().clone());
+    if let Some(after) = query.after {
+        let deadline = tokio::time::Instant::now() + wait;
+        while current.version == after && !current.done {
+            // Changes of state, and the end of the run, both wake this.
+            let changed = tokio::time::timeout_at(deadline, async {
+                tokio::select! {
+                    result = watch.changed() => result.is_ok(),
+                    () = runner.wait() => true,
+                }
+            })
+            .await;
+            current = detail(watch.borrow_and_update().clone());
+            if !matches!(changed, Ok(true)) {
+                break;
+            }
+        }
+    }
+    Ok(axum::Json(current))
+}
+
+async fn stop(State(agent): State<Arc<Agent>>, Path(id): Path<String>) -> ApiResult<StatusCode> {
+    agent.stop(&id)?;
+    Ok(StatusCode::ACCEPTED)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RestartRequest {
+    task: Option<String>,
+    #[serde(default)]
+    all: bool,
+}
+
+async fn restart(
+    State(agent): State<Arc<Agent>>,
+    Path(id): Path<String>,
+    request: Body,
+) -> ApiResult<StatusCode> {
+    let runner = agent.get(&id)?;
+    let request: RestartRequest = json(&body(&agent, request).await?)?;
+    let reason = "restart requested through the API";
+    match (request.task, request.all) {
+        (Some(_), true) => {
+            return Err(ApiError::bad_request("give either `task` or `all`, not both"));
+        }
+        (Some(task), false) => runner.restart_task(&task, reason).await?,
+        (None, true) => runner.restart_all(reason).await?,
+        (None, false) => runner.restart_running(reason).await?,
+    }
+    Ok(StatusCode::ACCEPTED)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SignalRequest {
+    signal: String,
+    task: Option<String>,
+}
+
+async fn signal(
+    State(agent): State<Arc<Agent>>,
+    Path(id): Path<String>,
+    request: Body,
+) -> ApiResult<StatusCode> {
+    let runner = agent.get(&id)?;
+    let request: SignalRequest = json(&body(&agent, request).await?)?;
+    let signal: Signal =
+        request.signal.parse().map_err(|e| ApiError::bad_request(format!("signal: {e}")))?;
+    runner.signal(request.task.as_deref(), signal).await?;
+    Ok(StatusCode::ACCEPTED)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExecRequest {
+    task: String,
+    command: Vec<String>,
+    timeout: Option<String>,
+}
+
+/// What `POST .../exec` returns.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExecResponse {
+    /// Standard output, as text (invalid UTF-8 replaced).
+    pub stdout: String,
+    /// Standard error, as text.
+    pub stderr: String,
+    /// The exit code.
+    pub exit_code: i32,
+    /// The signal that ended it, if any.
+    pub signal: Option<i32>,
+}
+
+async fn exec(
+    State(agent): State<Arc<Agent>>,
+    Path(id): Path<String>,
+    request: Body,
+) -> ApiResult<axum::Json<ExecResponse>> {
+    let runner = agent.get(&id)?;
+    let request: ExecRequest = json(&body(&agent, request).await?)?;
+    if request.command.is_empty() {
+        return Err(ApiError::bad_request("command: give at least the program to run"));
+    }
+    let timeout = match &request.timeout {
+        Some(text) => wharf_state::duration::parse(text)
+            .map_err(|e| ApiError::bad_request(format!("timeout: {e}")))?,
+        None => Duration::from_secs(30),
+    };
+    let result = runner.exec(&request.task, &request.command, timeout).await?;
+    Ok(axum::Json(ExecResponse {
+        stdout: String::from_utf8_lossy(&result.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&result.stderr).into_owned(),
+        exit_code: result.exit.exit_code,
+        signal: result.exit.signal,
+    }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LogsQuery {
+    stream: Option<String>,
+    offset: Option<u64>,
+    tail: Option<u64>,
+    #[serde(default)]
+    follow: bool,
+}
+
+/// The most log bytes one response (or one chunk of a followed stream) carries.
+const LOG_CHUNK: usize = 1 << 20;
+
+async fn logs(
+    State(agent): State<Arc<Agent>>,
+    Path((id, task)): Path<(String, String)>,
+    Query(query): Query<LogsQuery>,
+) -> ApiResult<Response> {
+    let runner = agent.get(&id)?;
+    let task_runner = runner.tasks().iter().find(|t| t.name() == task).ok_or_else(|| {
+        ApiError::new(StatusCode::NOT_FOUND, format!("allocation {id} has no task {task:?}"))
+    })?;
+    let stream = match query.stream.as_deref() {
+        None | Some("stdout") => Stream::Stdout,
+        Some("stderr") => Stream::Stderr,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "stream: {other:?} is neither \"stdout\" nor \"stderr\""
+            )));
+        }
+    };
+    let files = TaskLogs::new(&task_runner.dirs().logs_dir, &task, stream);
+    if !query.follow {
+        let (bytes, next) = files.read(query.offset, query.tail, LOG_CHUNK).map_err(|e| {
+            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("reading logs: {e}"))
+        })?;
+        return Ok(([("x-wharf-next-offset", next.to_string())], bytes).into_response());
+    }
+    let from_start = query.offset == Some(0);
+    let follower = files.follow(from_start);
+    let task_runner = task_runner.clone();
+    // Ends once the task is dead (after a last read) or the client goes away.
+    let chunks =
+        futures_util::stream::unfold((follower, false), move |(mut follower, finished)| {
+            let task_runner = task_runner.clone();
+            async move {
+                if finished {
+                    return None;
+                }
+                loop {
+                    let dead = task_runner.state().status == wharf_state::TaskStatus::Dead;
+                    match follower.poll(LOG_CHUNK) {
+                        Ok(bytes) if !bytes.is_empty() => {
+                            return Some((
+                                Ok::<_, std::io::Error>(Bytes::from(bytes)),
+                                (follower, false),
+                            ));
+                        }
+                        Ok(_) if dead => return None,
+                        Ok(_) => tokio::time::sleep(POLL_INTERVAL).await,
+                        Err(e) => return Some((Err(e), (follower, true))),
+                    }
+                }
+            }
+        });
+    Ok(Response::builder()
+        .header(header::CONTENT_TYPE, "application/octet-stream")
+        .body(Body::from_stream(chunks))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response()))
+}
+
+async fn probe(State(agent): State<Arc<Agent>>) -> String {
+    let mut text = agent.probe().await.join("\n");
+    if !text.is_empty() {
+        text.push('\n');
+    }
+    text
+}
+
+async fn metrics(State(agent): State<Arc<Agent>>) -> Response {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], agent.metrics_text()).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same;
+
+    #[test]
+    fn token_comparison() {
+        assert!(same(b"secret-token-123", b"secret-token-123"));
+        assert!(!same(b"secret-token-124", b"secret-token-123"));
+        assert!(!same(b"secret", b"secret-token-123"));
+        assert!(!same(b"", b"x"));
+        assert!(same(b"", b""));
+    }
+}

@@ -1,0 +1,5 @@
+//! The `wharf` binary.
+
+fn main() -> std::process::ExitCode {
+    wharf_node::cli::main()
+}

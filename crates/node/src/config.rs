@@ -1,0 +1,227 @@
+//! The agent's configuration: defaults that work with no file at all, every setting
+//! overridable in TOML, unknown keys refused with the key named.
+
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use wharf_state::duration::serde_str;
+
+/// Everything `wharf agent` can be told.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NodeConfig {
+    /// Where the store and the allocations' directories live.
+    pub data_dir: PathBuf,
+    /// The HTTP API's address. Any address other than loopback requires `token`.
+    pub bind: SocketAddr,
+    /// A secret every API call but `/v1/health` must present (`Authorization: Bearer ...`).
+    pub token: Option<String>,
+    /// The largest request body the API accepts, in bytes.
+    pub max_body_bytes: usize,
+    /// The node-wide cap on tasks' `kill_timeout`.
+    #[serde(with = "serde_str")]
+    pub max_kill_timeout: Duration,
+    /// Drivers and their settings.
+    pub drivers: DriversConfig,
+    /// Garbage collection of finished allocations.
+    pub gc: GcConfig,
+    /// Task log rotation.
+    pub logs: LogsConfig,
+}
+
+/// Driver settings.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DriversConfig {
+    /// The raw_exec driver (plain processes).
+    pub raw_exec: RawExecConfig,
+}
+
+/// raw_exec settings.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawExecConfig {
+    /// Whether tasks may use it.
+    pub enabled: bool,
+    /// The shim program; by default `wharf-shim` beside the `wharf` binary.
+    pub shim_path: Option<PathBuf>,
+}
+
+/// When finished allocations are removed (records and directories), oldest first.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GcConfig {
+    /// Keep at most this many finished allocations.
+    pub max_allocs: usize,
+    /// Remove finished allocations older than this.
+    #[serde(with = "serde_str")]
+    pub max_age: Duration,
+    /// How often to look.
+    #[serde(with = "serde_str")]
+    pub interval: Duration,
+}
+
+/// Task log rotation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogsConfig {
+    /// Files kept per stream.
+    pub max_files: u32,
+    /// Size at which a file is rotated, in MiB.
+    pub max_file_mb: u64,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            data_dir: PathBuf::from("wharf-data"),
+            bind: SocketAddr::from(([127, 0, 0, 1], 4747)),
+            token: None,
+            max_body_bytes: 1 << 20,
+            max_kill_timeout: Duration::from_secs(30),
+            drivers: DriversConfig::default(),
+            gc: GcConfig::default(),
+            logs: LogsConfig::default(),
+        }
+    }
+}
+
+impl Default for RawExecConfig {
+    fn default() -> Self {
+        RawExecConfig { enabled: true, shim_path: None }
+    }
+}
+
+impl Default for GcConfig {
+    fn default() -> Self {
+        GcConfig {
+            max_allocs: 50,
+            max_age: Duration::from_secs(4 * 3600),
+            interval: Duration::from_secs(60),
+        }
+    }
+}
+
+impl Default for LogsConfig {
+    fn default() -> Self {
+        LogsConfig { max_files: 10, max_file_mb: 10 }
+    }
+}
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid.
+    #[error("{path}: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, naming the key.
+        message: String,
+    },
+}
+
+impl NodeConfig {
+    /// Reads a TOML file; every key not set keeps its default.
+    pub fn load(path: &Path) -> Result<NodeConfig, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        NodeConfig::parse(&text)
+            .map_err(|message| ConfigError::Invalid { path: path.to_owned(), message })
+    }
+
+    /// Reads TOML text and checks the result.
+    pub fn parse(text: &str) -> Result<NodeConfig, String> {
+        let deserializer = toml::Deserializer::parse(text).map_err(|e| e.to_string())?;
+        let config: NodeConfig = serde_path_to_error::deserialize(deserializer).map_err(|e| {
+            let path = e.path().to_string();
+            format!("{path}: {}", e.into_inner().message())
+        })?;
+        config.check()?;
+        Ok(config)
+    }
+
+    /// Settings that are each valid but wrong together.
+    pub fn check(&self) -> Result<(), String> {
+        if !self.bind.ip().is_loopback() && self.token.as_deref().is_none_or(str::is_empty) {
+            return Err(format!(
+                "bind: {} is reachable from other machines; set `token` so the API is not open to them",
+                self.bind
+            ));
+        }
+        if self.token.as_deref().is_some_and(|t| t.len() < 16) {
+            return Err("token: use at least 16 characters".into());
+        }
+        if self.max_body_bytes < 1024 {
+            return Err("max_body_bytes: must be at least 1024".into());
+        }
+        if self.logs.max_files == 0 || self.logs.max_file_mb == 0 {
+            return Err("logs: max_files and max_file_mb must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    /// The store file.
+    pub fn store_path(&self) -> PathBuf {
+        self.data_dir.join("state.redb")
+    }
+
+    /// An allocation's directory.
+    pub fn alloc_root(&self, alloc_id: &str) -> PathBuf {
+        self.data_dir.join("allocs").join(alloc_id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_file_means_defaults() {
+        assert_eq!(NodeConfig::parse("").unwrap(), NodeConfig::default());
+        let defaults = NodeConfig::default();
+        assert_eq!(defaults.bind.to_string(), "127.0.0.1:4747");
+        assert!(defaults.drivers.raw_exec.enabled);
+    }
+
+    #[test]
+    fn every_setting_can_be_overridden() {
+        let config = NodeConfig::parse(
+            "data_dir = \"/srv/wharf\"\nbind = \"0.0.0.0:9000\"\ntoken = \"0123456789abcdef\"\nmax_kill_timeout = \"1m\"\n\
+             [drivers.raw_exec]\nenabled = false\nshim_path = \"/opt/shim\"\n[gc]\nmax_allocs = 3\nmax_age = \"1h\"\ninterval = \"5s\"\n\
+             [logs]\nmax_files = 2\nmax_file_mb = 1\n",
+        )
+        .unwrap();
+        assert_eq!(config.data_dir, PathBuf::from("/srv/wharf"));
+        assert_eq!(config.max_kill_timeout, Duration::from_secs(60));
+        assert!(!config.drivers.raw_exec.enabled);
+        assert_eq!((config.gc.max_allocs, config.gc.interval), (3, Duration::from_secs(5)));
+        assert_eq!(config.logs.max_files, 2);
+    }
+
+    #[test]
+    fn bad_settings_are_named() {
+        let cases = [
+            ("colour = \"blue\"", "unknown field `colour`"),
+            ("[gc]\nmax_agee = \"1h\"", "gc.max_agee"),
+            ("max_kill_timeout = \"soon\"", "max_kill_timeout"),
+            ("bind = \"nowhere\"", "bind"),
+            ("bind = \"0.0.0.0:4747\"", "set `token`"),
+            ("token = \"short\"", "at least 16"),
+            ("[logs]\nmax_files = 0", "logs"),
+        ];
+        for (text, phrase) in cases {
+            let err = NodeConfig::parse(text).unwrap_err();
+            assert!(err.contains(phrase), "{text:?}: {err}");
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! The wharf node: the agent, its HTTP API and the `wharf` command line, wired from the crates
+//! below. It holds no lifecycle logic of its own: allocations are wharf-alloc's, tasks
+//! wharf-task's, processes wharf-exec's, persistence wharf-store's.
+//!
+//! - [`agent`]: opens the store, restores, runs, stops, garbage-collects, shuts down.
+//! - [`api`]: the HTTP API over the agent.
+//! - [`cli`]: `wharf agent | run | validate | alloc ...`.
+//! - [`config`]: the agent's TOML configuration with defaults.
+//! - [`serve`]: serving with graceful shutdown, and the embedded agent of `wharf run`.
+//! - [`logs`], [`metrics`], [`probe`], [`client`]: what those need.
+
+pub mod agent;
+pub mod api;
+pub mod cli;
+pub mod client;
+pub mod config;
+pub mod logs;
+pub mod metrics;
+pub mod probe;
+pub mod serve;

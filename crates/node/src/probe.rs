@@ -1,0 +1,82 @@
+//! `wharf alloc list --probe`: the runner-list protocol of DESIGN.md for a prober.
+//!
+//! With an agent answering, it asks the agent. With none, it reads the store itself: an
+//! allocation whose record says it runs is listed as `<id>` if one of its tasks is still alive
+//! and as `<id> stale` if none is; a store that cannot be read makes the node `broken`. It exits
+//! 0 whenever it could answer.
+
+use crate::client::{Client, ClientError};
+use crate::config::NodeConfig;
+use hyper::Method;
+use std::io::Write;
+use wharf_driver::{Driver, RunState};
+use wharf_store::{RedbStore, StateStore, StoreError};
+
+/// Prints the probe lines.
+pub async fn print(client: &Client) -> anyhow::Result<()> {
+    let lines = match client.call(Method::GET, "/v1/probe", None).await {
+        Ok(text) => String::from_utf8_lossy(&text).lines().map(str::to_owned).collect(),
+        Err(ClientError::Unreachable { .. }) => offline(&NodeConfig::default()).await,
+        Err(other) => return Err(other.into()),
+    };
+    let mut out = std::io::stdout().lock();
+    for line in lines {
+        writeln!(out, "{line}")?;
+    }
+    Ok(())
+}
+
+/// The probe lines read from the store, with no agent running.
+pub async fn offline(config: &NodeConfig) -> Vec<String> {
+    let path = config.store_path();
+    if !path.exists() {
+        return Vec::new();
+    }
+    let store = match RedbStore::open(&path) {
+        Ok(store) => store,
+        // Held by an agent that does not answer: it cannot take work.
+        Err(StoreError::Locked { .. }) | Err(_) => return vec!["broken".into()],
+    };
+    let snapshot = match store.load_all().await {
+        Ok(snapshot) => snapshot,
+        Err(_) => return vec!["broken".into()],
+    };
+    let driver = wharf_exec::RawExecDriver::new(wharf_exec::RawExecOptions {
+        shim_path: config.drivers.raw_exec.shim_path.clone(),
+        ..Default::default()
+    });
+    let mut lines = Vec::new();
+    for stored in snapshot.allocs {
+        let states: Vec<_> = stored.tasks.values().filter_map(|t| t.state.clone()).collect();
+        let terminal = stored.alloc.server_terminal()
+            || wharf_state::client_status(&states).is_some_and(|(status, _)| status.is_terminal());
+        if terminal {
+            continue;
+        }
+        let mut alive = false;
+        for task in stored.tasks.values() {
+            let Some(handle) = task
+                .local_state
+                .as_deref()
+                .and_then(|bytes| wharf_task::local_state::LocalState::decode(bytes).ok())
+                .and_then(|local| local.handle)
+            else {
+                continue;
+            };
+            if driver.recover_task(&handle).await.is_ok()
+                && driver
+                    .inspect_task(handle.id())
+                    .await
+                    .is_ok_and(|info| info.state == RunState::Running)
+            {
+                alive = true;
+            }
+        }
+        lines.push(if alive {
+            stored.alloc.id.clone()
+        } else {
+            format!("{} stale", stored.alloc.id)
+        });
+    }
+    lines
+}

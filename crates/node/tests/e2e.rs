@@ -1,0 +1,477 @@
+//! End-to-end tests that drive the real `wharf` binary: an agent process with its own data
+//! dir and port, talked to over HTTP and through the CLI, killed and restarted.
+
+// Real processes on the real clock: these tests start programs and measure bounds in real time.
+#![allow(clippy::disallowed_methods)]
+
+use hyper::{Method, StatusCode};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+use wharf_node::api::{AllocDetail, AllocSummary};
+use wharf_node::client::{Client, ClientError};
+use wharf_state::{ClientStatus, TaskEventKind, TaskStatus};
+
+const WHARF: &str = env!("CARGO_BIN_EXE_wharf");
+/// Any single wait in these tests; reaching it means something hung.
+const LIMIT: Duration = Duration::from_secs(30);
+const TOKEN: &str = "e2e-secret-token-0123456789";
+
+/// An agent process with its own data dir.
+struct AgentProcess {
+    child: Child,
+    address: String,
+    data_dir: PathBuf,
+    config: PathBuf,
+}
+
+impl AgentProcess {
+    fn start(dir: &Path, extra_config: &str) -> AgentProcess {
+        let data_dir = dir.join("data");
+        let config = dir.join("node.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "data_dir = {:?}\nbind = \"127.0.0.1:0\"\ntoken = {TOKEN:?}\n{extra_config}",
+                data_dir.display().to_string()
+            ),
+        )
+        .unwrap();
+        AgentProcess::launch(data_dir, config)
+    }
+
+    fn launch(data_dir: PathBuf, config: PathBuf) -> AgentProcess {
+        shim_beside_wharf();
+        let mut child = Command::new(WHARF)
+            .args(["agent", "--config", config.to_str().unwrap()])
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the agent");
+        let stderr = child.stderr.take().unwrap();
+        let (lines_tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = lines_tx.send(line);
+            }
+        });
+        let address = loop {
+            let line = lines.recv_timeout(LIMIT).expect("the agent says it is ready");
+            if line.contains("agent ready") {
+                let address = line
+                    .split("address=")
+                    .nth(1)
+                    .and_then(|s| s.split_whitespace().next())
+                    .expect("address in the ready line");
+                break address.to_owned();
+            }
+        };
+        AgentProcess { child, address, data_dir, config }
+    }
+
+    fn client(&self) -> Client {
+        Client::new(&self.address, Some(TOKEN.into()))
+    }
+
+    fn kill9(mut self) -> (PathBuf, PathBuf) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        (self.data_dir.clone(), self.config.clone())
+    }
+
+    fn terminate(mut self) -> std::process::ExitStatus {
+        let status =
+            Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
+        assert!(status.success());
+        wait_child(&mut self.child)
+    }
+
+    fn cli(&self, args: &[&str]) -> std::process::Output {
+        Command::new(WHARF)
+            .args(["--address", &self.address, "--token", TOKEN])
+            .args(args)
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// raw_exec starts tasks under `wharf-shim`, which wharf-exec builds beside `wharf`.
+fn shim_beside_wharf() {
+    let shim = Path::new(WHARF).with_file_name("wharf-shim");
+    assert!(
+        shim.exists(),
+        "{} is missing: build the whole workspace (`cargo build`, or `cargo test --workspace`) so wharf-exec's shim sits beside wharf",
+        shim.display()
+    );
+}
+
+/// Waits for `child` to exit, polling within the bound.
+fn wait_child(child: &mut Child) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + LIMIT;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(std::time::Instant::now() < deadline, "the agent did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Polls `check` until it holds, within the bound.
+fn eventually(what: &str, check: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + LIMIT;
+    while !check() {
+        assert!(std::time::Instant::now() < deadline, "never {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+async fn submit(client: &Client, spec: &str) -> Result<String, ClientError> {
+    let bytes = client
+        .call(Method::POST, "/v1/allocations", Some(("application/toml", spec.as_bytes().to_vec())))
+        .await?;
+    let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    Ok(value["id"].as_str().unwrap().to_owned())
+}
+
+/// Waits (with the API's blocking query) until the allocation's state satisfies `done`.
+async fn until(
+    client: &Client,
+    id: &str,
+    what: &str,
+    done: impl Fn(&AllocDetail) -> bool,
+) -> AllocDetail {
+    let wait = async {
+        let mut version = String::new();
+        loop {
+            let detail: AllocDetail = client
+                .json(Method::GET, &format!("/v1/allocations/{id}?after={version}&wait=5s"), None)
+                .await
+                .unwrap();
+            if done(&detail) {
+                return detail;
+            }
+            version = detail.version.clone();
+        }
+    };
+    tokio::time::timeout(LIMIT, wait).await.unwrap_or_else(|_| panic!("never {what}"))
+}
+
+fn job(id: &str, kind: &str, tasks: &str) -> String {
+    format!("[job]\nid = \"{id}\"\ntype = \"{kind}\"\n[group]\nname = \"g\"\n{tasks}")
+}
+
+fn sh_task(name: &str, script: &str) -> String {
+    format!(
+        "[[group.task]]\nname = \"{name}\"\ndriver = \"raw_exec\"\nconfig = {{ command = \"/bin/sh\", args = [\"-c\", {script:?}] }}\n"
+    )
+}
+
+fn alive(pid: i32) -> bool {
+    // A zombie is not alive for our purposes.
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+}
+
+fn read_pid(path: &Path) -> i32 {
+    std::fs::read_to_string(path).unwrap().trim().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_run_read_logs_and_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = AgentProcess::start(dir.path(), "");
+    let client = agent.client();
+    let spec = job(
+        "web",
+        "service",
+        &sh_task(
+            "web",
+            "trap 'echo bye; exit 0' TERM; echo started; while true; do sleep 0.1; done",
+        ),
+    );
+    let id = submit(&client, &spec).await.unwrap();
+    until(&client, &id, "running", |d| d.state.client_status == ClientStatus::Running).await;
+
+    let list: Vec<AllocSummary> = client.json(Method::GET, "/v1/allocations", None).await.unwrap();
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0].tasks["web"], TaskStatus::Running);
+
+    let log_file = agent.data_dir.join(format!("allocs/{id}/web/logs/web.stdout.0"));
+    eventually("the task printed", || std::fs::metadata(&log_file).is_ok_and(|m| m.len() > 0));
+    let logs =
+        client.call(Method::GET, &format!("/v1/allocations/{id}/logs/web"), None).await.unwrap();
+    assert_eq!(&logs[..], b"started\n");
+
+    // The CLI shows the same, and stops it.
+    let status = agent.cli(&["alloc", "status", &id[..8]]);
+    assert!(status.status.success(), "{status:?}");
+    assert!(String::from_utf8_lossy(&status.stdout).contains("web"), "{status:?}");
+    let stop = agent.cli(&["alloc", "stop", &id[..8]]);
+    assert!(stop.status.success(), "{stop:?}");
+    let detail = until(&client, &id, "stopped", |d| d.done).await;
+    assert_eq!(detail.state.client_status, ClientStatus::Complete);
+    let logs = agent.cli(&["alloc", "logs", &id, "web"]);
+    assert_eq!(String::from_utf8_lossy(&logs.stdout), "started\nbye\n");
+
+    let metrics = client.call(Method::GET, "/v1/metrics", None).await.unwrap();
+    let metrics = String::from_utf8_lossy(&metrics);
+    assert!(metrics.contains("wharf_task_starts_total 1\n"), "{metrics}");
+    assert!(metrics.contains("wharf_allocs{status=\"complete\"} 1\n"), "{metrics}");
+    assert!(agent.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_agent_reattaches_and_learns_how_tasks_ended() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = AgentProcess::start(dir.path(), "");
+    let client = agent.client();
+    let forever = submit(
+        &client,
+        &job(
+            "forever",
+            "service",
+            &sh_task("t", "echo $$ > \"$WHARF_TASK_DIR/pid\"; exec sleep 1000"),
+        ),
+    )
+    .await
+    .unwrap();
+    let brief_task = format!(
+        "{}restart = {{ attempts = 0 }}\n",
+        sh_task(
+            "t",
+            "echo $$ > \"$WHARF_TASK_DIR/pid\"; while [ ! -e \"$WHARF_TASK_DIR/go\" ]; do sleep 0.05; done; exit 7"
+        )
+    );
+    let brief = submit(&client, &job("brief", "batch", &brief_task)).await.unwrap();
+    for id in [&forever, &brief] {
+        until(&client, id, "running", |d| d.state.client_status == ClientStatus::Running).await;
+    }
+    let allocs_dir = agent.data_dir.join("allocs");
+    let pid_file = |id: &str| allocs_dir.join(format!("{id}/t/pid"));
+    eventually("pid files", || pid_file(&forever).exists() && pid_file(&brief).exists());
+    let forever_pid = read_pid(&pid_file(&forever));
+    let brief_pid = read_pid(&pid_file(&brief));
+    let brief_go = allocs_dir.join(format!("{brief}/t/go"));
+
+    let (data_dir, config) = agent.kill9();
+    assert!(alive(forever_pid) && alive(brief_pid), "tasks outlive the agent");
+    // While the agent is away, the brief task ends with exit code 7.
+    std::fs::write(&brief_go, "").unwrap();
+    eventually("the brief task ended", || !alive(brief_pid));
+
+    let agent = AgentProcess::launch(data_dir, config);
+    let client = agent.client();
+    let detail = until(&client, &forever, "reattached", |d| {
+        d.state.task_states["t"].events.iter().any(|e| e.kind == TaskEventKind::Reattached)
+    })
+    .await;
+    assert_eq!(detail.state.client_status, ClientStatus::Running);
+    assert_eq!(read_pid(&pid_file(&forever)), forever_pid, "the same process, not a second copy");
+    assert!(alive(forever_pid));
+    let started = detail.state.task_states["t"]
+        .events
+        .iter()
+        .filter(|e| e.kind == TaskEventKind::Started)
+        .count();
+    assert_eq!(started, 1, "started once, ever");
+
+    let brief_detail = until(&client, &brief, "finished", |d| d.done).await;
+    assert_eq!(brief_detail.state.client_status, ClientStatus::Failed);
+    assert!(
+        brief_detail.state.task_states["t"]
+            .events
+            .iter()
+            .any(|e| matches!(e.kind, TaskEventKind::Terminated { exit_code: 7, .. })),
+        "{:?}",
+        brief_detail.state.task_states["t"].events
+    );
+    client.call(Method::POST, &format!("/v1/allocations/{forever}/stop"), None).await.unwrap();
+    until(&client, &forever, "stopped", |d| d.done).await;
+    assert!(!alive(forever_pid));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_refused_clearly_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = AgentProcess::start(dir.path(), "max_body_bytes = 4096\n");
+    let client = agent.client();
+    let valid = job("ok", "batch", &sh_task("t", "true"));
+    let cases: Vec<(&str, Vec<u8>, StatusCode, &str)> = vec![
+        (
+            "malformed",
+            b"[job\nid = ".to_vec(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "TOML parse error",
+        ),
+        (
+            "unknown field",
+            valid.replace("type = ", "colour = \"red\"\ntype = ").into_bytes(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "unknown field `colour`",
+        ),
+        (
+            "traversal",
+            valid.replace("name = \"t\"", "name = \"../etc\"").into_bytes(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "group.task[0].name",
+        ),
+        (
+            "missing command",
+            job("x", "batch", "[[group.task]]\nname = \"t\"\ndriver = \"raw_exec\"\nconfig = {}\n")
+                .into_bytes(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "command",
+        ),
+        (
+            "unknown driver",
+            valid.replace("raw_exec", "docker").into_bytes(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "unknown driver \"docker\"",
+        ),
+        (
+            "oversized",
+            format!("{valid}#{}", "x".repeat(8192)).into_bytes(),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "larger than the limit of 4096 bytes",
+        ),
+        ("not utf-8", vec![0xff, 0xfe, 0x00], StatusCode::BAD_REQUEST, "not UTF-8"),
+    ];
+    for (case, body, status, phrase) in cases {
+        match client.call(Method::POST, "/v1/allocations", Some(("application/toml", body))).await {
+            Err(ClientError::Api { status: got, message }) => {
+                assert_eq!(got, status, "{case}: {message}");
+                assert!(message.contains(phrase), "{case}: {message:?} lacks {phrase:?}");
+            }
+            other => panic!("{case}: {other:?}"),
+        }
+    }
+    for (token, status) in
+        [(None, StatusCode::UNAUTHORIZED), (Some("wrong-token-wrong-token"), StatusCode::FORBIDDEN)]
+    {
+        let client = Client::new(&agent.address, token.map(str::to_owned));
+        match client.call(Method::GET, "/v1/allocations", None).await {
+            Err(ClientError::Api { status: got, message }) => assert_eq!(got, status, "{message}"),
+            other => panic!("{token:?}: {other:?}"),
+        }
+        assert!(
+            client.call(Method::GET, "/v1/health", None).await.is_ok(),
+            "health needs no token"
+        );
+    }
+    let not_found = client.call(Method::GET, "/v1/allocations/nope", None).await;
+    assert!(matches!(not_found, Err(ClientError::Api { status: StatusCode::NOT_FOUND, .. })));
+    let bad_signal = client
+        .call(
+            Method::POST,
+            "/v1/allocations/nope/signal",
+            Some(("application/json", b"{}".to_vec())),
+        )
+        .await;
+    assert!(matches!(bad_signal, Err(ClientError::Api { status, .. }) if status.is_client_error()));
+
+    // Nothing was persisted, and the agent still works.
+    let list: Vec<AllocSummary> = client.json(Method::GET, "/v1/allocations", None).await.unwrap();
+    assert!(list.is_empty());
+    let id = submit(&client, &valid).await.unwrap();
+    until(&client, &id, "finished", |d| d.done).await;
+    let (data_dir, _) = agent.kill9();
+    let allocs: Vec<_> = std::fs::read_dir(data_dir.join("allocs")).unwrap().collect();
+    assert_eq!(allocs.len(), 1, "only the valid allocation has a directory");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_removes_the_oldest_finished_allocations_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = AgentProcess::start(dir.path(), "[gc]\nmax_allocs = 2\ninterval = \"100ms\"\n");
+    let client = agent.client();
+    let running =
+        submit(&client, &job("svc", "service", &sh_task("t", "exec sleep 1000"))).await.unwrap();
+    let mut finished = Vec::new();
+    for i in 0..4 {
+        let id =
+            submit(&client, &job(&format!("b{i}"), "batch", &sh_task("t", "true"))).await.unwrap();
+        until(&client, &id, "finished", |d| d.done).await;
+        finished.push(id);
+    }
+    let wait = async {
+        loop {
+            let list: Vec<AllocSummary> =
+                client.json(Method::GET, "/v1/allocations", None).await.unwrap();
+            if list.len() == 3 {
+                return list;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let list = tokio::time::timeout(LIMIT, wait).await.expect("gc ran");
+    let ids: Vec<&str> = list.iter().map(|a| a.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [running.as_str(), finished[2].as_str(), finished[3].as_str()],
+        "the two oldest finished are gone"
+    );
+    for gone in &finished[..2] {
+        assert!(!agent.data_dir.join("allocs").join(gone).exists(), "its directory is gone");
+    }
+    for kept in [&running, &finished[2], &finished[3]] {
+        assert!(agent.data_dir.join("allocs").join(kept).exists());
+    }
+    let detail: AllocDetail =
+        client.json(Method::GET, &format!("/v1/allocations/{running}"), None).await.unwrap();
+    assert_eq!(
+        detail.state.client_status,
+        ClientStatus::Running,
+        "running allocations are never collected"
+    );
+}
+
+#[test]
+fn run_works_with_no_agent_and_validate_checks_files() {
+    shim_beside_wharf();
+    let dir = tempfile::tempdir().unwrap();
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let wharf = |args: &[&str], file: &str| {
+        Command::new(WHARF)
+            .args(args)
+            .arg(examples.join(file))
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+    };
+    let run = wharf(&["--address", "127.0.0.1:9", "run"], "hello.toml");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{run:?}");
+    assert!(stdout.contains("==> allocation complete"), "{stdout}");
+    for line in [
+        "prepare      Terminated",
+        "main         Started",
+        "heartbeat    Leader Task Dead",
+        "cleanup      Terminated",
+    ] {
+        assert!(stdout.contains(line), "{line:?} missing from:\n{stdout}");
+    }
+    let failing = wharf(&["--address", "127.0.0.1:9", "run"], "failing.toml");
+    assert_eq!(failing.status.code(), Some(1), "{failing:?}");
+    let output = String::from_utf8_lossy(&failing.stdout);
+    assert_eq!(output.matches("flaky        Restarting").count(), 2, "{output}");
+    assert_eq!(output.matches("flaky        Not Restarting").count(), 1, "{output}");
+
+    let ok = wharf(&["validate"], "service.toml");
+    assert!(ok.status.success(), "{ok:?}");
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[job]\nid = \"x\"\ntype = \"batch\"\n[group]\nname = \"g\"\n[[group.task]]\nname = \"a b\"\ndriver = \"raw_exec\"\n").unwrap();
+    let invalid = wharf(&["validate"], bad.to_str().unwrap());
+    assert_eq!(invalid.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&invalid.stderr).contains("group.task[0].name"), "{invalid:?}");
+}
