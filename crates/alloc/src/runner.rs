@@ -93,6 +93,8 @@ struct Shared {
     state: watch::Sender<AllocState>,
     coordinator: Mutex<Coordinator>,
     deployment: Mutex<Option<DeploymentStatus>>,
+    /// The deployment status last written to the store, so an unchanged one is not rewritten.
+    persisted_deployment: Mutex<Option<DeploymentStatus>>,
     forced: Mutex<Option<(ClientStatus, String)>>,
     queued_update: Mutex<Option<Allocation>>,
     update_ready: Notify,
@@ -164,6 +166,7 @@ impl AllocRunner {
                 state: watch::channel(initial).0,
                 coordinator: Mutex::new(Coordinator::new()),
                 deployment: Mutex::new(None),
+                persisted_deployment: Mutex::new(None),
                 forced: Mutex::new(None),
                 queued_update: Mutex::new(None),
                 update_ready: Notify::new(),
@@ -232,6 +235,7 @@ impl AllocRunner {
     /// status comes back too. Call before [`AllocRunner::run`].
     pub async fn restore(&self, stored: &StoredAlloc) -> Result<(), AllocError> {
         *self.shared.deployment.lock() = stored.deployment_status.clone();
+        *self.shared.persisted_deployment.lock() = stored.deployment_status.clone();
         for task in &self.shared.tasks {
             task.restore(stored.tasks.get(task.name())).await?;
         }
@@ -717,16 +721,18 @@ impl AllocRunner {
     async fn persist_deployment(&self) {
         let s = &self.shared;
         let Some(deployment) = s.deployment.lock().clone() else { return };
+        if s.persisted_deployment.lock().as_ref() == Some(&deployment) {
+            return;
+        }
         let destroyed = s.records.lock().await;
         if *destroyed {
             return;
         }
-        let stored =
-            s.store.load_alloc(&s.id).await.ok().flatten().and_then(|a| a.deployment_status);
-        if stored.as_ref() != Some(&deployment)
-            && let Err(error) = s.store.put_deployment_status(&s.id, &deployment).await
-        {
-            tracing::error!(alloc_id = %s.id, %error, "persisting the deployment status failed");
+        match s.store.put_deployment_status(&s.id, &deployment).await {
+            Ok(()) => *s.persisted_deployment.lock() = Some(deployment),
+            Err(error) => {
+                tracing::error!(alloc_id = %s.id, %error, "persisting the deployment status failed")
+            }
         }
     }
 }

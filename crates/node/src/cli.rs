@@ -91,6 +91,9 @@ enum AllocCommand {
         /// Print the runner-list protocol (DESIGN.md) for a prober.
         #[arg(long)]
         probe: bool,
+        /// The agent's configuration, to find its data when no agent answers (--probe).
+        #[arg(long)]
+        config: Option<PathBuf>,
     },
     /// Show an allocation's tasks and recent events.
     Status {
@@ -360,8 +363,14 @@ fn clock_time(time: Timestamp) -> String {
 
 async fn alloc(client: &Client, command: AllocCommand, json: bool) -> anyhow::Result<()> {
     match command {
-        AllocCommand::List { probe: true } => crate::probe::print(client).await,
-        AllocCommand::List { probe: false } => {
+        AllocCommand::List { probe: true, config } => {
+            let config = match config {
+                Some(path) => NodeConfig::load(&path)?,
+                None => NodeConfig::default(),
+            };
+            crate::probe::print(client, &config).await
+        }
+        AllocCommand::List { probe: false, .. } => {
             let allocs: Vec<AllocSummary> =
                 client.json(Method::GET, "/v1/allocations", None).await?;
             if json {

@@ -13,10 +13,10 @@ use wharf_driver::{Driver, RunState};
 use wharf_store::{RedbStore, StateStore, StoreError};
 
 /// Prints the probe lines.
-pub async fn print(client: &Client) -> anyhow::Result<()> {
+pub async fn print(client: &Client, config: &NodeConfig) -> anyhow::Result<()> {
     let lines = match client.call(Method::GET, "/v1/probe", None).await {
         Ok(text) => String::from_utf8_lossy(&text).lines().map(str::to_owned).collect(),
-        Err(ClientError::Unreachable { .. }) => offline(&NodeConfig::default()).await,
+        Err(ClientError::Unreachable { .. }) => offline(config).await,
         Err(other) => return Err(other.into()),
     };
     let mut out = std::io::stdout().lock();

@@ -302,6 +302,85 @@ async fn a_killed_agent_reattaches_and_learns_how_tasks_ended() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_probe_lists_live_allocations_stale_ones_and_a_broken_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = AgentProcess::start(dir.path(), "");
+    let client = agent.client();
+    let live = submit(
+        &client,
+        &job(
+            "live",
+            "service",
+            &sh_task("t", "echo $$ > \"$WHARF_TASK_DIR/pid\"; exec sleep 1000"),
+        ),
+    )
+    .await
+    .unwrap();
+    let gone = submit(
+        &client,
+        &job(
+            "gone",
+            "service",
+            &sh_task("t", "echo $$ > \"$WHARF_TASK_DIR/pid\"; exec sleep 1000"),
+        ),
+    )
+    .await
+    .unwrap();
+    for id in [&live, &gone] {
+        until(&client, id, "running", |d| d.state.client_status == ClientStatus::Running).await;
+    }
+    let probe = agent.cli(&["alloc", "list", "--probe"]);
+    let mut lines: Vec<String> =
+        String::from_utf8_lossy(&probe.stdout).lines().map(str::to_owned).collect();
+    lines.sort();
+    let mut want = vec![live.clone(), gone.clone()];
+    want.sort();
+    assert_eq!(lines, want, "{probe:?}");
+
+    // With the agent gone, the probe reads the store: a task that died meanwhile is stale.
+    let allocs_dir = agent.data_dir.join("allocs");
+    let pid = |id: &str| {
+        let file = allocs_dir.join(format!("{id}/t/pid"));
+        eventually("pid file", || file.exists());
+        read_pid(&file)
+    };
+    let (live_pid, gone_pid) = (pid(&live), pid(&gone));
+    let (data_dir, config) = agent.kill9();
+    let killed = Command::new("kill").args(["-KILL", &gone_pid.to_string()]).status().unwrap();
+    assert!(killed.success());
+    eventually("the task is gone", || !alive(gone_pid));
+    let offline = Command::new(WHARF)
+        .args(["--address", "127.0.0.1:9", "alloc", "list", "--probe", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(offline.status.success(), "{offline:?}");
+    let mut lines: Vec<String> =
+        String::from_utf8_lossy(&offline.stdout).lines().map(str::to_owned).collect();
+    lines.sort();
+    let mut want = vec![live.clone(), format!("{gone} stale")];
+    want.sort();
+    assert_eq!(lines, want, "{offline:?}");
+
+    // Back up: the agent reconciles; then stop what still runs.
+    let agent = AgentProcess::launch(data_dir, config);
+    let client = agent.client();
+    for id in [&live, &gone] {
+        client.call(Method::POST, &format!("/v1/allocations/{id}/stop"), None).await.unwrap();
+        until(&client, id, "stopped", |d| d.done).await;
+    }
+    assert!(!alive(live_pid));
+    drop(agent);
+
+    // A node with no healthy driver cannot take work.
+    let dir = tempfile::tempdir().unwrap();
+    let broken = AgentProcess::start(dir.path(), "[drivers.raw_exec]\nenabled = false\n");
+    let probe = broken.cli(&["alloc", "list", "--probe"]);
+    assert_eq!(String::from_utf8_lossy(&probe.stdout), "broken\n", "{probe:?}");
+    assert!(probe.status.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_refused_clearly_and_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let agent = AgentProcess::start(dir.path(), "max_body_bytes = 4096\n");
@@ -434,6 +513,8 @@ async fn gc_removes_the_oldest_finished_allocations_and_nothing_else() {
         ClientStatus::Running,
         "running allocations are never collected"
     );
+    client.call(Method::POST, &format!("/v1/allocations/{running}/stop"), None).await.unwrap();
+    until(&client, &running, "stopped", |d| d.done).await;
 }
 
 #[test]
