@@ -24,7 +24,6 @@ use tokio::sync::watch;
 use tracing::Instrument;
 use wharf_driver::ExitResult;
 
-/// A shim that has been started and has not yet said whether the task runs.
 /// A shim that has been started and has not yet said whether the task runs. Dropped before
 /// [`Launched::started`] (a failed start, a timeout, or a caller that gave up on the start),
 /// it closes the report pipe, which tells a shim that has not reported yet to kill its task
