@@ -28,6 +28,10 @@ pub(crate) fn run(effort: Effort) -> Vec<Row> {
             return Vec::new();
         }
     };
+    // A thousand tasks hold a thousand pidfds, as an agent's would.
+    if let Err(e) = RawExecDriver::raise_fd_limit() {
+        eprintln!("cannot raise the descriptor limit: {e}");
+    }
     let runtime =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let driver = Arc::new(RawExecDriver::with_shim(&shim));

@@ -113,6 +113,14 @@ impl RawExecDriver {
         RawExecDriver::new(RawExecOptions { shim_path: Some(path.into()), ..Default::default() })
     }
 
+    /// Raises the process's soft limit on open descriptors to its hard limit and returns it.
+    /// Each running task holds one descriptor in the agent (its shim's pidfd), so an agent
+    /// that runs many tasks calls this once at startup; the usual soft default of 1,024 would
+    /// stop it near a thousand tasks.
+    pub fn raise_fd_limit() -> Result<u64, ExecError> {
+        sys::raise_fd_limit().map_err(|source| ExecError::Sys { call: "setrlimit", source })
+    }
+
     /// The shim program this driver starts.
     pub fn shim_path(&self) -> &Path {
         &self.shim

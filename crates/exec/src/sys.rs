@@ -275,6 +275,20 @@ pub(crate) fn close_inherited_fds() {
     unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
 }
 
+/// Raises this process's soft limit on open descriptors to its hard limit; returns the new
+/// soft limit.
+pub(crate) fn raise_fd_limit() -> io::Result<u64> {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `limit` is a valid, writable rlimit for the call.
+    check(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) }.into())?;
+    if limit.rlim_cur < limit.rlim_max {
+        limit.rlim_cur = limit.rlim_max;
+        // SAFETY: `limit` is a valid rlimit for the call.
+        check(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) }.into())?;
+    }
+    Ok(limit.rlim_cur)
+}
+
 /// A new pipe, both ends close-on-exec: `(read end, write end)`.
 pub(crate) fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [-1; 2];
@@ -520,6 +534,14 @@ mod tests {
         for garbage in ["", "42 (x)", "42 (x) S 1 2", "no parens at all 1 2 3"] {
             assert_eq!(ProcStat::parse(garbage), None, "{garbage:?}");
         }
+    }
+
+    #[test]
+    fn the_descriptor_limit_rises_to_the_hard_limit() {
+        let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: `limit` is a valid, writable rlimit for the call.
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) }, 0);
+        assert_eq!(raise_fd_limit().unwrap(), limit.rlim_max);
     }
 
     #[test]
