@@ -8,6 +8,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr, clippy::disallowed_methods)]
 
 mod alloc;
+mod exec;
 mod heap;
 mod report;
 mod store;
@@ -37,13 +38,17 @@ impl Effort {
 fn main() -> ExitCode {
     let mut quick = false;
     let mut out = None;
+    let mut only: Option<String> = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--quick" => quick = true,
             "--out" => out = args.next().map(PathBuf::from),
+            "--only" => only = args.next(),
             other => {
-                eprintln!("unknown argument {other:?}; usage: wharf-bench [--quick] [--out FILE]");
+                eprintln!(
+                    "unknown argument {other:?}; usage: wharf-bench [--quick] [--out FILE] [--only store|alloc|exec]"
+                );
                 return ExitCode::from(2);
             }
         }
@@ -51,9 +56,17 @@ fn main() -> ExitCode {
     let effort =
         if quick { Effort { runs: 1, scale: 0.02 } } else { Effort { runs: 5, scale: 1.0 } };
 
+    let wanted = |scenario: &str| only.as_deref().is_none_or(|o| o == scenario);
     let mut rows: Vec<Row> = Vec::new();
-    rows.extend(store::run(effort));
-    rows.extend(alloc::run(effort));
+    if wanted("store") {
+        rows.extend(store::run(effort));
+    }
+    if wanted("alloc") {
+        rows.extend(alloc::run(effort));
+    }
+    if wanted("exec") {
+        rows.extend(exec::run(effort));
+    }
 
     let report = Report::new(rows);
     let text = report.markdown(quick);

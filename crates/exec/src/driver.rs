@@ -14,7 +14,7 @@ use crate::config::{RawExecConfig, check_env, resolve_command, resolve_work_dir}
 use crate::error::ExecError;
 use crate::handle::{DRIVER_STATE_VERSION, ShimState};
 use crate::launch::{self, Watch};
-use crate::protocol::{EXIT_FILE, SHIM_LOG, ShimArgs, Stage, StartReport};
+use crate::protocol::{SHIM_LOG, ShimArgs, Stage, StartReport};
 use crate::sys::{self, Pid, ProcStat};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
@@ -63,6 +63,8 @@ impl Default for RawExecOptions {
 #[derive(Debug)]
 pub struct RawExecDriver {
     shim: PathBuf,
+    /// This boot's id, read once: it cannot change while the agent runs.
+    boot_id: String,
     options: RawExecOptions,
     tasks: Mutex<HashMap<TaskId, Arc<Task>>>,
     events: broadcast::Sender<DriverEvent>,
@@ -102,12 +104,21 @@ impl RawExecDriver {
     pub fn new(options: RawExecOptions) -> RawExecDriver {
         let shim = options.shim_path.clone().unwrap_or_else(default_shim_path);
         let (events, _) = broadcast::channel(64);
-        RawExecDriver { shim, options, tasks: Mutex::default(), events }
+        let boot_id = sys::boot_id().unwrap_or_default();
+        RawExecDriver { shim, boot_id, options, tasks: Mutex::default(), events }
     }
 
     /// A driver with default options and the shim at `path`.
     pub fn with_shim(path: impl Into<PathBuf>) -> RawExecDriver {
         RawExecDriver::new(RawExecOptions { shim_path: Some(path.into()), ..Default::default() })
+    }
+
+    /// Raises the process's soft limit on open descriptors to its hard limit and returns it.
+    /// Each running task holds one descriptor in the agent (its shim's pidfd), so an agent
+    /// that runs many tasks calls this once at startup; the usual soft default of 1,024 would
+    /// stop it near a thousand tasks.
+    pub fn raise_fd_limit() -> Result<u64, ExecError> {
+        sys::raise_fd_limit().map_err(|source| ExecError::Sys { call: "setrlimit", source })
     }
 
     /// The shim program this driver starts.
@@ -192,7 +203,8 @@ fn start_failure(stage: Stage, errno: i32, message: String) -> DriverError {
             | libc::EPERM => DriverError::invalid_config("config.command", message),
             _ => DriverError::other(message),
         },
-        Stage::Logs | Stage::Setup => DriverError::other(message),
+        Stage::WorkDir => DriverError::invalid_config("config.work_dir", message),
+        Stage::Setup => DriverError::other(message),
     }
 }
 
@@ -246,32 +258,24 @@ impl Driver for RawExecDriver {
         }
         let work_dir = resolve_work_dir(&config.task_dir, raw.work_dir.as_deref())?;
         let program = resolve_command("config.command", &raw.command, &config.env, &work_dir)?;
-        if !self.shim.is_file() || !sys::executable(&self.shim) {
-            return Err(ExecError::ShimMissing { path: self.shim.clone() }.into());
-        }
         if self.tasks.lock().get(&config.id).is_some_and(|t| t.exited().is_none()) {
             return Err(DriverError::other(format!("task {} is already running", config.id)));
         }
 
+        // Each system call here shows in the start latency: the shim makes the run directory
+        // (after it has reported the start), the agent only checks the log directory.
         let run_dir = run_dir(&config);
-        std::fs::create_dir_all(&run_dir).map_err(io_error("create", &run_dir))?;
-        std::fs::create_dir_all(&config.logs.dir).map_err(io_error("create", &config.logs.dir))?;
-        let stale = run_dir.join(EXIT_FILE);
-        match std::fs::remove_file(&stale) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io_error("remove", &stale)(e).into()),
+        if !config.logs.dir.is_dir() {
+            std::fs::create_dir_all(&config.logs.dir)
+                .map_err(io_error("create", &config.logs.dir))?;
         }
         let log = run_dir.join(SHIM_LOG);
-        let shim_log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .map_err(io_error("open", &log))?;
         let args = ShimArgs {
             run_dir: run_dir.clone(),
             work_dir: work_dir.clone(),
-            log_dir: config.logs.dir.clone(),
+            // The shim moves into the working directory, so a relative path would move too.
+            log_dir: std::path::absolute(&config.logs.dir)
+                .map_err(io_error("resolve", &config.logs.dir))?,
             log_name: name.into(),
             max_file_bytes: config.logs.max_file_bytes,
             max_files: config.logs.max_files.max(1),
@@ -280,20 +284,24 @@ impl Driver for RawExecDriver {
             args: raw.args.iter().map(Into::into).collect(),
         };
 
-        let launched = launch::spawn_shim(&self.shim, &args, &config.env, shim_log)?;
+        // From here on, an error (or this future being dropped) drops `launched`, which makes
+        // the shim kill its task, if it started one, and reaps the shim.
+        let launched = launch::spawn_shim(&self.shim, &args, &config.env)?;
+        let shim_pid = launched.pid();
+        // The shim is our unreaped child: its /proc entry is there even if it has exited.
+        let shim_start_ticks = ProcStat::read(shim_pid.get()).map_or(0, |s| s.start_ticks);
         let (task_pid, task_start_ticks) =
             match launched.report(self.options.start_timeout, &log).await? {
                 StartReport::Started { pid, start_ticks } => (pid, start_ticks),
                 StartReport::Failed { stage, errno, message } => {
+                    launched.reap_failed().await;
                     return Err(start_failure(stage, errno, message));
                 }
             };
-        // The shim is our unreaped child: its /proc entry is there even if it has exited.
-        let shim_start_ticks = ProcStat::read(launched.pid.get()).map_or(0, |s| s.start_ticks);
         let state = ShimState {
             version: DRIVER_STATE_VERSION,
-            boot_id: sys::boot_id().unwrap_or_default(),
-            shim_pid: launched.pid.get().into(),
+            boot_id: self.boot_id.clone(),
+            shim_pid: shim_pid.get().into(),
             shim_start_ticks,
             task_pid: task_pid.into(),
             task_start_ticks,
@@ -309,13 +317,17 @@ impl Driver for RawExecDriver {
             exit,
         };
         let span = task.span();
-        let watch = Watch {
-            shim_pidfd: launched.pidfd,
-            own_child: Some(launched.pid),
-            run_dir,
-            task: state.task(),
-        };
-        launch::watch(watch, exit_tx, span.clone())?;
+        let watched = launched.started().and_then(|shim_pidfd| {
+            let watch =
+                Watch { shim_pidfd, own_child: Some(shim_pid), run_dir, task: state.task() };
+            launch::watch(watch, exit_tx, span.clone())
+        });
+        if let Err(e) = watched {
+            // Nobody could learn how the task ends: take it down rather than leave it unowned.
+            launch::kill_orphan(&state.task());
+            launch::abandon(shim_pid);
+            return Err(e.into());
+        }
         span.in_scope(|| tracing::info!(pid = task_pid, shim_pid = state.shim_pid, "task started"));
         self.register(config.id.clone(), task);
         Ok(TaskHandle {
@@ -353,7 +365,7 @@ impl Driver for RawExecDriver {
             exit,
         };
         let span = task.span();
-        let same_boot = sys::boot_id().is_ok_and(|boot| boot == state.boot_id);
+        let same_boot = !self.boot_id.is_empty() && self.boot_id == state.boot_id;
         // The shim, if it is still the recorded process. Its pidfd then stays bound to it.
         let shim = if same_boot { state.shim().open()? } else { None };
         let shim_running = match &shim {
@@ -458,10 +470,6 @@ impl Driver for RawExecDriver {
                 error = %e,
                 "cannot remove the run directory"
             ),
-        }
-        // Only if no other run is left in it.
-        if let Some(parent) = run_dir.parent() {
-            let _ = std::fs::remove_dir(parent);
         }
         Ok(())
     }

@@ -16,7 +16,6 @@ use crate::handle::Identity;
 use crate::protocol::{self, EXIT_FILE, ShimArgs, StartReport};
 use crate::sys::{self, Pid, WaitStatus};
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -25,13 +24,18 @@ use tokio::sync::watch;
 use tracing::Instrument;
 use wharf_driver::ExitResult;
 
-/// A shim that has been started and has not yet said whether the task runs.
+/// A shim that has been started and has not yet said whether the task runs. Dropped before
+/// [`Launched::started`] (a failed start, a timeout, or a caller that gave up on the start),
+/// it closes the report pipe, which tells a shim that has not reported yet to kill its task
+/// and exit, and reaps the shim in the background.
 #[derive(Debug)]
 pub(crate) struct Launched {
-    pub(crate) pid: Pid,
+    pid: Pid,
     /// Readable once the shim exits.
-    pub(crate) pidfd: OwnedFd,
-    report: OwnedFd,
+    pidfd: OwnedFd,
+    report: Option<OwnedFd>,
+    /// Whether dropping this cleans up: until the task is known to run.
+    armed: bool,
 }
 
 /// Starts a shim with exactly `env` as its environment (which the task inherits).
@@ -39,7 +43,6 @@ pub(crate) fn spawn_shim(
     shim: &Path,
     args: &ShimArgs,
     env: &BTreeMap<String, String>,
-    shim_log: File,
 ) -> Result<Launched, ExecError> {
     #[allow(clippy::disallowed_methods)] // wharf-exec is the crate that starts task processes.
     let mut command = std::process::Command::new(shim);
@@ -49,93 +52,132 @@ pub(crate) fn spawn_shim(
         .envs(env)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::from(shim_log));
-    let mut child =
-        command.spawn().map_err(|source| ExecError::SpawnShim { path: shim.to_owned(), source })?;
+        // The shim writes its diagnostics (panics included) to shim.log in the run directory.
+        .stderr(Stdio::null());
+    let mut child = command.spawn().map_err(|source| match source.kind() {
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied => {
+            ExecError::ShimMissing { path: shim.to_owned() }
+        }
+        _ => ExecError::SpawnShim { path: shim.to_owned(), source },
+    })?;
     let report = child.stdout.take().map(OwnedFd::from);
-    // Dropping a std `Child` neither kills nor reaps it; the pid is reaped below or by the
-    // watcher.
+    if let Some(pipe) = &report {
+        // Read through tokio, and without blocking when a start is abandoned.
+        let _ = sys::set_nonblocking(pipe);
+    }
+    // Dropping a std `Child` neither kills nor reaps it; `Launched` or the watcher reaps it.
     let raw = child.id();
     drop(child);
-    let pid = Pid::new(raw.into()).ok_or_else(|| ExecError::ShimFailed {
-        detail: format!("the shim got pid {raw}"),
-        log: args.run_dir.join(protocol::SHIM_LOG),
-    })?;
-    let pidfd = match sys::pidfd_open(pid) {
-        Ok(fd) => fd,
-        Err(source) => {
-            abandon(pid);
-            return Err(ExecError::Sys { call: "pidfd_open", source });
-        }
-    };
-    let Some(report) = report else {
-        abandon(pid);
+    let Some(pid) = Pid::new(raw.into()) else {
         return Err(ExecError::ShimFailed {
-            detail: "no stdout pipe".into(),
+            detail: format!("the shim got pid {raw}"),
             log: args.run_dir.join(protocol::SHIM_LOG),
         });
     };
-    Ok(Launched { pid, pidfd, report })
-}
-
-/// Kills and reaps a shim this process spawned and will not use.
-pub(crate) fn abandon(pid: Pid) {
-    let _ = sys::kill(pid, libc::SIGKILL);
-    let _ = sys::reap_blocking(pid);
+    let pidfd = match sys::pidfd_open(pid) {
+        Ok(pidfd) => pidfd,
+        Err(source) => {
+            drop(report); // The shim sees the closed pipe and gives up.
+            let _ = sys::kill(pid, libc::SIGKILL);
+            let _ = sys::reap_blocking(pid);
+            return Err(ExecError::Sys { call: "pidfd_open", source });
+        }
+    };
+    Ok(Launched { pid, pidfd, report, armed: true })
 }
 
 impl Launched {
-    /// Waits (at most `limit`) for the shim's start report. On any failure the shim is gone
-    /// (killed if need be) and reaped when this returns.
+    /// The shim's pid.
+    pub(crate) fn pid(&self) -> Pid {
+        self.pid
+    }
+
+    /// Waits (at most `limit`) for the shim's start report. A failure report is returned as
+    /// such; anything else that goes wrong is an error.
     pub(crate) async fn report(
         &self,
         limit: Duration,
         log: &Path,
     ) -> Result<StartReport, ExecError> {
-        let read = read_line(&self.report);
-        let line = match tokio::time::timeout(limit, read).await {
-            Ok(Ok(line)) => line,
-            Ok(Err(detail)) => {
-                self.finish(Duration::from_secs(5)).await;
-                return Err(ExecError::ShimFailed { detail, log: log.to_owned() });
-            }
-            Err(_) => {
-                abandon(self.pid);
-                return Err(ExecError::StartTimeout { limit, log: log.to_owned() });
-            }
+        let Some(pipe) = &self.report else {
+            return Err(ExecError::ShimFailed { detail: "no stdout pipe".into(), log: log.into() });
         };
-        match StartReport::parse(&line) {
-            Some(report @ StartReport::Started { .. }) => Ok(report),
-            Some(report @ StartReport::Failed { .. }) => {
-                // The shim exits right after a failure report.
-                self.finish(Duration::from_secs(5)).await;
-                Ok(report)
-            }
-            None => {
-                abandon(self.pid);
-                Err(ExecError::ShimFailed {
-                    detail: format!("unreadable start report {line:?}"),
-                    log: log.to_owned(),
-                })
-            }
-        }
+        let line = match tokio::time::timeout(limit, read_line(pipe)).await {
+            Ok(Ok(line)) => line,
+            Ok(Err(detail)) => return Err(ExecError::ShimFailed { detail, log: log.to_owned() }),
+            Err(_) => return Err(ExecError::StartTimeout { limit, log: log.to_owned() }),
+        };
+        StartReport::parse(&line).ok_or_else(|| ExecError::ShimFailed {
+            detail: format!("unreadable start report {line:?}"),
+            log: log.to_owned(),
+        })
     }
 
-    /// Waits up to `limit` for the shim to exit, then reaps it (killing it first if it is
-    /// still there).
-    async fn finish(&self, limit: Duration) {
+    /// After a failure report: waits (bounded) for the shim to exit and reaps it.
+    pub(crate) async fn reap_failed(mut self) {
         if let Ok(fd) = sys::async_fd_borrowed(self.pidfd.as_fd()) {
-            let _ = tokio::time::timeout(limit, fd.readable()).await;
+            let _ = tokio::time::timeout(ABANDON_GRACE, fd.readable()).await;
         }
         if !matches!(sys::try_reap(self.pid), Ok(Some(_))) {
             abandon(self.pid);
         }
+        self.armed = false;
+    }
+
+    /// The task runs: from now on the watcher owns the shim. Returns the shim's pidfd for it.
+    pub(crate) fn started(mut self) -> Result<OwnedFd, ExecError> {
+        let pidfd =
+            self.pidfd.try_clone().map_err(|source| ExecError::Sys { call: "dup", source })?;
+        self.armed = false;
+        Ok(pidfd)
     }
 }
 
+impl Drop for Launched {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        // A report already written but not read names a task nobody will own: kill it. Then
+        // closing the pipe makes a shim that has not reported yet kill its task and exit.
+        if let Some(pipe) = self.report.take() {
+            let mut buf = [0u8; 512];
+            let line = sys::read(&pipe, &mut buf).map(|n| buf[..n].to_vec()).unwrap_or_default();
+            let line = String::from_utf8_lossy(&line);
+            if let Some(StartReport::Started { pid, start_ticks }) =
+                StartReport::parse(line.lines().next().unwrap_or_default())
+            {
+                kill_orphan(&Identity { pid: Pid::new(pid.into()), start_ticks });
+            }
+        }
+        let pid = self.pid;
+        let Ok(pidfd) = self.pidfd.try_clone() else { return abandon(pid) };
+        let reap = async move {
+            if let Ok(fd) = sys::async_fd(pidfd) {
+                let _ = tokio::time::timeout(ABANDON_GRACE, fd.readable()).await;
+            }
+            if !matches!(sys::try_reap(pid), Ok(Some(_))) {
+                abandon(pid);
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn(reap)),
+            Err(_) => abandon(pid),
+        }
+    }
+}
+
+/// Kills and reaps a shim this process spawned, right now.
+pub(crate) fn abandon(pid: Pid) {
+    let _ = sys::kill(pid, libc::SIGKILL);
+    let _ = sys::reap_blocking(pid);
+}
+
+/// How long an abandoned shim gets to clean up and exit before it is killed.
+const ABANDON_GRACE: Duration = Duration::from_secs(5);
+
 /// Reads one line (without its newline) from a pipe, to EOF at most.
 async fn read_line(fd: &OwnedFd) -> Result<String, String> {
-    sys::set_nonblocking(fd).map_err(|e| format!("cannot read the shim's report: {e}"))?;
     let fd = sys::async_fd_borrowed(fd.as_fd())
         .map_err(|e| format!("cannot watch the shim's report: {e}"))?;
     let mut line = Vec::new();

@@ -106,8 +106,8 @@ impl ShimArgs {
 pub(crate) enum Stage {
     /// The shim itself could not get going (arguments, session, signals).
     Setup,
-    /// The log files could not be opened.
-    Logs,
+    /// The working directory could not be entered.
+    WorkDir,
     /// The task could not be executed.
     Spawn,
 }
@@ -116,7 +116,7 @@ impl Stage {
     fn word(self) -> &'static str {
         match self {
             Stage::Setup => "setup",
-            Stage::Logs => "logs",
+            Stage::WorkDir => "work_dir",
             Stage::Spawn => "spawn",
         }
     }
@@ -166,7 +166,7 @@ impl StartReport {
             "failed" => {
                 let stage = match words.next()? {
                     "setup" => Stage::Setup,
-                    "logs" => Stage::Logs,
+                    "work_dir" => Stage::WorkDir,
                     "spawn" => Stage::Spawn,
                     _ => return None,
                 };
@@ -254,7 +254,8 @@ mod tests {
         for report in [
             StartReport::Started { pid: 42, start_ticks: 123_456_789 },
             StartReport::Failed { stage: Stage::Spawn, errno: 2, message: "No such file".into() },
-            StartReport::Failed { stage: Stage::Logs, errno: 13, message: String::new() },
+            StartReport::Failed { stage: Stage::Setup, errno: 13, message: String::new() },
+            StartReport::Failed { stage: Stage::WorkDir, errno: 2, message: "gone".into() },
             StartReport::Failed { stage: Stage::Setup, errno: 0, message: "two\nlines".into() },
         ] {
             let line = report.line();

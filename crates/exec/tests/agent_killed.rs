@@ -34,10 +34,20 @@ fn main() -> ExitCode {
         println!("{NAME}: test");
         return ExitCode::SUCCESS;
     }
-    // Honour a test-name filter as libtest would.
-    if let Some(filter) = args.iter().find(|a| !a.starts_with('-'))
-        && !NAME.contains(filter.as_str())
-    {
+    // Honour libtest's filters: names to run, and `--skip` names not to.
+    let (mut filters, mut skips) = (Vec::new(), Vec::new());
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "--skip" => skips.extend(rest.next()),
+            "--test-threads" | "--logfile" | "--color" | "--format" | "-Z" => drop(rest.next()),
+            flag if flag.starts_with('-') => {}
+            filter => filters.push(filter),
+        }
+    }
+    let wanted = (filters.is_empty() || filters.iter().any(|f| NAME.contains(f)))
+        && !skips.iter().any(|s| NAME.contains(s.as_str()));
+    if !wanted {
         println!("0 passed, 0 failed");
         return ExitCode::SUCCESS;
     }

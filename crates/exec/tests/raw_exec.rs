@@ -6,6 +6,7 @@
 mod common;
 
 use common::*;
+use std::future::Future;
 use std::time::Duration;
 use tokio::time::{Instant, timeout};
 use wharf_driver::{Driver, DriverError, ExitResult, Health, RunState, TaskHandle};
@@ -64,6 +65,16 @@ async fn the_environment_is_exactly_the_tasks() {
     // sh adds PWD (and sometimes SHLVL and _) itself; nothing comes from the test process.
     lines.retain(|l| !l.starts_with("PWD=") && !l.starts_with("SHLVL=") && !l.starts_with("_="));
     assert_eq!(lines, ["PATH=/usr/local/bin:/usr/bin:/bin", "WHARF_TEST=yes"]);
+}
+
+#[tokio::test]
+async fn a_task_has_only_stdin_stdout_and_stderr_open() {
+    let root = tempfile::tempdir().unwrap();
+    let driver = driver();
+    let handle = driver.start_task(shell(root.path(), "fds", "ls /proc/$$/fd")).await.unwrap();
+    assert_eq!(wait(&driver, &handle).await, ExitResult::code(0));
+    let listed = std::fs::read_to_string(handle.config.logs.dir.join("fds.stdout.0")).unwrap();
+    assert_eq!(listed, "0\n1\n2\n");
 }
 
 #[tokio::test]
@@ -181,17 +192,20 @@ async fn a_grandchild_left_behind_by_an_exited_task_is_killed() {
 async fn signals_exec_and_stats_reach_the_running_task() {
     let root = tempfile::tempdir().unwrap();
     let driver = driver();
-    let mut config = shell(root.path(), "svc", "exec sleep 600");
+    let mut config = shell(root.path(), "svc", "sleep 600 & echo $! > ready; wait");
     config.env.insert("GREETING".into(), "hello".into());
     let dir = config.task_dir.clone();
+    mkfifo(&dir.join("ready"));
     let handle = driver.start_task(config).await.unwrap();
+    let sleep: i32 = read_fifo(&dir.join("ready")).trim().parse().unwrap();
 
     let info = driver.inspect_task(handle.id()).await.unwrap();
     assert_eq!(info.state, RunState::Running);
     assert_eq!(info.attributes["pid"], pid_of(&handle, "task_pid").to_string());
 
+    // The shell (resident, it has run) and its sleep.
     let usage = driver.task_stats(handle.id()).await.unwrap();
-    assert_eq!(usage.processes, 1, "{usage:?}");
+    assert_eq!(usage.processes, 2, "{usage:?}");
     assert!(usage.memory_rss_bytes > 0);
 
     let command = ["sh", "-c", "echo $GREETING; pwd; echo oops >&2; exit 5"].map(String::from);
@@ -215,6 +229,7 @@ async fn signals_exec_and_stats_reach_the_running_task() {
 
     driver.signal_task(handle.id(), Signal::Usr1).await.unwrap();
     assert_eq!(wait(&driver, &handle).await, ExitResult::signalled(10));
+    assert!(!alive(sleep));
     assert!(driver.signal_task(handle.id(), Signal::Usr1).await.is_err());
     assert_eq!(driver.task_stats(handle.id()).await.unwrap().processes, 0);
 }
@@ -225,7 +240,6 @@ async fn destroy_refuses_a_running_task_unless_forced_and_cleans_up() {
     let driver = driver();
     let handle = driver.start_task(shell(root.path(), "d", "exec sleep 600")).await.unwrap();
     let run_dir = std::path::PathBuf::from(handle.driver_state["run_dir"].as_str().unwrap());
-    assert!(run_dir.is_dir());
     assert!(driver.destroy_task(handle.id(), false).await.is_err());
     driver.destroy_task(handle.id(), true).await.unwrap();
     assert!(!alive(pid_of(&handle, "task_pid")));
@@ -426,4 +440,57 @@ async fn garbage_handles_are_errors_not_panics() {
             other => panic!("{:?}: {other:?}", handle.driver_state),
         }
     }
+}
+
+/// Every process id.
+fn all_pids() -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .collect()
+}
+
+/// Processes whose command line mentions `text`.
+fn processes_mentioning(text: &str) -> Vec<i32> {
+    let mentions = |pid: &i32| {
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(text))
+    };
+    all_pids().into_iter().filter(mentions).collect()
+}
+
+/// Live processes working in `dir`.
+fn processes_in(dir: &std::path::Path) -> Vec<i32> {
+    let inside = |pid: &i32| std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|c| c == dir);
+    all_pids().into_iter().filter(inside).filter(|pid| alive(*pid)).collect()
+}
+
+#[tokio::test]
+async fn an_abandoned_start_leaves_nothing_running() {
+    let root = tempfile::tempdir().unwrap();
+    let driver = driver();
+    let config = shell(root.path(), "abandoned", "sleep 600; exit 3");
+    let task_dir = config.task_dir.clone();
+    // Polled once, the start spawns the shim and waits for its report; then it is dropped, as
+    // by a caller that gave up.
+    let mut start = Box::pin(driver.start_task(config));
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    if let std::task::Poll::Ready(result) = start.as_mut().poll(&mut context) {
+        panic!("the start finished at once: {result:?}");
+    }
+    drop(start);
+    // The shim's command line names the task directory (so may the task's, caught between
+    // its clone and its exec); once they are gone, so must be every process working there.
+    let pids = processes_mentioning(&task_dir.display().to_string());
+    for pid in &pids {
+        wait_gone(*pid);
+    }
+    assert_eq!(processes_in(&task_dir), Vec::<i32>::new(), "an abandoned task still runs");
+    // The driver reaps the shim in the background: no zombie is left either.
+    let reaped = async {
+        while pids.iter().any(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists()) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    };
+    timeout(LIMIT, reaped).await.expect("the abandoned shim was never reaped");
 }

@@ -2,14 +2,18 @@
 //!
 //! The driver starts one shim per task (on the `posix_spawn` fast path: the agent forks
 //! nothing and runs no code in the child). The shim then, in this order:
-//! 1. leaves the agent's session (`setsid`), so nothing aimed at the agent's terminal or group
+//! 1. closes every descriptor it inherited beyond stdin, stdout and stderr, leaves the agent's
+//!    session (`setsid`), so nothing aimed at the agent's terminal or group
 //!    reaches it, and becomes a child subreaper, so every process the task leaves behind is
 //!    re-parented to it rather than to init;
-//! 2. opens the task's log files and starts the task in a session and process group of its own
-//!    (its pid is both ids), with the shim's environment, which the driver set to exactly the
-//!    task's;
+//! 2. starts the task with `posix_spawn` (a vfork-style clone;
+//!    the shim is small, but fork and exec still cost three times as much) in a session and
+//!    process group of its own (its pid is both ids), in its working directory, with the
+//!    shim's environment, which the driver set to exactly the task's;
 //! 3. writes one line on its stdout for the driver (the start report): the task's pid and start
-//!    time, or why it could not start;
+//!    time, or why it could not start; only then does it create files (the log files and the
+//!    run directory), the slowest step on a busy file system and not needed before the task
+//!    has run: its first output waits in the pipes;
 //! 4. copies the task's stdout and stderr into size-rotated files (module `logs`) and reaps every
 //!    child it has, until the task's main process exits;
 //! 5. then kills whatever the task left behind (its process group, and any descendant that
@@ -21,19 +25,21 @@
 //! not the agent is alive to see it. The shim is single-threaded, has no async runtime and
 //! allocates almost nothing: its private memory stays in the low hundreds of KiB.
 //!
-//! It writes its own diagnostics to `shim.log` in the run directory; it never signals anything
-//! but its own children and the task's process group, pinned by a pidfd.
+//! It writes its own diagnostics (panics included) to `shim.log` in the run directory, made
+//! only when there is something to say; it never signals anything but its own children and
+//! the task's process group, pinned by a pidfd.
 
 mod logs;
 
 use crate::protocol::{self, EXIT_FILE, SHIM_LOG, ShimArgs, Stage, StartReport};
 use crate::sys::{self, Pid, ProcStat, WaitStatus};
+use std::ffi::CString;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
-use std::path::Path;
-use std::process::{ExitCode, Stdio};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use logs::RotatingLog;
@@ -46,14 +52,19 @@ const CLEANUP_LIMIT: Duration = Duration::from_secs(5);
 /// A program that embeds the shim under another name calls this, and points the driver at
 /// itself with [`crate::RawExecOptions::shim_path`].
 pub fn main() -> ExitCode {
+    sys::close_inherited_fds();
     let args = match ShimArgs::parse(std::env::args_os().skip(1)) {
         Ok(args) => args,
         Err(message) => {
-            report(&StartReport::Failed { stage: Stage::Setup, errno: 0, message });
+            let _ = report(&StartReport::Failed { stage: Stage::Setup, errno: 0, message });
             return ExitCode::from(2);
         }
     };
-    let mut diag = Diag::open(&args.run_dir);
+    let mut diag = Diag::new(&args.run_dir);
+    let panic_log = diag.path.clone();
+    std::panic::set_hook(Box::new(move |info| {
+        Diag { path: panic_log.clone(), file: None }.note(&format!("panicked: {info}"));
+    }));
     match supervise(&args, &mut diag) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
@@ -63,23 +74,39 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// Writes the start report to the driver. If the driver is gone there is no one to tell, and
-/// the shim carries on (SIGPIPE is ignored by Rust's runtime).
-fn report(report: &StartReport) {
+/// Writes the start report to the driver; false if the driver has closed its end (it gave up
+/// on the start, or died). SIGPIPE is ignored by Rust's runtime, so that is an error here.
+fn report(report: &StartReport) -> bool {
     let mut out = io::stdout().lock();
-    let _ = out.write_all(report.line().as_bytes()).and_then(|()| out.flush());
+    out.write_all(report.line().as_bytes()).and_then(|()| out.flush()).is_ok()
 }
 
-/// Diagnostics for people, appended to `shim.log`; lost if that file cannot be opened.
-struct Diag(Option<File>);
+/// Diagnostics for people, appended to `shim.log`, which is made only when there is something
+/// to say (a start costs one file fewer); lost if it cannot be opened.
+struct Diag {
+    path: PathBuf,
+    file: Option<File>,
+}
 
 impl Diag {
-    fn open(run_dir: &Path) -> Diag {
-        Diag(OpenOptions::new().create(true).append(true).open(run_dir.join(SHIM_LOG)).ok())
+    fn new(run_dir: &Path) -> Diag {
+        Diag { path: run_dir.join(SHIM_LOG), file: None }
     }
 
     fn note(&mut self, message: &str) {
-        if let Some(file) = &mut self.0 {
+        if self.file.is_none() {
+            let open = || OpenOptions::new().create(true).append(true).open(&self.path);
+            self.file = open()
+                .or_else(|e| match self.path.parent() {
+                    // Notes can come before the run directory is made.
+                    Some(dir) if e.kind() == io::ErrorKind::NotFound => {
+                        std::fs::create_dir_all(dir).and_then(|()| open())
+                    }
+                    _ => Err(e),
+                })
+                .ok();
+        }
+        if let Some(file) = &mut self.file {
             let _ = writeln!(file, "wharf-shim[{}]: {message}", sys::getpid());
         }
     }
@@ -101,63 +128,97 @@ fn supervise(args: &ShimArgs, diag: &mut Diag) -> Result<(), String> {
     let sigchld = match setup {
         Ok(fd) => fd,
         Err(failure) => {
-            report(&failure);
+            let _ = report(&failure);
             return Err(failure.line());
         }
     };
-    let name = args.log_name.to_string_lossy();
-    let open = |stream: &str| {
-        RotatingLog::open(
-            &args.log_dir,
-            format!("{name}.{stream}"),
-            args.max_file_bytes,
-            args.max_files,
-        )
-        .map_err(|e| {
-            let path = args.log_dir.join(format!("{name}.{stream}.0"));
-            failed(Stage::Logs, &e, &format!("cannot open {}", path.display()))
-        })
-    };
-    let logs = match open("stdout").and_then(|out| Ok([out, open("stderr")?])) {
-        Ok(logs) => logs,
+    let (pid, pipes) = match spawn_task(args) {
+        Ok(spawned) => spawned,
         Err(failure) => {
-            report(&failure);
+            let _ = report(&failure);
             return Err(failure.line());
         }
     };
-
-    #[allow(clippy::disallowed_methods)] // The shim is where task processes are started.
-    let mut command = std::process::Command::new(&args.program);
-    command
-        .arg0(&args.arg0)
-        .args(&args.args)
-        .current_dir(&args.work_dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    // SAFETY: the hook runs in the forked child between fork and exec, where only
-    // async-signal-safe calls are allowed; `task_child_setup` makes only such calls (setsid,
-    // sigprocmask, signal) and allocates nothing.
-    unsafe { command.pre_exec(sys::task_child_setup) };
-    let mut child = match command.spawn() {
-        Ok(child) => child,
-        Err(e) => {
-            let failure =
-                failed(Stage::Spawn, &e, &format!("cannot run {}", args.program.display()));
-            report(&failure);
-            return Err(failure.line());
-        }
-    };
-    let pid = child.id() as i32;
-    let pipes = [child.stdout.take().map(OwnedFd::from), child.stderr.take().map(OwnedFd::from)];
     // The task is our unreaped child, so this pidfd is certainly its. It pins the process
     // group's id for the final kill.
     let pidfd = Pid::new(pid.into()).and_then(|p| sys::pidfd_open(p).ok());
     let start_ticks = ProcStat::read(pid).map_or(0, |s| s.start_ticks);
-    report(&StartReport::Started { pid, start_ticks });
+    let mut supervisor = Supervisor { pid, pidfd, sigchld, pipes, logs: [None, None], diag };
+    if !report(&StartReport::Started { pid, start_ticks }) {
+        // No handle for this task will ever exist, so nobody could stop it: it goes now. The
+        // loop below still reaps it and everything it started.
+        supervisor.diag.note("the driver went away before hearing of the start; killing the task");
+        supervisor.kill_leftovers();
+    }
 
-    let status = Supervisor { pid, pidfd, sigchld, pipes, logs, diag }.run()?;
+    // Creating files is the slowest part of a start on a busy file system, and nothing below
+    // is needed before the task has run a while: it is done after the report, off the start's
+    // path. The task's first output waits in its pipes meanwhile. A log file that cannot be
+    // opened is noted, and its output dropped, as when a disk fills up later.
+    let name = args.log_name.to_string_lossy();
+    let logs = ["stdout", "stderr"].map(|stream| {
+        let stem = format!("{name}.{stream}");
+        RotatingLog::open(&args.log_dir, stem, args.max_file_bytes, args.max_files)
+            .map_err(|e| {
+                let path = args.log_dir.join(format!("{name}.{stream}.0"));
+                supervisor
+                    .diag
+                    .note(&format!("cannot open {}, dropping the output: {e}", path.display()));
+            })
+            .ok()
+    });
+    supervisor.logs = logs;
+    // A record left by an earlier start of the same run must not pass for this one's.
+    if let Err(e) = std::fs::create_dir_all(&args.run_dir) {
+        supervisor.diag.note(&format!("cannot create {}: {e}", args.run_dir.display()));
+    }
+    match std::fs::remove_file(args.run_dir.join(EXIT_FILE)) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => {
+            supervisor.diag.note(&format!("cannot remove an old exit record: {e}"));
+        }
+        _ => {}
+    }
+
+    let status = supervisor.run()?;
     record_exit(&args.run_dir, status).map_err(|e| format!("cannot record the exit status: {e}"))
+}
+
+/// Starts the task: in the working directory (the shim moves there itself, so the task
+/// inherits it), with the shim's environment, its output on two new pipes. Returns its pid and
+/// the pipes' read ends.
+fn spawn_task(args: &ShimArgs) -> Result<(i32, [Option<OwnedFd>; 2]), StartReport> {
+    let setup = |e: io::Error, what: &str| failed(Stage::Setup, &e, what);
+    let cstring = |s: &std::ffi::OsStr| {
+        CString::new(s.as_bytes())
+            .map_err(|_| failed(Stage::Setup, &io::ErrorKind::InvalidInput.into(), "a NUL byte"))
+    };
+    let program = cstring(args.program.as_os_str())?;
+    let argv = std::iter::once(args.arg0.as_os_str())
+        .chain(args.args.iter().map(|a| a.as_os_str()))
+        .map(cstring)
+        .collect::<Result<Vec<_>, _>>()?;
+    let envp = std::env::vars_os()
+        .map(|(name, value)| {
+            let mut entry = name;
+            entry.push("=");
+            entry.push(value);
+            cstring(&entry)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    std::env::set_current_dir(&args.work_dir).map_err(|e| {
+        failed(Stage::WorkDir, &e, &format!("cannot enter {}", args.work_dir.display()))
+    })?;
+    let null = File::open("/dev/null").map_err(|e| setup(e, "/dev/null"))?;
+    let (out_read, out_write) = sys::pipe().map_err(|e| setup(e, "pipe"))?;
+    let (err_read, err_write) = sys::pipe().map_err(|e| setup(e, "pipe"))?;
+    let pid = sys::spawn_in_new_session(
+        &program,
+        &argv,
+        &envp,
+        [null.as_fd(), out_write.as_fd(), err_write.as_fd()],
+    )
+    .map_err(|e| failed(Stage::Spawn, &e, &format!("cannot run {}", args.program.display())))?;
+    Ok((pid, [Some(out_read), Some(err_read)]))
 }
 
 /// The loop that copies output and reaps children.
@@ -166,7 +227,8 @@ struct Supervisor<'d> {
     pidfd: Option<OwnedFd>,
     sigchld: OwnedFd,
     pipes: [Option<OwnedFd>; 2],
-    logs: [RotatingLog; 2],
+    /// `None` for a stream whose file could not be opened: its output is dropped.
+    logs: [Option<RotatingLog>; 2],
     diag: &'d mut Diag,
 }
 
@@ -214,7 +276,8 @@ impl Supervisor<'_> {
                     Ok(n) => {
                         // A full disk must not stop the copying: the task would block on its
                         // pipe. Say so once and drop the output.
-                        if let Err(e) = self.logs[stream].write(&buf[..n])
+                        let Some(log) = &mut self.logs[stream] else { continue };
+                        if let Err(e) = log.write(&buf[..n])
                             && !std::mem::replace(&mut log_failed[stream], true)
                         {
                             self.diag.note(&format!("cannot write the log, dropping output: {e}"));

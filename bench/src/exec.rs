@@ -1,0 +1,316 @@
+//! raw_exec scenarios: how long a start takes until the task runs, how much memory a shim
+//! costs, and starting then stopping a thousand `sleep` tasks.
+//!
+//! Figures come from real processes. The shim is the `wharf-shim` built with the same profile
+//! as this bench (the bench builds it first when run through cargo), so a release run
+//! measures a release shim.
+
+use crate::Effort;
+use crate::report::{Better, Row};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use wharf_driver::{Driver, LogConfig, TaskConfig, TaskHandle, TaskId};
+use wharf_exec::{RawExecDriver, SHIM_NAME};
+use wharf_state::Signal;
+
+const FULL_STARTS: usize = 1_000;
+const FULL_TASKS: usize = 1_000;
+/// Starts in flight at once in the many-tasks scenario, as many alloc runners would make them.
+const CONCURRENCY: usize = 16;
+
+pub(crate) fn run(effort: Effort) -> Vec<Row> {
+    let shim = match shim() {
+        Ok(shim) => shim,
+        Err(message) => {
+            eprintln!("exec scenarios skipped: {message}");
+            return Vec::new();
+        }
+    };
+    // A thousand tasks hold a thousand pidfds, as an agent's would.
+    if let Err(e) = RawExecDriver::raise_fd_limit() {
+        eprintln!("cannot raise the descriptor limit: {e}");
+    }
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let driver = Arc::new(RawExecDriver::with_shim(&shim));
+    let (mut p50, mut p99, mut spawn_p50, mut spawn_p99) = (vec![], vec![], vec![], vec![]);
+    let (mut shim_kib, mut start_all, mut stop_all, mut shims_mib, mut agent_kib) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    for run in 0..effort.runs {
+        // Each run gets fresh directories (a node does not pile up thousands of old task
+        // directories) and starts on a settled disk: what the previous run's thousand tasks
+        // wrote (fsynced exit records, removed directories) is flushed first, not measured.
+        let scratch =
+            tempfile::Builder::new().prefix("wharf-bench-exec").tempdir_in(scratch_dir()).unwrap();
+        let root = scratch.path();
+        settle();
+        let starts = effort.scaled(FULL_STARTS);
+        let latencies = runtime.block_on(start_latencies(&driver, root, run, starts));
+        p50.push(percentile(&latencies, 0.50));
+        p99.push(percentile(&latencies, 0.99));
+        let spawns = bare_spawn_latencies(starts);
+        spawn_p50.push(percentile(&spawns, 0.50));
+        spawn_p99.push(percentile(&spawns, 0.99));
+
+        shim_kib.push(runtime.block_on(one_shim_memory(&driver, root, run)));
+
+        let tasks = effort.scaled(FULL_TASKS);
+        let many = runtime.block_on(many_tasks(&driver, root, run, tasks));
+        start_all.push(many.start_seconds);
+        stop_all.push(many.stop_seconds);
+        shims_mib.push(many.shims_private_mib);
+        agent_kib.push(many.agent_kib_per_task);
+    }
+    let tasks = effort.scaled(FULL_TASKS);
+    let spawn = "posix_spawn of the task alone".to_owned();
+    vec![
+        Row {
+            name: "exec: start-to-running latency, p50".into(),
+            unit: "ms",
+            better: Better::Lower,
+            samples: p50,
+            baseline: Some((spawn.clone(), spawn_p50)),
+            target: Some("≤ 2 ms".into()),
+        },
+        Row {
+            name: "exec: start-to-running latency, p99".into(),
+            unit: "ms",
+            better: Better::Lower,
+            samples: p99,
+            baseline: Some((spawn, spawn_p99)),
+            target: None,
+        },
+        Row {
+            name: "exec: private memory of one shim".into(),
+            unit: "KiB",
+            better: Better::Lower,
+            samples: shim_kib,
+            baseline: None,
+            target: Some("≤ 1,024 KiB".into()),
+        },
+        Row {
+            name: format!("exec: start {tasks} sleep tasks ({CONCURRENCY} at a time)"),
+            unit: "s",
+            better: Better::Lower,
+            samples: start_all,
+            baseline: None,
+            target: (tasks == FULL_TASKS).then(|| "≤ 2 s".into()),
+        },
+        Row {
+            name: format!("exec: stop {tasks} tasks (SIGTERM, all at once)"),
+            unit: "s",
+            better: Better::Lower,
+            samples: stop_all,
+            baseline: None,
+            target: None,
+        },
+        Row {
+            name: format!("exec: private memory of {tasks} shims"),
+            unit: "MiB",
+            better: Better::Lower,
+            samples: shims_mib,
+            baseline: None,
+            target: None,
+        },
+        Row {
+            name: "exec: agent memory per running task".into(),
+            unit: "KiB",
+            better: Better::Lower,
+            samples: agent_kib,
+            baseline: None,
+            target: None,
+        },
+    ]
+}
+
+/// The shim to measure: built now with this bench's profile when cargo runs the bench (a
+/// no-op if it is up to date), and found beside the bench's executable.
+fn shim() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the bench binary: {e}"))?;
+    if let Ok(cargo) = std::env::var("CARGO") {
+        let mut command = std::process::Command::new(cargo);
+        command.args(["build", "--quiet", "--package", "wharf-exec", "--bin", SHIM_NAME]);
+        if !cfg!(debug_assertions) {
+            command.arg("--release");
+        }
+        let status = command.status().map_err(|e| format!("cannot build {SHIM_NAME}: {e}"))?;
+        if !status.success() {
+            return Err(format!("building {SHIM_NAME} failed ({status})"));
+        }
+    }
+    let shim = exe.with_file_name(SHIM_NAME);
+    if shim.is_file() {
+        Ok(shim)
+    } else {
+        Err(format!("{} is missing; build it with cargo build -p wharf-exec", shim.display()))
+    }
+}
+
+/// Flushes every file system's dirty data (`sync`), so that it is not written during a timing.
+fn settle() {
+    let _ = std::process::Command::new("sync").status();
+}
+
+fn task(root: &Path, name: &str, command: &str, args: &[&str]) -> TaskConfig {
+    let dir = root.join(name);
+    std::fs::create_dir_all(dir.join("logs")).unwrap();
+    TaskConfig {
+        id: TaskId::new("bench", name, 0),
+        alloc_id: "bench".into(),
+        job_id: "bench".into(),
+        group: "g".into(),
+        task_name: name.into(),
+        env: BTreeMap::from([("PATH".to_owned(), "/usr/bin:/bin".to_owned())]),
+        alloc_dir: root.join("alloc"),
+        logs: LogConfig { dir: dir.join("logs"), max_files: 2, max_file_bytes: 1 << 20 },
+        task_dir: dir,
+        resources: Default::default(),
+        driver_config: serde_json::json!({"command": command, "args": args})
+            .as_object()
+            .cloned()
+            .unwrap(),
+    }
+}
+
+/// Milliseconds from the call to `start_task` until it returns: the task has executed its
+/// program and the handle is ready.
+async fn start_latencies(
+    driver: &RawExecDriver,
+    root: &Path,
+    run: usize,
+    starts: usize,
+) -> Vec<f64> {
+    let mut latencies = Vec::with_capacity(starts);
+    for i in 0..starts {
+        let config = task(root, &format!("lat{run}-{i}"), "/bin/true", &[]);
+        let started = Instant::now();
+        let handle = driver.start_task(config).await.unwrap();
+        latencies.push(started.elapsed().as_secs_f64() * 1000.0);
+        finish(driver, &handle).await;
+    }
+    latencies
+}
+
+/// The same measure for a bare spawn of the task's program (std's `spawn` returns once the
+/// child has executed it): what the shim adds is the difference.
+fn bare_spawn_latencies(starts: usize) -> Vec<f64> {
+    (0..starts)
+        .map(|_| {
+            let started = Instant::now();
+            let mut child = std::process::Command::new("/bin/true").spawn().unwrap();
+            let elapsed = started.elapsed().as_secs_f64() * 1000.0;
+            child.wait().unwrap();
+            elapsed
+        })
+        .collect()
+}
+
+async fn finish(driver: &RawExecDriver, handle: &TaskHandle) {
+    driver.wait_task(handle.id()).await.unwrap();
+    driver.destroy_task(handle.id(), true).await.unwrap();
+}
+
+/// Private memory (clean plus dirty) of one shim running a `sleep`, in KiB.
+async fn one_shim_memory(driver: &RawExecDriver, root: &Path, run: usize) -> f64 {
+    let handle =
+        driver.start_task(task(root, &format!("mem{run}"), "sleep", &["600"])).await.unwrap();
+    let kib = private_kib(shim_pid(&handle));
+    driver.stop_task(handle.id(), Duration::from_secs(5), Signal::Term).await.unwrap();
+    finish(driver, &handle).await;
+    kib
+}
+
+fn shim_pid(handle: &TaskHandle) -> i64 {
+    handle.driver_state["shim_pid"].as_i64().unwrap()
+}
+
+/// `Private_Clean + Private_Dirty` of a process, in KiB, from `/proc/<pid>/smaps_rollup`.
+fn private_kib(pid: i64) -> f64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+    text.lines()
+        .filter(|l| l.starts_with("Private_Clean:") || l.starts_with("Private_Dirty:"))
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The resident memory of this process, in KiB.
+fn own_rss_kib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+struct Many {
+    start_seconds: f64,
+    stop_seconds: f64,
+    shims_private_mib: f64,
+    agent_kib_per_task: f64,
+}
+
+/// Starts `tasks` sleep tasks, [`CONCURRENCY`] at a time, then stops them all at once.
+async fn many_tasks(driver: &Arc<RawExecDriver>, root: &Path, run: usize, tasks: usize) -> Many {
+    let configs: Vec<TaskConfig> =
+        (0..tasks).map(|i| task(root, &format!("many{run}-{i}"), "sleep", &["600"])).collect();
+    let rss_before = own_rss_kib();
+    let started = Instant::now();
+    let mut lanes = Vec::new();
+    let per_lane = tasks.div_ceil(CONCURRENCY);
+    for lane in configs.chunks(per_lane) {
+        let (driver, lane) = (driver.clone(), lane.to_vec());
+        lanes.push(tokio::spawn(async move {
+            let mut handles = Vec::with_capacity(lane.len());
+            for config in lane {
+                handles.push(driver.start_task(config).await.unwrap());
+            }
+            handles
+        }));
+    }
+    let mut handles = Vec::with_capacity(tasks);
+    for lane in lanes {
+        handles.extend(lane.await.unwrap());
+    }
+    let start_seconds = started.elapsed().as_secs_f64();
+    let agent_kib_per_task = (own_rss_kib() - rss_before).max(0.0) / tasks as f64;
+    let shims_private_mib = handles.iter().map(|h| private_kib(shim_pid(h))).sum::<f64>() / 1024.0;
+
+    let started = Instant::now();
+    let stops: Vec<_> = handles
+        .iter()
+        .map(|h| {
+            let (driver, id) = (driver.clone(), h.id().clone());
+            tokio::spawn(async move {
+                driver.stop_task(&id, Duration::from_secs(5), Signal::Term).await.unwrap();
+            })
+        })
+        .collect();
+    for stop in stops {
+        stop.await.unwrap();
+    }
+    let stop_seconds = started.elapsed().as_secs_f64();
+    for handle in &handles {
+        finish(driver, handle).await;
+    }
+    Many { start_seconds, stop_seconds, shims_private_mib, agent_kib_per_task }
+}
+
+fn percentile(samples: &[f64], p: f64) -> f64 {
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+/// Beside the build output, on the same disk as the workspace.
+fn scratch_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench-scratch");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
