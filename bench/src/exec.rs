@@ -127,7 +127,7 @@ pub(crate) fn run(effort: Effort) -> Vec<Row> {
 
 /// The shim to measure: built now with this bench's profile when cargo runs the bench (a
 /// no-op if it is up to date), and found beside the bench's executable.
-fn shim() -> Result<PathBuf, String> {
+pub(crate) fn shim() -> Result<PathBuf, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the bench binary: {e}"))?;
     if let Ok(cargo) = std::env::var("CARGO") {
         let mut command = std::process::Command::new(cargo);

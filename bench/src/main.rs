@@ -10,6 +10,8 @@
 mod alloc;
 mod exec;
 mod heap;
+mod node;
+mod peers;
 mod report;
 mod store;
 
@@ -47,7 +49,7 @@ fn main() -> ExitCode {
             "--only" => only = args.next(),
             other => {
                 eprintln!(
-                    "unknown argument {other:?}; usage: wharf-bench [--quick] [--out FILE] [--only store|alloc|exec]"
+                    "unknown argument {other:?}; usage: wharf-bench [--quick] [--out FILE] [--only store|alloc|exec|node]"
                 );
                 return ExitCode::from(2);
             }
@@ -66,6 +68,9 @@ fn main() -> ExitCode {
     }
     if wanted("exec") {
         rows.extend(exec::run(effort));
+    }
+    if wanted("node") {
+        rows.extend(node::run(effort));
     }
 
     let report = Report::new(rows);

@@ -1,0 +1,293 @@
+//! Node scenarios, through the agent's real HTTP API with raw_exec tasks: submit-to-running
+//! latency, 1,000 allocations to all running and all stopped (beside supervisord and s6 doing
+//! the same with 1,000 processes), the agent's memory per running allocation, and restore.
+
+use crate::Effort;
+use crate::peers::{self, PeerRun};
+use crate::report::{Better, Row};
+use hyper::Method;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use wharf_node::agent::{Agent, StartOptions};
+use wharf_node::api::AllocDetail;
+use wharf_node::client::Client;
+use wharf_node::config::NodeConfig;
+use wharf_state::ClientStatus;
+
+const FULL_LATENCY_SAMPLES: usize = 200;
+const FULL_ALLOCS: usize = 1000;
+
+pub(crate) fn run(effort: Effort) -> Vec<Row> {
+    let shim = match crate::exec::shim() {
+        Ok(shim) => shim,
+        Err(error) => {
+            eprintln!("node scenarios skipped: {error}");
+            return Vec::new();
+        }
+    };
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let count = effort.scaled(FULL_ALLOCS);
+    let mut latencies = Vec::new();
+    let mut fleet = Fleet::default();
+    for _ in 0..effort.runs {
+        let dir = tempfile::Builder::new()
+            .prefix("wharf-bench-node")
+            .tempdir_in(crate::store::scratch_dir())
+            .unwrap();
+        latencies.extend(runtime.block_on(submit_latencies(
+            config(dir.path(), &shim),
+            effort.scaled(FULL_LATENCY_SAMPLES),
+        )));
+        let dir = tempfile::Builder::new()
+            .prefix("wharf-bench-node")
+            .tempdir_in(crate::store::scratch_dir())
+            .unwrap();
+        fleet.add(runtime.block_on(many(config(dir.path(), &shim), count)));
+        let peer_dir = tempfile::Builder::new()
+            .prefix("wharf-bench-peer")
+            .tempdir_in(crate::store::scratch_dir())
+            .unwrap();
+        fleet.supervisord.push(peers::supervisord(peer_dir.path(), count));
+        let peer_dir = tempfile::Builder::new()
+            .prefix("wharf-bench-peer")
+            .tempdir_in(crate::store::scratch_dir())
+            .unwrap();
+        fleet.s6.push(peers::s6(peer_dir.path(), count));
+    }
+    let ms = |d: &Duration| d.as_secs_f64() * 1000.0;
+    let mut rows = vec![
+        Row {
+            name: "node: submit to running through the API, p50".into(),
+            unit: "ms",
+            better: Better::Lower,
+            samples: vec![percentile(&latencies, 0.50)],
+            baseline: None,
+            target: Some("≤ 5 ms".into()),
+        },
+        Row {
+            name: "node: submit to running through the API, p99".into(),
+            unit: "ms",
+            better: Better::Lower,
+            samples: vec![percentile(&latencies, 0.99)],
+            baseline: None,
+            target: Some("≤ 25 ms".into()),
+        },
+        Row {
+            name: format!(
+                "node: agent heap per running allocation ({count} allocations, shims not counted)"
+            ),
+            unit: "KiB",
+            better: Better::Lower,
+            samples: fleet.heap_kib.clone(),
+            baseline: None,
+            target: Some("≤ 64 KiB".into()),
+        },
+        Row {
+            name: format!("node: restore of {count} allocations with running tasks"),
+            unit: "ms",
+            better: Better::Lower,
+            samples: fleet.restore.iter().map(ms).collect(),
+            baseline: None,
+            target: (count == FULL_ALLOCS).then(|| "≤ 200 ms".into()),
+        },
+    ];
+    for (peer, runs) in [("supervisord", &fleet.supervisord), ("s6", &fleet.s6)] {
+        let peer_runs: Vec<PeerRun> = match runs.iter().cloned().collect::<Result<Vec<_>, _>>() {
+            Ok(runs) => runs,
+            Err(error) => {
+                eprintln!("{peer} not measured: {error}");
+                continue;
+            }
+        };
+        rows.push(Row {
+            name: format!("{count} processes: start until all reported running"),
+            unit: "ms",
+            better: Better::Lower,
+            samples: fleet.start.iter().map(ms).collect(),
+            baseline: Some((peer.into(), peer_runs.iter().map(|r| ms(&r.start)).collect())),
+            target: None,
+        });
+        rows.push(Row {
+            name: format!("{count} processes: stop until all reported down"),
+            unit: "ms",
+            better: Better::Lower,
+            samples: fleet.stop.iter().map(ms).collect(),
+            baseline: Some((peer.into(), peer_runs.iter().map(|r| ms(&r.stop)).collect())),
+            target: None,
+        });
+        rows.push(Row {
+            name: format!("{count} processes: supervisor private memory (wharf: agent + shims)"),
+            unit: "MiB",
+            better: Better::Lower,
+            samples: fleet.supervisor_mib.clone(),
+            baseline: Some((
+                peer.into(),
+                peer_runs.iter().map(|r| r.memory_kib / 1024.0).collect(),
+            )),
+            target: None,
+        });
+    }
+    rows
+}
+
+#[derive(Default)]
+struct Fleet {
+    start: Vec<Duration>,
+    stop: Vec<Duration>,
+    restore: Vec<Duration>,
+    heap_kib: Vec<f64>,
+    supervisor_mib: Vec<f64>,
+    supervisord: Vec<Result<PeerRun, String>>,
+    s6: Vec<Result<PeerRun, String>>,
+}
+
+impl Fleet {
+    fn add(&mut self, run: Many) {
+        self.start.push(run.start);
+        self.stop.push(run.stop);
+        self.restore.push(run.restore);
+        self.heap_kib.push(run.heap_kib);
+        self.supervisor_mib.push(run.supervisor_mib);
+    }
+}
+
+fn config(dir: &Path, shim: &Path) -> NodeConfig {
+    let mut config = NodeConfig { data_dir: dir.join("data"), ..NodeConfig::default() };
+    config.drivers.raw_exec.shim_path = Some(shim.to_owned());
+    config.gc.max_allocs = usize::MAX;
+    config
+}
+
+const SLEEPER: &str = "[job]\nid = \"bench\"\ntype = \"service\"\n[group]\nname = \"g\"\n\
+    [[group.task]]\nname = \"t\"\ndriver = \"raw_exec\"\nkill_timeout = \"5s\"\nconfig = { command = \"/bin/sleep\", args = [\"1000\"] }\n";
+
+async fn submit(client: &Client) -> String {
+    let bytes = client
+        .call(
+            Method::POST,
+            "/v1/allocations",
+            Some(("application/toml", SLEEPER.as_bytes().to_vec())),
+        )
+        .await
+        .unwrap();
+    let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    value["id"].as_str().unwrap().to_owned()
+}
+
+async fn wait_for(client: &Client, id: &str, done: impl Fn(&AllocDetail) -> bool) {
+    let mut version = String::new();
+    loop {
+        let detail: AllocDetail = client
+            .json(Method::GET, &format!("/v1/allocations/{id}?after={version}&wait=30s"), None)
+            .await
+            .unwrap();
+        if done(&detail) {
+            return;
+        }
+        version = detail.version;
+    }
+}
+
+fn running(detail: &AllocDetail) -> bool {
+    detail.state.client_status == ClientStatus::Running
+}
+
+/// Milliseconds from each POST until the allocation's state says running.
+async fn submit_latencies(config: NodeConfig, samples: usize) -> Vec<f64> {
+    let (client, agent) = wharf_node::serve::embedded(config).await.unwrap();
+    let mut latencies = Vec::with_capacity(samples);
+    let mut ids = Vec::new();
+    for _ in 0..samples {
+        let started = Instant::now();
+        let id = submit(&client).await;
+        wait_for(&client, &id, running).await;
+        latencies.push(started.elapsed().as_secs_f64() * 1000.0);
+        ids.push(id);
+    }
+    stop_all(&client, &ids).await;
+    agent.stop().await;
+    latencies
+}
+
+struct Many {
+    start: Duration,
+    stop: Duration,
+    restore: Duration,
+    heap_kib: f64,
+    supervisor_mib: f64,
+}
+
+/// `count` allocations through the API until all run; the agent's heap and the shims' memory;
+/// a restart of the agent (restore); then stop them all.
+async fn many(config: NodeConfig, count: usize) -> Many {
+    let heap_before = crate::heap::live_bytes();
+    let (client, agent) = wharf_node::serve::embedded(config.clone()).await.unwrap();
+    let started = Instant::now();
+    let mut ids = Vec::with_capacity(count);
+    for _ in 0..count {
+        ids.push(submit(&client).await);
+    }
+    for id in &ids {
+        wait_for(&client, id, running).await;
+    }
+    let start = started.elapsed();
+    let heap_kib = (crate::heap::live_bytes() - heap_before).max(0) as f64 / 1024.0 / count as f64;
+    let shims: f64 = shim_pids(&config).into_iter().map(peers::private_kib).sum();
+    let agent_kib = peers::private_kib(std::process::id());
+    let supervisor_mib = (agent_kib + shims) / 1024.0;
+
+    // Restart the agent: tasks keep running; the new agent restores and reattaches.
+    agent.stop().await;
+    let restarting = Instant::now();
+    let restored = Agent::start(config, StartOptions::default()).await.unwrap();
+    let restore = restarting.elapsed();
+    for runner in restored.list() {
+        let _ = runner.subscribe().wait_for(|s| s.client_status == ClientStatus::Running).await;
+    }
+
+    let stopping = Instant::now();
+    for id in &ids {
+        restored.stop(id).unwrap();
+    }
+    for runner in restored.list() {
+        runner.wait().await;
+    }
+    let stop = stopping.elapsed();
+    restored.shutdown().await;
+    Many { start, stop, restore, heap_kib, supervisor_mib }
+}
+
+async fn stop_all(client: &Client, ids: &[String]) {
+    for id in ids {
+        client.call(Method::POST, &format!("/v1/allocations/{id}/stop"), None).await.unwrap();
+    }
+    for id in ids {
+        wait_for(client, id, |d| d.done).await;
+    }
+}
+
+/// The shims of this agent's tasks: `wharf-shim` processes whose command line names its data dir.
+fn shim_pids(config: &NodeConfig) -> Vec<u32> {
+    let data = config.data_dir.canonicalize().unwrap_or_else(|_| config.data_dir.clone());
+    let data = data.display().to_string();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cmdline = String::from_utf8_lossy(&cmdline);
+            cmdline.contains(wharf_exec::SHIM_NAME) && cmdline.contains(&data)
+        })
+        .collect()
+}
+
+fn percentile(samples: &[f64], p: f64) -> f64 {
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let index = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[index]
+}
