@@ -1,9 +1,9 @@
 //! The [`Executor`] seam: run one command on a worker, with stdin, under a deadline.
 //!
 //! The worker state machine talks to its machine only through this trait. Implementations:
-//! - `SshExecutor`: one persistent SSH connection per worker, a channel
+//! - [`SshExecutor`](crate::SshExecutor): one persistent SSH connection per worker, a channel
 //!   per command; the production path.
-//! - `LocalExecutor`: `sh -c` on this host, for the loopback
+//! - [`LocalExecutor`](crate::LocalExecutor): `sh -c` on this host, for the loopback
 //!   instance set.
 //! - [`ScriptedExecutor`]: answers from a script and records what it was asked; the tests and
 //!   the benchmark drive the state machine with it.

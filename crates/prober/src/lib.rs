@@ -19,8 +19,10 @@ mod config;
 mod error;
 pub mod executor;
 pub mod instance;
+mod local;
 mod quote;
 pub mod runner_list;
+pub mod ssh;
 pub mod worker;
 
 pub use clock::{Clock, FakeClock, Moment, SystemClock};
@@ -28,7 +30,9 @@ pub use config::{Deployment, Prepared, RunnerConfig, Timeouts, WorkerConfig, sha
 pub use error::ProberError;
 pub use executor::{Executor, Output, Reply, ScriptedExecutor};
 pub use instance::{Instance, InstanceId, InstanceSet, Tag, Tags};
+pub use local::LocalExecutor;
 pub use quote::quote;
+pub use ssh::{SshExecutor, SshTarget};
 pub use worker::{
     BootOutcome, Brake, Effect, IdleBehavior, ProbeOutcome, State, Worker, WorkerSpec, WorkerView,
 };
