@@ -78,6 +78,10 @@ pub trait Executor: Send + Sync + fmt::Debug + 'static {
 
     /// Drops any connection; the next call opens a new one.
     async fn close(&self) {}
+
+    /// Takes a fresh listing of the instance (its address or host key may have changed).
+    /// Must not wait for commands in flight.
+    fn retarget(&self, _instance: &crate::Instance) {}
 }
 
 /// How a [`ScriptedExecutor`] answers one call.

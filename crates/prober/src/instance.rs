@@ -8,7 +8,7 @@
 //!
 //! Quota, capacity and rate-limit refusals are the variants [`ProberError::Quota`],
 //! [`ProberError::Capacity`] and [`ProberError::RateLimited`]: the pool's create throttling
-//! depends on telling them apart. `LoopbackInstanceSet` is the
+//! depends on telling them apart. [`LoopbackInstanceSet`](crate::LoopbackInstanceSet) is the
 //! implementation on this host.
 
 use crate::ProberError;

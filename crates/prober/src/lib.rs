@@ -20,6 +20,9 @@ mod error;
 pub mod executor;
 pub mod instance;
 mod local;
+mod loopback;
+mod metrics;
+pub mod pool;
 mod quote;
 pub mod runner_list;
 pub mod ssh;
@@ -31,6 +34,8 @@ pub use error::ProberError;
 pub use executor::{Executor, Output, Reply, ScriptedExecutor};
 pub use instance::{Instance, InstanceId, InstanceSet, Tag, Tags};
 pub use local::LocalExecutor;
+pub use loopback::{LoopbackConfig, LoopbackInstanceSet};
+pub use pool::{BrakeConfig, NewExecutor, Pool, PoolConfig};
 pub use quote::quote;
 pub use ssh::{SshExecutor, SshTarget};
 pub use worker::{
@@ -39,3 +44,6 @@ pub use worker::{
 
 #[cfg(test)]
 mod worker_tests;
+
+#[cfg(test)]
+mod pool_tests;

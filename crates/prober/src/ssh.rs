@@ -121,6 +121,17 @@ impl fmt::Debug for SshExecutor {
 }
 
 impl SshExecutor {
+    /// An executor for `instance`: its address, remote user and pinned host key.
+    pub fn for_instance(instance: &crate::Instance, key: Arc<PrivateKey>) -> SshExecutor {
+        let executor = SshExecutor::new(
+            &instance.id.0,
+            SshTarget { address: None, user: instance.remote_user.clone(), host_key: None },
+            key,
+        );
+        executor.retarget(instance);
+        executor
+    }
+
     /// An executor for `worker` at `target`, authenticating with `key`.
     pub fn new(worker: &str, target: SshTarget, key: Arc<PrivateKey>) -> SshExecutor {
         let config = client::Config {
@@ -331,6 +342,22 @@ impl Executor for SshExecutor {
             Ok(result) => result,
             Err(_) => Err(timeout(format!("connecting for command {command:?}"))),
         }
+    }
+
+    fn retarget(&self, instance: &crate::Instance) {
+        let host_key = match instance.host_key.as_deref().map(parse_public_key) {
+            Some(Ok(key)) => Some(key),
+            Some(Err(e)) => {
+                tracing::warn!(worker = %self.worker, error = %e, "the instance's host key is unreadable; no key is pinned");
+                None
+            }
+            None => None,
+        };
+        self.set_target(SshTarget {
+            address: instance.address.clone(),
+            user: instance.remote_user.clone(),
+            host_key,
+        });
     }
 
     async fn close(&self) {

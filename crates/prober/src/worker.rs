@@ -836,6 +836,16 @@ impl Worker {
         self.save_tags(&mut inner);
     }
 
+    /// When the worker last changed in a way a probe result must not overwrite.
+    pub fn updated_at(&self) -> Moment {
+        self.inner.lock().updated
+    }
+
+    /// The executor (for retargeting after a sync).
+    pub fn executor(&self) -> &Arc<dyn Executor> {
+        &self.executor
+    }
+
     /// The instance as last listed.
     pub fn instance(&self) -> Instance {
         self.inner.lock().instance.clone()
