@@ -7,6 +7,7 @@
 
 #![allow(clippy::print_stdout, clippy::print_stderr, clippy::disallowed_methods)]
 
+mod prober;
 mod report;
 mod store;
 
@@ -48,6 +49,13 @@ fn main() -> ExitCode {
 
     let mut rows: Vec<Row> = Vec::new();
     rows.extend(store::run(effort));
+    match prober::run(effort) {
+        Ok(prober_rows) => rows.extend(prober_rows),
+        Err(e) => {
+            eprintln!("prober scenario failed: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
 
     let report = Report::new(rows);
     let text = report.markdown(quick);

@@ -70,6 +70,9 @@ impl Sshd {
         }
         std::fs::copy(path("client.pub"), path("authorized_keys"))
             .map_err(|e| format!("cannot write authorized_keys: {e}"))?;
+        // `SetEnv SHLVL=1` below keeps bash from reading the login user's ~/.bashrc for every
+        // command (bash does that when it thinks sshd started it at level 1): a developer's
+        // shell setup would otherwise dominate every figure measured against this server.
         // sshd insists on its privilege separation directory.
         std::fs::create_dir_all("/run/sshd")
             .map_err(|e| format!("cannot create /run/sshd: {e}"))?;
@@ -88,6 +91,7 @@ impl Sshd {
              AllowUsers {user}\n\
              MaxSessions 1000\n\
              MaxStartups 1000\n\
+             SetEnv SHLVL=1\n\
              LogLevel INFO\n",
             host = path("host").display(),
             keys = path("authorized_keys").display(),

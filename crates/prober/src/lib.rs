@@ -1,18 +1,26 @@
 //! wharf-prober watches a fleet of workers: cloud instances that run work through a runner.
 //!
-//! - [`worker`]: the per-worker state machine (unknown, booting, idle, running, shutdown; idle
-//!   behaviours run, hold, drain): boot probe, runner deployment, run probe, shutdown of broken
-//!   and idle workers, starting and killing runners.
-//! - [`executor`]: the [`Executor`] seam that runs a command on a worker under a deadline, with
-//!   a scripted implementation for tests.
-//! - [`runner_list`]: the runner-list grammar the run probe parses.
-//! - [`instance`]: the [`InstanceSet`] seam (the cloud).
-//! - [`clock`]: the injected [`Clock`].
+//! Each worker is driven through `unknown`, `booting`, `idle`, `running` and `shutdown`, with
+//! the idle behaviours `run`, `hold` and `drain`, by probing it over an [`Executor`]: a boot
+//! probe, a deployment of the runner binary, and a run probe that lists the work on it in the
+//! runner-list grammar. The behaviour matches Arvados' dispatch-cloud worker, with three of its
+//! defects fixed: every command has a deadline, an unknown worker with work is never destroyed
+//! for a failing boot probe, and a fleet-wide brake stops mass destruction during an outage.
+//!
+//! - [`worker`]: the per-worker state machine ([`Worker`]).
+//! - [`pool`]: the [`Pool`]: creates with throttling, sync with the instance list, the
+//!   per-worker probe schedule, the fleet brake, operator actions, metrics.
+//! - [`executor`]: the [`Executor`] seam and the [`ScriptedExecutor`] for tests;
+//!   [`ssh`] ([`SshExecutor`], on russh) and [`LocalExecutor`] (`sh -c`) implement it.
+//! - [`instance`]: the [`InstanceSet`] seam (the cloud), with [`LoopbackInstanceSet`].
+//! - [`runner_list`]: the runner-list grammar; [`quote`]: shell quoting of ids and paths.
+//! - [`clock`]: the injected [`Clock`] ([`SystemClock`], [`FakeClock`]).
 //!
 //! Its neighbours: the runner on each worker is wharf's node CLI (`wharf alloc list --probe`)
-//! or any runner speaking the same grammar; the node crate wires a pool into the agent. This
-//! crate uses no other wharf crate's internals, reads no clock except through [`Clock`], and
-//! runs commands only through an [`Executor`].
+//! or any runner speaking the same grammar (crunch-run); the node crate wires a pool into the
+//! agent. This crate depends on no other wharf crate, reads time only through [`Clock`], runs
+//! commands only through an [`Executor`], and prints nothing (it logs with `tracing`, with a
+//! `worker` field).
 
 pub mod clock;
 mod config;
@@ -43,7 +51,6 @@ pub use worker::{
 };
 
 #[cfg(test)]
-mod worker_tests;
-
-#[cfg(test)]
 mod pool_tests;
+#[cfg(test)]
+mod worker_tests;
