@@ -2,6 +2,10 @@
 //! (scripted executors, real time, process CPU from getrusage over the window), and run
 //! probes per second against one local sshd over persistent connections, beside the same
 //! probes each on a fresh connection.
+//!
+//! OpenSSH forks a session process and execs the login shell for every channel; on a small
+//! machine, where sshd shares the cores with the prober, that bounds the second figure. The
+//! third row shows the prober's own CPU per SSH probe, which is what the prober can change.
 
 use crate::Effort;
 use crate::report::{Better, Row};

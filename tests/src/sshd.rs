@@ -6,6 +6,9 @@
 //! Dropping it kills that server. If OpenSSH is not installed this is an error that says how
 //! to install it: tests fail rather than skip.
 
+// This fixture's job is to start helper processes (sshd, ssh-keygen, id).
+#![allow(clippy::disallowed_methods)]
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

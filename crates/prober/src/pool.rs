@@ -87,6 +87,8 @@ pub struct PoolConfig {
     pub secret_path: String,
     /// Seed of the probe jitter (fixed for reproducible simulations).
     pub seed: u64,
+    /// Deadline of one cloud call (create, list, destroy, set tags).
+    pub cloud_deadline: Duration,
 }
 
 impl Default for PoolConfig {
@@ -104,6 +106,7 @@ impl Default for PoolConfig {
             init_command: String::new(),
             secret_path: "/var/run/wharf-instance-secret".into(),
             seed: 0x9e37_79b9_7f4a_7c15,
+            cloud_deadline: Duration::from_secs(120),
         }
     }
 }
@@ -341,7 +344,8 @@ impl Pool {
         if !shared.config.init_command.trim().is_empty() {
             init = format!("{init} && {}", shared.config.init_command);
         }
-        let result = shared.instances.create(instance_type, &tags, &init).await;
+        let result =
+            self.cloud("create", shared.instances.create(instance_type, &tags, &init)).await;
         let now = shared.clock.now();
         let mut state = shared.state.lock();
         state.creating.remove(&secret);
@@ -421,7 +425,7 @@ impl Pool {
         if let Some(until) = shared.state.lock().list_throttled_until.filter(|u| threshold < *u) {
             return Err(ProberError::RateLimited { retry_after: until.since(threshold) });
         }
-        let list = match shared.instances.list().await {
+        let list = match self.cloud("list", shared.instances.list()).await {
             Ok(list) => list,
             Err(ProberError::RateLimited { retry_after }) => {
                 shared.state.lock().list_throttled_until = Some(threshold + retry_after);
@@ -493,6 +497,22 @@ impl Pool {
         Ok(list.len())
     }
 
+    /// Runs a cloud call under the cloud deadline.
+    async fn cloud<T>(
+        &self,
+        operation: &'static str,
+        call: impl std::future::Future<Output = Result<T, ProberError>>,
+    ) -> Result<T, ProberError> {
+        let deadline = self.shared.config.cloud_deadline;
+        tokio::time::timeout(deadline, call).await.unwrap_or_else(|_| {
+            Err(ProberError::Timeout {
+                worker: "cloud".into(),
+                what: format!("{operation} call"),
+                deadline,
+            })
+        })
+    }
+
     /// Carries out what a worker decided.
     async fn apply(&self, worker: &Worker) {
         let effects = worker.take_effects();
@@ -504,13 +524,16 @@ impl Pool {
         for effect in effects {
             match effect {
                 Effect::Destroy => {
-                    if let Err(e) = shared.instances.destroy(worker.id()).await {
+                    let destroy = self.cloud("destroy", shared.instances.destroy(worker.id()));
+                    if let Err(e) = destroy.await {
                         warn!(worker = %worker.id(), error = %e, "destroy failed; sync retries it");
                         shared.counters.lock().destroy_failures += 1;
                     }
                 }
                 Effect::SaveTags(tags) => {
-                    if let Err(e) = shared.instances.set_tags(worker.id(), &tags).await {
+                    let set_tags =
+                        self.cloud("set_tags", shared.instances.set_tags(worker.id(), &tags));
+                    if let Err(e) = set_tags.await {
                         warn!(worker = %worker.id(), error = %e, "error updating tags");
                     }
                 }
@@ -621,8 +644,18 @@ impl Pool {
         let outcome = if worker.is_probing() {
             ProbeOutcome::AlreadyProbing
         } else {
+            // Each command of a probe has its own deadline; this bound also holds for an
+            // executor that ignores them.
+            let config = &self.shared.worker_config;
+            let bound = config.deploy_deadline + 4 * config.command_deadline;
             match self.shared.probes.acquire().await {
-                Ok(_permit) => worker.probe_and_update().await,
+                Ok(_permit) => match tokio::time::timeout(bound, worker.probe_and_update()).await {
+                    Ok(outcome) => outcome,
+                    Err(_) => {
+                        warn!(worker = %worker.id(), ?bound, "probe overran every deadline; abandoned");
+                        ProbeOutcome::Failed
+                    }
+                },
                 Err(_) => ProbeOutcome::NotProbed,
             }
         };

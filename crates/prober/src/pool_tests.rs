@@ -668,3 +668,57 @@ fn idle_workers_are_shut_down_on_their_schedule_unless_held() {
     assert_eq!(h.cloud.state.lock().destroyed, [InstanceId::from("w-run")]);
     assert!(h.pool.metrics().contains("wharf_prober_boot_outcomes{outcome=\"success\"} 2"));
 }
+
+/// A cloud and an executor that never answer.
+#[derive(Debug)]
+struct Silent;
+
+#[async_trait::async_trait]
+impl InstanceSet for Silent {
+    async fn create(&self, _: &str, _: &Tags, _: &str) -> Result<Instance, ProberError> {
+        std::future::pending().await
+    }
+    async fn list(&self) -> Result<Vec<Instance>, ProberError> {
+        std::future::pending().await
+    }
+    async fn destroy(&self, _: &InstanceId) -> Result<(), ProberError> {
+        std::future::pending().await
+    }
+    async fn set_tags(&self, _: &InstanceId, _: &Tags) -> Result<(), ProberError> {
+        std::future::pending().await
+    }
+}
+
+#[async_trait::async_trait]
+impl Executor for Silent {
+    async fn execute(&self, _: &str, _: &[u8], _: Duration) -> Result<Output, ProberError> {
+        std::future::pending().await
+    }
+}
+
+#[test]
+fn a_silent_cloud_or_executor_cannot_hang_the_pool() {
+    let mut config = pool_config();
+    config.cloud_deadline = Duration::from_millis(50);
+    config.worker.command_deadline = Duration::from_millis(20);
+    config.worker.deploy_deadline = Duration::from_millis(20);
+    let clock = Arc::new(FakeClock::new(Moment::from_origin(secs(1_000))));
+    let new_executor: NewExecutor = Arc::new(|_: &Instance| Arc::new(Silent) as Arc<dyn Executor>);
+    let pool = Pool::new(config.clone(), clock.clone(), Arc::new(Silent), new_executor).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    let err = runtime.block_on(pool.sync()).unwrap_err();
+    assert_eq!(err.to_string(), "list call on worker cloud did not finish within 50ms");
+    let err = runtime.block_on(pool.create("a")).unwrap_err();
+    assert!(matches!(err, ProberError::Timeout { .. }), "{err}");
+
+    // An executor that ignores its deadlines: the probe is abandoned at the pool's bound.
+    let cloud = Arc::new(FakeCloud::default());
+    cloud.add_listed("w-0", &[]);
+    let new_executor: NewExecutor = Arc::new(|_: &Instance| Arc::new(Silent) as Arc<dyn Executor>);
+    let pool = Pool::new(config, clock.clone(), cloud, new_executor).unwrap();
+    runtime.block_on(pool.sync()).unwrap();
+    clock.advance(secs(10));
+    assert_eq!(runtime.block_on(pool.probe_due()), 1);
+    assert!(pool.metrics().contains("wharf_prober_probes{result=\"failed\"} 1"));
+    assert!(!pool.workers()[0].state.eq(&State::Shutdown));
+}
