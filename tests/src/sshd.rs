@@ -105,49 +105,20 @@ impl Sshd {
         }
         std::fs::write(path("sshd_config"), config)
             .map_err(|e| format!("cannot write sshd_config: {e}"))?;
-        let port = free_port()?;
-        let mut child = Command::new(SSHD)
-            .arg("-D")
-            .arg("-e")
-            .arg("-f")
-            .arg(path("sshd_config"))
-            .arg("-p")
-            .arg(port.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("cannot start {SSHD}: {e}. {INSTALL}"))?;
-        let stderr = child.stderr.take().ok_or("sshd started without stderr")?;
-        // Read its log on a thread: it tells when it listens, and must never block on a full
-        // pipe afterwards.
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut said = false;
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if !said {
-                    let listening = line.contains("Server listening on");
-                    let _ = tx.send((listening, line));
-                    said = listening;
+        // The port is free when picked but another process may take it before sshd binds
+        // it: a few attempts, each on a new port.
+        let mut failures = Vec::new();
+        let (child, port) = loop {
+            let port = free_port()?;
+            match listen(&path("sshd_config"), port) {
+                Ok(child) => break (child, port),
+                Err(e) if failures.len() < 2 => failures.push(e),
+                Err(e) => {
+                    failures.push(e);
+                    return Err(failures.join("; "));
                 }
             }
-        });
-        let mut log = Vec::new();
-        loop {
-            match rx.recv_timeout(Duration::from_secs(10)) {
-                Ok((true, _)) => break,
-                Ok((false, line)) => log.push(line),
-                Err(_) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(format!(
-                        "sshd did not start listening on 127.0.0.1:{port} within 10 s: {}",
-                        log.join(" | ")
-                    ));
-                }
-            }
-        }
+        };
         Ok(Sshd {
             address: format!("127.0.0.1:{port}"),
             host_key: read(&path("host.pub"))?,
@@ -168,6 +139,57 @@ impl Sshd {
     /// A scratch directory that lives as long as the server.
     pub fn scratch(&self) -> &Path {
         self.dir.path()
+    }
+}
+
+/// Starts sshd on `port` and waits (at most 10 s) until it says it listens.
+fn listen(config: &Path, port: u16) -> Result<Child, String> {
+    let mut child = Command::new(SSHD)
+        .arg("-D")
+        .arg("-e")
+        .arg("-f")
+        .arg(config)
+        .arg("-p")
+        .arg(port.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start {SSHD}: {e}. {INSTALL}"))?;
+    let Some(stderr) = child.stderr.take() else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err("sshd started without stderr".into());
+    };
+    // Read its log on a thread: it tells when it listens, and must never block on a full
+    // pipe afterwards.
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut said = false;
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if !said {
+                let listening = line.contains("Server listening on");
+                let _ = tx.send((listening, line));
+                said = listening;
+            }
+        }
+    });
+    let mut log = Vec::new();
+    loop {
+        match rx.recv_timeout(Duration::from_secs(10)) {
+            Ok((true, _)) => return Ok(child),
+            Ok((false, line)) => log.push(line),
+            // Timed out, or sshd exited (its log closed) without listening.
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "sshd did not start listening on 127.0.0.1:{port}: {}",
+                    log.join(" | ")
+                ));
+            }
+        }
     }
 }
 

@@ -67,8 +67,12 @@ fn hash_line() -> String {
 struct Hooked {
     script: ScriptedExecutor,
     worker: OnceLock<Arc<Worker>>,
-    hook: fn(&Worker, &str),
+    clock: Arc<FakeClock>,
+    hook: Hook,
 }
+
+/// Runs on every command a hooked worker sends: (worker, command, its fake clock).
+type Hook = fn(&Worker, &str, &FakeClock);
 
 #[async_trait::async_trait]
 impl Executor for Hooked {
@@ -79,7 +83,7 @@ impl Executor for Hooked {
         deadline: Duration,
     ) -> Result<Output, ProberError> {
         if let Some(worker) = self.worker.get() {
-            (self.hook)(worker, command);
+            (self.hook)(worker, command, &self.clock);
         }
         self.script.execute(command, stdin, deadline).await
     }
@@ -97,7 +101,7 @@ fn harness_with(
     idle: IdleBehavior,
     deploy: bool,
     user: &str,
-    hook: Option<fn(&Worker, &str)>,
+    hook: Option<Hook>,
 ) -> Harness {
     let clock = Arc::new(FakeClock::new(Moment::from_origin(secs(100_000))));
     let script = ScriptedExecutor::new("w1");
@@ -117,8 +121,14 @@ fn harness_with(
         state,
         idle_behavior: idle,
     };
-    let hooked =
-        hook.map(|hook| Arc::new(Hooked { script: script.clone(), worker: OnceLock::new(), hook }));
+    let hooked = hook.map(|hook| {
+        Arc::new(Hooked {
+            script: script.clone(),
+            worker: OnceLock::new(),
+            clock: clock.clone(),
+            hook,
+        })
+    });
     let executor: Arc<dyn Executor> = match &hooked {
         Some(h) => h.clone(),
         None => Arc::new(script.clone()),
@@ -753,7 +763,7 @@ fn non_root_workers_get_sudo() {
 
 #[test]
 fn a_probe_in_flight_makes_the_next_one_return_at_once() {
-    fn probe_again(worker: &Worker, command: &str) {
+    fn probe_again(worker: &Worker, command: &str, _: &FakeClock) {
         use std::future::Future;
         use std::task::{Context, Poll, Waker};
         if command == LIST {
@@ -775,7 +785,7 @@ fn a_probe_in_flight_makes_the_next_one_return_at_once() {
 fn a_change_during_the_probe_leaves_the_runners_alone() {
     // A sync (or a start) touches the worker while the run probe is in flight: the probe's
     // list may predate it, so the result is not applied.
-    fn touch(worker: &Worker, command: &str) {
+    fn touch(worker: &Worker, command: &str, _: &FakeClock) {
         if command == LIST {
             worker.touch();
         }
@@ -793,7 +803,7 @@ fn a_change_during_the_probe_leaves_the_runners_alone() {
 #[test]
 fn a_boot_probe_failure_after_a_concurrent_success_counts_as_booted() {
     // Another probe (or the pool) saw the worker booted while this boot probe failed.
-    fn mark_booted(worker: &Worker, command: &str) {
+    fn mark_booted(worker: &Worker, command: &str, _: &FakeClock) {
         if command == BOOT {
             worker.set_up(&Setup::default());
             worker.force_state(State::Idle);
@@ -1267,4 +1277,88 @@ fn kill_instance_ignores_hold() {
     let h = harness(State::Running, IdleBehavior::Hold);
     h.worker.kill_instance("operator");
     assert_eq!(h.worker.state(), State::Shutdown);
+}
+
+/// Polls a future that must finish without waiting (everything it awaits is scripted).
+fn finish_now<F: std::future::Future>(future: F) -> F::Output {
+    use std::task::{Context, Poll, Waker};
+    let mut future = std::pin::pin!(future);
+    match future.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(output) => output,
+        Poll::Pending => panic!("a scripted future waited"),
+    }
+}
+
+#[test]
+fn a_probe_during_a_start_moves_the_runner_and_the_start_leaves_it_alone() {
+    // The seed's guard: while the start command runs, a probe lists the runner and moves it
+    // from starting to running; the start must not add it again or reset it.
+    fn probe_during_start(worker: &Worker, command: &str, _: &FakeClock) {
+        if command.contains("--detach") {
+            assert_eq!(finish_now(worker.probe_and_update()), ProbeOutcome::Passed);
+            assert_eq!(worker.view().running, ["zzzzz-1"], "the probe moved it");
+        }
+    }
+    let runtime = rt();
+    let h = harness_with(State::Idle, IdleBehavior::Run, false, "root", Some(probe_during_start));
+    h.script.containing("--detach", Reply::ok(""));
+    h.script.exact(LIST, Reply::ok("zzzzz-1\n"));
+    runtime.block_on(h.worker.start_runner("zzzzz-1", b"")).unwrap();
+    let view = h.worker.view();
+    assert_eq!(view.running, ["zzzzz-1"]);
+    assert!(view.starting.is_empty());
+    assert_eq!(view.state, State::Running);
+}
+
+#[test]
+fn a_shutdown_during_a_failing_probe_is_not_repeated() {
+    // Shut down while the probe ran: the failed probe adds no second destroy.
+    fn shut_down(worker: &Worker, command: &str, clock: &FakeClock) {
+        if command == LIST {
+            clock.advance(secs(1));
+            worker.kill_instance("operator");
+        }
+    }
+    let runtime = rt();
+    let h = harness_with(State::Idle, IdleBehavior::Run, false, "root", Some(shut_down));
+    h.worker.set_up(&ago(11 * MIN));
+    h.script.exact(LIST, Reply::fail(1, "gone"));
+    assert_eq!(runtime.block_on(h.worker.probe_and_update()), ProbeOutcome::Failed);
+    assert_eq!(kinds(&h.worker.take_effects()), [Fx::Aborted, Fx::Destroy]);
+}
+
+#[test]
+fn a_slow_failing_probe_is_judged_from_its_start() {
+    // Last success 9 min 59 s before the probe starts; the probe takes two minutes and fails.
+    // Measured from its start the worker was unresponsive for less than the 10 min timeout,
+    // so it stays, and the next probe (started after the timeout) decides.
+    fn slow(_: &Worker, command: &str, clock: &FakeClock) {
+        if command == LIST {
+            clock.advance(2 * MIN);
+        }
+    }
+    let runtime = rt();
+    let h = harness_with(State::Idle, IdleBehavior::Run, false, "root", Some(slow));
+    h.worker.set_up(&ago(10 * MIN - secs(1)));
+    h.script.exact(LIST, Reply::Timeout);
+    runtime.block_on(h.worker.probe_and_update());
+    assert_eq!(h.worker.state(), State::Idle);
+    runtime.block_on(h.worker.probe_and_update());
+    assert_eq!(h.worker.state(), State::Shutdown);
+}
+
+#[test]
+fn the_end_of_work_counts_as_busy_until_now() {
+    // A running worker whose work ended is idle from the probe that saw it end, not from the
+    // last probe that saw it busy.
+    let runtime = rt();
+    let h = harness(State::Running, IdleBehavior::Run);
+    h.worker.set_up(&ago_running(10 * MIN, vec!["zzzzz-1"]));
+    h.script.exact(LIST, Reply::ok(""));
+    runtime.block_on(h.worker.probe_and_update());
+    assert_eq!(h.worker.state(), State::Idle);
+    h.clock.advance(secs(59));
+    assert!(!h.worker.shutdown_if_idle());
+    h.clock.advance(secs(1));
+    assert!(h.worker.shutdown_if_idle());
 }
