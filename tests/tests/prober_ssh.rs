@@ -112,6 +112,26 @@ fn a_hung_command_is_cut_at_its_deadline_and_the_connection_survives() {
 }
 
 #[test]
+fn a_worker_that_goes_away_fails_fast_and_is_redialled() {
+    let sshd = sshd();
+    let runtime = rt();
+    let exec = executor(&sshd, Some(&sshd.host_key), &sshd.client_key);
+    runtime.block_on(async {
+        assert!(exec.execute("true", b"", 10 * SECOND).await.unwrap().success());
+        exec.close().await;
+        assert!(exec.execute("true", b"", 10 * SECOND).await.unwrap().success());
+    });
+    assert_eq!(exec.dials(), 2, "closing drops the connection; the next call dials");
+    // The listener goes away (the session sshd of an open connection would outlive it, as it
+    // does on a real host, so that connection is dropped too): the next call fails at once.
+    drop(sshd);
+    runtime.block_on(exec.close());
+    let err = runtime.block_on(exec.execute("true", b"", 10 * SECOND)).unwrap_err();
+    assert!(matches!(err, ProberError::Connect { .. }), "the server is gone: {err}");
+    assert!(err.to_string().contains("Connection refused"), "{err}");
+}
+
+#[test]
 fn a_hung_handshake_is_cut_at_its_deadline() {
     // A listener that accepts and never speaks SSH.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

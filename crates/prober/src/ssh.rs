@@ -252,13 +252,24 @@ impl SshExecutor {
             };
             let receive = async {
                 let mut out = Output::default();
+                let (mut eof, mut exited) = (false, false);
+                // Done at close, or once both the end of output and the exit are in (a server
+                // that never closes the channel does not hold the caller to the deadline).
                 while let Some(message) = read.wait().await {
                     match message {
                         ChannelMsg::Data { data } => append(&mut out.stdout, &data),
                         ChannelMsg::ExtendedData { data, ext: 1 } => append(&mut out.stderr, &data),
-                        ChannelMsg::ExitStatus { exit_status } => out.status = Some(exit_status),
+                        ChannelMsg::ExitStatus { exit_status } => {
+                            out.status = Some(exit_status);
+                            exited = true;
+                        }
+                        ChannelMsg::ExitSignal { .. } => exited = true,
+                        ChannelMsg::Eof => eof = true,
                         ChannelMsg::Close => break,
                         _ => {}
+                    }
+                    if eof && exited {
+                        break;
                     }
                 }
                 out
