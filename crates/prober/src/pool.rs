@@ -162,7 +162,7 @@ struct Shared {
     state: Mutex<PoolState>,
     counters: Mutex<Counters>,
     probes: tokio::sync::Semaphore,
-    changed: tokio::sync::Notify,
+    changed: tokio::sync::watch::Sender<u64>,
     stopping: AtomicBool,
     stop: tokio::sync::Notify,
 }
@@ -219,17 +219,23 @@ impl Pool {
                 brake: Arc::new(Brake::default()),
                 state: Mutex::new(state),
                 counters: Mutex::new(Counters::default()),
-                changed: tokio::sync::Notify::new(),
+                changed: tokio::sync::watch::Sender::new(0),
                 stopping: AtomicBool::new(false),
                 stop: tokio::sync::Notify::new(),
             }),
         })
     }
 
-    /// Waits until something a scheduler cares about changes (a worker booted, went idle,
-    /// started or lost work, was shut down). Coalesces: many changes may wake one wait.
-    pub async fn changed(&self) {
-        self.shared.changed.notified().await;
+    /// A subscription to changes a scheduler cares about (a worker appeared, booted, went
+    /// idle, started or lost work, was shut down): `changed().await` on the receiver returns
+    /// once something changed since it last looked. Changes coalesce, and none is lost to a
+    /// subscriber that was busy when it happened.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.shared.changed.subscribe()
+    }
+
+    fn notify(&self) {
+        self.shared.changed.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// Whether the first sync has completed.
@@ -356,7 +362,7 @@ impl Pool {
                     self.add_worker_locked(&mut state, instance, State::Booting, now);
                 }
                 drop(state);
-                shared.changed.notify_waiters();
+                self.notify();
                 Ok(id)
             }
             Err(ProberError::Quota { detail }) => {
@@ -493,7 +499,7 @@ impl Pool {
             self.apply(&worker).await;
             worker.close().await;
         }
-        shared.changed.notify_waiters();
+        self.notify();
         Ok(list.len())
     }
 
@@ -553,7 +559,7 @@ impl Pool {
             }
         }
         if notify {
-            shared.changed.notify_waiters();
+            self.notify();
         }
     }
 

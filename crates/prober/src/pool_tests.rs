@@ -201,7 +201,10 @@ impl Harness {
 #[test]
 fn a_created_instance_boots_and_becomes_idle() {
     let h = harness();
+    let mut changes = h.pool.subscribe();
     let id = h.runtime.block_on(h.pool.create("small")).unwrap();
+    assert!(changes.has_changed().unwrap(), "a subscriber hears of the new worker");
+    changes.mark_unchanged();
     assert_eq!(h.state_of(&id.0), State::Booting);
     let cloud = h.cloud.state.lock();
     let tags = &cloud.live[0].tags;
@@ -213,6 +216,7 @@ fn a_created_instance_boots_and_becomes_idle() {
     drop(cloud);
     h.run_for(secs(10));
     assert_eq!(h.state_of(&id.0), State::Idle);
+    assert!(changes.has_changed().unwrap(), "and of it becoming idle");
     assert!(h.pool.metrics().contains("wharf_prober_boot_outcomes{outcome=\"success\"} 1"));
 }
 
