@@ -89,6 +89,9 @@ pub struct PoolConfig {
     pub seed: u64,
     /// Deadline of one cloud call (create, list, destroy, set tags).
     pub cloud_deadline: Duration,
+    /// The instance types in service; a listed instance of another type (one removed from
+    /// the configuration) is drained unless it is on hold. Empty: every type is in service.
+    pub instance_types: std::collections::BTreeSet<String>,
 }
 
 impl Default for PoolConfig {
@@ -107,6 +110,7 @@ impl Default for PoolConfig {
             secret_path: "/var/run/wharf-instance-secret".into(),
             seed: 0x9e37_79b9_7f4a_7c15,
             cloud_deadline: Duration::from_secs(120),
+            instance_types: std::collections::BTreeSet::new(),
         }
     }
 }
@@ -398,13 +402,21 @@ impl Pool {
     ) {
         let shared = &self.shared;
         let prefix = &shared.worker_config.tag_prefix;
-        let idle_behavior = instance
+        let mut idle_behavior = instance
             .tags
             .get(&Tag::IdleBehavior.key(prefix))
             .and_then(|v| IdleBehavior::parse(v))
             .unwrap_or(IdleBehavior::Run);
         let instance_type =
             instance.tags.get(&Tag::InstanceType.key(prefix)).cloned().unwrap_or_default();
+        let types = &shared.config.instance_types;
+        if !types.is_empty()
+            && !types.contains(&instance_type)
+            && idle_behavior != IdleBehavior::Hold
+        {
+            warn!(worker = %instance.id, instance_type, "instance type is not in service; draining");
+            idle_behavior = IdleBehavior::Drain;
+        }
         let id = instance.id.clone();
         let executor = (shared.new_executor)(&instance);
         info!(worker = %id, state = %initial, %idle_behavior, instance_type, "instance appeared");

@@ -726,3 +726,34 @@ fn a_silent_cloud_or_executor_cannot_hang_the_pool() {
     assert!(pool.metrics().contains("wharf_prober_probes{result=\"failed\"} 1"));
     assert!(!pool.workers()[0].state.eq(&State::Shutdown));
 }
+
+#[test]
+fn instances_of_a_type_out_of_service_are_drained_unless_held() {
+    let mut config = pool_config();
+    config.instance_types = ["small".to_owned()].into_iter().collect();
+    let h = harness_with(config);
+    h.cloud.add_listed("w-small", &[("t-InstanceType", "small")]);
+    h.cloud.add_listed("w-gone", &[("t-InstanceType", "retired")]);
+    h.cloud.add_listed("w-held", &[("t-InstanceType", "retired"), ("t-IdleBehavior", "hold")]);
+    h.runtime.block_on(h.pool.sync()).unwrap();
+    let behaviors: Vec<(String, IdleBehavior)> =
+        h.pool.workers().into_iter().map(|w| (w.id.0, w.idle_behavior)).collect();
+    assert_eq!(
+        behaviors,
+        [
+            ("w-gone".to_owned(), IdleBehavior::Drain),
+            ("w-held".to_owned(), IdleBehavior::Hold),
+            ("w-small".to_owned(), IdleBehavior::Run),
+        ]
+    );
+    // The next sync saves the drain in its tag; it is shut down the round after its probe
+    // shows it idle.
+    h.clock.advance(secs(1));
+    h.runtime.block_on(h.pool.sync()).unwrap();
+    h.run_for(secs(20));
+    assert_eq!(h.state_of("w-gone"), State::Shutdown);
+    let cloud = h.cloud.state.lock();
+    assert_eq!(cloud.destroyed, [InstanceId::from("w-gone")]);
+    let tags = cloud.tag_writes.iter().find(|(id, _)| id.0 == "w-gone").map(|(_, t)| t.clone());
+    assert_eq!(tags.unwrap().get("t-IdleBehavior").map(String::as_str), Some("drain"));
+}
