@@ -161,12 +161,14 @@ fn sshd_probes(effort: Effort) -> Result<Vec<Row>, String> {
         Sshd::start().map_err(|e| format!("the prober benchmark needs a local sshd: {e}"))?;
     let window = Duration::from_secs_f64((5.0 * effort.scale).max(0.5));
     let connections = 32;
-    let (mut persistent, mut fresh, mut client) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut persistent, mut fresh, mut client, mut server) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..effort.runs {
-        let (rate, cpu_per_probe) = probe_rate(&sshd, connections, window, false)?;
-        persistent.push(rate);
-        client.push(cpu_per_probe.as_secs_f64() * 1e6);
-        fresh.push(probe_rate(&sshd, connections, window, true)?.0);
+        let measured = probe_rate(&sshd, connections, window, false)?;
+        persistent.push(measured.rate);
+        client.push(measured.client.as_secs_f64() * 1e6);
+        server.push(measured.server.as_secs_f64() * 1e6);
+        fresh.push(probe_rate(&sshd, connections, window, true)?.rate);
     }
     Ok(vec![Row {
         name: format!(
@@ -179,6 +181,14 @@ fn sshd_probes(effort: Effort) -> Result<Vec<Row>, String> {
         target: Some("≥ 2,000/s".into()),
     },
     Row {
+        name: "prober: sshd's CPU per run probe (its session fork and the remote shell; for comparison)".into(),
+        unit: "µs",
+        better: Better::Lower,
+        samples: server,
+        baseline: None,
+        target: None,
+    },
+    Row {
         name: "prober: its own CPU per SSH run probe (client side; sshd and the remote shell excluded)".into(),
         unit: "µs",
         better: Better::Lower,
@@ -188,14 +198,45 @@ fn sshd_probes(effort: Effort) -> Result<Vec<Row>, String> {
     }])
 }
 
-/// Probes `workers` idle workers over SSH in a loop for `window`; returns probes per second
-/// and this process's CPU time per probe (sshd is a separate process and not counted).
+/// What one SSH measurement found.
+struct Measured {
+    /// Probes per second.
+    rate: f64,
+    /// This process's CPU per probe.
+    client: Duration,
+    /// sshd's CPU per probe (its connection processes and the sessions they reaped).
+    server: Duration,
+}
+
+/// CPU time of the sshd listening as `pid` and of its connection processes, including the
+/// session processes they have reaped, from /proc (clock ticks of 10 ms).
+fn sshd_cpu(pid: u32) -> Duration {
+    let mut ticks = 0u64;
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Duration::ZERO };
+    for entry in entries.flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        // Fields after the command name: state ppid ... utime(12) stime(13) cutime(14) cstime(15).
+        let Some((head, rest)) = stat.rsplit_once(") ") else { continue };
+        let fields: Vec<&str> = rest.split(' ').collect();
+        let own = head.split(' ').next().and_then(|p| p.parse::<u32>().ok());
+        let parent = fields.get(1).and_then(|p| p.parse::<u32>().ok());
+        if own != Some(pid) && parent != Some(pid) {
+            continue;
+        }
+        for index in 11..15 {
+            ticks += fields.get(index).and_then(|t| t.parse::<u64>().ok()).unwrap_or(0);
+        }
+    }
+    Duration::from_millis(ticks * 10)
+}
+
+/// Probes `workers` idle workers over SSH in a loop for `window`.
 fn probe_rate(
     sshd: &Sshd,
     workers: usize,
     window: Duration,
     reconnect: bool,
-) -> Result<(f64, Duration), String> {
+) -> Result<Measured, String> {
     let runtime =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let key = Arc::new(parse_private_key(&sshd.client_key).map_err(|e| e.to_string())?);
@@ -255,6 +296,7 @@ fn probe_rate(
         }
         let started = Instant::now();
         let cpu_before = cpu_time();
+        let server_before = sshd_cpu(sshd.pid());
         let tasks: Vec<_> = workers
             .iter()
             .map(|(worker, executor)| {
@@ -279,6 +321,12 @@ fn probe_rate(
             total += task.await.map_err(|e| e.to_string())?;
         }
         let cpu = cpu_time() - cpu_before;
-        Ok((total as f64 / started.elapsed().as_secs_f64(), cpu / total.max(1) as u32))
+        let server = sshd_cpu(sshd.pid()).saturating_sub(server_before);
+        let probes = total.max(1) as u32;
+        Ok(Measured {
+            rate: total as f64 / started.elapsed().as_secs_f64(),
+            client: cpu / probes,
+            server: server / probes,
+        })
     })
 }

@@ -136,6 +136,11 @@ impl Sshd {
         Sshd::start_with(&[])
     }
 
+    /// The process id of the listening sshd (its connections are its children).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// A scratch directory that lives as long as the server.
     pub fn scratch(&self) -> &Path {
         self.dir.path()
