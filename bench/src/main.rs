@@ -12,6 +12,7 @@ mod exec;
 mod heap;
 mod node;
 mod peers;
+mod prober;
 mod report;
 mod store;
 
@@ -49,7 +50,7 @@ fn main() -> ExitCode {
             "--only" => only = args.next(),
             other => {
                 eprintln!(
-                    "unknown argument {other:?}; usage: wharf-bench [--quick] [--out FILE] [--only store|alloc|exec|node]"
+                    "unknown argument {other:?}; usage: wharf-bench [--quick] [--out FILE] [--only store|alloc|exec|node|prober]"
                 );
                 return ExitCode::from(2);
             }
@@ -71,6 +72,15 @@ fn main() -> ExitCode {
     }
     if wanted("node") {
         rows.extend(node::run(effort));
+    }
+    if wanted("prober") {
+        match prober::run(effort) {
+            Ok(prober_rows) => rows.extend(prober_rows),
+            Err(e) => {
+                eprintln!("prober scenario failed: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
     }
 
     let report = Report::new(rows);

@@ -1,0 +1,332 @@
+//! Prober scenarios: the CPU a pool of 10,000 workers costs when each is probed every 10 s
+//! (scripted executors, real time, process CPU from getrusage over the window), and run
+//! probes per second against one local sshd over persistent connections, beside the same
+//! probes each on a fresh connection.
+//!
+//! OpenSSH forks a session process and execs the login shell for every channel; on a small
+//! machine, where sshd shares the cores with the prober, that bounds the second figure. The
+//! third row shows the prober's own CPU per SSH probe, which is what the prober can change.
+
+use crate::Effort;
+use crate::report::{Better, Row};
+use nix::sys::resource::{UsageWho, getrusage};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use wharf_prober::ssh::{parse_private_key, parse_public_key};
+use wharf_prober::*;
+use wharf_tests::sshd::Sshd;
+
+const WORKERS: usize = 10_000;
+const INTERVAL: Duration = Duration::from_secs(10);
+
+pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
+    let mut rows = pool_cpu(effort);
+    rows.extend(sshd_probes(effort)?);
+    Ok(rows)
+}
+
+/// Lists a fixed fleet.
+#[derive(Debug)]
+struct Fleet(Vec<Instance>);
+
+#[async_trait::async_trait]
+impl InstanceSet for Fleet {
+    async fn create(&self, _: &str, _: &Tags, _: &str) -> Result<Instance, ProberError> {
+        Err(ProberError::Quota { detail: "fixed fleet".into() })
+    }
+    async fn list(&self) -> Result<Vec<Instance>, ProberError> {
+        Ok(self.0.clone())
+    }
+    async fn destroy(&self, _: &InstanceId) -> Result<(), ProberError> {
+        Ok(())
+    }
+    async fn set_tags(&self, _: &InstanceId, _: &Tags) -> Result<(), ProberError> {
+        Ok(())
+    }
+}
+
+fn cpu_time() -> Duration {
+    match getrusage(UsageWho::RUSAGE_SELF) {
+        Ok(usage) => {
+            let tv = |t: nix::sys::time::TimeVal| {
+                Duration::from_secs(t.tv_sec() as u64) + Duration::from_micros(t.tv_usec() as u64)
+            };
+            tv(usage.user_time()) + tv(usage.system_time())
+        }
+        Err(_) => Duration::ZERO,
+    }
+}
+
+fn pool_cpu(effort: Effort) -> Vec<Row> {
+    let workers = effort.scaled(WORKERS);
+    // The quick run shortens the cycle so it still sees every worker probed.
+    let interval = if effort.scale < 1.0 { Duration::from_millis(500) } else { INTERVAL };
+    let (mut cpu, mut rates) = (Vec::new(), Vec::new());
+    for _ in 0..effort.runs.min(3) {
+        let (share, rate) = measure_pool(workers, interval);
+        cpu.push(share);
+        rates.push(rate);
+    }
+    vec![
+        Row {
+            name: format!(
+                "prober: CPU to probe {workers} workers every {interval:?} (scripted executor, process CPU over one real-time cycle)"
+            ),
+            unit: "% of a core",
+            better: Better::Lower,
+            samples: cpu,
+            baseline: None,
+            target: Some("≤ 25%".into()),
+        },
+        Row {
+            name: format!(
+                "prober: probes completed per second, {workers} workers every {interval:?}"
+            ),
+            unit: "/s",
+            better: Better::Higher,
+            samples: rates,
+            baseline: None,
+            target: Some(format!(
+                "{:.0}/s (each worker once per interval)",
+                workers as f64 / interval.as_secs_f64()
+            )),
+        },
+    ]
+}
+
+/// Runs a pool of `workers` for one warm-up cycle and one measured cycle; returns the CPU
+/// share of one core and the probes per second over the measured cycle.
+fn measure_pool(workers: usize, interval: Duration) -> (f64, f64) {
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let instances: Vec<Instance> = (0..workers)
+        .map(|i| Instance {
+            id: InstanceId(format!("w-{i:05}")),
+            address: Some("10.0.0.1:22".into()),
+            remote_user: "root".into(),
+            tags: Tags::new(),
+            host_key: None,
+        })
+        .collect();
+    let config = PoolConfig {
+        worker: WorkerConfig {
+            boot_probe_command: "true".into(),
+            runner: RunnerConfig { command: "wharf".into(), ..RunnerConfig::default() },
+            timeouts: Timeouts { idle: Duration::from_secs(86_400), ..Timeouts::default() },
+            ..WorkerConfig::default()
+        },
+        probe_interval: interval,
+        sync_interval: Duration::from_secs(3600),
+        max_instances: workers + 1,
+        ..PoolConfig::default()
+    };
+    let new_executor: NewExecutor = Arc::new(|instance: &Instance| {
+        let script = ScriptedExecutor::new(&instance.id.0);
+        script.exact("true", Reply::ok(""));
+        script.exact("wharf alloc list --probe", Reply::ok("alloc-1\n"));
+        Arc::new(script) as Arc<dyn Executor>
+    });
+    let pool =
+        Pool::new(config, Arc::new(SystemClock::new()), Arc::new(Fleet(instances)), new_executor)
+            .unwrap();
+    let passed = |pool: &Pool| -> f64 {
+        let metrics = pool.metrics();
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("wharf_prober_probes{result=\"passed\"} "))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    runtime.block_on(async {
+        let runner = tokio::spawn({
+            let pool = pool.clone();
+            async move { pool.run().await }
+        });
+        // Warm-up: the first sync and the first cycle, which spreads the workers.
+        tokio::time::sleep(interval + interval / 10).await;
+        let (cpu_before, probes_before) = (cpu_time(), passed(&pool));
+        let started = Instant::now();
+        tokio::time::sleep(interval).await;
+        let wall = started.elapsed().as_secs_f64();
+        let (cpu_after, probes_after) = (cpu_time(), passed(&pool));
+        pool.stop();
+        let _ = tokio::time::timeout(Duration::from_secs(10), runner).await;
+        let share = (cpu_after - cpu_before).as_secs_f64() / wall * 100.0;
+        (share, (probes_after - probes_before) / wall)
+    })
+}
+
+fn sshd_probes(effort: Effort) -> Result<Vec<Row>, String> {
+    let sshd =
+        Sshd::start().map_err(|e| format!("the prober benchmark needs a local sshd: {e}"))?;
+    let window = Duration::from_secs_f64((5.0 * effort.scale).max(0.5));
+    let connections = 32;
+    let (mut persistent, mut fresh, mut client, mut server) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..effort.runs {
+        let measured = probe_rate(&sshd, connections, window, false)?;
+        persistent.push(measured.rate);
+        client.push(measured.client.as_secs_f64() * 1e6);
+        server.push(measured.server.as_secs_f64() * 1e6);
+        fresh.push(probe_rate(&sshd, connections, window, true)?.rate);
+    }
+    Ok(vec![Row {
+        name: format!(
+            "prober: run probes/s against one local sshd, {connections} workers on persistent connections"
+        ),
+        unit: "/s",
+        better: Better::Higher,
+        samples: persistent,
+        baseline: Some(("a new connection per probe".into(), fresh)),
+        target: Some("≥ 2,000/s".into()),
+    },
+    Row {
+        name: "prober: sshd's CPU per run probe (its session fork and the remote shell; for comparison)".into(),
+        unit: "µs",
+        better: Better::Lower,
+        samples: server,
+        baseline: None,
+        target: None,
+    },
+    Row {
+        name: "prober: its own CPU per SSH run probe (client side; sshd and the remote shell excluded)".into(),
+        unit: "µs",
+        better: Better::Lower,
+        samples: client,
+        baseline: None,
+        target: None,
+    }])
+}
+
+/// What one SSH measurement found.
+struct Measured {
+    /// Probes per second.
+    rate: f64,
+    /// This process's CPU per probe.
+    client: Duration,
+    /// sshd's CPU per probe (its connection processes and the sessions they reaped).
+    server: Duration,
+}
+
+/// CPU time of the sshd listening as `pid` and of its connection processes, including the
+/// session processes they have reaped, from /proc (clock ticks of 10 ms).
+fn sshd_cpu(pid: u32) -> Duration {
+    let mut ticks = 0u64;
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Duration::ZERO };
+    for entry in entries.flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        // Fields after the command name: state ppid ... utime(12) stime(13) cutime(14) cstime(15).
+        let Some((head, rest)) = stat.rsplit_once(") ") else { continue };
+        let fields: Vec<&str> = rest.split(' ').collect();
+        let own = head.split(' ').next().and_then(|p| p.parse::<u32>().ok());
+        let parent = fields.get(1).and_then(|p| p.parse::<u32>().ok());
+        if own != Some(pid) && parent != Some(pid) {
+            continue;
+        }
+        for index in 11..15 {
+            ticks += fields.get(index).and_then(|t| t.parse::<u64>().ok()).unwrap_or(0);
+        }
+    }
+    Duration::from_millis(ticks * 10)
+}
+
+/// Probes `workers` idle workers over SSH in a loop for `window`.
+fn probe_rate(
+    sshd: &Sshd,
+    workers: usize,
+    window: Duration,
+    reconnect: bool,
+) -> Result<Measured, String> {
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let key = Arc::new(parse_private_key(&sshd.client_key).map_err(|e| e.to_string())?);
+    let host_key = parse_public_key(&sshd.host_key).map_err(|e| e.to_string())?;
+    let config = Arc::new(
+        WorkerConfig {
+            runner: RunnerConfig {
+                command: "true".into(),
+                list_args: "--list".into(),
+                ..RunnerConfig::default()
+            },
+            ..WorkerConfig::default()
+        }
+        .prepare()
+        .map_err(|e| e.to_string())?,
+    );
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let brake = Arc::new(Brake::default());
+    let workers: Vec<(Arc<Worker>, Arc<SshExecutor>)> = (0..workers)
+        .map(|i| {
+            let executor = Arc::new(SshExecutor::new(
+                &format!("w{i}"),
+                SshTarget {
+                    address: Some(sshd.address.clone()),
+                    user: sshd.user.clone(),
+                    host_key: Some(host_key.clone()),
+                },
+                key.clone(),
+            ));
+            let worker = Arc::new(Worker::new(
+                WorkerSpec {
+                    instance: Instance {
+                        id: InstanceId(format!("w{i}")),
+                        address: Some(sshd.address.clone()),
+                        remote_user: "root".into(),
+                        tags: Tags::new(),
+                        host_key: None,
+                    },
+                    instance_type: "bench".into(),
+                    state: State::Idle,
+                    idle_behavior: IdleBehavior::Hold,
+                },
+                executor.clone(),
+                config.clone(),
+                clock.clone(),
+                brake.clone(),
+            ));
+            (worker, executor)
+        })
+        .collect();
+    runtime.block_on(async {
+        // Connect every worker before the window opens.
+        for (worker, _) in &workers {
+            if worker.probe_and_update().await != ProbeOutcome::Passed {
+                return Err(format!("a warm-up probe failed: {:?}", worker.view().last_error));
+            }
+        }
+        let started = Instant::now();
+        let cpu_before = cpu_time();
+        let server_before = sshd_cpu(sshd.pid());
+        let tasks: Vec<_> = workers
+            .iter()
+            .map(|(worker, executor)| {
+                let (worker, executor) = (worker.clone(), executor.clone());
+                tokio::spawn(async move {
+                    let mut done = 0u64;
+                    while started.elapsed() < window {
+                        if reconnect {
+                            executor.close().await;
+                        }
+                        if worker.probe_and_update().await == ProbeOutcome::Passed {
+                            done += 1;
+                        }
+                        let _ = worker.take_effects();
+                    }
+                    done
+                })
+            })
+            .collect();
+        let mut total = 0;
+        for task in tasks {
+            total += task.await.map_err(|e| e.to_string())?;
+        }
+        let cpu = cpu_time() - cpu_before;
+        let server = sshd_cpu(sshd.pid()).saturating_sub(server_before);
+        let probes = total.max(1) as u32;
+        Ok(Measured {
+            rate: total as f64 / started.elapsed().as_secs_f64(),
+            client: cpu / probes,
+            server: server / probes,
+        })
+    })
+}

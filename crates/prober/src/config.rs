@@ -1,0 +1,202 @@
+//! What the worker state machine and the pool are told: timeouts, commands, the runner.
+//!
+//! Defaults follow the reference dispatcher (10 minute boot and probe timeouts, 1 minute idle
+//! timeout, 5 s stale-lock timeout, TERM every 5 s for 2 minutes) with one addition: every
+//! command has a deadline ([`WorkerConfig::command_deadline`], [`WorkerConfig::deploy_deadline`]).
+
+use crate::ProberError;
+use crate::quote::quote;
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The timeouts of the worker state machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Timeouts {
+    /// A booting or unknown worker is shut down once this long passed since it appeared (or
+    /// last probed successfully) and a probe started after that still failed.
+    pub booting: Duration,
+    /// An idle or running worker is shut down once this long passed since its last successful
+    /// probe and a probe started after that still failed.
+    pub probe: Duration,
+    /// An idle worker with idle behaviour `run` is shut down after this long without work.
+    pub idle: Duration,
+    /// A `stale` line seen for longer than this makes the worker broken.
+    pub stale_run_lock: Duration,
+    /// Interval between TERM signals while a runner is being killed.
+    pub signal: Duration,
+    /// Killing gives up after this long; the worker is then drained.
+    pub term: Duration,
+    /// A destroyed instance still listed after this long is destroyed again.
+    pub shutdown: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Timeouts {
+        Timeouts {
+            booting: Duration::from_secs(600),
+            probe: Duration::from_secs(600),
+            idle: Duration::from_secs(60),
+            stale_run_lock: Duration::from_secs(5),
+            signal: Duration::from_secs(5),
+            term: Duration::from_secs(120),
+            shutdown: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The runner on the worker: the program the run probe, start and kill commands call.
+#[derive(Debug, Clone)]
+pub struct RunnerConfig {
+    /// The command when no binary is deployed (it is assumed installed), e.g. `wharf`.
+    pub command: String,
+    /// A binary to deploy to every worker; `None` to use `command` as installed.
+    pub binary: Option<Arc<[u8]>>,
+    /// The directory deployed binaries go to, as `<directory>/runner~<sha256>`.
+    pub directory: String,
+    /// Arguments of the run probe, e.g. `alloc list --probe` or `--list`.
+    pub list_args: String,
+    /// Arguments that start work in the background; the quoted id is appended.
+    pub start_args: String,
+    /// Arguments that send TERM to work; the quoted id is appended.
+    pub kill_args: String,
+}
+
+impl Default for RunnerConfig {
+    fn default() -> RunnerConfig {
+        RunnerConfig {
+            command: "wharf".into(),
+            binary: None,
+            directory: "/var/lib/wharf-runner".into(),
+            list_args: "alloc list --probe".into(),
+            start_args: "alloc start --detach".into(),
+            kill_args: "alloc kill --signal TERM".into(),
+        }
+    }
+}
+
+/// Where the runner binary goes and what it must hash to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deployment {
+    /// Remote path: `<directory>/runner~<sha256>`.
+    pub path: String,
+    /// Lowercase hex sha256 of the binary.
+    pub sha256: String,
+}
+
+/// Lowercase hex sha256 of `data`.
+pub fn sha256_hex(data: &[u8]) -> String {
+    hex(&Sha256::digest(data))
+}
+
+/// Lowercase hex of `bytes`.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    let mut hex = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        hex.push(char::from(b"0123456789abcdef"[usize::from(byte >> 4)]));
+        hex.push(char::from(b"0123456789abcdef"[usize::from(byte & 15)]));
+    }
+    hex
+}
+
+/// Everything a worker needs to know besides its instance and executor.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// The state machine's timeouts.
+    pub timeouts: Timeouts,
+    /// The boot probe; empty means `true`.
+    pub boot_probe_command: String,
+    /// The runner.
+    pub runner: RunnerConfig,
+    /// Ids of this cluster's work start with this; other lines are ignored.
+    pub cluster_prefix: String,
+    /// Prefix of the tag keys the prober writes (`<prefix>InstanceType`, ...).
+    pub tag_prefix: String,
+    /// Deadline of one probe command (boot probe, run probe, checksum, start, kill).
+    pub command_deadline: Duration,
+    /// Deadline of the runner binary copy.
+    pub deploy_deadline: Duration,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> WorkerConfig {
+        WorkerConfig {
+            timeouts: Timeouts::default(),
+            boot_probe_command: "systemctl is-system-running".into(),
+            runner: RunnerConfig::default(),
+            cluster_prefix: String::new(),
+            tag_prefix: "wharf-".into(),
+            command_deadline: Duration::from_secs(20),
+            deploy_deadline: Duration::from_secs(120),
+        }
+    }
+}
+
+impl WorkerConfig {
+    /// Checks the values and computes the deployment path and checksum once.
+    pub fn prepare(self) -> Result<Prepared, ProberError> {
+        let positive = [
+            ("timeouts.booting", self.timeouts.booting),
+            ("timeouts.probe", self.timeouts.probe),
+            ("timeouts.signal", self.timeouts.signal),
+            ("command_deadline", self.command_deadline),
+            ("deploy_deadline", self.deploy_deadline),
+        ];
+        for (field, value) in positive {
+            if value.is_zero() {
+                return Err(ProberError::Config {
+                    field,
+                    problem: "must be more than zero".into(),
+                });
+            }
+        }
+        if self.runner.command.trim().is_empty() && self.runner.binary.is_none() {
+            return Err(ProberError::Config {
+                field: "runner.command",
+                problem: "empty, and no binary to deploy".into(),
+            });
+        }
+        if self.runner.directory.contains('\0') || !self.runner.directory.starts_with('/') {
+            return Err(ProberError::Config {
+                field: "runner.directory",
+                problem: format!("{:?} is not an absolute path", self.runner.directory),
+            });
+        }
+        let deployment = self.runner.binary.as_ref().map(|binary| {
+            let sha256 = sha256_hex(binary);
+            let directory = self.runner.directory.trim_end_matches('/');
+            Deployment { path: format!("{directory}/runner~{sha256}"), sha256 }
+        });
+        Ok(Prepared { config: self, deployment })
+    }
+}
+
+/// A checked [`WorkerConfig`] with what follows from it computed once.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    config: WorkerConfig,
+    deployment: Option<Deployment>,
+}
+
+impl std::ops::Deref for Prepared {
+    type Target = WorkerConfig;
+    fn deref(&self) -> &WorkerConfig {
+        &self.config
+    }
+}
+
+impl Prepared {
+    /// Where the runner binary is deployed, if one is.
+    pub fn deployment(&self) -> Option<&Deployment> {
+        self.deployment.as_ref()
+    }
+
+    /// The runner program as a shell word: the deployed path, or the configured command.
+    pub(crate) fn runner_program(&self) -> Result<String, ProberError> {
+        match &self.deployment {
+            Some(d) => quote("runner path", &d.path),
+            // The command is configuration, and may carry arguments of its own.
+            None => Ok(self.runner.command.clone()),
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! [`LocalExecutor`]: runs commands with `sh -c` on this host.
+//!
+//! The loopback instance set's workers are this host, so their commands run here. This is the
+//! one place in the crate that starts processes. Each command runs in its own process group;
+//! at its deadline the whole group is killed, so a hung command (and anything it started that
+//! holds its output open) cannot outlive the deadline.
+
+use crate::ProberError;
+use crate::executor::{Executor, MAX_OUTPUT, Output};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+
+/// Runs commands on this host with `sh -c`.
+#[derive(Debug, Clone, Default)]
+pub struct LocalExecutor {
+    name: String,
+    dir: Option<PathBuf>,
+    env: BTreeMap<String, String>,
+}
+
+impl LocalExecutor {
+    /// An executor whose errors name the worker `name`.
+    pub fn new(name: &str) -> LocalExecutor {
+        LocalExecutor { name: name.to_owned(), ..LocalExecutor::default() }
+    }
+
+    /// Runs commands in `dir`.
+    pub fn with_dir(mut self, dir: impl Into<PathBuf>) -> LocalExecutor {
+        self.dir = Some(dir.into());
+        self
+    }
+
+    /// Sets an environment variable for every command.
+    pub fn with_env(mut self, key: &str, value: &str) -> LocalExecutor {
+        self.env.insert(key.to_owned(), value.to_owned());
+        self
+    }
+}
+
+/// Reads all of `reader`, keeping the first [`MAX_OUTPUT`] bytes.
+async fn read_capped(mut reader: impl AsyncRead + Unpin) -> std::io::Result<Vec<u8>> {
+    let mut kept = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        let n = reader.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(kept);
+        }
+        let room = MAX_OUTPUT.saturating_sub(kept.len());
+        kept.extend_from_slice(&buf[..n.min(room)]);
+    }
+}
+
+#[async_trait::async_trait]
+impl Executor for LocalExecutor {
+    async fn execute(
+        &self,
+        command: &str,
+        stdin: &[u8],
+        deadline: Duration,
+    ) -> Result<Output, ProberError> {
+        let exec_error = |detail: String| ProberError::Exec { worker: self.name.clone(), detail };
+        // This executor is the prober's one way to run a command on this host (DESIGN.md).
+        #[allow(clippy::disallowed_methods)]
+        let mut builder = tokio::process::Command::new("sh");
+        builder
+            .arg("-c")
+            .arg(command)
+            .envs(&self.env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        if let Some(dir) = &self.dir {
+            builder.current_dir(dir);
+        }
+        let mut child = builder.spawn().map_err(|e| exec_error(format!("cannot start sh: {e}")))?;
+        let pid = child.id();
+        let (Some(mut input), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err(exec_error("sh started without its pipes".into()));
+        };
+        let stdin = stdin.to_vec();
+        let run = async move {
+            let write = async move {
+                // A command that does not read its stdin closes the pipe: not an error.
+                let _ = input.write_all(&stdin).await;
+                drop(input);
+            };
+            let (_, out, err, status) =
+                tokio::join!(write, read_capped(stdout), read_capped(stderr), child.wait());
+            let status = status?;
+            Ok::<_, std::io::Error>(Output {
+                stdout: out?,
+                stderr: err?,
+                status: status.code().and_then(|c| u32::try_from(c).ok()),
+            })
+        };
+        match tokio::time::timeout(deadline, run).await {
+            Ok(Ok(output)) => Ok(output),
+            Ok(Err(e)) => Err(exec_error(format!("running {command:?}: {e}"))),
+            Err(_) => {
+                if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
+                    // The group leader is sh; its group holds whatever it started.
+                    let _ = nix::sys::signal::killpg(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+                Err(ProberError::Timeout {
+                    worker: self.name.clone(),
+                    what: format!("command {command:?}"),
+                    deadline,
+                })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quote;
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    }
+
+    #[test]
+    fn runs_commands_with_stdin_and_reports_status() {
+        let exec = LocalExecutor::new("local").with_env("WHARF_X", "42");
+        /// (command, stdin, stdout, stderr, status)
+        type Case<'a> = (&'a str, &'a [u8], &'a [u8], &'a [u8], Option<u32>);
+        let cases: &[Case<'_>] = &[
+            ("echo hi", b"", b"hi\n", b"", Some(0)),
+            ("cat", b"from stdin", b"from stdin", b"", Some(0)),
+            ("echo oops >&2; exit 3", b"", b"", b"oops\n", Some(3)),
+            ("echo $WHARF_X", b"", b"42\n", b"", Some(0)),
+            ("kill -9 $$", b"", b"", b"", None),
+            ("true", &[0u8; 300_000], b"", b"", Some(0)),
+        ];
+        let runtime = rt();
+        for (command, stdin, stdout, stderr, status) in cases {
+            let out =
+                runtime.block_on(exec.execute(command, stdin, Duration::from_secs(20))).unwrap();
+            assert_eq!(out.stdout, *stdout, "{command}");
+            assert_eq!(out.stderr, *stderr, "{command}");
+            assert_eq!(out.status, *status, "{command}");
+        }
+    }
+
+    #[test]
+    fn a_hung_command_is_cut_at_its_deadline_with_its_children() {
+        let runtime = rt();
+        let exec = LocalExecutor::new("local");
+        // The child sleep holds stdout open; killing only sh would leave the read hanging.
+        let err = runtime
+            .block_on(exec.execute("sleep 600 & wait", b"", Duration::from_millis(300)))
+            .unwrap_err();
+        assert!(matches!(err, ProberError::Timeout { .. }), "{err}");
+        assert_eq!(
+            err.to_string(),
+            "command \"sleep 600 & wait\" on worker local did not finish within 300ms"
+        );
+    }
+
+    #[test]
+    fn a_hostile_id_cannot_inject_a_command() {
+        let runtime = rt();
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("pwned");
+        let exec = LocalExecutor::new("local").with_dir(dir.path());
+        let hostile = [
+            "x; touch pwned",
+            "x' ; touch pwned; echo '",
+            "$(touch pwned)",
+            "`touch pwned`",
+            "x\ntouch pwned",
+            "x && touch pwned",
+            "x | touch pwned",
+            "'\"$(touch pwned)\"'",
+        ];
+        for id in hostile {
+            let command = format!("printf '%s' {}", quote("runner id", id).unwrap());
+            let out =
+                runtime.block_on(exec.execute(&command, b"", Duration::from_secs(20))).unwrap();
+            assert_eq!(out.stdout, id.as_bytes(), "the id comes back as one literal word");
+            assert!(!marker.exists(), "{id:?} ran a command");
+        }
+    }
+}

@@ -1,0 +1,853 @@
+//! The [`Pool`]: every worker of an instance set, probed on its own schedule.
+//!
+//! The pool owns the workers and carries out what they decide (destroy, save tags, count
+//! outcomes). Its jobs:
+//! - **Create** instances with throttling: no create while at quota (a hard `max_instances`,
+//!   or a quota refusal learned from the cloud, held until fewer instances exist or a TTL
+//!   passes), while the type (or every type) is at capacity, while the cloud's rate limit
+//!   holds, or while `max_concurrent_creates` are in flight. Each create carries a secret tag
+//!   so the instance is recognised as ours (`booting`) when a list shows it before the create
+//!   returns.
+//! - **Sync** with the instance list: new instances become workers (`booting` if their
+//!   secret is a pending create, else `unknown`, with the idle behaviour from their tag),
+//!   known ones get their listing (address, host key) and drifted tags fixed, destroyed ones
+//!   still listed after the shutdown timeout are destroyed again, and workers missing from the
+//!   list are dropped (boot outcome `disappeared`).
+//! - **Probe** each worker every `probe_interval` from its own point in the cycle (spread by
+//!   jitter at first sight), with at most `max_concurrent_probes` in flight. A worker whose
+//!   previous probe is still running is skipped without using a slot. Unlike a single loop at
+//!   a global rate, 10,000 workers are each still probed at their interval.
+//! - **The fleet brake**: when more than `brake.max_failing_share` of the booted workers (and
+//!   at least `brake.min_failing`) fail their last probe, no worker is destroyed for being
+//!   unresponsive until that clears; the reason is logged and exported.
+//!
+//! Tests drive it step by step on a fake clock ([`Pool::probe_due`], [`Pool::sync`]);
+//! [`Pool::run`] is the same loop on real time.
+
+use crate::ProberError;
+use crate::clock::{Clock, Moment};
+use crate::config::{Prepared, WorkerConfig};
+use crate::executor::Executor;
+use crate::instance::{Instance, InstanceId, InstanceSet, Tag, Tags};
+use crate::metrics::{self, Counters, Gauges};
+use crate::worker::{
+    BootOutcome, Brake, Effect, IdleBehavior, ProbeOutcome, State, Worker, WorkerSpec, WorkerView,
+};
+use parking_lot::Mutex;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tracing::{info, warn};
+
+/// Makes the executor for a newly seen instance.
+pub type NewExecutor = Arc<dyn Fn(&Instance) -> Arc<dyn Executor> + Send + Sync>;
+
+/// When the fleet brake engages.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BrakeConfig {
+    /// Engage when more than this share (0.0 to 1.0) of booted workers fail their probes.
+    pub max_failing_share: f64,
+    /// ... and at least this many fail (a small fleet can lose one or two on its own).
+    pub min_failing: usize,
+}
+
+impl Default for BrakeConfig {
+    fn default() -> BrakeConfig {
+        BrakeConfig { max_failing_share: 0.5, min_failing: 3 }
+    }
+}
+
+/// The pool's settings.
+#[derive(Debug, Clone)]
+pub struct PoolConfig {
+    /// What each worker is told.
+    pub worker: WorkerConfig,
+    /// Each worker is probed this often.
+    pub probe_interval: Duration,
+    /// At most this many probes run at once.
+    pub max_concurrent_probes: usize,
+    /// The instance list is read this often (by [`Pool::run`]).
+    pub sync_interval: Duration,
+    /// Never more instances than this (created and creating).
+    pub max_instances: usize,
+    /// At most this many creates in flight.
+    pub max_concurrent_creates: usize,
+    /// After a quota refusal with no instances, creates wait this long.
+    pub quota_error_ttl: Duration,
+    /// After a capacity refusal, creates of that type (or all) wait this long.
+    pub capacity_error_ttl: Duration,
+    /// The fleet brake.
+    pub brake: BrakeConfig,
+    /// Run at boot on each created instance, after the line that stores its secret.
+    pub init_command: String,
+    /// Where the init command stores the instance's secret.
+    pub secret_path: String,
+    /// Seed of the probe jitter (fixed for reproducible simulations).
+    pub seed: u64,
+    /// Deadline of one cloud call (create, list, destroy, set tags).
+    pub cloud_deadline: Duration,
+    /// The instance types in service; a listed instance of another type (one removed from
+    /// the configuration) is drained unless it is on hold. Empty: every type is in service.
+    pub instance_types: std::collections::BTreeSet<String>,
+}
+
+impl Default for PoolConfig {
+    fn default() -> PoolConfig {
+        PoolConfig {
+            worker: WorkerConfig::default(),
+            probe_interval: Duration::from_secs(10),
+            max_concurrent_probes: 256,
+            sync_interval: Duration::from_secs(60),
+            max_instances: 64,
+            max_concurrent_creates: 1,
+            quota_error_ttl: Duration::from_secs(60),
+            capacity_error_ttl: Duration::from_secs(60),
+            brake: BrakeConfig::default(),
+            init_command: String::new(),
+            secret_path: "/var/run/wharf-instance-secret".into(),
+            seed: 0x9e37_79b9_7f4a_7c15,
+            cloud_deadline: Duration::from_secs(120),
+            instance_types: std::collections::BTreeSet::new(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Entry {
+    worker: Arc<Worker>,
+    /// Tells this worker's schedule entries from those of an earlier worker with its id.
+    generation: u64,
+}
+
+#[derive(Debug, Default)]
+struct PoolState {
+    workers: HashMap<InstanceId, Entry>,
+    schedule: BinaryHeap<Reverse<(Moment, u64, InstanceId)>>,
+    generation: u64,
+    /// Pending creates by secret: when, and of which type.
+    creating: HashMap<String, (Moment, String)>,
+    exited: HashMap<String, Moment>,
+    quota_until: Option<Moment>,
+    quota_until_fewer: Option<usize>,
+    capacity_until: HashMap<String, Moment>,
+    create_throttled_until: Option<Moment>,
+    list_throttled_until: Option<Moment>,
+    rng: u64,
+    brake_checked: Option<Moment>,
+    loaded: bool,
+}
+
+impl PoolState {
+    /// splitmix64: cheap, seeded, good enough for jitter.
+    fn random(&mut self) -> u64 {
+        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn random_below(&mut self, bound: Duration) -> Duration {
+        let nanos = u64::try_from(bound.as_nanos()).unwrap_or(u64::MAX);
+        if nanos == 0 { Duration::ZERO } else { Duration::from_nanos(self.random() % nanos) }
+    }
+}
+
+struct Shared {
+    config: PoolConfig,
+    worker_config: Arc<Prepared>,
+    clock: Arc<dyn Clock>,
+    instances: Arc<dyn InstanceSet>,
+    new_executor: NewExecutor,
+    brake: Arc<Brake>,
+    state: Mutex<PoolState>,
+    counters: Mutex<Counters>,
+    probes: tokio::sync::Semaphore,
+    changed: tokio::sync::watch::Sender<u64>,
+    stopping: AtomicBool,
+    stop: tokio::sync::Notify,
+}
+
+/// Every worker of one instance set. Cheap to clone: clones share the pool.
+#[derive(Clone)]
+pub struct Pool {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pool").field("workers", &self.shared.state.lock().workers.len()).finish()
+    }
+}
+
+impl Pool {
+    /// A pool over `instances`, making executors with `new_executor` and reading time from
+    /// `clock`. Nothing runs until [`Pool::run`] (or the step methods) are called.
+    pub fn new(
+        config: PoolConfig,
+        clock: Arc<dyn Clock>,
+        instances: Arc<dyn InstanceSet>,
+        new_executor: NewExecutor,
+    ) -> Result<Pool, ProberError> {
+        if config.probe_interval.is_zero() {
+            return Err(ProberError::Config {
+                field: "probe_interval",
+                problem: "must be more than zero".into(),
+            });
+        }
+        if config.max_concurrent_probes == 0 {
+            return Err(ProberError::Config {
+                field: "max_concurrent_probes",
+                problem: "must be at least 1".into(),
+            });
+        }
+        if !(0.0..=1.0).contains(&config.brake.max_failing_share) {
+            return Err(ProberError::Config {
+                field: "brake.max_failing_share",
+                problem: format!("{} is not between 0 and 1", config.brake.max_failing_share),
+            });
+        }
+        let worker_config = Arc::new(config.worker.clone().prepare()?);
+        let state = PoolState { rng: config.seed, ..PoolState::default() };
+        Ok(Pool {
+            shared: Arc::new(Shared {
+                probes: tokio::sync::Semaphore::new(config.max_concurrent_probes),
+                config,
+                worker_config,
+                clock,
+                instances,
+                new_executor,
+                brake: Arc::new(Brake::default()),
+                state: Mutex::new(state),
+                counters: Mutex::new(Counters::default()),
+                changed: tokio::sync::watch::Sender::new(0),
+                stopping: AtomicBool::new(false),
+                stop: tokio::sync::Notify::new(),
+            }),
+        })
+    }
+
+    /// A subscription to changes a scheduler cares about (a worker appeared, booted, went
+    /// idle, started or lost work, was shut down): `changed().await` on the receiver returns
+    /// once something changed since it last looked. Changes coalesce, and none is lost to a
+    /// subscriber that was busy when it happened.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.shared.changed.subscribe()
+    }
+
+    fn notify(&self) {
+        self.shared.changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Whether the first sync has completed.
+    pub fn loaded(&self) -> bool {
+        self.shared.state.lock().loaded
+    }
+
+    /// The fleet brake.
+    pub fn brake(&self) -> &Brake {
+        &self.shared.brake
+    }
+
+    /// Snapshots of every worker, by id.
+    pub fn workers(&self) -> Vec<WorkerView> {
+        let workers: Vec<Arc<Worker>> =
+            self.shared.state.lock().workers.values().map(|e| e.worker.clone()).collect();
+        let mut views: Vec<WorkerView> = workers.iter().map(|w| w.view()).collect();
+        views.sort_by(|a, b| a.id.cmp(&b.id));
+        views
+    }
+
+    /// How many workers are in each state.
+    pub fn count_workers(&self) -> BTreeMap<State, usize> {
+        let workers = self.worker_list();
+        let mut counts = BTreeMap::new();
+        for worker in workers {
+            *counts.entry(worker.state()).or_insert(0) += 1;
+        }
+        counts
+    }
+
+    /// Runners that ended, with when (until forgotten).
+    pub fn exited(&self) -> HashMap<String, Moment> {
+        self.shared.state.lock().exited.clone()
+    }
+
+    /// Forgets that a runner ended.
+    pub fn forget_runner(&self, id: &str) {
+        self.shared.state.lock().exited.remove(id);
+    }
+
+    fn worker_list(&self) -> Vec<Arc<Worker>> {
+        self.shared.state.lock().workers.values().map(|e| e.worker.clone()).collect()
+    }
+
+    fn worker(&self, id: &InstanceId) -> Result<Arc<Worker>, ProberError> {
+        self.shared
+            .state
+            .lock()
+            .workers
+            .get(id)
+            .map(|e| e.worker.clone())
+            .ok_or_else(|| ProberError::UnknownWorker(id.0.clone()))
+    }
+
+    /// Whether creates are held for quota.
+    pub fn at_quota(&self) -> bool {
+        let now = self.shared.clock.now();
+        let state = self.shared.state.lock();
+        self.at_quota_locked(&state, now)
+    }
+
+    fn at_quota_locked(&self, state: &PoolState, now: Moment) -> bool {
+        let count = state.workers.len() + state.creating.len();
+        count >= self.shared.config.max_instances
+            || state.quota_until.is_some_and(|until| now < until)
+            || state.quota_until_fewer.is_some_and(|n| count >= n)
+    }
+
+    /// Whether creates of `instance_type` are held for capacity.
+    pub fn at_capacity(&self, instance_type: &str) -> bool {
+        let now = self.shared.clock.now();
+        let state = self.shared.state.lock();
+        at_capacity_locked(&state, instance_type, now)
+    }
+
+    /// Creates an instance of `instance_type`; it becomes a `booting` worker. Refused at
+    /// once ([`ProberError::CreateHeld`]) while quota, capacity, the cloud's rate limit or the
+    /// create concurrency limit holds; a quota, capacity or rate-limit refusal from the cloud
+    /// is remembered so the next creates wait.
+    pub async fn create(&self, instance_type: &str) -> Result<InstanceId, ProberError> {
+        let shared = &self.shared;
+        let now = shared.clock.now();
+        let secret = random_secret()?;
+        {
+            let mut state = shared.state.lock();
+            let held = |reason: String| ProberError::CreateHeld {
+                instance_type: instance_type.to_owned(),
+                reason,
+            };
+            if self.at_quota_locked(&state, now) {
+                return Err(held("at quota".into()));
+            }
+            if at_capacity_locked(&state, instance_type, now) {
+                return Err(held("at capacity".into()));
+            }
+            if let Some(until) = state.create_throttled_until.filter(|until| now < *until) {
+                return Err(held(format!("rate limited for {:?}", until.since(now))));
+            }
+            if state.creating.len() >= shared.config.max_concurrent_creates {
+                return Err(held(format!("{} creates in flight", state.creating.len())));
+            }
+            state.creating.insert(secret.clone(), (now, instance_type.to_owned()));
+        }
+        let prefix = &shared.worker_config.tag_prefix;
+        let mut tags = Tags::new();
+        tags.insert(Tag::InstanceType.key(prefix), instance_type.to_owned());
+        tags.insert(Tag::IdleBehavior.key(prefix), IdleBehavior::Run.as_str().to_owned());
+        tags.insert(Tag::InstanceSecret.key(prefix), secret.clone());
+        let secret_path = crate::quote("secret path", &shared.config.secret_path)?;
+        let mut init = format!("umask 0177 && printf %s {secret} >{secret_path}");
+        if !shared.config.init_command.trim().is_empty() {
+            init = format!("{init} && {}", shared.config.init_command);
+        }
+        let result =
+            self.cloud("create", shared.instances.create(instance_type, &tags, &init)).await;
+        let now = shared.clock.now();
+        let mut state = shared.state.lock();
+        state.creating.remove(&secret);
+        match result {
+            Ok(instance) => {
+                let id = instance.id.clone();
+                if !state.workers.contains_key(&id) {
+                    self.add_worker_locked(&mut state, instance, State::Booting, now);
+                }
+                drop(state);
+                self.notify();
+                Ok(id)
+            }
+            Err(ProberError::Quota { detail }) => {
+                let n = state.workers.len() + state.creating.len();
+                if n < 1 {
+                    state.quota_until = Some(now + shared.config.quota_error_ttl);
+                } else {
+                    state.quota_until_fewer =
+                        Some(state.quota_until_fewer.map_or(n, |old| old.min(n)));
+                }
+                warn!(instance_type, detail, instances = n, "quota reached; holding creates");
+                Err(ProberError::Quota { detail })
+            }
+            Err(ProberError::Capacity { instance_type: scope, detail }) => {
+                state.capacity_until.insert(scope.clone(), now + shared.config.capacity_error_ttl);
+                warn!(instance_type, scope, detail, "no capacity; holding creates");
+                Err(ProberError::Capacity { instance_type: scope, detail })
+            }
+            Err(ProberError::RateLimited { retry_after }) => {
+                state.create_throttled_until = Some(now + retry_after);
+                Err(ProberError::RateLimited { retry_after })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn add_worker_locked(
+        &self,
+        state: &mut PoolState,
+        instance: Instance,
+        initial: State,
+        now: Moment,
+    ) {
+        let shared = &self.shared;
+        let prefix = &shared.worker_config.tag_prefix;
+        let mut idle_behavior = instance
+            .tags
+            .get(&Tag::IdleBehavior.key(prefix))
+            .and_then(|v| IdleBehavior::parse(v))
+            .unwrap_or(IdleBehavior::Run);
+        let instance_type =
+            instance.tags.get(&Tag::InstanceType.key(prefix)).cloned().unwrap_or_default();
+        let types = &shared.config.instance_types;
+        if !types.is_empty()
+            && !types.contains(&instance_type)
+            && idle_behavior != IdleBehavior::Hold
+        {
+            warn!(worker = %instance.id, instance_type, "instance type is not in service; draining");
+            idle_behavior = IdleBehavior::Drain;
+        }
+        let id = instance.id.clone();
+        let executor = (shared.new_executor)(&instance);
+        info!(worker = %id, state = %initial, %idle_behavior, instance_type, "instance appeared");
+        let worker = Arc::new(Worker::new(
+            WorkerSpec { instance, instance_type, state: initial, idle_behavior },
+            executor,
+            shared.worker_config.clone(),
+            shared.clock.clone(),
+            shared.brake.clone(),
+        ));
+        state.generation += 1;
+        let generation = state.generation;
+        // Spread first probes over one interval so a fleet found at once is not probed at once.
+        let first = now + state.random_below(shared.config.probe_interval);
+        state.schedule.push(Reverse((first, generation, id.clone())));
+        state.workers.insert(id, Entry { worker, generation });
+    }
+
+    /// Reads the instance list and reconciles the workers with it. Returns the number of
+    /// instances listed.
+    pub async fn sync(&self) -> Result<usize, ProberError> {
+        let shared = &self.shared;
+        let threshold = shared.clock.now();
+        if let Some(until) = shared.state.lock().list_throttled_until.filter(|u| threshold < *u) {
+            return Err(ProberError::RateLimited { retry_after: until.since(threshold) });
+        }
+        let list = match self.cloud("list", shared.instances.list()).await {
+            Ok(list) => list,
+            Err(ProberError::RateLimited { retry_after }) => {
+                shared.state.lock().list_throttled_until = Some(threshold + retry_after);
+                return Err(ProberError::RateLimited { retry_after });
+            }
+            Err(e) => return Err(e),
+        };
+        let now = shared.clock.now();
+        let prefix = shared.worker_config.tag_prefix.clone();
+        let timeout_shutdown = shared.worker_config.timeouts.shutdown;
+        let mut seen = std::collections::HashSet::with_capacity(list.len());
+        let mut known = Vec::new();
+        let mut gone = Vec::new();
+        {
+            let mut state = shared.state.lock();
+            for instance in &list {
+                seen.insert(instance.id.clone());
+                match state.workers.get(&instance.id) {
+                    Some(entry) => known.push((entry.worker.clone(), instance.clone())),
+                    None => {
+                        let ours = instance
+                            .tags
+                            .get(&Tag::InstanceSecret.key(&prefix))
+                            .is_some_and(|secret| state.creating.contains_key(secret));
+                        let initial = if ours { State::Booting } else { State::Unknown };
+                        self.add_worker_locked(&mut state, instance.clone(), initial, now);
+                    }
+                }
+            }
+            let missing: Vec<InstanceId> = state
+                .workers
+                .iter()
+                .filter(|(id, entry)| !seen.contains(*id) && entry.worker.updated_at() < threshold)
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in missing {
+                if let Some(entry) = state.workers.remove(&id) {
+                    gone.push(entry.worker);
+                }
+            }
+            if state.quota_until_fewer.is_some_and(|n| state.workers.len() < n) {
+                state.quota_until_fewer = None;
+            }
+            if !state.loaded {
+                state.loaded = true;
+                info!(instances = list.len(), "loaded initial instance list");
+            }
+        }
+        for (worker, instance) in known {
+            worker.executor().retarget(&instance);
+            worker.sync_instance(instance);
+            if worker.state() == State::Shutdown
+                && worker.destroyed_at().is_some_and(|at| now.since(at) >= timeout_shutdown)
+            {
+                info!(worker = %worker.id(), "instance still listed after shutdown; destroying again");
+                worker.destroy_again();
+            }
+            self.apply(&worker).await;
+        }
+        for worker in gone {
+            let last = worker.state();
+            info!(worker = %worker.id(), state = %last, "instance disappeared in cloud");
+            worker.report_outcome(BootOutcome::Disappeared);
+            *shared.counters.lock().disappeared.entry(last).or_insert(0) += 1;
+            self.apply(&worker).await;
+            worker.close().await;
+        }
+        self.notify();
+        Ok(list.len())
+    }
+
+    /// Runs a cloud call under the cloud deadline.
+    async fn cloud<T>(
+        &self,
+        operation: &'static str,
+        call: impl std::future::Future<Output = Result<T, ProberError>>,
+    ) -> Result<T, ProberError> {
+        let deadline = self.shared.config.cloud_deadline;
+        tokio::time::timeout(deadline, call).await.unwrap_or_else(|_| {
+            Err(ProberError::Timeout {
+                worker: "cloud".into(),
+                what: format!("{operation} call"),
+                deadline,
+            })
+        })
+    }
+
+    /// Carries out what a worker decided.
+    async fn apply(&self, worker: &Worker) {
+        let effects = worker.take_effects();
+        if effects.is_empty() {
+            return;
+        }
+        let shared = &self.shared;
+        let mut notify = false;
+        for effect in effects {
+            match effect {
+                Effect::Destroy => {
+                    let destroy = self.cloud("destroy", shared.instances.destroy(worker.id()));
+                    if let Err(e) = destroy.await {
+                        warn!(worker = %worker.id(), error = %e, "destroy failed; sync retries it");
+                        shared.counters.lock().destroy_failures += 1;
+                    }
+                }
+                Effect::SaveTags(tags) => {
+                    let set_tags =
+                        self.cloud("set_tags", shared.instances.set_tags(worker.id(), &tags));
+                    if let Err(e) = set_tags.await {
+                        warn!(worker = %worker.id(), error = %e, "error updating tags");
+                    }
+                }
+                Effect::BootOutcome(outcome) => {
+                    *shared.counters.lock().boot_outcomes.entry(outcome).or_insert(0) += 1;
+                }
+                Effect::TimeToReady(took) => shared.counters.lock().time_to_ready.observe(took),
+                Effect::RunProbe { ok, took } => {
+                    let mut counters = shared.counters.lock();
+                    if ok { &mut counters.run_probe_ok } else { &mut counters.run_probe_fail }
+                        .observe(took);
+                }
+                Effect::RunnerExited(id, at) => {
+                    shared.state.lock().exited.insert(id, at);
+                }
+                Effect::Notify => notify = true,
+            }
+        }
+        if notify {
+            self.notify();
+        }
+    }
+
+    /// When the next worker is due for a probe.
+    pub fn next_due(&self) -> Option<Moment> {
+        self.shared.state.lock().schedule.peek().map(|Reverse((due, _, _))| *due)
+    }
+
+    /// Takes the workers due now off the schedule and puts them back one interval later.
+    fn take_due(&self) -> Vec<Arc<Worker>> {
+        let shared = &self.shared;
+        let now = shared.clock.now();
+        let interval = shared.config.probe_interval;
+        let mut state = shared.state.lock();
+        let mut due = Vec::new();
+        while let Some(Reverse((at, generation, _))) = state.schedule.peek() {
+            if *at > now {
+                break;
+            }
+            let (at, generation) = (*at, *generation);
+            let Some(Reverse((_, _, id))) = state.schedule.pop() else { break };
+            let Some(entry) = state.workers.get(&id) else { continue };
+            if entry.generation != generation {
+                continue;
+            }
+            let worker = entry.worker.clone();
+            // The next probe one interval after this one was due, with a little jitter
+            // either way; a pool that fell behind starts again from now.
+            let jitter = state.random_below(interval / 16);
+            let mut next = at + interval + jitter - interval / 32;
+            if next <= now {
+                next = now + jitter;
+            }
+            state.schedule.push(Reverse((next, generation, id)));
+            due.push(worker);
+        }
+        drop(state);
+        self.update_brake(now);
+        due
+    }
+
+    /// Engages or releases the fleet brake from the workers' last probe results, at most
+    /// once a second.
+    fn update_brake(&self, now: Moment) {
+        let shared = &self.shared;
+        {
+            let mut state = shared.state.lock();
+            if state.brake_checked.is_some_and(|at| now.since(at) < Duration::from_secs(1)) {
+                return;
+            }
+            state.brake_checked = Some(now);
+        }
+        let (mut booted, mut failing) = (0usize, 0usize);
+        for worker in self.worker_list() {
+            if matches!(worker.state(), State::Idle | State::Running) {
+                booted += 1;
+                failing += usize::from(worker.last_probe_failed());
+            }
+        }
+        let config = &shared.config.brake;
+        let engage = failing >= config.min_failing
+            && failing as f64 > config.max_failing_share * booted as f64;
+        let reason = engage.then(|| {
+            format!(
+                "{failing} of {booted} booted workers fail their probes (more than {:.0}%): \
+                 holding shutdowns of unresponsive workers",
+                config.max_failing_share * 100.0
+            )
+        });
+        if shared.brake.set(reason.clone()) {
+            match reason {
+                Some(reason) => warn!(failing, booted, "fleet brake engaged: {reason}"),
+                None => info!(failing, booted, "fleet brake released"),
+            }
+        }
+    }
+
+    /// Looks after one worker: shuts it down if idle, sends due kill signals, probes it.
+    async fn tend(&self, worker: Arc<Worker>) -> ProbeOutcome {
+        if worker.state() == State::Shutdown {
+            return ProbeOutcome::NotProbed;
+        }
+        if worker.shutdown_if_idle() {
+            self.apply(&worker).await;
+            return ProbeOutcome::NotProbed;
+        }
+        worker.kill_due().await;
+        let outcome = if worker.is_probing() {
+            ProbeOutcome::AlreadyProbing
+        } else {
+            // Each command of a probe has its own deadline; this bound also holds for an
+            // executor that ignores them.
+            let config = &self.shared.worker_config;
+            let bound = config.deploy_deadline + 4 * config.command_deadline;
+            match self.shared.probes.acquire().await {
+                Ok(_permit) => match tokio::time::timeout(bound, worker.probe_and_update()).await {
+                    Ok(outcome) => outcome,
+                    Err(_) => {
+                        warn!(worker = %worker.id(), ?bound, "probe overran every deadline; abandoned");
+                        ProbeOutcome::Failed
+                    }
+                },
+                Err(_) => ProbeOutcome::NotProbed,
+            }
+        };
+        {
+            let mut counters = self.shared.counters.lock();
+            match outcome {
+                ProbeOutcome::Passed => counters.probes[metrics::PASSED] += 1,
+                ProbeOutcome::Failed => counters.probes[metrics::FAILED] += 1,
+                ProbeOutcome::AlreadyProbing => counters.probes[metrics::SKIPPED] += 1,
+                ProbeOutcome::NotProbed => {}
+            }
+        }
+        self.apply(&worker).await;
+        outcome
+    }
+
+    /// Probes every worker due now and waits for those probes; returns how many it looked
+    /// after. The deterministic step the tests and simulations use.
+    pub async fn probe_due(&self) -> usize {
+        let due = self.take_due();
+        let count = due.len();
+        let mut tasks = tokio::task::JoinSet::new();
+        for worker in due {
+            let pool = self.clone();
+            tasks.spawn(async move { pool.tend(worker).await });
+        }
+        while tasks.join_next().await.is_some() {}
+        count
+    }
+
+    /// Spawns the probes due now without waiting for them (the real-time loop's step).
+    fn spawn_due(&self) -> usize {
+        let due = self.take_due();
+        let count = due.len();
+        for worker in due {
+            let pool = self.clone();
+            tokio::spawn(async move { pool.tend(worker).await });
+        }
+        count
+    }
+
+    /// Runs the pool on real time until [`Pool::stop`]: syncs every `sync_interval`, probes
+    /// workers as they fall due. Must run inside a tokio runtime with timers.
+    pub async fn run(&self) {
+        let shared = &self.shared;
+        let mut next_sync = shared.clock.now();
+        while !shared.stopping.load(Ordering::Acquire) {
+            let now = shared.clock.now();
+            if now >= next_sync {
+                if let Err(e) = self.sync().await {
+                    warn!(error = %e, "sync failed");
+                }
+                next_sync = now + shared.config.sync_interval;
+            }
+            self.spawn_due();
+            let now = shared.clock.now();
+            let wake = self.next_due().map_or(next_sync, |due| due.min(next_sync));
+            let wait = wake.since(now).clamp(Duration::from_millis(1), Duration::from_secs(1));
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = shared.stop.notified() => {}
+            }
+        }
+    }
+
+    /// Makes [`Pool::run`] return.
+    pub fn stop(&self) {
+        self.shared.stopping.store(true, Ordering::Release);
+        self.shared.stop.notify_waiters();
+    }
+
+    /// Sets a worker's idle behaviour (saved in its tags); `drain` shuts an idle one down.
+    pub async fn set_idle_behavior(
+        &self,
+        id: &InstanceId,
+        idle_behavior: IdleBehavior,
+    ) -> Result<(), ProberError> {
+        let worker = self.worker(id)?;
+        worker.set_idle_behavior(idle_behavior);
+        self.apply(&worker).await;
+        Ok(())
+    }
+
+    /// Shuts a booting or idle worker down (refused for `hold` and for busy workers).
+    pub async fn shutdown(&self, id: &InstanceId) -> Result<(), ProberError> {
+        let worker = self.worker(id)?;
+        worker.shutdown()?;
+        self.apply(&worker).await;
+        Ok(())
+    }
+
+    /// Destroys an instance whatever its state or idle behaviour.
+    pub async fn kill_instance(&self, id: &InstanceId, reason: &str) -> Result<(), ProberError> {
+        let worker = self.worker(id)?;
+        worker.kill_instance(reason);
+        self.apply(&worker).await;
+        Ok(())
+    }
+
+    /// Starts runner `runner` on worker `id` with `stdin`.
+    pub async fn start_runner(
+        &self,
+        id: &InstanceId,
+        runner: &str,
+        stdin: &[u8],
+    ) -> Result<(), ProberError> {
+        let worker = self.worker(id)?;
+        let result = worker.start_runner(runner, stdin).await;
+        self.apply(&worker).await;
+        result
+    }
+
+    /// Begins killing runner `runner` wherever it runs; false if no worker knows it. The
+    /// signals are sent as the worker's schedule comes round.
+    pub async fn kill_runner(&self, runner: &str, reason: &str) -> bool {
+        for worker in self.worker_list() {
+            if worker.kill_runner(runner, reason) {
+                worker.kill_due().await;
+                self.apply(&worker).await;
+                return true;
+            }
+        }
+        false
+    }
+
+    /// The metrics in Prometheus text format.
+    pub fn metrics(&self) -> String {
+        let now = self.shared.clock.now();
+        let mut gauges = Gauges {
+            brake_engaged: self.shared.brake.engaged(),
+            at_quota: self.at_quota(),
+            ..Gauges::default()
+        };
+        let mut ages = Vec::new();
+        for worker in self.worker_list() {
+            let view = worker.view();
+            *gauges.by_state.entry(view.state).or_insert(0) += 1;
+            let category = match view.state {
+                State::Shutdown => "shutdown",
+                _ if !view.running.is_empty() || !view.starting.is_empty() => "inuse",
+                _ if view.idle_behavior == IdleBehavior::Hold => "hold",
+                State::Booting => "booting",
+                State::Unknown => "unknown",
+                _ => "idle",
+            };
+            *gauges.by_category.entry(category).or_insert(0) += 1;
+            gauges.runners_running += view.running.len() as u64;
+            if view.state != State::Shutdown {
+                ages.push(view.probe_age.as_secs_f64());
+            }
+        }
+        let _ = now;
+        ages.sort_by(f64::total_cmp);
+        gauges.probe_age_max = ages.last().copied().unwrap_or(0.0);
+        gauges.probe_age_median = ages.get(ages.len() / 2).copied().unwrap_or(0.0);
+        metrics::render(&self.shared.counters.lock(), &gauges)
+    }
+}
+
+fn at_capacity_locked(state: &PoolState, instance_type: &str, now: Moment) -> bool {
+    [instance_type, ""]
+        .iter()
+        .any(|key| state.capacity_until.get(*key).is_some_and(|until| now < *until))
+}
+
+/// 20 random bytes as hex, from the kernel.
+fn random_secret() -> Result<String, ProberError> {
+    use std::io::Read;
+    let mut bytes = [0u8; 20];
+    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes)).map_err(
+        |e| ProberError::Cloud {
+            operation: "create",
+            detail: format!("cannot read /dev/urandom for the instance secret: {e}"),
+        },
+    )?;
+    Ok(crate::config::hex(&bytes))
+}

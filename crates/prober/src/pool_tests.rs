@@ -1,0 +1,759 @@
+//! Pool behaviour on a fake clock, a fake cloud and scripted executors: creates and their
+//! throttling, sync, the probe schedule and its concurrency bound, the fleet brake, operator
+//! actions and metrics. One end-to-end case runs the loopback instance set with real local
+//! processes.
+
+use crate::executor::{Executor, Output};
+use crate::*;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+const BOOT: &str = "bootprobe";
+const LIST: &str = "crunch-run --list";
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+/// What the fake cloud answers to the next create.
+#[derive(Debug, Clone)]
+enum CreateReply {
+    Ok,
+    Quota,
+    Capacity(&'static str),
+    RateLimited(Duration),
+}
+
+#[derive(Debug, Default)]
+struct CloudState {
+    next: u64,
+    live: Vec<Instance>,
+    replies: Vec<CreateReply>,
+    destroyed: Vec<InstanceId>,
+    tag_writes: Vec<(InstanceId, Tags)>,
+    init_commands: Vec<String>,
+}
+
+#[derive(Debug, Default)]
+struct FakeCloud {
+    state: Mutex<CloudState>,
+    /// When set, a create waits here after the instance appears in the list.
+    gate: Mutex<Option<Arc<tokio::sync::Semaphore>>>,
+    entered: tokio::sync::Notify,
+}
+
+impl FakeCloud {
+    fn add_listed(&self, id: &str, tags: &[(&str, &str)]) {
+        let tags = tags.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        self.state.lock().live.push(Instance {
+            id: id.into(),
+            address: Some("10.0.0.1:22".into()),
+            remote_user: "root".into(),
+            tags,
+            host_key: None,
+        });
+    }
+
+    fn remove_listed(&self, id: &str) {
+        self.state.lock().live.retain(|i| i.id.0 != id);
+    }
+}
+
+#[async_trait::async_trait]
+impl InstanceSet for FakeCloud {
+    async fn create(
+        &self,
+        instance_type: &str,
+        tags: &Tags,
+        init_command: &str,
+    ) -> Result<Instance, ProberError> {
+        let reply = {
+            let mut state = self.state.lock();
+            state.init_commands.push(init_command.to_owned());
+            if state.replies.is_empty() { CreateReply::Ok } else { state.replies.remove(0) }
+        };
+        match reply {
+            CreateReply::Ok => {}
+            CreateReply::Quota => return Err(ProberError::Quota { detail: "quota".into() }),
+            CreateReply::Capacity(scope) => {
+                return Err(ProberError::Capacity {
+                    instance_type: scope.into(),
+                    detail: format!("no {instance_type}"),
+                });
+            }
+            CreateReply::RateLimited(retry_after) => {
+                return Err(ProberError::RateLimited { retry_after });
+            }
+        }
+        let instance = {
+            let mut state = self.state.lock();
+            state.next += 1;
+            let instance = Instance {
+                id: InstanceId(format!("i-{}", state.next)),
+                address: Some("10.0.0.2:22".into()),
+                remote_user: "root".into(),
+                tags: tags.clone(),
+                host_key: None,
+            };
+            state.live.push(instance.clone());
+            instance
+        };
+        let gate = self.gate.lock().clone();
+        if let Some(gate) = gate {
+            self.entered.notify_one();
+            let _ = gate.acquire().await;
+        }
+        Ok(instance)
+    }
+
+    async fn list(&self) -> Result<Vec<Instance>, ProberError> {
+        Ok(self.state.lock().live.clone())
+    }
+
+    async fn destroy(&self, id: &InstanceId) -> Result<(), ProberError> {
+        self.state.lock().destroyed.push(id.clone());
+        Ok(())
+    }
+
+    async fn set_tags(&self, id: &InstanceId, tags: &Tags) -> Result<(), ProberError> {
+        let mut state = self.state.lock();
+        state.tag_writes.push((id.clone(), tags.clone()));
+        if let Some(instance) = state.live.iter_mut().find(|i| &i.id == id) {
+            instance.tags = tags.clone();
+        }
+        Ok(())
+    }
+}
+
+struct Harness {
+    clock: Arc<FakeClock>,
+    cloud: Arc<FakeCloud>,
+    pool: Pool,
+    executors: Arc<Mutex<HashMap<String, ScriptedExecutor>>>,
+    runtime: tokio::runtime::Runtime,
+}
+
+fn pool_config() -> PoolConfig {
+    PoolConfig {
+        worker: WorkerConfig {
+            boot_probe_command: BOOT.into(),
+            runner: RunnerConfig {
+                command: "crunch-run".into(),
+                list_args: "--list".into(),
+                ..RunnerConfig::default()
+            },
+            tag_prefix: "t-".into(),
+            // Idle workers stay, so the tables see probing rather than idle shutdowns.
+            timeouts: Timeouts { idle: secs(86_400), ..Timeouts::default() },
+            ..WorkerConfig::default()
+        },
+        probe_interval: secs(10),
+        max_instances: 10,
+        max_concurrent_creates: 2,
+        ..PoolConfig::default()
+    }
+}
+
+fn harness_with(config: PoolConfig) -> Harness {
+    let clock = Arc::new(FakeClock::new(Moment::from_origin(secs(1_000))));
+    let cloud = Arc::new(FakeCloud::default());
+    let executors: Arc<Mutex<HashMap<String, ScriptedExecutor>>> = Arc::default();
+    let made = executors.clone();
+    let new_executor: NewExecutor = Arc::new(move |instance: &Instance| {
+        let script = ScriptedExecutor::new(&instance.id.0);
+        script.exact(BOOT, Reply::ok(""));
+        script.exact(LIST, Reply::ok(""));
+        made.lock().insert(instance.id.0.clone(), script.clone());
+        Arc::new(script) as Arc<dyn Executor>
+    });
+    let pool = Pool::new(config, clock.clone(), cloud.clone(), new_executor).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    Harness { clock, cloud, pool, executors, runtime }
+}
+
+fn harness() -> Harness {
+    harness_with(pool_config())
+}
+
+impl Harness {
+    fn script(&self, id: &str) -> ScriptedExecutor {
+        self.executors.lock().get(id).cloned().unwrap()
+    }
+
+    /// Advances the clock in one-second steps for `total`, probing what falls due.
+    fn run_for(&self, total: Duration) -> usize {
+        let mut probed = 0;
+        for _ in 0..total.as_secs() {
+            self.clock.advance(secs(1));
+            probed += self.runtime.block_on(self.pool.probe_due());
+        }
+        probed
+    }
+
+    fn state_of(&self, id: &str) -> State {
+        self.pool.workers().into_iter().find(|w| w.id.0 == id).map(|w| w.state).unwrap()
+    }
+}
+
+#[test]
+fn a_created_instance_boots_and_becomes_idle() {
+    let h = harness();
+    let mut changes = h.pool.subscribe();
+    let id = h.runtime.block_on(h.pool.create("small")).unwrap();
+    assert!(changes.has_changed().unwrap(), "a subscriber hears of the new worker");
+    changes.mark_unchanged();
+    assert_eq!(h.state_of(&id.0), State::Booting);
+    let cloud = h.cloud.state.lock();
+    let tags = &cloud.live[0].tags;
+    assert_eq!(tags.get("t-InstanceType").map(String::as_str), Some("small"));
+    assert_eq!(tags.get("t-IdleBehavior").map(String::as_str), Some("run"));
+    let secret = tags.get("t-InstanceSecret").unwrap().clone();
+    assert_eq!(secret.len(), 40);
+    assert!(cloud.init_commands[0].contains(&secret), "the init command stores the secret");
+    drop(cloud);
+    h.run_for(secs(10));
+    assert_eq!(h.state_of(&id.0), State::Idle);
+    assert!(changes.has_changed().unwrap(), "and of it becoming idle");
+    assert!(h.pool.metrics().contains("wharf_prober_boot_outcomes{outcome=\"success\"} 1"));
+}
+
+struct CreateCase {
+    name: &'static str,
+    /// Cloud replies to the creates, in order.
+    replies: Vec<CreateReply>,
+    /// Creates attempted, with the type and whether each should succeed.
+    creates: Vec<(&'static str, Result<(), &'static str>)>,
+    /// Clock advance before the last create.
+    wait_before_last: Duration,
+}
+
+#[test]
+fn create_throttling_table() {
+    let ok = Ok(());
+    let cases = vec![
+        CreateCase {
+            name: "quota refusal with no instances holds creates for the TTL",
+            replies: vec![CreateReply::Quota],
+            creates: vec![("a", Err("instance quota reached")), ("a", Err("at quota"))],
+            wait_before_last: secs(30),
+        },
+        CreateCase {
+            name: "quota refusal expires after the TTL",
+            replies: vec![CreateReply::Quota],
+            creates: vec![("a", Err("instance quota reached")), ("a", ok)],
+            wait_before_last: secs(61),
+        },
+        CreateCase {
+            name: "quota refusal with instances holds until fewer exist",
+            replies: vec![CreateReply::Ok, CreateReply::Ok, CreateReply::Quota],
+            creates: vec![("a", ok), ("a", ok), ("a", Err("quota")), ("a", Err("at quota"))],
+            wait_before_last: secs(3600),
+        },
+        CreateCase {
+            name: "capacity refusal holds that type only",
+            replies: vec![CreateReply::Capacity("a")],
+            creates: vec![("a", Err("no capacity")), ("b", ok), ("a", Err("at capacity"))],
+            wait_before_last: secs(10),
+        },
+        CreateCase {
+            name: "capacity refusal for every type holds all",
+            replies: vec![CreateReply::Capacity("")],
+            creates: vec![("a", Err("no capacity")), ("b", Err("at capacity"))],
+            wait_before_last: secs(10),
+        },
+        CreateCase {
+            name: "capacity hold expires",
+            replies: vec![CreateReply::Capacity("a")],
+            creates: vec![("a", Err("no capacity")), ("a", ok)],
+            wait_before_last: secs(61),
+        },
+        CreateCase {
+            name: "rate limit holds creates until the cloud's retry time",
+            replies: vec![CreateReply::RateLimited(secs(5))],
+            creates: vec![("a", Err("rate limit")), ("a", Err("rate limited"))],
+            wait_before_last: secs(4),
+        },
+        CreateCase {
+            name: "rate limit passes",
+            replies: vec![CreateReply::RateLimited(secs(5))],
+            creates: vec![("a", Err("rate limit")), ("a", ok)],
+            wait_before_last: secs(5),
+        },
+    ];
+    for case in cases {
+        let mut config = pool_config();
+        config.max_instances = 2 + usize::from(case.name.contains("fewer"));
+        let h = harness_with(config);
+        h.cloud.state.lock().replies = case.replies.clone();
+        let last = case.creates.len() - 1;
+        for (i, (instance_type, want)) in case.creates.iter().enumerate() {
+            if i == last {
+                h.clock.advance(case.wait_before_last);
+            }
+            let got = h.runtime.block_on(h.pool.create(instance_type));
+            match (want, got) {
+                (Ok(()), Ok(_)) => {}
+                (Err(text), Err(e)) => {
+                    assert!(e.to_string().contains(text), "{}: create {i}: {e}", case.name)
+                }
+                (want, got) => panic!("{}: create {i}: want {want:?}, got {got:?}", case.name),
+            }
+        }
+    }
+}
+
+#[test]
+fn a_hard_instance_limit_holds_creates() {
+    let mut config = pool_config();
+    config.max_instances = 1;
+    let h = harness_with(config);
+    h.runtime.block_on(h.pool.create("a")).unwrap();
+    let err = h.runtime.block_on(h.pool.create("a")).unwrap_err();
+    assert_eq!(err.to_string(), "not creating an instance of type \"a\": at quota");
+    assert!(h.pool.at_quota());
+}
+
+#[test]
+fn quota_hold_clears_when_a_sync_sees_fewer_instances() {
+    let h = harness();
+    h.cloud.state.lock().replies = vec![CreateReply::Ok, CreateReply::Ok, CreateReply::Quota];
+    for _ in 0..2 {
+        h.runtime.block_on(h.pool.create("a")).unwrap();
+    }
+    assert!(h.runtime.block_on(h.pool.create("a")).is_err());
+    assert!(h.pool.at_quota());
+    h.cloud.remove_listed("i-1");
+    h.clock.advance(secs(1));
+    h.runtime.block_on(h.pool.sync()).unwrap();
+    assert!(!h.pool.at_quota());
+}
+
+#[test]
+fn creates_in_flight_are_bounded_and_a_listed_pending_create_is_booting() {
+    let h = harness();
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    *h.cloud.gate.lock() = Some(gate.clone());
+    h.runtime.block_on(async {
+        let first = tokio::spawn({
+            let pool = h.pool.clone();
+            async move { pool.create("a").await }
+        });
+        h.cloud.entered.notified().await;
+        let second = tokio::spawn({
+            let pool = h.pool.clone();
+            async move { pool.create("a").await }
+        });
+        h.cloud.entered.notified().await;
+        // Two creates in flight: the third is held.
+        let err = h.pool.create("a").await.unwrap_err();
+        assert!(err.to_string().contains("2 creates in flight"), "{err}");
+        // A sync lists the pending instances: recognised by their secret, so booting.
+        h.pool.sync().await.unwrap();
+        let states: Vec<State> = h.pool.workers().iter().map(|w| w.state).collect();
+        assert_eq!(states, [State::Booting, State::Booting]);
+        gate.add_permits(2);
+        first.await.unwrap().unwrap();
+        second.await.unwrap().unwrap();
+    });
+    assert_eq!(h.pool.workers().len(), 2);
+}
+
+#[test]
+fn sync_adopts_disowns_and_retries_destroys() {
+    let h = harness();
+    h.cloud.add_listed("old-1", &[("t-IdleBehavior", "hold"), ("t-InstanceType", "big")]);
+    h.cloud.add_listed("old-2", &[("t-IdleBehavior", "bogus")]);
+    h.runtime.block_on(h.pool.sync()).unwrap();
+    assert!(h.pool.loaded());
+    let views = h.pool.workers();
+    assert_eq!(views[0].state, State::Unknown);
+    assert_eq!(views[0].idle_behavior, IdleBehavior::Hold, "hold survives a restart");
+    assert_eq!(views[0].instance_type, "big");
+    assert_eq!(views[1].idle_behavior, IdleBehavior::Run, "an unreadable tag means run");
+
+    // old-2 is killed; still listed after the shutdown timeout, it is destroyed again.
+    h.runtime.block_on(h.pool.kill_instance(&"old-2".into(), "test")).unwrap();
+    assert_eq!(h.cloud.state.lock().destroyed.len(), 1);
+    h.clock.advance(secs(5));
+    h.runtime.block_on(h.pool.sync()).unwrap();
+    assert_eq!(h.cloud.state.lock().destroyed.len(), 1, "not before the shutdown timeout");
+    h.clock.advance(secs(10));
+    h.runtime.block_on(h.pool.sync()).unwrap();
+    assert_eq!(h.cloud.state.lock().destroyed.len(), 2);
+
+    // Gone from the list: dropped, counted as disappeared.
+    h.cloud.remove_listed("old-2");
+    h.clock.advance(secs(1));
+    h.runtime.block_on(h.pool.sync()).unwrap();
+    assert_eq!(h.pool.workers().len(), 1);
+    let metrics = h.pool.metrics();
+    assert!(
+        metrics.contains("wharf_prober_instances_disappeared{state=\"shutdown\"} 1"),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn every_worker_is_probed_at_its_interval() {
+    let h = harness();
+    for i in 0..200 {
+        h.cloud.add_listed(&format!("w-{i:03}"), &[]);
+    }
+    h.runtime.block_on(h.pool.sync()).unwrap();
+    let probed = h.run_for(secs(100));
+    // 200 workers every 10 s for 100 s: 10 probes each, give or take one at the edges.
+    assert!((1_800..=2_200).contains(&probed), "{probed} probes");
+    for (id, script) in h.executors.lock().iter() {
+        let n = script.call_count();
+        // Unknown workers get the boot probe too on their first round.
+        assert!((9..=12).contains(&n), "{id} was probed {n} times");
+    }
+    assert_eq!(h.pool.count_workers().get(&State::Idle), Some(&200));
+    let metrics = h.pool.metrics();
+    assert!(metrics.contains("wharf_prober_probe_age_seconds_max "), "{metrics}");
+}
+
+#[derive(Debug)]
+struct Counting {
+    in_flight: AtomicUsize,
+    most: AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl Executor for Counting {
+    async fn execute(
+        &self,
+        _command: &str,
+        _stdin: &[u8],
+        _deadline: Duration,
+    ) -> Result<Output, ProberError> {
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        for _ in 0..5 {
+            tokio::task::yield_now().await;
+        }
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        Ok(Output { stdout: Vec::new(), stderr: Vec::new(), status: Some(0) })
+    }
+}
+
+#[test]
+fn concurrent_probes_are_bounded() {
+    let counting = Arc::new(Counting { in_flight: AtomicUsize::new(0), most: AtomicUsize::new(0) });
+    let shared = counting.clone();
+    let mut config = pool_config();
+    config.max_concurrent_probes = 3;
+    let clock = Arc::new(FakeClock::new(Moment::from_origin(secs(1_000))));
+    let cloud = Arc::new(FakeCloud::default());
+    for i in 0..50 {
+        cloud.add_listed(&format!("w-{i}"), &[]);
+    }
+    let new_executor: NewExecutor =
+        Arc::new(move |_: &Instance| shared.clone() as Arc<dyn Executor>);
+    let pool = Pool::new(config, clock.clone(), cloud, new_executor).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    runtime.block_on(pool.sync()).unwrap();
+    clock.advance(secs(10));
+    assert_eq!(runtime.block_on(pool.probe_due()), 50);
+    assert_eq!(counting.most.load(Ordering::SeqCst), 3);
+}
+
+fn fleet(h: &Harness, n: usize) {
+    for i in 0..n {
+        h.cloud.add_listed(&format!("w-{i}"), &[]);
+    }
+    h.runtime.block_on(h.pool.sync()).unwrap();
+    h.run_for(secs(10));
+    assert_eq!(h.pool.count_workers().get(&State::Idle), Some(&n));
+}
+
+#[test]
+fn the_fleet_brake_holds_shutdowns_during_an_outage() {
+    let h = harness();
+    fleet(&h, 10);
+    for script in h.executors.lock().values() {
+        script.exact(LIST, Reply::Unreachable);
+    }
+    h.run_for(secs(15 * 60));
+    assert!(h.pool.brake().engaged());
+    assert!(h.pool.brake().reason().contains("10 of 10 booted workers fail"));
+    assert!(h.cloud.state.lock().destroyed.is_empty(), "no worker destroyed");
+    assert!(h.pool.metrics().contains("wharf_prober_fleet_brake_engaged 1"));
+    // The network comes back: the brake releases and nothing was lost.
+    for script in h.executors.lock().values() {
+        script.exact(LIST, Reply::ok(""));
+    }
+    h.run_for(secs(20));
+    assert!(!h.pool.brake().engaged());
+    assert_eq!(h.pool.count_workers().get(&State::Idle), Some(&10));
+}
+
+#[test]
+fn without_an_outage_a_lone_broken_worker_is_destroyed() {
+    let h = harness();
+    fleet(&h, 10);
+    h.script("w-3").exact(LIST, Reply::Timeout);
+    h.run_for(secs(11 * 60));
+    assert!(!h.pool.brake().engaged());
+    assert_eq!(h.cloud.state.lock().destroyed, [InstanceId::from("w-3")]);
+}
+
+#[test]
+fn operator_actions() {
+    let h = harness();
+    fleet(&h, 3);
+    let block = |f: std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<(), ProberError>> + '_>,
+    >| { h.runtime.block_on(f).map_err(|e| e.to_string()) };
+    assert_eq!(
+        block(Box::pin(h.pool.set_idle_behavior(&"w-0".into(), IdleBehavior::Hold))),
+        Ok(())
+    );
+    assert_eq!(
+        block(Box::pin(h.pool.shutdown(&"w-0".into()))),
+        Err("worker w-0 cannot shut down: its idle behavior is hold".into())
+    );
+    assert_eq!(
+        block(Box::pin(h.pool.set_idle_behavior(&"w-1".into(), IdleBehavior::Drain))),
+        Ok(())
+    );
+    assert_eq!(h.state_of("w-1"), State::Shutdown, "an idle worker drains at once");
+    assert_eq!(block(Box::pin(h.pool.shutdown(&"w-2".into()))), Ok(()));
+    assert_eq!(
+        block(Box::pin(h.pool.kill_instance(&"nope".into(), "x"))),
+        Err("no worker \"nope\"".into())
+    );
+    let cloud = h.cloud.state.lock();
+    assert_eq!(cloud.destroyed, [InstanceId::from("w-1"), InstanceId::from("w-2")]);
+    let drained = cloud.tag_writes.iter().find(|(id, _)| id.0 == "w-1").unwrap();
+    assert_eq!(drained.1.get("t-IdleBehavior").map(String::as_str), Some("drain"));
+}
+
+#[test]
+fn runners_start_and_are_killed_through_the_pool() {
+    let h = harness();
+    fleet(&h, 1);
+    let script = h.script("w-0");
+    script.containing(" start ", Reply::ok(""));
+    script.containing(" kill ", Reply::ok(""));
+    let id = InstanceId::from("w-0");
+    h.runtime.block_on(h.pool.start_runner(&id, "zzzzz-1", b"{}")).unwrap();
+    assert_eq!(h.state_of("w-0"), State::Running);
+    assert!(h.runtime.block_on(h.pool.kill_runner("zzzzz-1", "cancelled")));
+    assert!(!h.runtime.block_on(h.pool.kill_runner("zzzzz-9", "cancelled")));
+    assert_eq!(h.state_of("w-0"), State::Idle);
+    assert!(h.pool.exited().contains_key("zzzzz-1"));
+    h.pool.forget_runner("zzzzz-1");
+    assert!(h.pool.exited().is_empty());
+}
+
+#[test]
+fn metrics_use_the_reference_names() {
+    let h = harness();
+    fleet(&h, 2);
+    let metrics = h.pool.metrics();
+    for line in [
+        "wharf_prober_instances_total{category=\"idle\"} 2",
+        "wharf_prober_workers{state=\"idle\"} 2",
+        "wharf_prober_boot_outcomes{outcome=\"success\"} 2",
+        "wharf_prober_boot_outcomes{outcome=\"failure\"} 0",
+        "wharf_prober_instances_run_probe_duration_seconds_count{outcome=\"success\"} 2",
+        "wharf_prober_probe_age_seconds_median ",
+        "wharf_prober_runners_running 0",
+        "wharf_prober_fleet_brake_engaged 0",
+        "wharf_prober_probes{result=\"passed\"} 2",
+    ] {
+        assert!(metrics.contains(line), "missing {line:?} in\n{metrics}");
+    }
+}
+
+#[test]
+fn bad_pool_configuration_is_refused() {
+    type Change = fn(&mut PoolConfig);
+    let cases: Vec<(Change, &str)> = vec![
+        (|c| c.probe_interval = Duration::ZERO, "probe_interval: must be more than zero"),
+        (|c| c.max_concurrent_probes = 0, "max_concurrent_probes: must be at least 1"),
+        (
+            |c| c.brake.max_failing_share = 1.5,
+            "brake.max_failing_share: 1.5 is not between 0 and 1",
+        ),
+        (
+            |c| c.worker.runner.directory = "relative".into(),
+            "runner.directory: \"relative\" is not an absolute path",
+        ),
+        (
+            |c| c.worker.command_deadline = Duration::ZERO,
+            "command_deadline: must be more than zero",
+        ),
+    ];
+    for (change, want) in cases {
+        let mut config = pool_config();
+        change(&mut config);
+        let new_executor: NewExecutor =
+            Arc::new(|i: &Instance| Arc::new(ScriptedExecutor::new(&i.id.0)) as Arc<dyn Executor>);
+        let err = Pool::new(
+            config,
+            Arc::new(FakeClock::default()),
+            Arc::new(FakeCloud::default()),
+            new_executor,
+        )
+        .unwrap_err();
+        assert_eq!(err.to_string(), format!("invalid prober configuration: {want}"));
+    }
+}
+
+#[test]
+fn loopback_instances_boot_deploy_and_run_end_to_end() {
+    let root = tempfile::tempdir().unwrap();
+    let runner_dir = root.path().join("runners");
+    let instances = root.path().join("instances");
+    // The runner lists the ids in the `work` file of the instance's directory.
+    let binary = b"#!/bin/sh\n[ \"$1\" = --list ] && cat \"$WHARF_INSTANCE_DIR/work\"\n".to_vec();
+    let config = PoolConfig {
+        worker: WorkerConfig {
+            boot_probe_command: "test -f \"$WHARF_INSTANCE_DIR/booted\"".into(),
+            runner: RunnerConfig {
+                binary: Some(binary.into()),
+                directory: runner_dir.display().to_string(),
+                list_args: "--list".into(),
+                ..RunnerConfig::default()
+            },
+            ..WorkerConfig::default()
+        },
+        init_command: "touch booted work".into(),
+        secret_path: "secret".into(),
+        ..PoolConfig::default()
+    };
+    let set = Arc::new(LoopbackInstanceSet::new(LoopbackConfig {
+        root: instances.clone(),
+        max_instances: 2,
+        address: None,
+        host_key: None,
+        remote_user: "root".into(),
+        init_deadline: secs(20),
+    }));
+    let for_executor = set.clone();
+    let new_executor: NewExecutor = Arc::new(move |i: &Instance| for_executor.local_executor(i));
+    let clock = Arc::new(FakeClock::new(Moment::from_origin(secs(1))));
+    let pool = Pool::new(config, clock.clone(), set.clone(), new_executor).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let id = runtime.block_on(pool.create("local")).unwrap();
+    let dir = set.dir(&id);
+    assert_eq!(std::fs::read_to_string(dir.join("secret")).unwrap().len(), 40);
+    std::fs::write(dir.join("work"), "wharf-1\n").unwrap();
+    clock.advance(secs(10));
+    runtime.block_on(pool.probe_due());
+    let view = &pool.workers()[0];
+    assert_eq!(view.state, State::Running, "{view:?}");
+    assert_eq!(view.running, ["wharf-1"]);
+    assert_eq!(std::fs::read_dir(&runner_dir).unwrap().count(), 1, "one deployed binary");
+    // Quota of the loopback set.
+    runtime.block_on(pool.create("local")).unwrap();
+    let err = runtime.block_on(pool.create("local")).unwrap_err();
+    assert!(matches!(err, ProberError::Quota { .. } | ProberError::CreateHeld { .. }), "{err}");
+}
+
+#[test]
+fn idle_workers_are_shut_down_on_their_schedule_unless_held() {
+    let mut config = pool_config();
+    config.worker.timeouts.idle = secs(60);
+    let h = harness_with(config);
+    h.cloud.add_listed("w-run", &[]);
+    h.cloud.add_listed("w-hold", &[("t-IdleBehavior", "hold")]);
+    h.runtime.block_on(h.pool.sync()).unwrap();
+    h.run_for(secs(50));
+    assert_eq!(h.state_of("w-run"), State::Idle);
+    h.run_for(secs(30));
+    assert_eq!(h.state_of("w-run"), State::Shutdown);
+    assert_eq!(h.state_of("w-hold"), State::Idle);
+    assert_eq!(h.cloud.state.lock().destroyed, [InstanceId::from("w-run")]);
+    assert!(h.pool.metrics().contains("wharf_prober_boot_outcomes{outcome=\"success\"} 2"));
+}
+
+/// A cloud and an executor that never answer.
+#[derive(Debug)]
+struct Silent;
+
+#[async_trait::async_trait]
+impl InstanceSet for Silent {
+    async fn create(&self, _: &str, _: &Tags, _: &str) -> Result<Instance, ProberError> {
+        std::future::pending().await
+    }
+    async fn list(&self) -> Result<Vec<Instance>, ProberError> {
+        std::future::pending().await
+    }
+    async fn destroy(&self, _: &InstanceId) -> Result<(), ProberError> {
+        std::future::pending().await
+    }
+    async fn set_tags(&self, _: &InstanceId, _: &Tags) -> Result<(), ProberError> {
+        std::future::pending().await
+    }
+}
+
+#[async_trait::async_trait]
+impl Executor for Silent {
+    async fn execute(&self, _: &str, _: &[u8], _: Duration) -> Result<Output, ProberError> {
+        std::future::pending().await
+    }
+}
+
+#[test]
+fn a_silent_cloud_or_executor_cannot_hang_the_pool() {
+    let mut config = pool_config();
+    config.cloud_deadline = Duration::from_millis(50);
+    config.worker.command_deadline = Duration::from_millis(20);
+    config.worker.deploy_deadline = Duration::from_millis(20);
+    let clock = Arc::new(FakeClock::new(Moment::from_origin(secs(1_000))));
+    let new_executor: NewExecutor = Arc::new(|_: &Instance| Arc::new(Silent) as Arc<dyn Executor>);
+    let pool = Pool::new(config.clone(), clock.clone(), Arc::new(Silent), new_executor).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    let err = runtime.block_on(pool.sync()).unwrap_err();
+    assert_eq!(err.to_string(), "list call on worker cloud did not finish within 50ms");
+    let err = runtime.block_on(pool.create("a")).unwrap_err();
+    assert!(matches!(err, ProberError::Timeout { .. }), "{err}");
+
+    // An executor that ignores its deadlines: the probe is abandoned at the pool's bound.
+    let cloud = Arc::new(FakeCloud::default());
+    cloud.add_listed("w-0", &[]);
+    let new_executor: NewExecutor = Arc::new(|_: &Instance| Arc::new(Silent) as Arc<dyn Executor>);
+    let pool = Pool::new(config, clock.clone(), cloud, new_executor).unwrap();
+    runtime.block_on(pool.sync()).unwrap();
+    clock.advance(secs(10));
+    assert_eq!(runtime.block_on(pool.probe_due()), 1);
+    assert!(pool.metrics().contains("wharf_prober_probes{result=\"failed\"} 1"));
+    assert!(!pool.workers()[0].state.eq(&State::Shutdown));
+}
+
+#[test]
+fn instances_of_a_type_out_of_service_are_drained_unless_held() {
+    let mut config = pool_config();
+    config.instance_types = ["small".to_owned()].into_iter().collect();
+    let h = harness_with(config);
+    h.cloud.add_listed("w-small", &[("t-InstanceType", "small")]);
+    h.cloud.add_listed("w-gone", &[("t-InstanceType", "retired")]);
+    h.cloud.add_listed("w-held", &[("t-InstanceType", "retired"), ("t-IdleBehavior", "hold")]);
+    h.runtime.block_on(h.pool.sync()).unwrap();
+    let behaviors: Vec<(String, IdleBehavior)> =
+        h.pool.workers().into_iter().map(|w| (w.id.0, w.idle_behavior)).collect();
+    assert_eq!(
+        behaviors,
+        [
+            ("w-gone".to_owned(), IdleBehavior::Drain),
+            ("w-held".to_owned(), IdleBehavior::Hold),
+            ("w-small".to_owned(), IdleBehavior::Run),
+        ]
+    );
+    // The next sync saves the drain in its tag; it is shut down the round after its probe
+    // shows it idle.
+    h.clock.advance(secs(1));
+    h.runtime.block_on(h.pool.sync()).unwrap();
+    h.run_for(secs(20));
+    assert_eq!(h.state_of("w-gone"), State::Shutdown);
+    let cloud = h.cloud.state.lock();
+    assert_eq!(cloud.destroyed, [InstanceId::from("w-gone")]);
+    let tags = cloud.tag_writes.iter().find(|(id, _)| id.0 == "w-gone").map(|(_, t)| t.clone());
+    assert_eq!(tags.unwrap().get("t-IdleBehavior").map(String::as_str), Some("drain"));
+}
