@@ -16,6 +16,9 @@ use wharf_state::ClientStatus;
 
 const FULL_LATENCY_SAMPLES: usize = 200;
 const FULL_ALLOCS: usize = 1000;
+const FULL_RECORDS: usize = 10_000;
+/// The kill timeout of the task that ignores SIGTERM.
+const KILL_TIMEOUT: Duration = Duration::from_millis(500);
 
 pub(crate) fn run(effort: Effort) -> Vec<Row> {
     let shim = match crate::exec::shim() {
@@ -30,7 +33,20 @@ pub(crate) fn run(effort: Effort) -> Vec<Row> {
     let count = effort.scaled(FULL_ALLOCS);
     let mut latencies = Vec::new();
     let mut fleet = Fleet::default();
+    let records = effort.scaled(FULL_RECORDS);
+    let (mut restore_records, mut overshoot) = (Vec::new(), Vec::new());
     for _ in 0..effort.runs {
+        let dir = tempfile::Builder::new()
+            .prefix("wharf-bench-node")
+            .tempdir_in(crate::store::scratch_dir())
+            .unwrap();
+        restore_records
+            .push(runtime.block_on(restore_finished(config(dir.path(), &shim), records)));
+        let dir = tempfile::Builder::new()
+            .prefix("wharf-bench-node")
+            .tempdir_in(crate::store::scratch_dir())
+            .unwrap();
+        overshoot.push(runtime.block_on(stop_overshoot(dir.path(), &shim)));
         let dir = tempfile::Builder::new()
             .prefix("wharf-bench-node")
             .tempdir_in(crate::store::scratch_dir())
@@ -82,6 +98,25 @@ pub(crate) fn run(effort: Effort) -> Vec<Row> {
             samples: fleet.heap_kib.clone(),
             baseline: None,
             target: Some("≤ 64 KiB".into()),
+        },
+        Row {
+            name: format!("node: restore of {records} finished allocations (records only)"),
+            unit: "ms",
+            better: Better::Lower,
+            samples: restore_records.iter().map(ms).collect(),
+            baseline: None,
+            target: None,
+        },
+        Row {
+            name: format!(
+                "exec: stop of a task that ignores SIGTERM, past its {}ms kill timeout",
+                KILL_TIMEOUT.as_millis()
+            ),
+            unit: "ms",
+            better: Better::Lower,
+            samples: overshoot.iter().map(ms).collect(),
+            baseline: None,
+            target: Some("≤ 100 ms".into()),
         },
         Row {
             name: format!("node: restore of {count} allocations with running tasks"),
@@ -256,6 +291,79 @@ async fn many(config: NodeConfig, count: usize) -> Many {
     let stop = stopping.elapsed();
     restored.shutdown().await;
     Many { start, stop, restore, heap_kib, supervisor_mib }
+}
+
+/// Writes `count` finished allocations into a fresh store, then times an agent's start.
+async fn restore_finished(config: NodeConfig, count: usize) -> Duration {
+    std::fs::create_dir_all(&config.data_dir).unwrap();
+    {
+        let store = wharf_store::RedbStore::open(config.store_path()).unwrap();
+        let job = wharf_state::spec::parse_toml(SLEEPER).unwrap();
+        let mut dead = wharf_state::TaskState::new();
+        dead.set_status(wharf_state::TaskStatus::Dead, wharf_state::Timestamp(1)).unwrap();
+        let mut writes = tokio::task::JoinSet::new();
+        for i in 0..count {
+            let (store, job, dead) = (store.clone(), job.clone(), dead.clone());
+            writes.spawn(async move {
+                let alloc = wharf_state::Allocation {
+                    id: format!("record-{i}"),
+                    job,
+                    task_group: "g".into(),
+                    desired_status: wharf_state::DesiredStatus::Run,
+                    modify_index: 1,
+                    deployment_id: None,
+                };
+                let batch = wharf_store::WriteBatch::new()
+                    .put_allocation(&alloc)
+                    .unwrap()
+                    .put_task_state(&alloc.id, "t", &dead)
+                    .unwrap();
+                wharf_store::StateStore::write(&store, batch).await.unwrap();
+            });
+        }
+        while writes.join_next().await.is_some() {}
+    }
+    let started = Instant::now();
+    let agent = Agent::start(config, StartOptions::default()).await.unwrap();
+    let elapsed = started.elapsed();
+    assert_eq!(agent.list().len(), count);
+    agent.shutdown().await;
+    elapsed
+}
+
+/// How long stopping a task that ignores SIGTERM takes beyond its kill timeout.
+async fn stop_overshoot(dir: &Path, shim: &Path) -> Duration {
+    use wharf_driver::Driver;
+    let driver = wharf_exec::RawExecDriver::with_shim(shim);
+    let task_dir = dir.join("task");
+    std::fs::create_dir_all(task_dir.join("logs")).unwrap();
+    let config = wharf_driver::TaskConfig {
+        id: wharf_driver::TaskId::new("bench", "stubborn", 1),
+        alloc_id: "bench".into(),
+        job_id: "bench".into(),
+        group: "g".into(),
+        task_name: "stubborn".into(),
+        env: [("PATH".to_owned(), "/usr/bin:/bin".to_owned())].into(),
+        task_dir: task_dir.clone(),
+        alloc_dir: dir.to_owned(),
+        logs: wharf_driver::LogConfig { dir: task_dir.join("logs"), max_files: 2, max_file_bytes: 1 << 20 },
+        resources: Default::default(),
+        driver_config: serde_json::json!({"command": "/bin/sh", "args": ["-c", "trap '' TERM; echo ready; exec sleep 1000"]})
+            .as_object()
+            .cloned()
+            .unwrap(),
+    };
+    let handle = driver.start_task(config).await.unwrap();
+    // The trap is set once the shell printed: wait for that line.
+    let out = task_dir.join("logs/stubborn.stdout.0");
+    while std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0) == 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let started = Instant::now();
+    driver.stop_task(handle.id(), KILL_TIMEOUT, wharf_state::Signal::Term).await.unwrap();
+    let overshoot = started.elapsed().saturating_sub(KILL_TIMEOUT);
+    let _ = driver.destroy_task(handle.id(), true).await;
+    overshoot
 }
 
 async fn stop_all(client: &Client, ids: &[String]) {
