@@ -6,7 +6,6 @@
 mod common;
 
 use common::*;
-use std::future::Future;
 use std::time::Duration;
 use tokio::time::{Instant, timeout};
 use wharf_driver::{Driver, DriverError, ExitResult, Health, RunState, TaskHandle};
@@ -119,6 +118,7 @@ async fn a_task_that_ignores_sigterm_is_killed_at_its_timeout() {
     let handle = driver.start_task(config).await.unwrap();
     assert_eq!(read_fifo(&ready), "trapped\n");
 
+    let mut events = driver.events();
     let kill_timeout = Duration::from_millis(500);
     let started = Instant::now();
     driver.stop_task(handle.id(), kill_timeout, Signal::Term).await.unwrap();
@@ -129,6 +129,9 @@ async fn a_task_that_ignores_sigterm_is_killed_at_its_timeout() {
     );
     assert_eq!(wait(&driver, &handle).await, ExitResult::signalled(9));
     assert!(!alive(pid_of(&handle, "task_pid")));
+    let event = events.try_recv().unwrap();
+    assert_eq!(&event.task_id, handle.id());
+    assert!(event.message.contains("sent SIGKILL"), "{event:?}");
 }
 
 #[tokio::test]
@@ -440,57 +443,4 @@ async fn garbage_handles_are_errors_not_panics() {
             other => panic!("{:?}: {other:?}", handle.driver_state),
         }
     }
-}
-
-/// Every process id.
-fn all_pids() -> Vec<i32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .collect()
-}
-
-/// Processes whose command line mentions `text`.
-fn processes_mentioning(text: &str) -> Vec<i32> {
-    let mentions = |pid: &i32| {
-        std::fs::read(format!("/proc/{pid}/cmdline"))
-            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(text))
-    };
-    all_pids().into_iter().filter(mentions).collect()
-}
-
-/// Live processes working in `dir`.
-fn processes_in(dir: &std::path::Path) -> Vec<i32> {
-    let inside = |pid: &i32| std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|c| c == dir);
-    all_pids().into_iter().filter(inside).filter(|pid| alive(*pid)).collect()
-}
-
-#[tokio::test]
-async fn an_abandoned_start_leaves_nothing_running() {
-    let root = tempfile::tempdir().unwrap();
-    let driver = driver();
-    let config = shell(root.path(), "abandoned", "sleep 600; exit 3");
-    let task_dir = config.task_dir.clone();
-    // Polled once, the start spawns the shim and waits for its report; then it is dropped, as
-    // by a caller that gave up.
-    let mut start = Box::pin(driver.start_task(config));
-    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
-    if let std::task::Poll::Ready(result) = start.as_mut().poll(&mut context) {
-        panic!("the start finished at once: {result:?}");
-    }
-    drop(start);
-    // The shim's command line names the task directory (so may the task's, caught between
-    // its clone and its exec); once they are gone, so must be every process working there.
-    let pids = processes_mentioning(&task_dir.display().to_string());
-    for pid in &pids {
-        wait_gone(*pid);
-    }
-    assert_eq!(processes_in(&task_dir), Vec::<i32>::new(), "an abandoned task still runs");
-    // The driver reaps the shim in the background: no zombie is left either.
-    let reaped = async {
-        while pids.iter().any(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists()) {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    };
-    timeout(LIMIT, reaped).await.expect("the abandoned shim was never reaped");
 }
