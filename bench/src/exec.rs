@@ -133,7 +133,7 @@ pub(crate) fn run(effort: Effort) -> Vec<Row> {
             target: None,
         },
         Row {
-            name: "exec: agent memory per running task".into(),
+            name: "exec: agent RSS growth per running task".into(),
             unit: "KiB",
             better: Better::Lower,
             samples: agent_kib,

@@ -2,7 +2,7 @@
 //! agent.
 //!
 //! ```text
-//! agent (RawExecDriver) --posix_spawn--> wharf-shim --fork+setsid+exec--> task process group
+//! agent (RawExecDriver) --posix_spawn--> wharf-shim --posix_spawn+setsid--> task process group
 //!        |   reads one start line from the shim's stdout      |  copies stdout/stderr into
 //!        |   watches the shim through a pidfd                 |  <task>.stdout.N / .stderr.N
 //!        |   signals the task's group through a pidfd         |  reaps the task and all it left
