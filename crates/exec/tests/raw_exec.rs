@@ -379,29 +379,38 @@ async fn a_forged_handle_never_signals_the_process_that_holds_its_pid() {
     let driver = driver();
     let real = driver.start_task(shell(root.path(), "real", "exit 0")).await.unwrap();
     assert_eq!(wait(&driver, &real).await, ExitResult::code(0));
+    // Without its run directory (and exit record) the handle names nothing that ran.
     driver.destroy_task(real.id(), false).await.unwrap();
 
-    #[allow(clippy::disallowed_methods)] // The bystander whose pid the forged handle names.
+    #[allow(clippy::disallowed_methods)] // The bystander whose pid the forged handles name.
     let mut bystander = std::process::Command::new("sleep").arg("600").spawn().unwrap();
     let pid = bystander.id() as i32;
-    let mut forged = real.clone();
-    forged.driver_state["shim_pid"] = pid.into();
-    forged.driver_state["task_pid"] = pid.into();
-    forged.driver_state["shim_start_ticks"] = (start_ticks(pid) + 1).into();
-    forged.driver_state["task_start_ticks"] = (start_ticks(pid) + 1).into();
+    let ticks = start_ticks(pid);
+    let boot = real.driver_state["boot_id"].clone();
+    // (start ticks, boot id): the pid reused by another process, and the very process's
+    // identity recorded in another boot (after a reboot every pid is someone else's).
+    for (recorded_ticks, boot_id) in [(ticks + 1, boot), (ticks, "another-boot".into())] {
+        let mut forged = real.clone();
+        forged.driver_state["shim_pid"] = pid.into();
+        forged.driver_state["task_pid"] = pid.into();
+        forged.driver_state["shim_start_ticks"] = recorded_ticks.into();
+        forged.driver_state["task_start_ticks"] = recorded_ticks.into();
+        forged.driver_state["boot_id"] = boot_id;
 
-    let fresh = common::driver();
-    let error = fresh.recover_task(&forged).await.unwrap_err();
-    assert!(error.to_string().contains("is gone"), "{error}");
-    for result in [
-        fresh.signal_task(forged.id(), Signal::Kill).await,
-        fresh.stop_task(forged.id(), Duration::ZERO, Signal::Kill).await,
-        fresh.destroy_task(forged.id(), true).await,
-    ] {
-        assert!(matches!(result, Err(DriverError::TaskNotFound { .. })), "{result:?}");
+        let fresh = common::driver();
+        let error = fresh.recover_task(&forged).await.unwrap_err();
+        assert!(error.to_string().contains("is gone"), "{error}");
+        for result in [
+            fresh.signal_task(forged.id(), Signal::Kill).await,
+            fresh.stop_task(forged.id(), Duration::ZERO, Signal::Kill).await,
+            fresh.destroy_task(forged.id(), true).await,
+        ] {
+            assert!(matches!(result, Err(DriverError::TaskNotFound { .. })), "{result:?}");
+        }
+        let state = &forged.driver_state;
+        assert!(bystander.try_wait().unwrap().is_none(), "{state}: the bystander was signalled");
+        assert!(alive(pid));
     }
-    assert!(bystander.try_wait().unwrap().is_none(), "the bystander was signalled");
-    assert!(alive(pid));
     bystander.kill().unwrap();
     bystander.wait().unwrap();
 }
