@@ -20,7 +20,8 @@
 //!   checks (pid plus start time, pidfds) that keep a reused pid from ever being signalled;
 //! - `driver`: [`RawExecDriver`], the [`wharf_driver::Driver`] implementation;
 //! - `exec` and `stats`: commands run in a task's context, and its usage from `/proc`;
-//! - `sys`: the system calls, the only `unsafe` code of the crate.
+//! - `sys`: the system calls, and all of the crate's `unsafe` code but the calls into it that
+//!   carry a safety contract (the shim's entry point closes inherited descriptors).
 //!
 //! What this crate does not do: isolation (no chroot, namespaces, users or cgroups, so no
 //! resource limits and no OOM detection: `oom_killed` is always false) and persistence (the

@@ -49,11 +49,18 @@ use logs::RotatingLog;
 /// to die and its pipes to close before it records the exit anyway.
 const CLEANUP_LIMIT: Duration = Duration::from_secs(5);
 
-/// The shim's entry point: `wharf-shim` is `fn main() -> ExitCode { wharf_exec::shim::main() }`.
-/// A program that embeds the shim under another name calls this, and points the driver at
+/// The shim's entry point: the `wharf-shim` binary's `main` calls it and nothing else. A
+/// program that embeds the shim under another name does the same, and points the driver at
 /// itself with [`crate::RawExecOptions::shim_path`].
-pub fn main() -> ExitCode {
-    sys::close_inherited_fds();
+///
+/// # Safety
+///
+/// Call it first thing in the program's `main`, with nothing else running: it closes every
+/// descriptor above 2 (the shim must not pass on what it inherited), which would pull them
+/// from under any other owner.
+pub unsafe fn main() -> ExitCode {
+    // SAFETY: the caller runs this first in `main`, so nothing owns a descriptor above 2.
+    unsafe { sys::close_inherited_fds() };
     let args = match ShimArgs::parse(std::env::args_os().skip(1)) {
         Ok(args) => args,
         Err(message) => {
