@@ -438,6 +438,10 @@ impl Driver for RawExecDriver {
                 ?timeout,
                 "the task outlived its kill timeout; sending SIGKILL"
             );
+            self.event(
+                task_id,
+                format!("the task outlived its kill timeout of {timeout:?}; sent SIGKILL"),
+            );
         }
         RawExecDriver::signal_group(&task, libc::SIGKILL)?;
         tokio::time::timeout(self.options.kill_grace, task.wait()).await.map(drop).map_err(|_| {

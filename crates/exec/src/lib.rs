@@ -2,7 +2,7 @@
 //! agent.
 //!
 //! ```text
-//! agent (RawExecDriver) --posix_spawn--> wharf-shim --fork+setsid+exec--> task process group
+//! agent (RawExecDriver) --posix_spawn--> wharf-shim --posix_spawn+setsid--> task process group
 //!        |   reads one start line from the shim's stdout      |  copies stdout/stderr into
 //!        |   watches the shim through a pidfd                 |  <task>.stdout.N / .stderr.N
 //!        |   signals the task's group through a pidfd         |  reaps the task and all it left
@@ -20,7 +20,8 @@
 //!   checks (pid plus start time, pidfds) that keep a reused pid from ever being signalled;
 //! - `driver`: [`RawExecDriver`], the [`wharf_driver::Driver`] implementation;
 //! - `exec` and `stats`: commands run in a task's context, and its usage from `/proc`;
-//! - `sys`: the system calls, the only `unsafe` code of the crate.
+//! - `sys`: the system calls, and all of the crate's `unsafe` code but the calls into it that
+//!   carry a safety contract (the shim's entry point closes inherited descriptors).
 //!
 //! What this crate does not do: isolation (no chroot, namespaces, users or cgroups, so no
 //! resource limits and no OOM detection: `oom_killed` is always false) and persistence (the

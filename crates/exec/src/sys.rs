@@ -269,9 +269,13 @@ pub(crate) fn drain_signalfd(fd: &OwnedFd) {
 /// Closes every descriptor from 3 up: what the agent's process held without close-on-exec
 /// (a build tool's jobserver pipe, a service manager's sockets) is not the task's business.
 /// Needs Linux 5.9; on older kernels the descriptors stay open.
-pub(crate) fn close_inherited_fds() {
-    // SAFETY: close_range takes plain integers. Nothing in this process owns a descriptor
-    // above 2 when the shim calls this first thing in `main`.
+///
+/// # Safety
+///
+/// Nothing in the process may own a descriptor above 2: call it first thing in `main`.
+pub(crate) unsafe fn close_inherited_fds() {
+    // SAFETY: close_range takes plain integers; the caller guarantees that no descriptor it
+    // closes is owned by anything.
     unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
 }
 

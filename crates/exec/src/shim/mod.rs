@@ -3,13 +3,13 @@
 //! The driver starts one shim per task (on the `posix_spawn` fast path: the agent forks
 //! nothing and runs no code in the child). The shim then, in this order:
 //! 1. closes every descriptor it inherited beyond stdin, stdout and stderr, leaves the agent's
-//!    session (`setsid`), so nothing aimed at the agent's terminal or group
-//!    reaches it, and becomes a child subreaper, so every process the task leaves behind is
-//!    re-parented to it rather than to init;
-//! 2. starts the task with `posix_spawn` (a vfork-style clone;
-//!    the shim is small, but fork and exec still cost three times as much) in a session and
-//!    process group of its own (its pid is both ids), in its working directory, with the
-//!    shim's environment, which the driver set to exactly the task's;
+//!    session (`setsid`), so nothing aimed at the agent's terminal or group reaches it, and
+//!    becomes a child subreaper, so every process the task leaves behind is re-parented to it
+//!    rather than to init;
+//! 2. starts the task with `posix_spawn` (a vfork-style clone: the shim is small, but fork and
+//!    exec still took it a few times longer) in a session and process group of its own (its
+//!    pid is both ids), in its working directory, with the shim's environment, which the
+//!    driver set to exactly the task's;
 //! 3. writes one line on its stdout for the driver (the start report): the task's pid and start
 //!    time, or why it could not start; only then does it create files (the log files and the
 //!    run directory), the slowest step on a busy file system and not needed before the task
@@ -23,7 +23,8 @@
 //!
 //! So the shim's exit means the whole task is gone and its exit record is on disk, whether or
 //! not the agent is alive to see it. The shim is single-threaded, has no async runtime and
-//! allocates almost nothing: its private memory stays in the low hundreds of KiB.
+//! allocates almost nothing: about 0.5 MiB of private memory, most of it the binary's own
+//! pages, which shims running side by side share.
 //!
 //! It writes its own diagnostics (panics included) to `shim.log` in the run directory, made
 //! only when there is something to say; it never signals anything but its own children and
@@ -48,11 +49,18 @@ use logs::RotatingLog;
 /// to die and its pipes to close before it records the exit anyway.
 const CLEANUP_LIMIT: Duration = Duration::from_secs(5);
 
-/// The shim's entry point: `wharf-shim` is `fn main() -> ExitCode { wharf_exec::shim::main() }`.
-/// A program that embeds the shim under another name calls this, and points the driver at
+/// The shim's entry point: the `wharf-shim` binary's `main` calls it and nothing else. A
+/// program that embeds the shim under another name does the same, and points the driver at
 /// itself with [`crate::RawExecOptions::shim_path`].
-pub fn main() -> ExitCode {
-    sys::close_inherited_fds();
+///
+/// # Safety
+///
+/// Call it first thing in the program's `main`, with nothing else running: it closes every
+/// descriptor above 2 (the shim must not pass on what it inherited), which would pull them
+/// from under any other owner.
+pub unsafe fn main() -> ExitCode {
+    // SAFETY: the caller runs this first in `main`, so nothing owns a descriptor above 2.
+    unsafe { sys::close_inherited_fds() };
     let args = match ShimArgs::parse(std::env::args_os().skip(1)) {
         Ok(args) => args,
         Err(message) => {
