@@ -148,6 +148,8 @@ pub(crate) fn s6(dir: &Path, count: usize) -> Result<PeerRun, String> {
     let started = Instant::now();
     let svscan = Reaped(
         Command::new("s6-svscan")
+            // The default cap is 500 services; raise it to what this run supervises.
+            .arg(format!("-c{}", count + 16))
             .arg(&scan)
             .stdout(Stdio::null())
             .stderr(Stdio::null())

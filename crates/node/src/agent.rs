@@ -349,9 +349,12 @@ impl Agent {
         lines
     }
 
-    /// Why the node cannot run work, if it cannot: the data dir is not writable (or full), or
-    /// no driver is healthy.
+    /// Why the node cannot run work, if it cannot: the store's last commit failed, the data dir
+    /// is not writable (or full), or no driver is healthy.
     pub async fn broken(&self) -> Option<String> {
+        if let Some(error) = self.store.failing() {
+            return Some(format!("the state store cannot persist: {error}"));
+        }
         let probe = self.config.data_dir.join(".probe");
         if let Err(e) = std::fs::write(&probe, b"ok").and_then(|()| std::fs::remove_file(&probe)) {
             return Some(format!(

@@ -97,6 +97,8 @@ struct Counters {
     commits: AtomicU64,
     writes: AtomicU64,
     commit_micros: AtomicU64,
+    /// Why the last commit failed, until one succeeds again.
+    failing: parking_lot::Mutex<Option<String>>,
 }
 
 struct Request {
@@ -194,6 +196,12 @@ impl RedbStore {
         }
     }
 
+    /// Why the last commit failed, if it did and none has succeeded since: the store cannot
+    /// persist, and a node should not take work.
+    pub fn failing(&self) -> Option<String> {
+        self.inner.counters.failing.lock().clone()
+    }
+
     /// [`StateStore::write`] for callers outside an async runtime. Blocks until durable.
     pub fn write_blocking(&self, batch: WriteBatch) -> Result<(), StoreError> {
         let reply = self.submit(batch)?;
@@ -278,6 +286,7 @@ fn run_writer(
             e.to_string()
         });
         counters.commit_micros.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        *counters.failing.lock() = result.as_ref().err().cloned();
         counters.commits.fetch_add(1, Ordering::Relaxed);
         counters.writes.fetch_add(group.len() as u64, Ordering::Relaxed);
         for request in group.drain(..) {

@@ -51,6 +51,7 @@ fn check_fault(name: &str, failed_may_land: bool, inject: impl Fn(&fault::FaultP
             assert!(message.contains("state.redb"), "{name}: error names the file: {message}");
         }
         assert!(plan.injected() > 0, "{name}: the fault was reached");
+        assert!(store.failing().is_some(), "{name}: the store says it cannot persist");
         plan.heal();
     }
     let store = RedbStore::open(&path).unwrap_or_else(|e| panic!("{name}: reopen failed: {e}"));

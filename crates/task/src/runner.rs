@@ -143,6 +143,13 @@ async fn raised(flag: &mut watch::Receiver<bool>) {
     let _ = flag.wait_for(|raised| *raised).await;
 }
 
+/// The hook phases whose failures are recorded but do not stop the task.
+#[derive(Debug, Clone, Copy)]
+enum FallibleHook {
+    Poststart,
+    Stop,
+}
+
 /// How waiting on a running task ended.
 enum Waited {
     Exited(ExitResult),
@@ -589,11 +596,21 @@ impl TaskRunner {
     }
 
     async fn poststart(&self) {
+        self.hooks_recording_failures(FallibleHook::Poststart).await;
+    }
+
+    /// Runs every hook's `phase`; a failure or a timeout becomes a `HookFailed` event and the
+    /// next hook still runs.
+    async fn hooks_recording_failures(&self, phase: FallibleHook) {
         let alloc = self.shared.alloc.lock().clone();
         let env = self.shared.env.lock().clone();
         for hook in &self.shared.hooks {
             let ctx = self.ctx(&alloc, &env);
-            let error = match tokio::time::timeout(HOOK_TIMEOUT, hook.poststart(ctx)).await {
+            let call = match phase {
+                FallibleHook::Poststart => hook.poststart(ctx),
+                FallibleHook::Stop => hook.stop(ctx),
+            };
+            let error = match tokio::time::timeout(HOOK_TIMEOUT, call).await {
                 Ok(Ok(())) => continue,
                 Ok(Err(error)) => error.to_string(),
                 Err(_) => "timed out".to_owned(),
@@ -770,19 +787,7 @@ impl TaskRunner {
     }
 
     async fn stop_hooks(&self) {
-        let alloc = self.shared.alloc.lock().clone();
-        let env = self.shared.env.lock().clone();
-        for hook in &self.shared.hooks {
-            let error =
-                match tokio::time::timeout(HOOK_TIMEOUT, hook.stop(self.ctx(&alloc, &env))).await {
-                    Ok(Ok(())) => continue,
-                    Ok(Err(error)) => error.to_string(),
-                    Err(_) => "timed out".to_owned(),
-                };
-            let event =
-                self.event(TaskEventKind::HookFailed { hook: hook.name().to_owned(), error });
-            self.commit(|state| state.append_event(event)).await;
-        }
+        self.hooks_recording_failures(FallibleHook::Stop).await;
     }
 
     async fn on_shutdown(&self) {
