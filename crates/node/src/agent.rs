@@ -118,7 +118,7 @@ impl Agent {
         let mut orphans = Vec::new();
         for problem in &snapshot.problems {
             tracing::warn!(alloc_id = %problem.alloc_id, record = %problem.record, error = %problem.error, "unreadable state record");
-            if problem.error.contains("allocation record is missing") {
+            if problem.orphaned {
                 orphans.push(problem.alloc_id.clone());
             }
         }

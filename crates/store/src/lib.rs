@@ -149,9 +149,7 @@ impl WriteBatch {
         local: &[u8],
     ) -> Result<WriteBatch, StoreError> {
         let key = task_key(alloc_id, task)?;
-        let mut value = wharf_state::FORMAT_VERSION.to_le_bytes().to_vec();
-        value.extend_from_slice(local);
-        self.ops.push(Op::Put { table: Table::TaskLocal, key, value });
+        self.ops.push(Op::Put { table: Table::TaskLocal, key, value: record::stamp(local) });
         Ok(self)
     }
 
@@ -221,6 +219,9 @@ pub struct RecordProblem {
     pub record: String,
     /// What is wrong with it.
     pub error: String,
+    /// The record is readable but its allocation's own record is missing, so nothing can
+    /// restore it; deleting the allocation's records loses nothing.
+    pub orphaned: bool,
 }
 
 /// Raw records, table by table, as an engine reads them; assembled by [`Snapshot::assemble`].
@@ -245,6 +246,7 @@ impl Snapshot {
                         alloc_id: id.clone(),
                         record: "allocation".into(),
                         error: e.to_string(),
+                        orphaned: false,
                     })
                 });
             allocs.insert(id.clone(), entry);
@@ -260,6 +262,7 @@ impl Snapshot {
                                 alloc_id: alloc_id.to_owned(),
                                 record,
                                 error: e.to_string(),
+                                orphaned: false,
                             });
                             allocs.insert(alloc_id.to_owned(), Err(()));
                         }
@@ -269,6 +272,7 @@ impl Snapshot {
                         alloc_id: alloc_id.to_owned(),
                         record,
                         error: "its allocation record is missing".into(),
+                        orphaned: true,
                     }),
                 }
             };
@@ -289,12 +293,7 @@ impl Snapshot {
         for (key, bytes) in &raw.task_local {
             let (alloc_id, task) = key.split_once('/').unwrap_or((key, ""));
             attach(alloc_id, format!("task local state {task}"), &mut |stored| {
-                let (version, body) =
-                    bytes.split_first_chunk::<2>().ok_or(DecodeError::Truncated)?;
-                let version = u16::from_le_bytes(*version);
-                if version > wharf_state::FORMAT_VERSION {
-                    return Err(DecodeError::TooNew(version));
-                }
+                let body = record::unstamp(bytes)?;
                 stored.tasks.entry(task.to_owned()).or_default().local_state = Some(body.to_vec());
                 Ok(())
             });

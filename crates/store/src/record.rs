@@ -8,15 +8,32 @@ use crate::error::StoreError;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+/// `body` with the current format version in front.
+pub(crate) fn stamp(body: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(body.len() + 2);
+    bytes.extend_from_slice(&wharf_state::FORMAT_VERSION.to_le_bytes());
+    bytes.extend_from_slice(body);
+    bytes
+}
+
+/// The body of a stamped record, refusing one from a newer format version.
+pub(crate) fn unstamp(bytes: &[u8]) -> Result<&[u8], DecodeError> {
+    let (version, body) = bytes.split_first_chunk::<2>().ok_or(DecodeError::Truncated)?;
+    let version = u16::from_le_bytes(*version);
+    if version > wharf_state::FORMAT_VERSION {
+        return Err(DecodeError::TooNew(version));
+    }
+    Ok(body)
+}
+
 /// Encodes `value` with the current format version in front.
 pub(crate) fn encode<T: Serialize>(
     what: impl FnOnce() -> String,
     value: &T,
 ) -> Result<Vec<u8>, StoreError> {
-    let mut bytes = wharf_state::FORMAT_VERSION.to_le_bytes().to_vec();
-    serde_json::to_writer(&mut bytes, value)
-        .map_err(|source| StoreError::Encode { what: what(), source })?;
-    Ok(bytes)
+    let body =
+        serde_json::to_vec(value).map_err(|source| StoreError::Encode { what: what(), source })?;
+    Ok(stamp(&body))
 }
 
 /// Why a stored record could not be read back.
@@ -35,12 +52,7 @@ pub enum DecodeError {
 
 /// Decodes a record written by [`encode`].
 pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> {
-    let (version, body) = bytes.split_first_chunk::<2>().ok_or(DecodeError::Truncated)?;
-    let version = u16::from_le_bytes(*version);
-    if version > wharf_state::FORMAT_VERSION {
-        return Err(DecodeError::TooNew(version));
-    }
-    serde_json::from_slice(body).map_err(|e| DecodeError::Body(e.to_string()))
+    serde_json::from_slice(unstamp(bytes)?).map_err(|e| DecodeError::Body(e.to_string()))
 }
 
 /// The key of a task's records: `<alloc_id>/<task>`. Neither part may contain `/`.

@@ -462,9 +462,7 @@ fn migrate_from_v0(txn: &redb::WriteTransaction) -> Result<(), redb::Error> {
             .map(|entry| entry.map(|(k, v)| (k.value().to_owned(), v.value().to_vec())))
             .collect::<Result<_, _>>()?;
         for (key, body) in rows {
-            let mut value = wharf_state::FORMAT_VERSION.to_le_bytes().to_vec();
-            value.extend_from_slice(&body);
-            table.insert(key.as_str(), value.as_slice())?;
+            table.insert(key.as_str(), record::stamp(&body).as_slice())?;
         }
     }
     create_tables(txn)

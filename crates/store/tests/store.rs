@@ -100,6 +100,7 @@ async fn contract(store: &dyn StateStore) {
     assert_eq!(snapshot.problems.len(), 1);
     assert_eq!(snapshot.problems[0].alloc_id, "ghost");
     assert!(snapshot.problems[0].error.contains("allocation record is missing"));
+    assert!(snapshot.problems[0].orphaned);
 }
 
 #[test]

@@ -137,17 +137,32 @@ struct Shared {
     state_changed: Arc<Notify>,
 }
 
+/// A hook call that cannot fail, as one that can.
+fn infallible<'a>(
+    call: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), TaskError>> + Send + 'a>> {
+    Box::pin(async move {
+        call.await;
+        Ok(())
+    })
+}
+
 /// Waits until a flag is raised (or its sender is gone). Returns nothing, so no borrow of the
 /// channel outlives the wait.
 async fn raised(flag: &mut watch::Receiver<bool>) {
     let _ = flag.wait_for(|raised| *raised).await;
 }
 
-/// The hook phases whose failures are recorded but do not stop the task.
+/// The hook phases run after prestart. Poststart and stop failures are recorded as events;
+/// the others cannot fail. None of them stops the task, and each call is bounded.
 #[derive(Debug, Clone, Copy)]
-enum FallibleHook {
+enum HookPhase<'a> {
     Poststart,
+    Prekill,
+    Exited(&'a ExitResult),
+    Update,
     Stop,
+    Shutdown,
 }
 
 /// How waiting on a running task ended.
@@ -596,22 +611,27 @@ impl TaskRunner {
     }
 
     async fn poststart(&self) {
-        self.hooks_recording_failures(FallibleHook::Poststart).await;
+        self.run_hooks(HookPhase::Poststart).await;
     }
 
-    /// Runs every hook's `phase`; a failure or a timeout becomes a `HookFailed` event and the
-    /// next hook still runs.
-    async fn hooks_recording_failures(&self, phase: FallibleHook) {
+    /// Runs every hook's `phase`, each call bounded by [`HOOK_TIMEOUT`]. A poststart or stop
+    /// hook that fails or times out becomes a `HookFailed` event; the next hook still runs.
+    async fn run_hooks(&self, phase: HookPhase<'_>) {
         let alloc = self.shared.alloc.lock().clone();
         let env = self.shared.env.lock().clone();
         for hook in &self.shared.hooks {
             let ctx = self.ctx(&alloc, &env);
-            let call = match phase {
-                FallibleHook::Poststart => hook.poststart(ctx),
-                FallibleHook::Stop => hook.stop(ctx),
+            let (call, recorded) = match phase {
+                HookPhase::Poststart => (hook.poststart(ctx), true),
+                HookPhase::Stop => (hook.stop(ctx), true),
+                HookPhase::Prekill => (infallible(hook.prekill(ctx)), false),
+                HookPhase::Exited(exit) => (infallible(hook.exited(ctx, exit)), false),
+                HookPhase::Update => (infallible(hook.update(ctx)), false),
+                HookPhase::Shutdown => (infallible(hook.shutdown(ctx)), false),
             };
             let error = match tokio::time::timeout(HOOK_TIMEOUT, call).await {
                 Ok(Ok(())) => continue,
+                _ if !recorded => continue,
                 Ok(Err(error)) => error.to_string(),
                 Err(_) => "timed out".to_owned(),
             };
@@ -666,23 +686,14 @@ impl TaskRunner {
     }
 
     async fn exited_hooks(&self, exit: &ExitResult) {
-        let alloc = self.shared.alloc.lock().clone();
-        let env = self.shared.env.lock().clone();
-        for hook in &self.shared.hooks {
-            let _ =
-                tokio::time::timeout(HOOK_TIMEOUT, hook.exited(self.ctx(&alloc, &env), exit)).await;
-        }
+        self.run_hooks(HookPhase::Exited(exit)).await;
     }
 
     /// Stops a running task: prekill hooks, the kill signal, the timeout, and escalation to a
     /// forced destroy if the driver does not finish. Always returns, bounded.
     async fn stop_task(&self, task_id: &TaskId) {
         let s = &self.shared;
-        let alloc = s.alloc.lock().clone();
-        let env = s.env.lock().clone();
-        for hook in &s.hooks {
-            let _ = tokio::time::timeout(HOOK_TIMEOUT, hook.prekill(self.ctx(&alloc, &env))).await;
-        }
+        self.run_hooks(HookPhase::Prekill).await;
         let signal = s.task.kill_signal;
         let event = self.event(TaskEventKind::Killing { signal, kill_timeout: s.kill_timeout });
         self.commit(|state| state.append_event(event)).await;
@@ -787,16 +798,12 @@ impl TaskRunner {
     }
 
     async fn stop_hooks(&self) {
-        self.hooks_recording_failures(FallibleHook::Stop).await;
+        self.run_hooks(HookPhase::Stop).await;
     }
 
     async fn on_shutdown(&self) {
         self.persist_local().await;
-        let alloc = self.shared.alloc.lock().clone();
-        let env = self.shared.env.lock().clone();
-        for hook in &self.shared.hooks {
-            let _ = tokio::time::timeout(HOOK_TIMEOUT, hook.shutdown(self.ctx(&alloc, &env))).await;
-        }
+        self.run_hooks(HookPhase::Shutdown).await;
     }
 
     /// Stops the task for good and waits (bounded by the runner's own limits) until its run
@@ -913,11 +920,8 @@ impl TaskRunner {
 
     /// Applies an allocation update and runs the update hooks.
     pub async fn update(&self, alloc: Allocation) {
-        *self.shared.alloc.lock() = alloc.clone();
-        let env = self.shared.env.lock().clone();
-        for hook in &self.shared.hooks {
-            let _ = tokio::time::timeout(HOOK_TIMEOUT, hook.update(self.ctx(&alloc, &env))).await;
-        }
+        *self.shared.alloc.lock() = alloc;
+        self.run_hooks(HookPhase::Update).await;
     }
 
     fn current_id(&self) -> Result<TaskId, TaskError> {
