@@ -20,6 +20,7 @@
 //!   checks (pid plus start time, pidfds) that keep a reused pid from ever being signalled;
 //! - `driver`: [`RawExecDriver`], the [`wharf_driver::Driver`] implementation;
 //! - `exec` and `stats`: commands run in a task's context, and its usage from `/proc`;
+//! - [`process`]: the one kill of a process that is not a task (an agent wiped with its node);
 //! - `sys`: the system calls, and all of the crate's `unsafe` code but the calls into it that
 //!   carry a safety contract (the shim's entry point closes inherited descriptors).
 //!
@@ -47,6 +48,7 @@ mod error;
 mod exec;
 mod handle;
 mod launch;
+pub mod process;
 mod protocol;
 pub mod shim;
 mod stats;

@@ -149,6 +149,27 @@ pub(crate) fn pidfd_kill_group(pidfd: &OwnedFd, pgid: Pid, signal: i32) -> io::R
     }
 }
 
+/// Sends `signal` to the pidfd's process (never to a process that reused its number).
+pub(crate) fn pidfd_signal(pidfd: &OwnedFd, signal: i32) -> io::Result<()> {
+    // SAFETY: the descriptor is open for the call; a null siginfo is allowed.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            signal,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    check(ret).map(drop)
+}
+
+/// Waits at most `timeout` for the pidfd's process to exit.
+pub(crate) fn pidfd_wait(pidfd: &OwnedFd, timeout: std::time::Duration) -> io::Result<()> {
+    let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+    poll_one(pidfd.as_raw_fd(), libc::POLLIN, ms).map(drop)
+}
+
 /// Whether the process behind `pidfd` has exited (the pidfd is readable), without waiting.
 pub(crate) fn pidfd_exited(pidfd: &OwnedFd) -> io::Result<bool> {
     Ok(poll_one(pidfd.as_raw_fd(), libc::POLLIN, 0)? != 0)

@@ -29,6 +29,12 @@ pub enum AgentError {
     /// No allocation with that id.
     #[error("no allocation {0:?} on this node")]
     UnknownAlloc(String),
+    /// The id asked for is not a valid allocation id.
+    #[error("{0}")]
+    InvalidId(#[from] wharf_state::InvalidAllocId),
+    /// The id asked for already names an allocation of another job.
+    #[error("allocation {0:?} already exists with a different job; choose another id")]
+    IdTaken(String),
     /// The allocation refused.
     #[error("{0}")]
     Alloc(#[from] AllocError),
@@ -57,6 +63,24 @@ struct Managed {
     order: u64,
 }
 
+enum Claim<'a> {
+    /// The same job runs under this id already.
+    Taken,
+    Ours(IdClaim<'a>),
+}
+
+/// An id being submitted; released when dropped.
+struct IdClaim<'a> {
+    agent: &'a Agent,
+    id: String,
+}
+
+impl Drop for IdClaim<'_> {
+    fn drop(&mut self) {
+        self.agent.claimed.lock().remove(&self.id);
+    }
+}
+
 /// The running agent.
 #[derive(Debug)]
 pub struct Agent {
@@ -64,6 +88,8 @@ pub struct Agent {
     store: RedbStore,
     drivers: DriverRegistry,
     allocs: RwLock<BTreeMap<String, Managed>>,
+    /// Ids being submitted right now.
+    claimed: parking_lot::Mutex<std::collections::HashSet<String>>,
     next_order: std::sync::atomic::AtomicU64,
     metrics: Arc<Metrics>,
     clock: Arc<dyn WallClock>,
@@ -91,6 +117,7 @@ impl Agent {
             drivers: build_drivers(&config),
             store,
             allocs: RwLock::new(BTreeMap::new()),
+            claimed: Default::default(),
             next_order: 0.into(),
             clock: Arc::new(SystemClock),
             task_hooks: vec![Arc::new(MetricsHook(metrics.clone()))],
@@ -216,6 +243,20 @@ impl Agent {
     /// Accepts a job: checks it against this node's drivers, persists it as a new allocation
     /// of its first group and starts it. Returns the allocation's id.
     pub async fn submit(&self, job: Job) -> Result<String, AgentError> {
+        self.submit_as(job, None).await.map(|(id, _)| id)
+    }
+
+    /// [`Agent::submit`] under an id the caller chose (a dispatcher names its work), or a new
+    /// one. Submitting the same job under the same id again is accepted and changes nothing,
+    /// so a caller that lost the answer can retry; the flag says whether it was new.
+    pub async fn submit_as(
+        &self,
+        job: Job,
+        id: Option<String>,
+    ) -> Result<(String, bool), AgentError> {
+        if let Some(id) = &id {
+            wharf_state::check_alloc_id(id)?;
+        }
         job.validate()?;
         job.check_drivers(|name| self.drivers.get(name).is_some())?;
         let mut problems = Vec::new();
@@ -235,12 +276,18 @@ impl Agent {
             return Err(SpecError { problems }.into());
         }
         let alloc = Allocation {
-            id: new_alloc_id(),
+            id: id.unwrap_or_else(new_alloc_id),
             task_group: job.groups[0].name.clone(),
             job,
             desired_status: DesiredStatus::Run,
             modify_index: 1,
             deployment_id: None,
+        };
+        // Held from the check until the allocation is managed, so two submissions of one id
+        // cannot both pass it.
+        let _claim = match self.claim_id(&alloc)? {
+            Claim::Taken => return Ok((alloc.id, false)),
+            Claim::Ours(claim) => claim,
         };
         let runner = self.new_runner(alloc.clone())?;
         // Durable before the caller hears of it.
@@ -248,7 +295,23 @@ impl Agent {
         self.metrics.allocs_submitted.fetch_add(1, Ordering::Relaxed);
         tracing::info!(alloc_id = %alloc.id, job_id = %alloc.job.id, "allocation accepted");
         self.adopt(runner);
-        Ok(alloc.id)
+        Ok((alloc.id, true))
+    }
+
+    /// Reserves `alloc`'s id, or says it names the same job already.
+    fn claim_id(&self, alloc: &Allocation) -> Result<Claim<'_>, AgentError> {
+        let mut claimed = self.claimed.lock();
+        if let Some(existing) = self.allocs.read().get(&alloc.id) {
+            return if existing.runner.alloc().job == alloc.job {
+                Ok(Claim::Taken)
+            } else {
+                Err(AgentError::IdTaken(alloc.id.clone()))
+            };
+        }
+        if !claimed.insert(alloc.id.clone()) {
+            return Err(AgentError::IdTaken(alloc.id.clone()));
+        }
+        Ok(Claim::Ours(IdClaim { agent: self, id: alloc.id.clone() }))
     }
 
     /// Every allocation, oldest first.

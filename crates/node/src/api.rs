@@ -74,6 +74,8 @@ impl From<AgentError> for ApiError {
     fn from(error: AgentError) -> ApiError {
         let status = match &error {
             AgentError::UnknownAlloc(_) => StatusCode::NOT_FOUND,
+            AgentError::InvalidId(_) => StatusCode::BAD_REQUEST,
+            AgentError::IdTaken(_) => StatusCode::CONFLICT,
             AgentError::Spec(_) => StatusCode::UNPROCESSABLE_ENTITY,
             AgentError::Alloc(wharf_alloc::AllocError::UnknownTask { .. }) => StatusCode::NOT_FOUND,
             AgentError::Alloc(wharf_alloc::AllocError::Task(
@@ -175,8 +177,16 @@ struct Submitted {
     id: String,
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SubmitQuery {
+    /// The id to run it under; by default a new one.
+    id: Option<String>,
+}
+
 async fn submit(
     State(agent): State<Arc<Agent>>,
+    Query(query): Query<SubmitQuery>,
     headers: HeaderMap,
     request: Body,
 ) -> ApiResult<Response> {
@@ -195,8 +205,9 @@ async fn submit(
     let job = parsed.map_err(|e| {
         ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, format!("invalid job spec:\n{e}"))
     })?;
-    let id = agent.submit(job).await?;
-    Ok((StatusCode::CREATED, axum::Json(Submitted { id })).into_response())
+    let (id, new) = agent.submit_as(job, query.id).await?;
+    let status = if new { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, axum::Json(Submitted { id })).into_response())
 }
 
 /// One allocation, as listed.

@@ -8,6 +8,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use crate::agent::StartOptions;
+use crate::agent_file::AgentFile;
 use crate::api::{AllocDetail, AllocSummary, ExecResponse};
 use crate::client::{Client, ClientError};
 use crate::config::NodeConfig;
@@ -33,9 +34,14 @@ pub const EXIT_INTERRUPTED: u8 = 130;
 #[derive(Debug, Parser)]
 #[command(name = "wharf", version, about)]
 pub struct Cli {
-    /// The agent's address.
-    #[arg(long, global = true, env = "WHARF_ADDR", default_value = "http://127.0.0.1:4747")]
-    address: String,
+    /// The agent's address [default: http://127.0.0.1:4747, or the one the agent of
+    /// --data-dir announced].
+    #[arg(long, global = true, env = "WHARF_ADDR")]
+    address: Option<String>,
+    /// The agent's data directory: its address is read from `agent.json` there, and
+    /// `alloc list --probe` reads its store when it does not answer.
+    #[arg(long, global = true, env = "WHARF_DATA_DIR")]
+    data_dir: Option<PathBuf>,
     /// The agent's API token, if it has one.
     #[arg(long, global = true, env = "WHARF_TOKEN", hide_env_values = true)]
     token: Option<String>,
@@ -60,6 +66,13 @@ enum Command {
     /// Inspect and control allocations.
     #[command(subcommand)]
     Alloc(AllocCommand),
+    /// Kill the agent of --data-dir and every task it ran, and delete the directory: what
+    /// destroying the machine would do (the fleet's loopback instances end this way).
+    Wipe {
+        /// Its configuration (for the data directory, unless --data-dir is given).
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -77,11 +90,15 @@ struct AgentArgs {
 
 #[derive(Debug, Args)]
 struct RunArgs {
-    /// The job spec.
+    /// The job spec; `-` reads it from standard input.
     file: PathBuf,
     /// Submit and print the allocation id without following it.
     #[arg(long)]
     detach: bool,
+    /// Run it under this allocation id (`[A-Za-z0-9_-]{1,64}`) instead of a new one. The same
+    /// job submitted again under the same id is accepted once, so a retry is safe.
+    #[arg(long)]
+    id: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -94,6 +111,13 @@ enum AllocCommand {
         /// The agent's configuration, to find its data when no agent answers (--probe).
         #[arg(long)]
         config: Option<PathBuf>,
+    },
+    /// Print how an allocation ended, in one line for a dispatcher: `unknown` if this node
+    /// does not have it, else its status (`pending`, `running`, `complete`, `failed`, `lost`)
+    /// and, once it ended, why.
+    Outcome {
+        /// The allocation id (exact).
+        id: String,
     },
     /// Show an allocation's tasks and recent events.
     Status {
@@ -171,21 +195,54 @@ fn fail(code: u8, message: &str) -> ExitCode {
     ExitCode::from(code)
 }
 
+/// The agent's address: as given, else as announced in the data directory, else the default.
+fn agent_client(cli: &Cli) -> Client {
+    const DEFAULT: &str = "http://127.0.0.1:4747";
+    let (Some(data_dir), None) = (&cli.data_dir, &cli.address) else {
+        return Client::new(cli.address.as_deref().unwrap_or(DEFAULT), cli.token.clone());
+    };
+    match AgentFile::read(data_dir) {
+        Ok(Some(file)) => Client::new(&file.address, cli.token.clone()),
+        Ok(None) => Client::absent(
+            &format!("the agent of {}", data_dir.display()),
+            "it has not announced an address (no agent.json there)".into(),
+        ),
+        Err(reason) => Client::absent(&format!("the agent of {}", data_dir.display()), reason),
+    }
+}
+
+/// The node configuration from `--config` (or defaults), with `--data-dir` applied.
+fn node_config(config: Option<&Path>, data_dir: Option<&Path>) -> anyhow::Result<NodeConfig> {
+    let mut config = match config {
+        Some(path) => NodeConfig::load(path)?,
+        None => NodeConfig::default(),
+    };
+    if let Some(data_dir) = data_dir {
+        config.data_dir = data_dir.to_owned();
+    }
+    Ok(config)
+}
+
 async fn run(cli: Cli) -> ExitCode {
-    let client = Client::new(&cli.address, cli.token.clone());
+    let client = agent_client(&cli);
+    let data_dir = cli.data_dir.as_deref();
     let result = match cli.command {
-        Command::Agent(args) => agent(args).await.map(|()| ExitCode::SUCCESS),
+        Command::Agent(args) => agent(args, data_dir).await.map(|()| ExitCode::SUCCESS),
+        Command::Wipe { config } => wipe(config.as_deref(), data_dir, cli.json).await,
         Command::Validate { file } => validate(&file, cli.json),
         Command::Run(args) => run_file(&client, &args, cli.json).await,
         Command::Alloc(command) => {
-            alloc(&client, command, cli.json).await.map(|()| ExitCode::SUCCESS)
+            alloc(&client, command, data_dir, cli.json).await.map(|()| ExitCode::SUCCESS)
         }
     };
     result.unwrap_or_else(|error| {
         let code = match error.downcast_ref::<ClientError>() {
-            Some(ClientError::Api { status, .. }) if status.as_u16() == 422 => EXIT_USAGE,
+            Some(ClientError::Api { status, .. }) if matches!(status.as_u16(), 400 | 409 | 422) => {
+                EXIT_USAGE
+            }
             Some(_) => EXIT_AGENT,
             None if error.downcast_ref::<wharf_state::SpecError>().is_some() => EXIT_USAGE,
+            None if error.downcast_ref::<wharf_state::InvalidAllocId>().is_some() => EXIT_USAGE,
             None => EXIT_AGENT,
         };
         fail(code, &format!("{error:#}"))
@@ -203,19 +260,26 @@ fn init_logs(json: bool) {
     }
 }
 
-async fn agent(args: AgentArgs) -> anyhow::Result<()> {
+async fn agent(args: AgentArgs, data_dir: Option<&Path>) -> anyhow::Result<()> {
     init_logs(args.log_json);
-    let config = match &args.config {
-        Some(path) => NodeConfig::load(path)?,
-        None => NodeConfig::default(),
-    };
+    let config = node_config(args.config.as_deref(), data_dir)?;
     crate::serve::serve(config, StartOptions { reset_state: args.reset_state }).await
 }
 
+/// Reads and checks a job spec; `-` is standard input (JSON if it starts with `{`).
 fn read_spec(file: &Path) -> anyhow::Result<wharf_state::Job> {
-    let text =
-        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
-    let parsed = if file.extension().is_some_and(|e| e == "json") {
+    let stdin = file == Path::new("-");
+    let text = if stdin {
+        std::io::read_to_string(std::io::stdin().lock()).context("cannot read standard input")?
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?
+    };
+    let json = if stdin {
+        text.trim_start().starts_with('{')
+    } else {
+        file.extension().is_some_and(|e| e == "json")
+    };
+    let parsed = if json {
         wharf_state::spec::parse_json(&text)
     } else {
         wharf_state::spec::parse_toml(&text)
@@ -261,8 +325,15 @@ async fn run_file(client: &Client, args: &RunArgs, json: bool) -> anyhow::Result
         embedded = Some(handle);
         local
     };
+    let path = match &args.id {
+        Some(id) => {
+            wharf_state::check_alloc_id(id)?;
+            format!("/v1/allocations?id={id}")
+        }
+        None => "/v1/allocations".to_owned(),
+    };
     let submitted: serde_json::Value = serde_json::from_slice(
-        &client.call(Method::POST, "/v1/allocations", Some(("application/json", spec))).await?,
+        &client.call(Method::POST, &path, Some(("application/json", spec))).await?,
     )?;
     let id = submitted["id"].as_str().context("the agent returned no id")?.to_owned();
     if args.detach {
@@ -361,14 +432,59 @@ fn clock_time(time: Timestamp) -> String {
     time.to_string()[11..19].to_owned()
 }
 
-async fn alloc(client: &Client, command: AllocCommand, json: bool) -> anyhow::Result<()> {
+async fn wipe(
+    config: Option<&Path>,
+    data_dir: Option<&Path>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let config = node_config(config, data_dir)?;
+    let wiped = crate::wipe::wipe(&config).await?;
+    if json {
+        let report = serde_json::json!({
+            "agent_killed": wiped.agent_killed,
+            "tasks_destroyed": wiped.tasks_destroyed,
+        });
+        println!("{report}");
+    } else {
+        println!(
+            "wiped {}: {}, tasks destroyed: {}",
+            config.data_dir.display(),
+            if wiped.agent_killed { "agent killed" } else { "no agent running" },
+            wiped.tasks_destroyed
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn alloc(
+    client: &Client,
+    command: AllocCommand,
+    data_dir: Option<&Path>,
+    json: bool,
+) -> anyhow::Result<()> {
     match command {
         AllocCommand::List { probe: true, config } => {
-            let config = match config {
-                Some(path) => NodeConfig::load(&path)?,
-                None => NodeConfig::default(),
-            };
+            let config = node_config(config.as_deref(), data_dir)?;
             crate::probe::print(client, &config).await
+        }
+        AllocCommand::Outcome { id } => {
+            wharf_state::check_alloc_id(&id)?;
+            let line = match client
+                .json::<AllocDetail>(Method::GET, &format!("/v1/allocations/{id}"), None)
+                .await
+            {
+                Ok(detail) if detail.done => {
+                    format!("{} {}", detail.state.client_status, detail.state.client_description)
+                }
+                Ok(detail) => detail.state.client_status.to_string(),
+                Err(ClientError::Api { status, .. }) if status.as_u16() == 404 => {
+                    "unknown".to_owned()
+                }
+                Err(e) => return Err(e.into()),
+            };
+            // One line, whatever the description holds.
+            println!("{}", line.replace('\n', " ").trim_end());
+            Ok(())
         }
         AllocCommand::List { probe: false, .. } => {
             let allocs: Vec<AllocSummary> =

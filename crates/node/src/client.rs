@@ -37,6 +37,8 @@ pub enum ClientError {
 #[derive(Debug, Clone)]
 pub struct Client {
     address: String,
+    /// Why no agent can be reached, when that is known before trying.
+    absent: Option<String>,
     token: Option<String>,
     http: HyperClient<HttpConnector, Full<Bytes>>,
 }
@@ -53,7 +55,13 @@ impl Client {
         connector.set_connect_timeout(Some(Duration::from_secs(2)));
         connector.set_nodelay(true);
         let http = HyperClient::builder(TokioExecutor::new()).build(connector);
-        Client { address, token, http }
+        Client { address, absent: None, token, http }
+    }
+
+    /// A client of an agent known not to be there (`reason` says why); every call fails as
+    /// [`ClientError::Unreachable`].
+    pub fn absent(address: &str, reason: String) -> Client {
+        Client { absent: Some(reason), ..Client::new(address, None) }
     }
 
     /// The agent's address.
@@ -68,6 +76,12 @@ impl Client {
         path: &str,
         body: Option<(&str, Vec<u8>)>,
     ) -> Result<hyper::Response<hyper::body::Incoming>, ClientError> {
+        if let Some(reason) = &self.absent {
+            return Err(ClientError::Unreachable {
+                address: self.address.clone(),
+                reason: reason.clone(),
+            });
+        }
         let mut request = Request::builder().method(method).uri(format!("{}{path}", self.address));
         if let Some(token) = &self.token {
             request = request.header("authorization", format!("Bearer {token}"));

@@ -7,9 +7,11 @@
 //! - [`cli`]: `wharf agent | run | validate | alloc ...`.
 //! - [`config`]: the agent's TOML configuration with defaults.
 //! - [`serve`]: serving with graceful shutdown, and the embedded agent of `wharf run`.
-//! - [`logs`], [`metrics`], [`probe`], [`client`]: what those need.
+//! - [`wipe`]: `wharf wipe`, a node's end when the machine it stands for is destroyed.
+//! - [`logs`], [`metrics`], [`probe`], [`client`], [`agent_file`]: what those need.
 
 pub mod agent;
+pub mod agent_file;
 pub mod api;
 pub mod cli;
 pub mod client;
@@ -18,3 +20,4 @@ pub mod logs;
 pub mod metrics;
 pub mod probe;
 pub mod serve;
+pub mod wipe;

@@ -9,8 +9,8 @@ use crate::client::{Client, ClientError};
 use crate::config::NodeConfig;
 use hyper::Method;
 use std::io::Write;
-use wharf_driver::{Driver, RunState};
-use wharf_store::{RedbStore, StateStore, StoreError};
+use wharf_driver::{Driver, RunState, TaskHandle};
+use wharf_store::{RedbStore, StateStore, StoreError, StoredAlloc};
 
 /// Prints the probe lines.
 pub async fn print(client: &Client, config: &NodeConfig) -> anyhow::Result<()> {
@@ -24,6 +24,16 @@ pub async fn print(client: &Client, config: &NodeConfig) -> anyhow::Result<()> {
         writeln!(out, "{line}")?;
     }
     Ok(())
+}
+
+/// The driver handles recorded for an allocation's tasks.
+pub(crate) fn task_handles(stored: &StoredAlloc) -> impl Iterator<Item = TaskHandle> + '_ {
+    stored.tasks.values().filter_map(|task| {
+        task.local_state
+            .as_deref()
+            .and_then(|bytes| wharf_task::local_state::LocalState::decode(bytes).ok())
+            .and_then(|local| local.handle)
+    })
 }
 
 /// The probe lines read from the store, with no agent running.
@@ -54,15 +64,7 @@ pub async fn offline(config: &NodeConfig) -> Vec<String> {
             continue;
         }
         let mut alive = false;
-        for task in stored.tasks.values() {
-            let Some(handle) = task
-                .local_state
-                .as_deref()
-                .and_then(|bytes| wharf_task::local_state::LocalState::decode(bytes).ok())
-                .and_then(|local| local.handle)
-            else {
-                continue;
-            };
+        for handle in task_handles(&stored) {
             if driver.recover_task(&handle).await.is_ok()
                 && driver
                     .inspect_task(handle.id())

@@ -2,6 +2,7 @@
 //! that leaves tasks running. Also the embedded agent `wharf run` starts when none answers.
 
 use crate::agent::{Agent, StartOptions};
+use crate::agent_file::AgentFile;
 use crate::client::Client;
 use crate::config::NodeConfig;
 use anyhow::Context;
@@ -20,7 +21,12 @@ pub async fn serve(config: NodeConfig, options: StartOptions) -> anyhow::Result<
         .await
         .with_context(|| format!("cannot listen on {}", config.bind))?;
     let agent = Agent::start(config, options).await?;
-    tracing::info!(address = %listener.local_addr()?, data_dir = %agent.config().data_dir.display(), "agent ready");
+    let address = listener.local_addr()?;
+    let data_dir = agent.config().data_dir.clone();
+    AgentFile { pid: std::process::id(), address: format!("http://{address}") }
+        .write(&data_dir)
+        .with_context(|| format!("cannot write {}", AgentFile::path(&data_dir).display()))?;
+    tracing::info!(%address, data_dir = %data_dir.display(), "agent ready");
     let (stop, stopped) = watch::channel(false);
     let gc = {
         let (agent, stopped) = (agent.clone(), stopped.clone());
@@ -33,6 +39,7 @@ pub async fn serve(config: NodeConfig, options: StartOptions) -> anyhow::Result<
     });
     run_server(listener, agent.clone(), stopped).await;
     let _ = gc.await;
+    AgentFile::remove_own(&data_dir);
     agent.shutdown().await;
     Ok(())
 }

@@ -556,3 +556,80 @@ fn run_works_with_no_agent_and_validate_checks_files() {
     assert_eq!(invalid.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&invalid.stderr).contains("group.task[0].name"), "{invalid:?}");
 }
+
+/// Runs the CLI with `stdin`, reaching the agent through its data directory.
+fn cli_in(data_dir: &Path, args: &[&str], stdin: &str) -> std::process::Output {
+    use std::io::Write;
+    let mut child = Command::new(WHARF)
+        .args(["--token", TOKEN])
+        .args(args)
+        .env("WHARF_DATA_DIR", data_dir)
+        .env_remove("WHARF_ADDR")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatcher_names_allocations_finds_agents_by_data_dir_and_wipes_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = AgentProcess::start(dir.path(), "");
+    let client = agent.client();
+    let data_dir = agent.data_dir.clone();
+    let forever = job(
+        "forever",
+        "service",
+        &sh_task("t", "echo $$ > \"$WHARF_TASK_DIR/pid\"; exec sleep 1000"),
+    );
+
+    // No address given: the one the agent announced in its data directory is used.
+    let outcome = cli_in(&data_dir, &["alloc", "outcome", "fleet-1"], "");
+    assert_eq!(String::from_utf8_lossy(&outcome.stdout), "unknown\n", "{outcome:?}");
+    let run = cli_in(&data_dir, &["run", "--detach", "-", "--id", "fleet-1"], &forever);
+    assert!(run.status.success(), "{run:?}");
+    assert_eq!(String::from_utf8_lossy(&run.stdout), "fleet-1\n");
+    // The same job under the same id again: accepted, nothing new started.
+    let again = cli_in(&data_dir, &["run", "--detach", "-", "--id", "fleet-1"], &forever);
+    assert!(again.status.success(), "{again:?}");
+    let other = job("other", "batch", &sh_task("t", "true"));
+    let taken = cli_in(&data_dir, &["run", "--detach", "-", "--id", "fleet-1"], &other);
+    assert_eq!(taken.status.code(), Some(2), "{taken:?}");
+    assert!(String::from_utf8_lossy(&taken.stderr).contains("already exists"), "{taken:?}");
+    let bad = cli_in(&data_dir, &["run", "--detach", "-", "--id", "../x"], &other);
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+    let allocs: Vec<AllocSummary> =
+        client.json(Method::GET, "/v1/allocations", None).await.unwrap();
+    assert_eq!(allocs.len(), 1);
+    until(&client, "fleet-1", "running", |d| d.state.client_status == ClientStatus::Running).await;
+    let outcome = cli_in(&data_dir, &["alloc", "outcome", "fleet-1"], "");
+    assert_eq!(String::from_utf8_lossy(&outcome.stdout), "running\n", "{outcome:?}");
+
+    let done = cli_in(&data_dir, &["run", "--detach", "-", "--id", "fleet-2"], &other);
+    assert!(done.status.success(), "{done:?}");
+    until(&client, "fleet-2", "complete", |d| d.done).await;
+    let outcome = cli_in(&data_dir, &["alloc", "outcome", "fleet-2"], "");
+    assert!(String::from_utf8_lossy(&outcome.stdout).starts_with("complete "), "{outcome:?}");
+
+    // Wipe: the agent and its task die, the directory goes.
+    let pid_file = data_dir.join("allocs/fleet-1/t/pid");
+    eventually("pid file", || pid_file.exists());
+    let task_pid = read_pid(&pid_file);
+    let agent_pid = agent.child.id() as i32;
+    let wipe = cli_in(&data_dir, &["wipe"], "");
+    assert!(wipe.status.success(), "{wipe:?}");
+    assert!(
+        String::from_utf8_lossy(&wipe.stdout).contains("agent killed, tasks destroyed: 1"),
+        "{wipe:?}"
+    );
+    eventually("the agent is gone", || !alive(agent_pid));
+    assert!(!alive(task_pid), "the task outlived the wipe");
+    assert!(!data_dir.exists());
+    // Nothing there any more: the probe has nothing to say, and says so without failing.
+    let probe = cli_in(&data_dir, &["alloc", "list", "--probe"], "");
+    assert!(probe.status.success(), "{probe:?}");
+    assert_eq!(String::from_utf8_lossy(&probe.stdout), "");
+}

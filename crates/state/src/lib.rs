@@ -21,7 +21,8 @@ pub mod task_state;
 pub mod time;
 
 pub use alloc::{
-    AllocState, Allocation, ClientStatus, DeploymentStatus, DesiredStatus, client_status,
+    AllocState, Allocation, ClientStatus, DeploymentStatus, DesiredStatus, InvalidAllocId,
+    check_alloc_id, client_status,
 };
 pub use signal::Signal;
 pub use spec::{

@@ -1,0 +1,59 @@
+//! `wharf wipe`: what destroying a machine does to its node, on a node that is a directory.
+//!
+//! The fleet's loopback instances are agents on this host, each with its own data directory.
+//! Destroying one must leave nothing behind, as destroying a cloud instance does: the agent is
+//! killed (SIGKILL, so it cannot restart anything), every task it recorded is killed with its
+//! whole process group through the driver's forced destroy, and the directory is removed.
+//! Tasks get no kill timeout and poststop tasks do not run: a destroyed machine gets neither.
+
+use crate::agent_file::AgentFile;
+use crate::config::NodeConfig;
+use anyhow::Context;
+use std::time::Duration;
+use wharf_driver::Driver;
+use wharf_store::{RedbStore, StateStore};
+
+/// What a wipe did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Wiped {
+    /// Whether an agent was running and was killed.
+    pub agent_killed: bool,
+    /// Tasks destroyed (killed if they still ran).
+    pub tasks_destroyed: usize,
+}
+
+/// Kills the agent of `config.data_dir` and all its tasks, then removes the directory.
+pub async fn wipe(config: &NodeConfig) -> anyhow::Result<Wiped> {
+    let data_dir = &config.data_dir;
+    let mut wiped = Wiped::default();
+    if let Some(file) = AgentFile::read(data_dir).map_err(anyhow::Error::msg)? {
+        let is_agent = |cmdline: &str| cmdline.split(' ').any(|word| word == "agent");
+        wiped.agent_killed =
+            wharf_exec::process::kill_if(file.pid, is_agent, Duration::from_secs(10))
+                .with_context(|| format!("cannot kill the agent (pid {})", file.pid))?;
+    }
+    let store_path = config.store_path();
+    if store_path.exists() {
+        let store = RedbStore::open(&store_path)?;
+        let snapshot = store.load_all().await?;
+        let driver = wharf_exec::RawExecDriver::new(wharf_exec::RawExecOptions::default());
+        for stored in &snapshot.allocs {
+            for handle in crate::probe::task_handles(stored) {
+                // Gone already, or never started: nothing to kill.
+                if driver.recover_task(&handle).await.is_ok() {
+                    driver
+                        .destroy_task(handle.id(), true)
+                        .await
+                        .with_context(|| format!("cannot kill task {}", handle.id()))?;
+                    wiped.tasks_destroyed += 1;
+                }
+            }
+        }
+    }
+    match std::fs::remove_dir_all(data_dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot remove {}", data_dir.display())),
+    }
+    Ok(wiped)
+}
