@@ -60,6 +60,10 @@ pub struct RunnerConfig {
     pub start_args: String,
     /// Arguments that send TERM to work; the quoted id is appended.
     pub kill_args: String,
+    /// Arguments that print, in one line, how work that is no longer listed ended (the
+    /// quoted id is appended): `unknown` if the runner never had it, else its final status
+    /// and why. `None` for runners that cannot say (work that leaves the list just ended).
+    pub outcome_args: Option<String>,
 }
 
 impl Default for RunnerConfig {
@@ -71,6 +75,7 @@ impl Default for RunnerConfig {
             list_args: "alloc list --probe".into(),
             start_args: "alloc start --detach".into(),
             kill_args: "alloc kill --signal TERM".into(),
+            outcome_args: None,
         }
     }
 }

@@ -12,7 +12,10 @@
 //!   per-worker probe schedule, the fleet brake, operator actions, metrics.
 //! - [`executor`]: the [`Executor`] seam and the [`ScriptedExecutor`] for tests;
 //!   [`ssh`] ([`SshExecutor`], on russh) and [`LocalExecutor`] (`sh -c`) implement it.
-//! - [`instance`]: the [`InstanceSet`] seam (the cloud), with [`LoopbackInstanceSet`].
+//! - [`scheduler`]: the [`Scheduler`]: places work on the least-loaded worker with room,
+//!   queues it while none has room, and follows it through the run probes until it ends.
+//! - [`instance`]: the [`InstanceSet`] seam (the cloud), with [`LoopbackInstanceSet`] (this
+//!   host) and [`StaticInstanceSet`] (machines the user already has).
 //! - [`runner_list`]: the runner-list grammar; [`quote`]: shell quoting of ids and paths.
 //! - [`clock`]: the injected [`Clock`] ([`SystemClock`], [`FakeClock`]).
 //!
@@ -33,7 +36,9 @@ mod metrics;
 pub mod pool;
 mod quote;
 pub mod runner_list;
+pub mod scheduler;
 pub mod ssh;
+mod static_set;
 pub mod worker;
 
 pub use clock::{Clock, FakeClock, Moment, SystemClock};
@@ -45,12 +50,16 @@ pub use local::LocalExecutor;
 pub use loopback::{LoopbackConfig, LoopbackInstanceSet};
 pub use pool::{BrakeConfig, NewExecutor, Pool, PoolConfig};
 pub use quote::quote;
+pub use scheduler::{Phase, Placement, Scheduler, SchedulerConfig};
 pub use ssh::{SshExecutor, SshTarget};
+pub use static_set::{StaticConfig, StaticHost, StaticInstanceSet};
 pub use worker::{
     BootOutcome, Brake, Effect, IdleBehavior, ProbeOutcome, State, Worker, WorkerSpec, WorkerView,
 };
 
 #[cfg(test)]
 mod pool_tests;
+#[cfg(test)]
+mod scheduler_tests;
 #[cfg(test)]
 mod worker_tests;

@@ -5,7 +5,8 @@
 //! `WHARF_INSTANCE_DIR` set), or through a real sshd on 127.0.0.1 when the set is given an
 //! address and host key. It exists to run the whole prober (pool, worker, runner deployment,
 //! run probe) end to end on one machine, in tests and in development. Quotas are modelled by
-//! `max_instances`: a create beyond it is refused with [`ProberError::Quota`].
+//! `max_instances`: a create beyond it is refused with [`ProberError::Quota`]. What an instance
+//! started (the init command may start daemons) is ended by its destroy command.
 
 use crate::ProberError;
 use crate::executor::Executor;
@@ -30,8 +31,12 @@ pub struct LoopbackConfig {
     pub host_key: Option<String>,
     /// The user commands run as.
     pub remote_user: String,
-    /// Deadline of an init command.
+    /// Deadline of an init command (and of a destroy command).
     pub init_deadline: Duration,
+    /// Run in the instance's directory when it is destroyed, before the directory is removed:
+    /// what ending the machine would end (its processes). Empty: nothing to run. If it fails,
+    /// the destroy fails and the instance stays listed, so the pool tries again.
+    pub destroy_command: String,
 }
 
 #[derive(Debug, Default)]
@@ -121,7 +126,18 @@ impl InstanceSet for LoopbackInstanceSet {
     }
 
     async fn destroy(&self, id: &InstanceId) -> Result<(), ProberError> {
+        let Some(instance) = self.instances.lock().live.get(id).cloned() else {
+            return Ok(());
+        };
+        if !self.config.destroy_command.trim().is_empty() {
+            self.local_executor(&instance)
+                .execute(&self.config.destroy_command, &[], self.config.init_deadline)
+                .await
+                .and_then(|out| out.checked(&id.0, "destroy command"))
+                .map_err(|e| ProberError::Cloud { operation: "destroy", detail: e.to_string() })?;
+        }
         if self.instances.lock().live.remove(id).is_some() {
+            tracing::info!(worker = %id, "loopback instance destroyed");
             let dir = self.dir(id);
             if let Err(e) = std::fs::remove_dir_all(&dir) {
                 tracing::warn!(worker = %id, error = %e, "cannot remove {}", dir.display());

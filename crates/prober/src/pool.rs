@@ -786,6 +786,33 @@ impl Pool {
         result
     }
 
+    /// Forgets runner `runner` on worker `id`: its start is known to have failed.
+    pub async fn close_runner(&self, id: &InstanceId, runner: &str) -> Result<(), ProberError> {
+        let worker = self.worker(id)?;
+        worker.close_runner(runner);
+        self.apply(&worker).await;
+        Ok(())
+    }
+
+    /// Asks worker `id`'s runner how `runner` ended (see [`Worker::runner_outcome`]).
+    pub async fn runner_outcome(
+        &self,
+        id: &InstanceId,
+        runner: &str,
+    ) -> Result<Option<String>, ProberError> {
+        self.worker(id)?.runner_outcome(runner).await
+    }
+
+    /// What every worker is told.
+    pub fn worker_config(&self) -> &WorkerConfig {
+        &self.shared.worker_config
+    }
+
+    /// The clock the pool reads.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.shared.clock
+    }
+
     /// Begins killing runner `runner` wherever it runs; false if no worker knows it. The
     /// signals are sent as the worker's schedule comes round.
     pub async fn kill_runner(&self, runner: &str, reason: &str) -> bool {

@@ -634,6 +634,7 @@ fn loopback_instances_boot_deploy_and_run_end_to_end() {
         host_key: None,
         remote_user: "root".into(),
         init_deadline: secs(20),
+        destroy_command: "rm work".into(),
     }));
     let for_executor = set.clone();
     let new_executor: NewExecutor = Arc::new(move |i: &Instance| for_executor.local_executor(i));
@@ -651,9 +652,18 @@ fn loopback_instances_boot_deploy_and_run_end_to_end() {
     assert_eq!(view.running, ["wharf-1"]);
     assert_eq!(std::fs::read_dir(&runner_dir).unwrap().count(), 1, "one deployed binary");
     // Quota of the loopback set.
-    runtime.block_on(pool.create("local")).unwrap();
+    let second = runtime.block_on(pool.create("local")).unwrap();
     let err = runtime.block_on(pool.create("local")).unwrap_err();
     assert!(matches!(err, ProberError::Quota { .. } | ProberError::CreateHeld { .. }), "{err}");
+    // Destroying runs the destroy command first; one that fails keeps the instance (and its
+    // directory) for the next attempt.
+    std::fs::remove_file(set.dir(&second).join("work")).unwrap();
+    runtime.block_on(pool.kill_instance(&second, "test")).unwrap();
+    assert!(set.dir(&second).exists());
+    assert_eq!(runtime.block_on(set.list()).unwrap().len(), 2);
+    runtime.block_on(pool.kill_instance(&id, "test")).unwrap();
+    assert!(!dir.exists());
+    assert_eq!(runtime.block_on(set.list()).unwrap().len(), 1);
 }
 
 #[test]

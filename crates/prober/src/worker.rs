@@ -1010,6 +1010,25 @@ impl Worker {
         result.map(|_| ())
     }
 
+    /// Asks the runner how work `id` ended, with [`RunnerConfig::outcome_args`](crate::RunnerConfig):
+    /// the first line it prints, or `None` if the runner has no such command.
+    pub async fn runner_outcome(&self, id: &str) -> Result<Option<String>, ProberError> {
+        let Some(args) = &self.config.runner.outcome_args else {
+            return Ok(None);
+        };
+        let quoted = quote("runner id", id)?;
+        let remote_user = self.inner.lock().instance.remote_user.clone();
+        let command =
+            format!("{}{} {args} {quoted}", sudo(&remote_user), self.config.runner_program()?);
+        let out = self
+            .executor
+            .execute(&command, &[], self.config.command_deadline)
+            .await?
+            .checked(&self.id.0, &command)?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        Ok(Some(text.lines().next().unwrap_or_default().trim().chars().take(1000).collect()))
+    }
+
     /// Begins killing runner `id`: TERM now, again every [`Timeouts::signal`](crate::Timeouts),
     /// giving up after [`Timeouts::term`](crate::Timeouts). Returns false if the worker does
     /// not know the runner. Calling it again for a runner being killed changes nothing.

@@ -39,6 +39,7 @@ fn config(deploy: bool) -> Arc<Prepared> {
             list_args: "--list".into(),
             start_args: "--detach".into(),
             kill_args: "--kill 15".into(),
+            outcome_args: None,
         },
         cluster_prefix: "zzzzz-".into(),
         tag_prefix: "t-".into(),

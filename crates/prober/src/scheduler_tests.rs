@@ -1,0 +1,449 @@
+//! Scheduler behaviour on a fake clock, a static set of hosts and fake runners that keep the
+//! work they were given: placement and queueing, refused and unconfirmed starts, outcomes,
+//! lost workers and work found again, adoption, stops, and bad submissions.
+
+use crate::executor::{Executor, Output};
+use crate::*;
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+/// How a fake runner answers the next start.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Start {
+    Ok,
+    Refuse,
+    /// The answer is lost, but the work started.
+    LostAnswerStarted,
+    /// The answer is lost, and the work never arrived.
+    LostAnswerNotStarted,
+}
+
+#[derive(Debug, Default)]
+struct RunnerState {
+    reachable: bool,
+    running: BTreeSet<String>,
+    outcomes: HashMap<String, String>,
+    starts: VecDeque<Start>,
+    stdin: BTreeMap<String, Vec<u8>>,
+    kills: Vec<String>,
+}
+
+/// A host whose runner keeps the work it is given until told it ended.
+#[derive(Debug, Default)]
+struct FakeRunner {
+    name: String,
+    state: Mutex<RunnerState>,
+}
+
+impl FakeRunner {
+    fn end(&self, id: &str, outcome: &str) {
+        let mut state = self.state.lock();
+        assert!(state.running.remove(id), "{id} was not running on {}", self.name);
+        state.outcomes.insert(id.to_owned(), outcome.to_owned());
+    }
+}
+
+fn last_word(command: &str) -> String {
+    command.rsplit(' ').next().unwrap_or_default().trim_matches('\'').to_owned()
+}
+
+#[async_trait::async_trait]
+impl Executor for FakeRunner {
+    async fn execute(
+        &self,
+        command: &str,
+        stdin: &[u8],
+        deadline: Duration,
+    ) -> Result<Output, ProberError> {
+        let mut state = self.state.lock();
+        let worker = self.name.clone();
+        if !state.reachable {
+            return Err(ProberError::Timeout { worker, what: command.into(), deadline });
+        }
+        let ok = |stdout: String| {
+            Ok(Output { stdout: stdout.into_bytes(), stderr: Vec::new(), status: Some(0) })
+        };
+        let words: Vec<&str> = command.split(' ').collect();
+        match words.get(1).copied() {
+            _ if command == "bootprobe" => ok(String::new()),
+            Some("list") => ok(state.running.iter().map(|id| format!("{id}\n")).collect()),
+            Some("start") => {
+                let id = last_word(command);
+                match state.starts.pop_front().unwrap_or(Start::Ok) {
+                    Start::Ok => {
+                        state.stdin.insert(id.clone(), stdin.to_vec());
+                        state.running.insert(id);
+                        ok(String::new())
+                    }
+                    Start::Refuse => Ok(Output {
+                        stdout: Vec::new(),
+                        stderr: b"no room here".to_vec(),
+                        status: Some(3),
+                    }),
+                    Start::LostAnswerStarted => {
+                        state.running.insert(id);
+                        Err(ProberError::Timeout { worker, what: command.into(), deadline })
+                    }
+                    Start::LostAnswerNotStarted => {
+                        Err(ProberError::Timeout { worker, what: command.into(), deadline })
+                    }
+                }
+            }
+            Some("outcome") => {
+                let id = last_word(command);
+                ok(state.outcomes.get(&id).cloned().unwrap_or_else(|| "unknown".into()) + "\n")
+            }
+            Some("kill") => {
+                let id = last_word(command);
+                state.running.remove(&id);
+                state.outcomes.insert(id.clone(), "complete stopped".into());
+                state.kills.push(id);
+                ok(String::new())
+            }
+            _ => Err(ProberError::Exec { worker, detail: format!("unexpected {command:?}") }),
+        }
+    }
+}
+
+struct Harness {
+    clock: Arc<FakeClock>,
+    hosts: BTreeMap<String, Arc<FakeRunner>>,
+    pool: Pool,
+    scheduler: Scheduler,
+    runtime: tokio::runtime::Runtime,
+}
+
+const PROBE_INTERVAL: Duration = Duration::from_secs(10);
+
+fn harness(hosts: &[&str], scheduling: SchedulerConfig) -> Harness {
+    let clock = Arc::new(FakeClock::new(Moment::from_origin(secs(1))));
+    let runners: BTreeMap<String, Arc<FakeRunner>> = hosts
+        .iter()
+        .map(|name| {
+            let runner = FakeRunner { name: (*name).to_owned(), ..FakeRunner::default() };
+            runner.state.lock().reachable = true;
+            ((*name).to_owned(), Arc::new(runner))
+        })
+        .collect();
+    let set = StaticInstanceSet::new(
+        StaticConfig {
+            hosts: hosts
+                .iter()
+                .map(|name| StaticHost {
+                    name: (*name).to_owned(),
+                    address: format!("{name}:22"),
+                    remote_user: "root".into(),
+                    host_key: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAbc".into(),
+                })
+                .collect(),
+            rejoin_after: secs(300),
+        },
+        clock.clone(),
+    )
+    .unwrap();
+    let for_executor = runners.clone();
+    let new_executor: NewExecutor =
+        Arc::new(move |i: &Instance| for_executor[&i.id.0].clone() as Arc<dyn Executor>);
+    let config = PoolConfig {
+        worker: WorkerConfig {
+            boot_probe_command: "bootprobe".into(),
+            runner: RunnerConfig {
+                command: "runner".into(),
+                list_args: "list".into(),
+                start_args: "start".into(),
+                kill_args: "kill".into(),
+                outcome_args: Some("outcome".into()),
+                ..RunnerConfig::default()
+            },
+            timeouts: Timeouts {
+                booting: secs(60),
+                probe: secs(60),
+                idle: secs(1_000_000),
+                ..Timeouts::default()
+            },
+            ..WorkerConfig::default()
+        },
+        probe_interval: PROBE_INTERVAL,
+        ..PoolConfig::default()
+    };
+    let pool = Pool::new(config, clock.clone(), Arc::new(set), new_executor).unwrap();
+    let scheduler = Scheduler::new(pool.clone(), scheduling).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let h = Harness { clock, hosts: runners, pool, scheduler, runtime };
+    h.runtime.block_on(h.pool.sync()).unwrap();
+    h.probe();
+    h
+}
+
+impl Harness {
+    /// One probe round: every worker is due once per interval.
+    fn probe(&self) {
+        self.clock.advance(PROBE_INTERVAL);
+        self.runtime.block_on(self.pool.probe_due());
+    }
+
+    fn step(&self) -> usize {
+        self.runtime.block_on(self.scheduler.step())
+    }
+
+    fn host(&self, name: &str) -> &FakeRunner {
+        &self.hosts[name]
+    }
+
+    fn phase(&self, id: &str) -> Phase {
+        self.scheduler.get(id).unwrap().phase
+    }
+
+    fn submit(&self, id: &str) {
+        self.scheduler.submit(id, format!("spec of {id}").into_bytes()).unwrap();
+    }
+
+    fn running_on(&self, name: &str) -> Vec<String> {
+        self.host(name).state.lock().running.iter().cloned().collect()
+    }
+}
+
+fn running(worker: &str) -> Phase {
+    Phase::Running { worker: worker.into() }
+}
+
+fn config(per_worker_limit: usize) -> SchedulerConfig {
+    SchedulerConfig {
+        per_worker_limit,
+        start_failure_backoff: secs(30),
+        ..SchedulerConfig::default()
+    }
+}
+
+#[test]
+fn work_goes_to_the_least_loaded_worker_with_room_and_waits_for_room() {
+    let h = harness(&["h1", "h2"], config(2));
+    assert!(h.pool.workers().iter().all(|w| w.state == State::Idle));
+    for id in ["a", "b", "c", "d", "e"] {
+        h.submit(id);
+    }
+    assert_eq!(h.step(), 4);
+    // Spread: each idle worker got one before either got a second.
+    assert_eq!(h.running_on("h1"), ["a", "c"]);
+    assert_eq!(h.running_on("h2"), ["b", "d"]);
+    assert_eq!(h.phase("a"), running("h1"));
+    assert_eq!(h.phase("e"), Phase::Queued);
+    assert_eq!(h.host("h1").state.lock().stdin["a"], b"spec of a");
+    let a = h.scheduler.get("a").unwrap();
+    assert!(a.confirmed && a.started.is_some() && a.attempts == 1, "{a:?}");
+    // Full everywhere: nothing more starts.
+    assert_eq!(h.step(), 0);
+
+    // `c` ends on h1: the probe sees it gone, the runner says how, and `e` takes its place.
+    h.host("h1").end("c", "complete all tasks finished");
+    h.probe();
+    assert_eq!(h.step(), 1);
+    assert_eq!(
+        h.phase("c"),
+        Phase::Ended { worker: "h1".into(), outcome: "complete all tasks finished".into() }
+    );
+    assert!(h.scheduler.get("c").unwrap().finished.is_some());
+    assert_eq!(h.phase("e"), running("h1"));
+    let metrics = h.scheduler.metrics();
+    assert!(metrics.contains("wharf_fleet_work{phase=\"running\"} 4"), "{metrics}");
+    assert!(metrics.contains("wharf_fleet_finished_total{phase=\"ended\"} 1"), "{metrics}");
+    assert!(metrics.contains("wharf_fleet_start_latency_seconds_count 5"), "{metrics}");
+}
+
+#[test]
+fn workers_on_hold_or_draining_get_no_work() {
+    let h = harness(&["h1", "h2", "h3"], config(4));
+    h.runtime.block_on(h.pool.set_idle_behavior(&"h1".into(), IdleBehavior::Hold)).unwrap();
+    h.runtime.block_on(h.pool.set_idle_behavior(&"h2".into(), IdleBehavior::Drain)).unwrap();
+    for id in ["a", "b"] {
+        h.submit(id);
+    }
+    h.step();
+    assert_eq!(h.running_on("h3"), ["a", "b"]);
+    assert!(h.running_on("h1").is_empty() && h.running_on("h2").is_empty());
+}
+
+#[test]
+fn a_refused_start_goes_to_another_worker_and_fails_after_the_last_attempt() {
+    let h = harness(&["h1", "h2"], SchedulerConfig { max_start_attempts: 2, ..config(4) });
+    h.host("h1").state.lock().starts.push_back(Start::Refuse);
+    h.submit("a");
+    h.step();
+    assert_eq!(h.phase("a"), Phase::Queued, "requeued after the refusal");
+    assert_eq!(h.scheduler.get("a").unwrap().attempts, 1);
+    // h1 is backed off; the refused start is forgotten there, so it is idle, not running.
+    assert_eq!(h.pool.workers()[0].state, State::Idle);
+    h.step();
+    assert_eq!(h.phase("a"), running("h2"));
+
+    // Refused by both: it fails with the reason.
+    h.host("h2").state.lock().starts.push_back(Start::Refuse);
+    h.submit("b");
+    h.step();
+    assert_eq!(h.phase("b"), Phase::Queued);
+    // Both are backed off now: it waits.
+    h.step();
+    assert_eq!(h.phase("b"), Phase::Queued);
+    h.clock.advance(secs(31));
+    h.host("h1").state.lock().starts.push_back(Start::Refuse);
+    h.step();
+    match h.phase("b") {
+        Phase::Failed { reason } => {
+            assert!(
+                reason.contains("refused 2 times") && reason.contains("no room here"),
+                "{reason}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    // The backoff ends: h1 takes work again.
+    h.clock.advance(secs(31));
+    h.submit("c");
+    h.step();
+    assert_eq!(h.phase("c"), running("h1"));
+    assert!(h.scheduler.metrics().contains("wharf_fleet_start_refusals_total 3"));
+}
+
+#[test]
+fn an_unconfirmed_start_is_judged_by_the_next_probe() {
+    let h = harness(&["h1"], config(4));
+    h.host("h1")
+        .state
+        .lock()
+        .starts
+        .extend([Start::LostAnswerStarted, Start::LostAnswerNotStarted]);
+    h.submit("arrived");
+    h.step();
+    let placement = h.scheduler.get("arrived").unwrap();
+    assert_eq!(placement.phase, running("h1"));
+    assert!(!placement.confirmed);
+    h.submit("vanished");
+    h.step();
+    assert!(!h.scheduler.get("vanished").unwrap().confirmed);
+    h.probe();
+    h.step();
+    // Listed: it runs. Not listed and unknown to the runner: it never arrived; back in the
+    // queue and started again.
+    assert!(h.scheduler.get("arrived").unwrap().confirmed);
+    h.step();
+    let vanished = h.scheduler.get("vanished").unwrap();
+    assert_eq!((vanished.phase.clone(), vanished.attempts), (running("h1"), 2), "{vanished:?}");
+    assert!(vanished.confirmed);
+    assert_eq!(h.running_on("h1"), ["arrived", "vanished"]);
+}
+
+#[test]
+fn a_lost_worker_loses_its_work_and_work_found_again_is_stopped() {
+    let h = harness(&["h1", "h2"], config(1));
+    h.submit("a");
+    h.submit("b");
+    h.step();
+    assert_eq!((h.phase("a"), h.phase("b")), (running("h1"), running("h2")));
+    // h1 stops answering: past the probe timeout it is shut down and its work is lost; h2's
+    // work is untouched.
+    h.host("h1").state.lock().reachable = false;
+    for _ in 0..8 {
+        h.probe();
+    }
+    h.step();
+    match h.phase("a") {
+        Phase::Lost { worker, reason } => {
+            assert_eq!(worker, InstanceId::from("h1"));
+            assert!(reason.contains("shut down") || reason.contains("disappeared"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(h.phase("b"), running("h2"));
+    assert!(h.scheduler.metrics().contains("wharf_fleet_finished_total{phase=\"lost\"} 1"));
+    // Its host is out of service: the next sync drops the worker.
+    h.runtime.block_on(h.pool.sync()).unwrap();
+    assert_eq!(h.pool.workers().len(), 1);
+
+    // h1 comes back after the rejoin time, still running `a`: it is stopped there.
+    h.host("h1").state.lock().reachable = true;
+    h.clock.advance(secs(300));
+    h.runtime.block_on(h.pool.sync()).unwrap();
+    h.probe();
+    h.step();
+    assert_eq!(h.host("h1").state.lock().kills, ["a"]);
+    assert!(h.running_on("h1").is_empty());
+    assert!(matches!(h.phase("a"), Phase::Lost { .. }), "stays lost");
+    assert!(h.scheduler.metrics().contains("wharf_fleet_stopped_after_lost_total 1"));
+}
+
+#[test]
+fn work_found_running_is_adopted_not_started_again() {
+    let h = harness(&["h1"], config(2));
+    h.host("h1").state.lock().running.insert("from-before".into());
+    h.probe();
+    h.step();
+    let adopted = h.scheduler.get("from-before").unwrap();
+    assert!(adopted.adopted && adopted.confirmed, "{adopted:?}");
+    assert_eq!(adopted.phase, running("h1"));
+    // It counts against the limit.
+    h.submit("a");
+    h.submit("b");
+    h.step();
+    assert_eq!(h.phase("b"), Phase::Queued);
+    // Submitting an adopted id is refused, and nothing starts twice.
+    assert!(h.scheduler.submit("from-before", Vec::new()).is_err());
+    assert_eq!(h.host("h1").state.lock().stdin.len(), 1);
+}
+
+#[test]
+fn stop_cancels_queued_work_and_kills_running_work() {
+    let h = harness(&["h1"], config(1));
+    h.submit("a");
+    h.submit("b");
+    h.step();
+    let b = h.runtime.block_on(h.scheduler.stop("b", "operator")).unwrap();
+    assert_eq!(b.phase, Phase::Cancelled);
+    h.runtime.block_on(h.scheduler.stop("a", "operator")).unwrap();
+    assert_eq!(h.host("h1").state.lock().kills, ["a"]);
+    h.probe();
+    h.step();
+    assert_eq!(
+        h.phase("a"),
+        Phase::Ended { worker: "h1".into(), outcome: "complete stopped".into() }
+    );
+    assert!(h.running_on("h1").is_empty(), "b never started");
+    assert!(matches!(
+        h.runtime.block_on(h.scheduler.stop("nope", "x")),
+        Err(ProberError::UnknownWork(_))
+    ));
+}
+
+#[test]
+fn bad_submissions_are_refused_with_the_reason() {
+    let h = harness(&["h1"], SchedulerConfig { max_queued: 1, ..config(1) });
+    let refused = |id: &str| h.scheduler.submit(id, Vec::new()).unwrap_err().to_string();
+    assert!(refused("").contains("printable"));
+    assert!(refused("a b").contains("printable"));
+    h.submit("a");
+    assert!(refused("a").contains("taken"));
+    assert!(refused("b").contains("queue is full (1 waiting)"));
+    assert!(Scheduler::new(h.pool.clone(), config(0)).is_err());
+}
+
+#[test]
+fn finished_work_is_forgotten_oldest_first_beyond_the_limit() {
+    let h = harness(&["h1"], SchedulerConfig { max_finished: 2, ..config(1) });
+    for id in ["a", "b", "c"] {
+        h.submit(id);
+        h.runtime.block_on(h.scheduler.stop(id, "x")).unwrap();
+    }
+    // Stopped while queued (or starting): all three finish; the oldest is forgotten.
+    h.probe();
+    h.step();
+    h.probe();
+    h.step();
+    let ids: Vec<String> = h.scheduler.list().into_iter().map(|p| p.id).collect();
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    assert!(!ids.contains(&"a".to_owned()), "{ids:?}");
+}

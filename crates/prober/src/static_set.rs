@@ -1,0 +1,238 @@
+//! [`StaticInstanceSet`]: machines the user already has, as an instance set.
+//!
+//! There is no cloud to create or destroy anything, so the set maps the pool's calls onto a
+//! fixed list of hosts: `list` shows every host that is in service, `create` is refused as a
+//! capacity limit (the pool then holds creates), and `destroy` takes a host out of service for
+//! [`StaticConfig::rejoin_after`] instead of ending it. A host that comes back is listed again
+//! with fresh tags, so it starts over as an `unknown` worker and is probed before it gets work;
+//! whatever it still runs shows in that probe, and a dispatcher that already wrote that work
+//! off can stop it there.
+
+use crate::ProberError;
+use crate::clock::{Clock, Moment};
+use crate::instance::{Instance, InstanceId, InstanceSet, Tags};
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One host of a static set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaticHost {
+    /// Its name: the worker id.
+    pub name: String,
+    /// `host:port` of its SSH server.
+    pub address: String,
+    /// The user commands run as.
+    pub remote_user: String,
+    /// Its SSH host key (OpenSSH public key line), pinned: any other key is refused.
+    pub host_key: String,
+}
+
+/// The hosts and how long a destroyed one stays out.
+#[derive(Debug, Clone)]
+pub struct StaticConfig {
+    /// The hosts, with unique names.
+    pub hosts: Vec<StaticHost>,
+    /// A host the pool destroyed is listed again after this long.
+    pub rejoin_after: Duration,
+}
+
+#[derive(Debug, Default)]
+struct HostState {
+    tags: Tags,
+    out_until: Option<Moment>,
+}
+
+/// A fixed set of hosts.
+#[derive(Debug)]
+pub struct StaticInstanceSet {
+    hosts: Vec<StaticHost>,
+    rejoin_after: Duration,
+    clock: Arc<dyn Clock>,
+    state: Mutex<BTreeMap<InstanceId, HostState>>,
+}
+
+impl StaticInstanceSet {
+    /// A set of `config.hosts`; refuses duplicate names and hosts without an address or key.
+    pub fn new(
+        config: StaticConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<StaticInstanceSet, ProberError> {
+        let mut state = BTreeMap::new();
+        for (index, host) in config.hosts.iter().enumerate() {
+            let problem = if host.name.is_empty()
+                || !host.name.bytes().all(|b| b.is_ascii_graphic())
+            {
+                Some(format!("name {:?} must be printable and without spaces", host.name))
+            } else if host.address.is_empty() {
+                Some(format!("host {} has no address", host.name))
+            } else if host.host_key.split_whitespace().count() < 2 {
+                Some(format!("host {} has no host key (an OpenSSH public key line)", host.name))
+            } else if state.insert(InstanceId(host.name.clone()), HostState::default()).is_some() {
+                Some(format!("host name {} is used twice", host.name))
+            } else {
+                None
+            };
+            if let Some(problem) = problem {
+                return Err(ProberError::Config {
+                    field: "hosts",
+                    problem: format!("[{index}]: {problem}"),
+                });
+            }
+        }
+        Ok(StaticInstanceSet {
+            hosts: config.hosts,
+            rejoin_after: config.rejoin_after,
+            clock,
+            state: Mutex::new(state),
+        })
+    }
+
+    /// The hosts taken out of service, with when each comes back.
+    pub fn out_of_service(&self) -> Vec<(InstanceId, Moment)> {
+        let now = self.clock.now();
+        self.state
+            .lock()
+            .iter()
+            .filter_map(|(id, s)| s.out_until.filter(|until| *until > now).map(|u| (id.clone(), u)))
+            .collect()
+    }
+}
+
+#[async_trait::async_trait]
+impl InstanceSet for StaticInstanceSet {
+    async fn create(
+        &self,
+        instance_type: &str,
+        _tags: &Tags,
+        _init_command: &str,
+    ) -> Result<Instance, ProberError> {
+        Err(ProberError::Capacity {
+            instance_type: String::new(),
+            detail: format!(
+                "a static set cannot create instances (asked for {instance_type:?}); add hosts to its list"
+            ),
+        })
+    }
+
+    async fn list(&self) -> Result<Vec<Instance>, ProberError> {
+        let now = self.clock.now();
+        let mut state = self.state.lock();
+        let mut listed = Vec::with_capacity(self.hosts.len());
+        for host in &self.hosts {
+            let id = InstanceId(host.name.clone());
+            let entry = state.entry(id.clone()).or_default();
+            match entry.out_until {
+                Some(until) if until > now => continue,
+                Some(_) => {
+                    // Back in service: a fresh start, as a new instance would have.
+                    *entry = HostState::default();
+                }
+                None => {}
+            }
+            listed.push(Instance {
+                id,
+                address: Some(host.address.clone()),
+                remote_user: host.remote_user.clone(),
+                tags: entry.tags.clone(),
+                host_key: Some(host.host_key.clone()),
+            });
+        }
+        Ok(listed)
+    }
+
+    async fn destroy(&self, id: &InstanceId) -> Result<(), ProberError> {
+        let until = self.clock.now() + self.rejoin_after;
+        if let Some(entry) = self.state.lock().get_mut(id)
+            && entry.out_until.is_none()
+        {
+            tracing::warn!(worker = %id, rejoin_after = ?self.rejoin_after, "static host taken out of service");
+            entry.out_until = Some(until);
+        }
+        Ok(())
+    }
+
+    async fn set_tags(&self, id: &InstanceId, tags: &Tags) -> Result<(), ProberError> {
+        match self.state.lock().get_mut(id) {
+            Some(entry) => {
+                entry.tags = tags.clone();
+                Ok(())
+            }
+            None => {
+                Err(ProberError::Cloud { operation: "set_tags", detail: format!("no host {id}") })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::FakeClock;
+
+    fn host(name: &str) -> StaticHost {
+        StaticHost {
+            name: name.into(),
+            address: format!("{name}:22"),
+            remote_user: "root".into(),
+            host_key: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAbc".into(),
+        }
+    }
+
+    fn ids(list: &[Instance]) -> Vec<&str> {
+        list.iter().map(|i| i.id.0.as_str()).collect()
+    }
+
+    #[tokio::test]
+    async fn destroyed_hosts_rejoin_with_fresh_tags() {
+        let clock = Arc::new(FakeClock::default());
+        let set = StaticInstanceSet::new(
+            StaticConfig {
+                hosts: vec![host("a"), host("b")],
+                rejoin_after: Duration::from_secs(60),
+            },
+            clock.clone(),
+        )
+        .unwrap();
+        assert_eq!(ids(&set.list().await.unwrap()), ["a", "b"]);
+        let tags: Tags = [("wharf-IdleBehavior".to_owned(), "drain".to_owned())].into();
+        set.set_tags(&"a".into(), &tags).await.unwrap();
+        assert_eq!(set.list().await.unwrap()[0].tags, tags);
+        assert!(matches!(
+            set.create("any", &Tags::new(), "").await,
+            Err(ProberError::Capacity { .. })
+        ));
+        set.destroy(&"a".into()).await.unwrap();
+        assert_eq!(ids(&set.list().await.unwrap()), ["b"]);
+        assert_eq!(set.out_of_service().len(), 1);
+        clock.advance(Duration::from_secs(59));
+        // Destroying again does not push the return further out.
+        set.destroy(&"a".into()).await.unwrap();
+        assert_eq!(ids(&set.list().await.unwrap()), ["b"]);
+        clock.advance(Duration::from_secs(1));
+        let list = set.list().await.unwrap();
+        assert_eq!(ids(&list), ["a", "b"]);
+        assert!(list[0].tags.is_empty(), "a host back in service starts over");
+        assert!(set.out_of_service().is_empty());
+    }
+
+    #[test]
+    fn bad_host_lists_are_named() {
+        let clock: Arc<dyn Clock> = Arc::new(FakeClock::default());
+        let config = |hosts| StaticConfig { hosts, rejoin_after: Duration::from_secs(1) };
+        let cases = [
+            (vec![host("a"), host("a")], "[1]: host name a is used twice"),
+            (
+                vec![StaticHost { address: String::new(), ..host("a") }],
+                "[0]: host a has no address",
+            ),
+            (vec![StaticHost { host_key: "nope".into(), ..host("a") }], "no host key"),
+            (vec![host("a b")], "must be printable"),
+        ];
+        for (hosts, phrase) in cases {
+            let err = StaticInstanceSet::new(config(hosts), clock.clone()).unwrap_err().to_string();
+            assert!(err.contains(phrase), "{err}");
+        }
+    }
+}
