@@ -61,11 +61,11 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
         ApiError { status, message: message.into() }
     }
 
-    fn bad_request(message: impl Into<String>) -> ApiError {
+    pub(crate) fn bad_request(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, message)
     }
 }
@@ -117,26 +117,31 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     diff == 0
 }
 
-async fn require_token(State(agent): State<Arc<Agent>>, request: Request, next: Next) -> Response {
-    if let Some(token) = &agent.config().token {
-        let presented = request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or("");
-        if presented.is_empty() {
-            return ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "this agent requires a token: send `Authorization: Bearer <token>`",
-            )
-            .into_response();
-        }
-        if !same(presented.as_bytes(), token.as_bytes()) {
-            return ApiError::new(StatusCode::FORBIDDEN, "the token is not valid").into_response();
-        }
+/// Checks the bearer token of a request against `expected`, if one is set.
+pub(crate) fn check_token(expected: Option<&str>, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(token) = expected else { return Ok(()) };
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if presented.is_empty() {
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "this server requires a token: send `Authorization: Bearer <token>`",
+        ));
     }
-    next.run(request).await
+    if !same(presented.as_bytes(), token.as_bytes()) {
+        return Err(ApiError::new(StatusCode::FORBIDDEN, "the token is not valid"));
+    }
+    Ok(())
+}
+
+async fn require_token(State(agent): State<Arc<Agent>>, request: Request, next: Next) -> Response {
+    match check_token(agent.config().token.as_deref(), request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(refused) => refused.into_response(),
+    }
 }
 
 /// Reads a request body, refusing one larger than the configured limit.

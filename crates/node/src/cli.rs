@@ -66,6 +66,8 @@ enum Command {
     /// Inspect and control allocations.
     #[command(subcommand)]
     Alloc(AllocCommand),
+    /// Run a fleet of agents (`wharf fleet`), or talk to one (`wharf fleet submit ...`).
+    Fleet(crate::fleet::cli::FleetArgs),
     /// Kill the agent of --data-dir and every task it ran, and delete the directory: what
     /// destroying the machine would do (the fleet's loopback instances end this way).
     Wipe {
@@ -144,6 +146,9 @@ enum AllocCommand {
     Stop {
         /// The allocation id.
         id: String,
+        /// Wait this long (such as `10s`) for it to end; fail if it has not.
+        #[arg(long)]
+        wait: Option<String>,
     },
     /// Restart a task, the running tasks, or (with --all) every task.
     Restart {
@@ -229,6 +234,7 @@ async fn run(cli: Cli) -> ExitCode {
     let result = match cli.command {
         Command::Agent(args) => agent(args, data_dir).await.map(|()| ExitCode::SUCCESS),
         Command::Wipe { config } => wipe(config.as_deref(), data_dir, cli.json).await,
+        Command::Fleet(args) => crate::fleet::cli::run(args, cli.token.clone(), cli.json).await,
         Command::Validate { file } => validate(&file, cli.json),
         Command::Run(args) => run_file(&client, &args, cli.json).await,
         Command::Alloc(command) => {
@@ -249,7 +255,7 @@ async fn run(cli: Cli) -> ExitCode {
     })
 }
 
-fn init_logs(json: bool) {
+pub(crate) fn init_logs(json: bool) {
     let filter =
         tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
@@ -267,7 +273,7 @@ async fn agent(args: AgentArgs, data_dir: Option<&Path>) -> anyhow::Result<()> {
 }
 
 /// Reads and checks a job spec; `-` is standard input (JSON if it starts with `{`).
-fn read_spec(file: &Path) -> anyhow::Result<wharf_state::Job> {
+pub(crate) fn read_spec(file: &Path) -> anyhow::Result<wharf_state::Job> {
     let stdin = file == Path::new("-");
     let text = if stdin {
         std::io::read_to_string(std::io::stdin().lock()).context("cannot read standard input")?
@@ -545,10 +551,32 @@ async fn alloc(
             }
             Ok(())
         }
-        AllocCommand::Stop { id } => {
+        AllocCommand::Stop { id, wait } => {
+            let wait = wait.as_deref().map(wharf_state::duration::parse).transpose()?;
             let id = resolve(client, &id).await?;
             client.call(Method::POST, &format!("/v1/allocations/{id}/stop"), None).await?;
-            println!("stopping {id}");
+            let Some(wait) = wait else {
+                println!("stopping {id}");
+                return Ok(());
+            };
+            let deadline = tokio::time::Instant::now() + wait;
+            let mut version = String::new();
+            let detail = loop {
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                let path = format!(
+                    "/v1/allocations/{id}?after={version}&wait={}ms",
+                    left.as_millis().max(1)
+                );
+                let detail: AllocDetail = client.json(Method::GET, &path, None).await?;
+                if detail.done || left.is_zero() {
+                    break detail;
+                }
+                version = detail.version.clone();
+            };
+            if !detail.done {
+                bail!("{id} is still stopping after {}", wharf_state::duration::format(wait));
+            }
+            println!("stopped {id}: {}", detail.state.client_status);
             Ok(())
         }
         AllocCommand::Restart { id, task, all } => {

@@ -8,6 +8,7 @@
 //! - [`config`]: the agent's TOML configuration with defaults.
 //! - [`serve`]: serving with graceful shutdown, and the embedded agent of `wharf run`.
 //! - [`wipe`]: `wharf wipe`, a node's end when the machine it stands for is destroyed.
+//! - [`fleet`]: `wharf fleet`, a pool of agents driven by wharf-prober, and its API.
 //! - [`logs`], [`metrics`], [`probe`], [`client`], [`agent_file`]: what those need.
 
 pub mod agent;
@@ -16,6 +17,7 @@ pub mod api;
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod fleet;
 pub mod logs;
 pub mod metrics;
 pub mod probe;

@@ -37,20 +37,24 @@ pub async fn serve(config: NodeConfig, options: StartOptions) -> anyhow::Result<
         tracing::info!("shutting down; tasks keep running");
         stop.send_replace(true);
     });
-    run_server(listener, agent.clone(), stopped).await;
+    run_server(listener, crate::api::router(agent.clone()), stopped).await;
     let _ = gc.await;
     AgentFile::remove_own(&data_dir);
     agent.shutdown().await;
     Ok(())
 }
 
-/// Serves until `stopped` is raised, then lets open connections drain for a bounded time.
-async fn run_server(listener: TcpListener, agent: Arc<Agent>, mut stopped: watch::Receiver<bool>) {
+/// Serves `router` until `stopped` is raised, then lets open connections drain for a bounded
+/// time.
+pub(crate) async fn run_server(
+    listener: TcpListener,
+    router: axum::Router,
+    mut stopped: watch::Receiver<bool>,
+) {
     let mut graceful = stopped.clone();
-    let server =
-        axum::serve(listener, crate::api::router(agent)).with_graceful_shutdown(async move {
-            let _ = graceful.wait_for(|s| *s).await;
-        });
+    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
+        let _ = graceful.wait_for(|s| *s).await;
+    });
     let drained = async move {
         let _ = stopped.wait_for(|s| *s).await;
         tokio::time::sleep(DRAIN).await;
@@ -61,7 +65,8 @@ async fn run_server(listener: TcpListener, agent: Arc<Agent>, mut stopped: watch
     }
 }
 
-async fn terminate_signal() {
+/// Waits for SIGTERM or SIGINT.
+pub(crate) async fn terminate_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
         (Ok(mut term), Ok(mut int)) => {
@@ -105,6 +110,6 @@ pub async fn embedded(mut config: NodeConfig) -> anyhow::Result<(Client, Embedde
         .await
         .context("no agent answers and an embedded one could not start")?;
     let (stop, stopped) = watch::channel(false);
-    let server = tokio::spawn(run_server(listener, agent.clone(), stopped));
+    let server = tokio::spawn(run_server(listener, crate::api::router(agent.clone()), stopped));
     Ok((Client::new(&address.to_string(), token), EmbeddedAgent { agent, stop, server }))
 }

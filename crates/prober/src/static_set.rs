@@ -4,9 +4,11 @@
 //! fixed list of hosts: `list` shows every host that is in service, `create` is refused as a
 //! capacity limit (the pool then holds creates), and `destroy` takes a host out of service for
 //! [`StaticConfig::rejoin_after`] instead of ending it. A host that comes back is listed again
-//! with fresh tags, so it starts over as an `unknown` worker and is probed before it gets work;
-//! whatever it still runs shows in that probe, and a dispatcher that already wrote that work
-//! off can stop it there.
+//! with the tags it had, so it starts over as an `unknown` worker and is probed before it gets
+//! work: one that was unresponsive takes work again, one that was drained (by an operator, or
+//! because it reported itself broken) is shut down again at once, and stays out until
+//! [`StaticInstanceSet::restore`] puts it back. Whatever a returning host still runs shows in
+//! its first probe, and a dispatcher that already wrote that work off can stop it there.
 
 use crate::ProberError;
 use crate::clock::{Clock, Moment};
@@ -89,6 +91,19 @@ impl StaticInstanceSet {
         })
     }
 
+    /// Puts a host back in service now, with idle behaviour `run` (`idle_behavior_key` is the
+    /// pool's tag key for it). False if there is no such host.
+    pub fn restore(&self, id: &InstanceId, idle_behavior_key: &str) -> bool {
+        match self.state.lock().get_mut(id) {
+            Some(entry) => {
+                entry.out_until = None;
+                entry.tags.insert(idle_behavior_key.to_owned(), "run".to_owned());
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The hosts taken out of service, with when each comes back.
     pub fn out_of_service(&self) -> Vec<(InstanceId, Moment)> {
         let now = self.clock.now();
@@ -125,10 +140,7 @@ impl InstanceSet for StaticInstanceSet {
             let entry = state.entry(id.clone()).or_default();
             match entry.out_until {
                 Some(until) if until > now => continue,
-                Some(_) => {
-                    // Back in service: a fresh start, as a new instance would have.
-                    *entry = HostState::default();
-                }
+                Some(_) => entry.out_until = None,
                 None => {}
             }
             listed.push(Instance {
@@ -185,7 +197,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn destroyed_hosts_rejoin_with_fresh_tags() {
+    async fn destroyed_hosts_rejoin_after_a_while_or_when_restored() {
         let clock = Arc::new(FakeClock::default());
         let set = StaticInstanceSet::new(
             StaticConfig {
@@ -213,8 +225,14 @@ mod tests {
         clock.advance(Duration::from_secs(1));
         let list = set.list().await.unwrap();
         assert_eq!(ids(&list), ["a", "b"]);
-        assert!(list[0].tags.is_empty(), "a host back in service starts over");
+        assert_eq!(list[0].tags, tags, "a host comes back as it left");
         assert!(set.out_of_service().is_empty());
+        // An operator puts a drained host back at once.
+        set.destroy(&"a".into()).await.unwrap();
+        assert!(set.restore(&"a".into(), "wharf-IdleBehavior"));
+        let list = set.list().await.unwrap();
+        assert_eq!(list[0].tags["wharf-IdleBehavior"], "run");
+        assert!(!set.restore(&"z".into(), "wharf-IdleBehavior"));
     }
 
     #[test]

@@ -1,0 +1,287 @@
+//! The fleet's management API (JSON; errors as `{"error": "..."}` with a 4xx for bad requests).
+//!
+//! | call | what |
+//! |------|------|
+//! | `GET /v1/health` | liveness and the brake (no token needed) |
+//! | `POST /v1/allocations[?id=ID]` | submit a job spec (TOML or JSON); `{"id": ...}` |
+//! | `GET /v1/allocations` | every allocation the scheduler knows |
+//! | `GET /v1/allocations/{id}[?after=V&wait=10s]` | one; waits for a version after `V` |
+//! | `POST /v1/allocations/{id}/stop` | cancel it if queued, stop it if running |
+//! | `GET /v1/workers` | every worker: state, idle behaviour, probes, allocations |
+//! | `POST /v1/workers/{id}/{hold,drain,run,kill}` | operator actions |
+//! | `GET /v1/metrics` | the pool's and the scheduler's metrics (Prometheus) |
+
+use super::Fleet;
+use crate::api::{ApiError, check_token};
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::time::Duration;
+use wharf_prober::{IdleBehavior, InstanceId, Phase, Placement, ProberError, WorkerView};
+
+type ApiResult<T> = Result<T, ApiError>;
+
+/// The fleet's router.
+pub fn router(fleet: Arc<Fleet>) -> Router {
+    let protected = Router::new()
+        .route("/v1/allocations", post(submit).get(list))
+        .route("/v1/allocations/{id}", get(status))
+        .route("/v1/allocations/{id}/stop", post(stop))
+        .route("/v1/workers", get(workers))
+        .route("/v1/workers/{id}/{action}", post(worker_action))
+        .route("/v1/metrics", get(metrics))
+        .route_layer(axum::middleware::from_fn_with_state(fleet.clone(), require_token));
+    Router::new()
+        .route("/v1/health", get(health))
+        .merge(protected)
+        .fallback(|| async {
+            ApiError::new(StatusCode::NOT_FOUND, "no such endpoint; see the fleet API table")
+        })
+        .with_state(fleet)
+}
+
+async fn require_token(State(fleet): State<Arc<Fleet>>, request: Request, next: Next) -> Response {
+    match check_token(fleet.config().token.as_deref(), request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(refused) => refused.into_response(),
+    }
+}
+
+fn prober_error(error: ProberError) -> ApiError {
+    let status = match &error {
+        ProberError::UnknownWorker(_) | ProberError::UnknownWork(_) => StatusCode::NOT_FOUND,
+        ProberError::NotAllowed { .. } => StatusCode::CONFLICT,
+        ProberError::Submit { reason, .. } if reason.contains("queue is full") => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        ProberError::Submit { .. } => StatusCode::CONFLICT,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    ApiError::new(status, error.to_string())
+}
+
+/// One allocation as the fleet reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FleetAlloc {
+    /// Its id (also its id on the worker).
+    pub id: String,
+    /// `queued`, `starting`, `running`, `ended`, `lost`, `failed` or `cancelled`.
+    pub phase: String,
+    /// The worker it is (or was last) on.
+    pub worker: Option<String>,
+    /// For `ended`: what the worker said (`complete ...`, `failed ...`); for `lost` and
+    /// `failed`: why.
+    pub detail: Option<String>,
+    /// Start attempts.
+    pub attempts: u32,
+    /// Found running rather than submitted here.
+    pub adopted: bool,
+    /// Seconds from submission to the acknowledged start.
+    pub start_latency_seconds: Option<f64>,
+    /// Seconds since it was submitted.
+    pub age_seconds: f64,
+    /// Changes with every change of any allocation; pass it as `after` to wait for the next.
+    pub version: u64,
+}
+
+impl FleetAlloc {
+    /// Whether it is done with.
+    pub fn is_final(&self) -> bool {
+        matches!(self.phase.as_str(), "ended" | "lost" | "failed" | "cancelled")
+    }
+}
+
+fn describe(fleet: &Fleet, placement: Placement, version: u64) -> FleetAlloc {
+    let now = fleet.pool().clock().now();
+    let detail = match &placement.phase {
+        Phase::Ended { outcome, .. } => Some(outcome.clone()),
+        Phase::Lost { reason, .. } | Phase::Failed { reason } => Some(reason.clone()),
+        _ => None,
+    };
+    FleetAlloc {
+        phase: placement.phase.name().to_owned(),
+        worker: placement.phase.worker().map(|w| w.0.clone()),
+        detail,
+        attempts: placement.attempts,
+        adopted: placement.adopted,
+        start_latency_seconds: placement
+            .started
+            .map(|started| started.since(placement.submitted).as_secs_f64()),
+        age_seconds: now.since(placement.submitted).as_secs_f64(),
+        id: placement.id,
+        version,
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SubmitQuery {
+    id: Option<String>,
+}
+
+async fn submit(
+    State(fleet): State<Arc<Fleet>>,
+    Query(query): Query<SubmitQuery>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    let limit = fleet.config().max_body_bytes;
+    let bytes = axum::body::to_bytes(body, limit).await.map_err(|_| {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the request body is larger than the limit of {limit} bytes"),
+        )
+    })?;
+    let text = std::str::from_utf8(&bytes)
+        .map_err(|_| ApiError::bad_request("the job spec is not UTF-8 text"))?;
+    let content_type =
+        headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let is_json = content_type.contains("json")
+        || (!content_type.contains("toml") && text.trim_start().starts_with('{'));
+    let parsed = if is_json {
+        wharf_state::spec::parse_json(text)
+    } else {
+        wharf_state::spec::parse_toml(text)
+    };
+    let job = parsed.map_err(|e| {
+        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, format!("invalid job spec:\n{e}"))
+    })?;
+    let id = match query.id {
+        Some(id) => {
+            wharf_state::check_alloc_id(&id).map_err(|e| ApiError::bad_request(e.to_string()))?;
+            id
+        }
+        None => crate::agent::new_alloc_id(),
+    };
+    // Workers get the checked spec in JSON, whatever the user wrote.
+    let payload = serde_json::to_vec(&job.to_spec())
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    let placement = fleet.scheduler().submit(&id, payload).map_err(prober_error)?;
+    let version = *fleet.scheduler().subscribe().borrow();
+    Ok((StatusCode::CREATED, axum::Json(describe(&fleet, placement, version))).into_response())
+}
+
+async fn list(State(fleet): State<Arc<Fleet>>) -> axum::Json<Vec<FleetAlloc>> {
+    let version = *fleet.scheduler().subscribe().borrow();
+    let all = fleet.scheduler().list();
+    axum::Json(all.into_iter().map(|p| describe(&fleet, p, version)).collect())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StatusQuery {
+    after: Option<u64>,
+    wait: Option<String>,
+}
+
+async fn status(
+    State(fleet): State<Arc<Fleet>>,
+    Path(id): Path<String>,
+    Query(query): Query<StatusQuery>,
+) -> ApiResult<axum::Json<FleetAlloc>> {
+    let wait = match &query.wait {
+        Some(text) => wharf_state::duration::parse(text)
+            .map_err(|e| ApiError::bad_request(format!("wait: {e}")))?
+            .min(Duration::from_secs(60)),
+        None => Duration::ZERO,
+    };
+    let mut changes = fleet.scheduler().subscribe();
+    if let Some(after) = query.after
+        && *changes.borrow_and_update() == after
+    {
+        let _ = tokio::time::timeout(wait, changes.changed()).await;
+    }
+    let version = *changes.borrow();
+    let placement =
+        fleet.scheduler().get(&id).ok_or_else(|| prober_error(ProberError::UnknownWork(id)))?;
+    Ok(axum::Json(describe(&fleet, placement, version)))
+}
+
+async fn stop(
+    State(fleet): State<Arc<Fleet>>,
+    Path(id): Path<String>,
+) -> ApiResult<axum::Json<FleetAlloc>> {
+    let placement =
+        fleet.scheduler().stop(&id, "stopped through the fleet API").await.map_err(prober_error)?;
+    let version = *fleet.scheduler().subscribe().borrow();
+    Ok(axum::Json(describe(&fleet, placement, version)))
+}
+
+/// One worker as the fleet reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FleetWorker {
+    /// Its id (instance id, or host name).
+    pub id: String,
+    /// Where it is reached.
+    pub address: Option<String>,
+    /// `unknown`, `booting`, `idle`, `running` or `shutdown`.
+    pub state: String,
+    /// `run`, `hold` or `drain`.
+    pub idle_behavior: String,
+    /// Allocations running there.
+    pub allocations: Vec<String>,
+    /// Seconds since its last successful probe.
+    pub last_probe_seconds: f64,
+    /// Whether its last probe failed, and why.
+    pub last_error: Option<String>,
+}
+
+impl From<WorkerView> for FleetWorker {
+    fn from(view: WorkerView) -> FleetWorker {
+        FleetWorker {
+            id: view.id.0,
+            address: view.address,
+            state: view.state.as_str().to_owned(),
+            idle_behavior: view.idle_behavior.as_str().to_owned(),
+            allocations: view.running.into_iter().chain(view.starting).collect(),
+            last_probe_seconds: view.probe_age.as_secs_f64(),
+            last_error: if view.last_probe_failed { view.last_error } else { None },
+        }
+    }
+}
+
+async fn workers(State(fleet): State<Arc<Fleet>>) -> axum::Json<Vec<FleetWorker>> {
+    axum::Json(fleet.pool().workers().into_iter().map(FleetWorker::from).collect())
+}
+
+async fn worker_action(
+    State(fleet): State<Arc<Fleet>>,
+    Path((id, action)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    let id = InstanceId(id);
+    let result = match action.as_str() {
+        "kill" => fleet.pool().kill_instance(&id, "killed through the fleet API").await,
+        other => match IdleBehavior::parse(other) {
+            Some(behavior) => fleet.set_idle_behavior(&id, behavior).await,
+            None => {
+                return Err(ApiError::bad_request(format!(
+                    "unknown action {other:?}: use hold, drain, run or kill"
+                )));
+            }
+        },
+    };
+    result.map_err(prober_error)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn metrics(State(fleet): State<Arc<Fleet>>) -> String {
+    let mut text = fleet.pool().metrics();
+    text.push_str(&fleet.scheduler().metrics());
+    text
+}
+
+async fn health(State(fleet): State<Arc<Fleet>>) -> axum::Json<serde_json::Value> {
+    let brake = fleet.pool().brake();
+    axum::Json(serde_json::json!({
+        "status": "ok",
+        "workers": fleet.pool().workers().len(),
+        "brake_engaged": brake.engaged(),
+        "brake_reason": brake.engaged().then(|| brake.reason()),
+    }))
+}

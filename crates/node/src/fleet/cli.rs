@@ -1,0 +1,218 @@
+//! `wharf fleet ...`: running a fleet, and the commands that talk to one.
+
+// A command line's output is its interface.
+#![allow(clippy::print_stdout)]
+
+use super::api::{FleetAlloc, FleetWorker};
+use super::config::FleetConfig;
+use crate::cli::{EXIT_ALLOC_FAILED, init_logs, read_spec};
+use crate::client::Client;
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use hyper::Method;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, Args)]
+pub struct FleetArgs {
+    /// The fleet's configuration (TOML); without one, two loopback workers on this host.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Log JSON lines instead of human-readable text.
+    #[arg(long)]
+    pub log_json: bool,
+    /// The fleet's address, for the commands that talk to it.
+    #[arg(long, global = true, env = "WHARF_FLEET_ADDR", default_value = "http://127.0.0.1:4748")]
+    pub fleet_address: String,
+    #[command(subcommand)]
+    pub command: Option<FleetCommand>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum FleetCommand {
+    /// Submit a job spec to the fleet and follow it until it ends (`--detach`: print the id).
+    Submit {
+        /// The job spec; `-` reads it from standard input.
+        file: PathBuf,
+        /// Return at once with the allocation id.
+        #[arg(long)]
+        detach: bool,
+        /// The allocation id to use instead of a new one.
+        #[arg(long)]
+        id: Option<String>,
+    },
+    /// Show one allocation.
+    Status {
+        /// The allocation id.
+        id: String,
+    },
+    /// List the allocations the fleet knows.
+    Allocs,
+    /// Stop an allocation (cancel it if it is still queued).
+    Stop {
+        /// The allocation id.
+        id: String,
+    },
+    /// List the workers.
+    Workers,
+    /// Give a worker no new work, but keep it.
+    Hold {
+        /// The worker.
+        worker: String,
+    },
+    /// Give a worker no new work, and shut it down once its work is done.
+    Drain {
+        /// The worker.
+        worker: String,
+    },
+    /// Let a worker take work again (a static host taken out of service comes back).
+    Run {
+        /// The worker.
+        worker: String,
+    },
+    /// Shut a worker down now, whatever runs there (its allocations are lost).
+    Kill {
+        /// The worker.
+        worker: String,
+    },
+}
+
+/// Runs `wharf fleet` with `args`.
+pub async fn run(args: FleetArgs, token: Option<String>, json: bool) -> anyhow::Result<ExitCode> {
+    let Some(command) = args.command else {
+        init_logs(args.log_json);
+        let config = match &args.config {
+            Some(path) => FleetConfig::load(path).map_err(anyhow::Error::msg)?,
+            None => FleetConfig::default(),
+        };
+        super::serve(config).await?;
+        return Ok(ExitCode::SUCCESS);
+    };
+    let client = Client::new(&args.fleet_address, token);
+    let worker_action = |worker: String, action: &'static str| {
+        let client = client.clone();
+        async move {
+            client
+                .call(Method::POST, &format!("/v1/workers/{worker}/{action}"), None)
+                .await
+                .with_context(|| format!("cannot {action} worker {worker}"))?;
+            println!("worker {worker}: {action}");
+            anyhow::Ok(ExitCode::SUCCESS)
+        }
+    };
+    match command {
+        FleetCommand::Submit { file, detach, id } => {
+            let job = read_spec(&file)?;
+            let spec = serde_json::to_vec(&job.to_spec())?;
+            let path = match &id {
+                Some(id) => {
+                    wharf_state::check_alloc_id(id)?;
+                    format!("/v1/allocations?id={id}")
+                }
+                None => "/v1/allocations".to_owned(),
+            };
+            let body = client.call(Method::POST, &path, Some(("application/json", spec))).await?;
+            let alloc: FleetAlloc = serde_json::from_slice(&body)?;
+            if detach {
+                if json {
+                    println!("{}", serde_json::to_string(&alloc)?);
+                } else {
+                    println!("{}", alloc.id);
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            follow(&client, alloc, json).await
+        }
+        FleetCommand::Status { id } => {
+            let alloc: FleetAlloc =
+                client.json(Method::GET, &format!("/v1/allocations/{id}"), None).await?;
+            print_allocs(&[alloc], json)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        FleetCommand::Allocs => {
+            let allocs: Vec<FleetAlloc> = client.json(Method::GET, "/v1/allocations", None).await?;
+            print_allocs(&allocs, json)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        FleetCommand::Stop { id } => {
+            let alloc: FleetAlloc =
+                client.json(Method::POST, &format!("/v1/allocations/{id}/stop"), None).await?;
+            print_allocs(&[alloc], json)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        FleetCommand::Workers => {
+            let workers: Vec<FleetWorker> = client.json(Method::GET, "/v1/workers", None).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&workers)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            println!(
+                "{:<20}  {:<8}  {:<5}  {:>10}  {:<24}  ERROR",
+                "WORKER", "STATE", "IDLE", "PROBED", "ALLOCATIONS"
+            );
+            for w in workers {
+                println!(
+                    "{:<20}  {:<8}  {:<5}  {:>9.1}s  {:<24}  {}",
+                    w.id,
+                    w.state,
+                    w.idle_behavior,
+                    w.last_probe_seconds,
+                    w.allocations.join(","),
+                    w.last_error.unwrap_or_default()
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        FleetCommand::Hold { worker } => worker_action(worker, "hold").await,
+        FleetCommand::Drain { worker } => worker_action(worker, "drain").await,
+        FleetCommand::Run { worker } => worker_action(worker, "run").await,
+        FleetCommand::Kill { worker } => worker_action(worker, "kill").await,
+    }
+}
+
+fn print_allocs(allocs: &[FleetAlloc], json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(allocs)?);
+        return Ok(());
+    }
+    println!("{:<36}  {:<9}  {:<20}  DETAIL", "ID", "PHASE", "WORKER");
+    for a in allocs {
+        println!(
+            "{:<36}  {:<9}  {:<20}  {}",
+            a.id,
+            a.phase,
+            a.worker.as_deref().unwrap_or("-"),
+            a.detail.as_deref().unwrap_or("")
+        );
+    }
+    Ok(())
+}
+
+/// Prints each change of phase until the allocation is done with; succeeds if it completed.
+async fn follow(client: &Client, mut alloc: FleetAlloc, json: bool) -> anyhow::Result<ExitCode> {
+    let mut shown: Option<(String, Option<String>)> = None;
+    loop {
+        let now = (alloc.phase.clone(), alloc.worker.clone());
+        if shown.as_ref() != Some(&now) {
+            if json {
+                println!("{}", serde_json::to_string(&alloc)?);
+            } else {
+                let on = alloc.worker.as_deref().map(|w| format!(" on {w}")).unwrap_or_default();
+                let detail = alloc.detail.as_deref().map(|d| format!(": {d}")).unwrap_or_default();
+                println!("==> {} {}{on}{detail}", alloc.id, alloc.phase);
+            }
+            shown = Some(now);
+        }
+        if alloc.is_final() {
+            let complete = alloc.phase == "ended"
+                && alloc.detail.as_deref().is_some_and(|d| d.starts_with("complete"));
+            return Ok(if complete {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(EXIT_ALLOC_FAILED)
+            });
+        }
+        let path = format!("/v1/allocations/{}?after={}&wait=10s", alloc.id, alloc.version);
+        alloc = client.json(Method::GET, &path, None).await?;
+    }
+}

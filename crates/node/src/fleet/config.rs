@@ -1,0 +1,329 @@
+//! `fleet.toml`: what `wharf fleet` runs, with defaults that work with no file at all (two
+//! loopback workers on this host), unknown keys refused with the key named.
+//!
+//! ```toml
+//! bind = "127.0.0.1:4748"
+//! data_dir = "wharf-fleet"          # loopback instances and the fleet's own files
+//! per_worker_limit = 4              # allocations on one worker at most
+//! probe_interval = "5s"
+//!
+//! [loopback]                        # N agents on this host, created and destroyed by the pool
+//! instances = 2
+//!
+//! # or, instead of [loopback]: machines you have, reached over SSH with pinned host keys
+//! [static]
+//! identity = "/root/.ssh/id_ed25519"
+//! [[static.host]]
+//! name = "node-1"
+//! address = "10.0.0.11:22"
+//! host_key = "ssh-ed25519 AAAA..."
+//! ```
+
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use wharf_state::duration::serde_str;
+
+/// Everything `wharf fleet` can be told.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FleetConfig {
+    /// The management API's address. Any address other than loopback requires `token`.
+    pub bind: SocketAddr,
+    /// A secret every API call but `/v1/health` must present.
+    pub token: Option<String>,
+    /// The fleet's files: loopback instances live under `instances/`.
+    pub data_dir: PathBuf,
+    /// At most this many allocations run on one worker.
+    pub per_worker_limit: usize,
+    /// At most this many allocations wait for room.
+    pub max_queued: usize,
+    /// Each worker is probed this often.
+    #[serde(with = "serde_str")]
+    pub probe_interval: Duration,
+    /// The instance list is read this often.
+    #[serde(with = "serde_str")]
+    pub sync_interval: Duration,
+    /// Deadline of one command on a worker.
+    #[serde(with = "serde_str")]
+    pub command_deadline: Duration,
+    /// The largest job spec accepted, in bytes.
+    pub max_body_bytes: usize,
+    /// The worker state machine's timeouts.
+    pub timeouts: TimeoutsConfig,
+    /// When unresponsive workers stop being shut down.
+    pub brake: BrakeSettings,
+    /// The runner deployed to every worker.
+    pub runner: RunnerSettings,
+    /// Workers that are agents on this host.
+    pub loopback: Option<LoopbackSettings>,
+    /// Workers that are machines reached over SSH.
+    #[serde(rename = "static")]
+    pub static_hosts: Option<StaticSettings>,
+}
+
+/// Timeouts of the worker state machine (see wharf-prober's `Timeouts`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TimeoutsConfig {
+    /// A new worker that has not passed its probes by then is shut down.
+    #[serde(with = "serde_str")]
+    pub booting: Duration,
+    /// A worker failing its probes this long is shut down (unless the brake holds).
+    #[serde(with = "serde_str")]
+    pub probe: Duration,
+    /// A stale allocation reported this long makes the worker broken.
+    #[serde(with = "serde_str")]
+    pub stale_run_lock: Duration,
+    /// Stop commands are repeated this often ...
+    #[serde(with = "serde_str")]
+    pub signal: Duration,
+    /// ... until this long has passed; then the worker is drained.
+    #[serde(with = "serde_str")]
+    pub term: Duration,
+}
+
+/// The fleet brake.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BrakeSettings {
+    /// Engage when more than this share of booted workers fail their probes ...
+    pub max_failing_share: f64,
+    /// ... and at least this many.
+    pub min_failing: usize,
+}
+
+/// The runner.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RunnerSettings {
+    /// The `wharf` binary to deploy; by default the one running the fleet.
+    pub binary: Option<PathBuf>,
+    /// Where it goes on each worker, as `runner~<sha256>`.
+    pub directory: Option<String>,
+    /// The boot probe; by default `true` for static hosts, and "the agent announced itself"
+    /// for loopback instances.
+    pub boot_probe: Option<String>,
+}
+
+/// Loopback workers.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LoopbackSettings {
+    /// How many agents to keep.
+    pub instances: usize,
+}
+
+/// Static workers.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StaticSettings {
+    /// The private key to log in with (OpenSSH format).
+    pub identity: PathBuf,
+    /// A host taken out of service (unresponsive, drained) is tried again after this long.
+    #[serde(with = "serde_str")]
+    pub rejoin_after: Duration,
+    /// The hosts.
+    pub host: Vec<HostSettings>,
+}
+
+/// One static host.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostSettings {
+    /// Its name, the worker's id.
+    pub name: String,
+    /// `host:port` of its SSH server.
+    pub address: String,
+    /// The user to log in as; anyone but root runs the runner with sudo.
+    #[serde(default = "root")]
+    pub user: String,
+    /// Its host key (an OpenSSH public key line), pinned.
+    pub host_key: String,
+}
+
+fn root() -> String {
+    "root".into()
+}
+
+impl Default for FleetConfig {
+    fn default() -> FleetConfig {
+        FleetConfig {
+            bind: SocketAddr::from(([127, 0, 0, 1], 4748)),
+            token: None,
+            data_dir: PathBuf::from("wharf-fleet"),
+            per_worker_limit: 4,
+            max_queued: 10_000,
+            probe_interval: Duration::from_secs(5),
+            sync_interval: Duration::from_secs(30),
+            command_deadline: Duration::from_secs(20),
+            max_body_bytes: 1 << 20,
+            timeouts: TimeoutsConfig::default(),
+            brake: BrakeSettings::default(),
+            runner: RunnerSettings::default(),
+            loopback: None,
+            static_hosts: None,
+        }
+    }
+}
+
+impl Default for TimeoutsConfig {
+    fn default() -> TimeoutsConfig {
+        TimeoutsConfig {
+            booting: Duration::from_secs(600),
+            probe: Duration::from_secs(600),
+            stale_run_lock: Duration::from_secs(30),
+            signal: Duration::from_secs(5),
+            term: Duration::from_secs(120),
+        }
+    }
+}
+
+impl Default for BrakeSettings {
+    fn default() -> BrakeSettings {
+        BrakeSettings { max_failing_share: 0.5, min_failing: 3 }
+    }
+}
+
+impl Default for LoopbackSettings {
+    fn default() -> LoopbackSettings {
+        LoopbackSettings { instances: 2 }
+    }
+}
+
+impl Default for StaticSettings {
+    fn default() -> StaticSettings {
+        StaticSettings {
+            identity: PathBuf::from("/root/.ssh/id_ed25519"),
+            rejoin_after: Duration::from_secs(300),
+            host: Vec::new(),
+        }
+    }
+}
+
+/// Where the workers come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Instances<'a> {
+    /// Agents on this host.
+    Loopback(&'a LoopbackSettings),
+    /// Machines over SSH.
+    Static(&'a StaticSettings),
+}
+
+impl FleetConfig {
+    /// Reads a TOML file; every key not set keeps its default.
+    pub fn load(path: &Path) -> Result<FleetConfig, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        FleetConfig::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Reads TOML text and checks the result.
+    pub fn parse(text: &str) -> Result<FleetConfig, String> {
+        let deserializer = toml::Deserializer::parse(text).map_err(|e| e.to_string())?;
+        let config: FleetConfig = serde_path_to_error::deserialize(deserializer).map_err(|e| {
+            let path = e.path().to_string();
+            format!("{path}: {}", e.into_inner().message())
+        })?;
+        config.check()?;
+        Ok(config)
+    }
+
+    /// Where the workers come from: loopback unless `[static]` is given.
+    pub fn instances(&self) -> Instances<'_> {
+        const DEFAULT: LoopbackSettings = LoopbackSettings { instances: 2 };
+        match (&self.loopback, &self.static_hosts) {
+            (_, Some(hosts)) => Instances::Static(hosts),
+            (Some(loopback), None) => Instances::Loopback(loopback),
+            (None, None) => Instances::Loopback(&DEFAULT),
+        }
+    }
+
+    /// Settings that are each valid but wrong together.
+    pub fn check(&self) -> Result<(), String> {
+        if !self.bind.ip().is_loopback() && self.token.as_deref().is_none_or(str::is_empty) {
+            return Err(format!(
+                "bind: {} is reachable from other machines; set `token` so the API is not open to them",
+                self.bind
+            ));
+        }
+        if self.token.as_deref().is_some_and(|t| t.len() < 16) {
+            return Err("token: use at least 16 characters".into());
+        }
+        if self.loopback.is_some() && self.static_hosts.is_some() {
+            return Err("loopback, static: choose one kind of worker".into());
+        }
+        if self.per_worker_limit == 0 {
+            return Err("per_worker_limit: must be at least 1".into());
+        }
+        if self.probe_interval.is_zero() || self.sync_interval.is_zero() {
+            return Err("probe_interval, sync_interval: must be more than zero".into());
+        }
+        if self.max_body_bytes < 1024 {
+            return Err("max_body_bytes: must be at least 1024".into());
+        }
+        match self.instances() {
+            Instances::Loopback(loopback) if loopback.instances == 0 => {
+                Err("loopback.instances: must be at least 1".into())
+            }
+            Instances::Static(hosts) if hosts.host.is_empty() => {
+                Err("static.host: list at least one host".into())
+            }
+            // Taken out, it must be seen gone by a sync before it may come back, or the pool
+            // would take its listing for an instance that survived its destroy.
+            Instances::Static(hosts) if hosts.rejoin_after <= self.sync_interval => Err(format!(
+                "static.rejoin_after: must be longer than sync_interval ({:?})",
+                self.sync_interval
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_file_means_two_loopback_workers() {
+        let config = FleetConfig::parse("").unwrap();
+        assert_eq!(config, FleetConfig::default());
+        assert_eq!(config.instances(), Instances::Loopback(&LoopbackSettings { instances: 2 }));
+        assert_eq!(config.bind.to_string(), "127.0.0.1:4748");
+    }
+
+    #[test]
+    fn static_hosts_are_read_with_their_keys() {
+        let config = FleetConfig::parse(
+            "probe_interval = \"1s\"\n[static]\nidentity = \"/k\"\nrejoin_after = \"1m\"\n\
+             [[static.host]]\nname = \"a\"\naddress = \"10.0.0.1:22\"\nhost_key = \"ssh-ed25519 AAAA\"\n",
+        )
+        .unwrap();
+        let Instances::Static(hosts) = config.instances() else { panic!("{config:?}") };
+        assert_eq!(hosts.host[0].user, "root");
+        assert_eq!(hosts.rejoin_after, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn bad_settings_are_named() {
+        let cases = [
+            ("colour = 1", "unknown field `colour`"),
+            ("[loopback]\ninstances = 0", "loopback.instances"),
+            ("[loopback]\n[static]\n", "choose one"),
+            ("[static]\n", "static.host"),
+            ("[static]\n[[static.host]]\nname = \"a\"\n", "static.host"),
+            ("[timeouts]\nprobe = \"soon\"", "timeouts.probe"),
+            ("bind = \"0.0.0.0:1\"", "set `token`"),
+            ("per_worker_limit = 0", "per_worker_limit"),
+            (
+                "sync_interval = \"1m\"\n[static]\nrejoin_after = \"30s\"\n[[static.host]]\nname = \"a\"\naddress = \"b\"\nhost_key = \"c d\"\n",
+                "rejoin_after",
+            ),
+        ];
+        for (text, phrase) in cases {
+            let err = FleetConfig::parse(text).unwrap_err();
+            assert!(err.contains(phrase), "{text:?}: {err}");
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! `wharf fleet`: a pool of workers, each running the wharf node agent, and a scheduler that
+//! places allocations on them, as Arvados' dispatcher keeps instances running crunch-run.
+//!
+//! This module only wires wharf-prober's parts to the `wharf` binary:
+//! - the runner is `wharf` itself, deployed to every worker by sha256; the run probe is
+//!   `wharf alloc list --probe`, a start is `wharf run --detach - --id ID` with the job spec on
+//!   stdin, a stop is `wharf alloc stop --wait`, and `wharf alloc outcome ID` says how an
+//!   allocation that left the list ended;
+//! - loopback workers are agents on this host, one per instance directory, started by the
+//!   instance's init command and ended by `wharf wipe`; static workers are the user's machines,
+//!   reached over SSH with pinned host keys, each running its agent at the default address;
+//! - [`api`] serves the management API.
+
+pub mod api;
+pub mod cli;
+pub mod config;
+
+use crate::wipe;
+use anyhow::Context;
+use config::{FleetConfig, Instances};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use wharf_prober::{
+    BrakeConfig, Clock, Executor, IdleBehavior, Instance, InstanceId, InstanceSet, LocalExecutor,
+    LoopbackConfig, LoopbackInstanceSet, NewExecutor, Pool, PoolConfig, RunnerConfig, Scheduler,
+    SchedulerConfig, SshExecutor, StaticConfig, StaticHost, StaticInstanceSet, SystemClock, Tag,
+    Timeouts, WorkerConfig, quote,
+};
+
+/// Idle workers are kept: a fleet of fixed size is not shrunk for idleness.
+const NEVER: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// The running fleet.
+#[derive(Debug)]
+pub struct Fleet {
+    config: FleetConfig,
+    pool: Pool,
+    scheduler: Scheduler,
+    static_set: Option<Arc<StaticInstanceSet>>,
+    loopback: Option<Arc<LoopbackInstanceSet>>,
+}
+
+impl Fleet {
+    /// Builds the pool and the scheduler and starts them on real time.
+    pub async fn start(config: FleetConfig) -> anyhow::Result<Arc<Fleet>> {
+        std::fs::create_dir_all(&config.data_dir)
+            .with_context(|| format!("cannot create {}", config.data_dir.display()))?;
+        let data_dir = config.data_dir.canonicalize()?;
+        let wharf = match &config.runner.binary {
+            Some(path) => path.clone(),
+            None => std::env::current_exe().context("cannot find the running wharf binary")?,
+        };
+        let binary = std::fs::read(&wharf)
+            .with_context(|| format!("cannot read the runner binary {}", wharf.display()))?;
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+        let mut worker = WorkerConfig {
+            timeouts: Timeouts {
+                booting: config.timeouts.booting,
+                probe: config.timeouts.probe,
+                idle: NEVER,
+                stale_run_lock: config.timeouts.stale_run_lock,
+                signal: config.timeouts.signal,
+                term: config.timeouts.term,
+                ..Timeouts::default()
+            },
+            boot_probe_command: "true".into(),
+            runner: RunnerConfig {
+                command: "wharf".into(),
+                binary: Some(binary.into()),
+                directory: "/var/lib/wharf-runner".into(),
+                list_args: "alloc list --probe".into(),
+                start_args: "run --detach - --id".into(),
+                kill_args: "alloc stop --wait 1s".into(),
+                outcome_args: Some("alloc outcome".into()),
+            },
+            command_deadline: config.command_deadline,
+            ..WorkerConfig::default()
+        };
+        let mut pool_config = PoolConfig {
+            probe_interval: config.probe_interval,
+            sync_interval: config.sync_interval,
+            max_concurrent_creates: 4,
+            brake: BrakeConfig {
+                max_failing_share: config.brake.max_failing_share,
+                min_failing: config.brake.min_failing,
+            },
+            cloud_deadline: Duration::from_secs(60),
+            ..PoolConfig::default()
+        };
+        let mut scheduling = SchedulerConfig {
+            per_worker_limit: config.per_worker_limit,
+            max_queued: config.max_queued,
+            ..SchedulerConfig::default()
+        };
+        let (instances, new_executor, static_set, loopback): (
+            Arc<dyn InstanceSet>,
+            NewExecutor,
+            _,
+            _,
+        ) = match config.instances() {
+            Instances::Loopback(settings) => {
+                let root = data_dir.join("instances");
+                wipe_leftovers(&root).await?;
+                std::fs::create_dir_all(&root)?;
+                let agent_config = data_dir.join("agent.toml");
+                std::fs::write(&agent_config, "bind = \"127.0.0.1:0\"\n")
+                    .with_context(|| format!("cannot write {}", agent_config.display()))?;
+                let wharf = quote("wharf binary", &wharf.display().to_string())?;
+                let agent_config = quote("agent config", &agent_config.display().to_string())?;
+                pool_config.init_command = format!(
+                    "mkdir -p data && {{ setsid {wharf} --data-dir \"$PWD/data\" agent --config {agent_config} </dev/null >agent.log 2>&1 & }}"
+                );
+                pool_config.secret_path = "secret".into();
+                pool_config.max_instances = settings.instances;
+                worker.boot_probe_command = "test -s data/agent.json".into();
+                worker.runner.directory = data_dir.join("runner").display().to_string();
+                scheduling.min_workers = settings.instances;
+                let set = Arc::new(LoopbackInstanceSet::new(LoopbackConfig {
+                    root,
+                    max_instances: settings.instances,
+                    address: None,
+                    host_key: None,
+                    // Commands run as this user, whoever it is: no sudo.
+                    remote_user: "root".into(),
+                    init_deadline: Duration::from_secs(30),
+                    destroy_command: format!("{wharf} --data-dir \"$PWD/data\" wipe >/dev/null"),
+                }));
+                let for_executor = set.clone();
+                let new_executor: NewExecutor = Arc::new(move |instance: &Instance| {
+                    let dir = for_executor.dir(&instance.id);
+                    let data = dir.join("data").display().to_string();
+                    Arc::new(
+                        LocalExecutor::new(&instance.id.0)
+                            .with_dir(dir)
+                            .with_env("WHARF_DATA_DIR", &data),
+                    ) as Arc<dyn Executor>
+                });
+                (set.clone() as Arc<dyn InstanceSet>, new_executor, None, Some(set))
+            }
+            Instances::Static(settings) => {
+                let pem = std::fs::read_to_string(&settings.identity).with_context(|| {
+                    format!("cannot read the SSH identity {}", settings.identity.display())
+                })?;
+                let key = Arc::new(wharf_prober::ssh::parse_private_key(&pem)?);
+                let hosts = settings
+                    .host
+                    .iter()
+                    .map(|h| StaticHost {
+                        name: h.name.clone(),
+                        address: h.address.clone(),
+                        remote_user: h.user.clone(),
+                        host_key: h.host_key.clone(),
+                    })
+                    .collect::<Vec<_>>();
+                pool_config.max_instances = hosts.len();
+                let set = Arc::new(StaticInstanceSet::new(
+                    StaticConfig { hosts, rejoin_after: settings.rejoin_after },
+                    clock.clone(),
+                )?);
+                let new_executor: NewExecutor = Arc::new(move |instance: &Instance| {
+                    Arc::new(SshExecutor::for_instance(instance, key.clone())) as Arc<dyn Executor>
+                });
+                (set.clone() as Arc<dyn InstanceSet>, new_executor, Some(set), None)
+            }
+        };
+        if let Some(probe) = &config.runner.boot_probe {
+            worker.boot_probe_command = probe.clone();
+        }
+        if let Some(directory) = &config.runner.directory {
+            worker.runner.directory = directory.clone();
+        }
+        pool_config.worker = worker;
+        let pool = Pool::new(pool_config, clock, instances, new_executor)?;
+        let scheduler = Scheduler::new(pool.clone(), scheduling)?;
+        let fleet = Arc::new(Fleet { config, pool, scheduler, static_set, loopback });
+        let pool = fleet.pool.clone();
+        tokio::spawn(async move { pool.run().await });
+        let scheduler = fleet.scheduler.clone();
+        tokio::spawn(async move { scheduler.run().await });
+        Ok(fleet)
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &FleetConfig {
+        &self.config
+    }
+
+    /// The pool of workers.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// The scheduler.
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.scheduler
+    }
+
+    /// Sets a worker's idle behaviour. `run` also puts a static host that was taken out of
+    /// service back in.
+    pub async fn set_idle_behavior(
+        &self,
+        id: &InstanceId,
+        idle_behavior: IdleBehavior,
+    ) -> Result<(), wharf_prober::ProberError> {
+        match self.pool.set_idle_behavior(id, idle_behavior).await {
+            Err(wharf_prober::ProberError::UnknownWorker(_))
+                if idle_behavior == IdleBehavior::Run
+                    && let Some(set) = &self.static_set =>
+            {
+                let key = Tag::IdleBehavior.key(&self.pool.worker_config().tag_prefix);
+                if set.restore(id, &key) {
+                    self.pool.sync().await.map(drop)
+                } else {
+                    Err(wharf_prober::ProberError::UnknownWorker(id.0.clone()))
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Stops the pool and the scheduler; loopback instances are destroyed (their agents and
+    /// tasks end), static hosts are left as they are.
+    pub async fn shutdown(&self) {
+        self.scheduler.stop_running();
+        self.pool.stop();
+        if let Some(set) = &self.loopback {
+            for instance in set.list().await.unwrap_or_default() {
+                if let Err(error) = set.destroy(&instance.id).await {
+                    tracing::warn!(worker = %instance.id, %error, "cannot destroy loopback instance");
+                }
+            }
+        }
+    }
+}
+
+/// Wipes loopback instances a fleet that was killed left behind, so none of their agents
+/// and tasks outlive it unseen.
+async fn wipe_leftovers(root: &Path) -> anyhow::Result<()> {
+    let Ok(entries) = std::fs::read_dir(root) else { return Ok(()) };
+    for entry in entries.flatten() {
+        let dir: PathBuf = entry.path();
+        let node = crate::config::NodeConfig { data_dir: dir.join("data"), ..Default::default() };
+        let wiped = wipe::wipe(&node)
+            .await
+            .with_context(|| format!("cannot wipe the leftover instance {}", dir.display()))?;
+        tracing::info!(instance = %dir.display(), agent_killed = wiped.agent_killed, tasks = wiped.tasks_destroyed, "wiped a leftover loopback instance");
+        std::fs::remove_dir_all(&dir)
+            .with_context(|| format!("cannot remove {}", dir.display()))?;
+    }
+    Ok(())
+}
+
+/// Runs the fleet and its API until SIGTERM or SIGINT.
+pub async fn serve(config: FleetConfig) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(config.bind)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.bind))?;
+    let fleet = Fleet::start(config).await?;
+    tracing::info!(address = %listener.local_addr()?, "fleet ready");
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        crate::serve::terminate_signal().await;
+        tracing::info!("shutting down the fleet");
+        stop.send_replace(true);
+    });
+    crate::serve::run_server(listener, api::router(fleet.clone()), stopped).await;
+    fleet.shutdown().await;
+    Ok(())
+}
