@@ -1,0 +1,292 @@
+//! End-to-end tests of `wharf fleet` on loopback workers: real agents on this host, each with
+//! its own data directory, created and destroyed by the fleet's pool.
+
+// Real processes on the real clock: these tests start programs and poll within real bounds.
+#![allow(clippy::disallowed_methods)]
+
+use hyper::{Method, StatusCode};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+use wharf_node::client::{Client, ClientError};
+use wharf_node::fleet::api::{FleetAlloc, FleetWorker};
+
+const WHARF: &str = env!("CARGO_BIN_EXE_wharf");
+/// Any single wait in these tests; reaching it means something hung.
+const LIMIT: Duration = Duration::from_secs(60);
+
+struct FleetProcess {
+    child: Child,
+    address: String,
+    data_dir: PathBuf,
+}
+
+impl FleetProcess {
+    fn start(dir: &Path, extra: &str) -> FleetProcess {
+        let shim = Path::new(WHARF).with_file_name("wharf-shim");
+        assert!(shim.exists(), "{} is missing: build the whole workspace", shim.display());
+        let data_dir = dir.join("fleet");
+        let config = dir.join("fleet.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "bind = \"127.0.0.1:0\"\ndata_dir = {:?}\nprobe_interval = \"200ms\"\nsync_interval = \"1s\"\n{extra}",
+                data_dir.display().to_string()
+            ),
+        )
+        .unwrap();
+        let mut child = Command::new(WHARF)
+            .args(["fleet", "--config", config.to_str().unwrap()])
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the fleet");
+        let stderr = child.stderr.take().unwrap();
+        let (lines_tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = lines_tx.send(line);
+            }
+        });
+        let address = loop {
+            let line = lines.recv_timeout(LIMIT).expect("the fleet says it is ready");
+            if line.contains("fleet ready") {
+                let address =
+                    line.split("address=").nth(1).and_then(|s| s.split_whitespace().next());
+                break address.expect("address in the ready line").to_owned();
+            }
+        };
+        FleetProcess { child, address, data_dir }
+    }
+
+    fn client(&self) -> Client {
+        Client::new(&self.address, None)
+    }
+
+    fn cli(&self, args: &[&str]) -> std::process::Output {
+        Command::new(WHARF)
+            .arg("fleet")
+            .args(args)
+            .env("WHARF_FLEET_ADDR", &self.address)
+            .output()
+            .unwrap()
+    }
+
+    /// SIGTERM, and wait for the exit.
+    fn terminate(mut self) -> std::process::ExitStatus {
+        let status =
+            Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
+        assert!(status.success());
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "the fleet did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for FleetProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        // Whatever the fleet left: its next start would wipe it; a test wipes it now.
+        if let Ok(entries) = std::fs::read_dir(self.data_dir.join("instances")) {
+            for entry in entries.flatten() {
+                let _ = Command::new(WHARF)
+                    .args(["--data-dir", entry.path().join("data").to_str().unwrap(), "wipe"])
+                    .output();
+            }
+        }
+    }
+}
+
+async fn workers(client: &Client) -> Vec<FleetWorker> {
+    client.json(Method::GET, "/v1/workers", None).await.unwrap()
+}
+
+/// Polls the workers until `check` holds.
+async fn until_workers(client: &Client, what: &str, check: impl Fn(&[FleetWorker]) -> bool) {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let list = workers(client).await;
+        if check(&list) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "never {what}: {list:#?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Follows an allocation (long-polling) until `check` holds.
+async fn until_alloc(
+    client: &Client,
+    id: &str,
+    what: &str,
+    check: impl Fn(&FleetAlloc) -> bool,
+) -> FleetAlloc {
+    let wait = async {
+        let mut version = None;
+        loop {
+            let path = match version {
+                Some(v) => format!("/v1/allocations/{id}?after={v}&wait=5s"),
+                None => format!("/v1/allocations/{id}"),
+            };
+            let alloc: FleetAlloc = client.json(Method::GET, &path, None).await.unwrap();
+            if check(&alloc) {
+                return alloc;
+            }
+            version = Some(alloc.version);
+        }
+    };
+    tokio::time::timeout(LIMIT, wait).await.unwrap_or_else(|_| panic!("never {what}"))
+}
+
+async fn submit(client: &Client, spec: &str) -> Result<FleetAlloc, ClientError> {
+    let body = client
+        .call(Method::POST, "/v1/allocations", Some(("application/toml", spec.as_bytes().to_vec())))
+        .await?;
+    Ok(serde_json::from_slice(&body).unwrap())
+}
+
+fn job(id: &str, kind: &str, script: &str) -> String {
+    format!(
+        "[job]\nid = \"{id}\"\ntype = \"{kind}\"\n[group]\nname = \"g\"\n\
+         [[group.task]]\nname = \"t\"\ndriver = \"raw_exec\"\n\
+         config = {{ command = \"/bin/sh\", args = [\"-c\", {script:?}] }}\n"
+    )
+}
+
+fn status_of(error: ClientError) -> StatusCode {
+    match error {
+        ClientError::Api { status, .. } => status,
+        other => panic!("expected an API error, got {other}"),
+    }
+}
+
+/// Processes whose command line mentions `needle`.
+fn processes_mentioning(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            if cmdline.contains(needle) {
+                found.push(cmdline);
+            }
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loopback_workers_run_allocations_and_end_with_the_fleet() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet =
+        FleetProcess::start(dir.path(), "per_worker_limit = 1\n[loopback]\ninstances = 2\n");
+    let client = fleet.client();
+    until_workers(&client, "two idle workers", |w| {
+        w.len() == 2 && w.iter().all(|w| w.state == "idle")
+    })
+    .await;
+
+    // A batch allocation, followed by the CLI to its end.
+    let spec = dir.path().join("batch.toml");
+    std::fs::write(&spec, job("batch", "batch", "echo hi")).unwrap();
+    let run = fleet.cli(&["submit", spec.to_str().unwrap()]);
+    assert!(run.status.success(), "{run:?}");
+    let out = String::from_utf8_lossy(&run.stdout);
+    assert!(out.contains(" running on loopback-"), "{out}");
+    assert!(out.contains(" ended on loopback-") && out.contains(": complete"), "{out}");
+
+    // One allocation per worker: the third waits until one ends, then takes its place.
+    let forever = job("forever", "service", "exec sleep 1000");
+    let a = submit(&client, &forever).await.unwrap();
+    let b = submit(&client, &forever).await.unwrap();
+    let c = submit(&client, &forever).await.unwrap();
+    let a = until_alloc(&client, &a.id, "a runs", |x| x.phase == "running").await;
+    let b = until_alloc(&client, &b.id, "b runs", |x| x.phase == "running").await;
+    assert_ne!(a.worker, b.worker, "spread over the idle workers");
+    let c = until_alloc(&client, &c.id, "c is queued", |x| x.phase == "queued").await;
+    client.call(Method::POST, &format!("/v1/allocations/{}/stop", a.id), None).await.unwrap();
+    let stopped = until_alloc(&client, &a.id, "a ends", FleetAlloc::is_final).await;
+    assert_eq!(stopped.phase, "ended", "{stopped:?}");
+    let c = until_alloc(&client, &c.id, "c runs", |x| x.phase == "running").await;
+    assert_eq!(c.worker, a.worker, "c took a's place");
+
+    // Killing a worker loses what ran there; the fleet makes a new one to keep two.
+    let b_worker = b.worker.clone().unwrap();
+    let b_task = fleet.data_dir.join(format!("instances/{b_worker}/data/allocs/{}", b.id));
+    assert!(b_task.exists());
+    client.call(Method::POST, &format!("/v1/workers/{b_worker}/kill"), None).await.unwrap();
+    let lost = until_alloc(&client, &b.id, "b is lost", |x| x.phase == "lost").await;
+    assert!(lost.detail.as_deref().unwrap_or("").contains(&b_worker), "{lost:?}");
+    assert!(!b_task.exists(), "the killed worker's node was wiped");
+    until_workers(&client, "a replacement worker", |w| {
+        w.iter().filter(|w| w.state == "idle" || w.state == "running").count() == 2
+            && w.iter().all(|w| w.id != b_worker)
+    })
+    .await;
+    let metrics =
+        String::from_utf8(client.call(Method::GET, "/v1/metrics", None).await.unwrap().to_vec())
+            .unwrap();
+    assert!(metrics.contains("wharf_fleet_finished_total{phase=\"lost\"} 1"), "{metrics}");
+    assert!(metrics.contains("wharf_prober_instances_total"), "{metrics}");
+
+    // A clean stop destroys the loopback instances: no agent or task of them survives.
+    let instances = fleet.data_dir.join("instances");
+    let instances_name = instances.display().to_string();
+    assert!(!processes_mentioning(&instances_name).is_empty(), "agents run under {instances_name}");
+    let status = fleet.terminate();
+    assert!(status.success(), "{status:?}");
+    assert_eq!(std::fs::read_dir(&instances).unwrap().count(), 0);
+    let left = processes_mentioning(&instances_name);
+    assert!(left.is_empty(), "left running: {left:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_clear_errors_and_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = FleetProcess::start(dir.path(), "[loopback]\ninstances = 1\n");
+    let client = fleet.client();
+    let bad_spec = submit(&client, "[job]\nid = \"x\"\n").await.unwrap_err();
+    assert_eq!(status_of(bad_spec), StatusCode::UNPROCESSABLE_ENTITY);
+    let spec = job("named", "batch", "true").into_bytes();
+    let named = |id: &str| {
+        let path = format!("/v1/allocations?id={id}");
+        let (client, spec) = (client.clone(), spec.clone());
+        async move { client.call(Method::POST, &path, Some(("application/toml", spec))).await }
+    };
+    named("mine-1").await.unwrap();
+    assert_eq!(status_of(named("mine-1").await.unwrap_err()), StatusCode::CONFLICT);
+    assert_eq!(status_of(named("..%2Fx").await.unwrap_err()), StatusCode::BAD_REQUEST);
+    let unknown = client.call(Method::GET, "/v1/allocations/nope", None).await.unwrap_err();
+    assert_eq!(status_of(unknown), StatusCode::NOT_FOUND);
+    let no_worker = client.call(Method::POST, "/v1/workers/nope/hold", None).await.unwrap_err();
+    assert_eq!(status_of(no_worker), StatusCode::NOT_FOUND);
+    let bad_action = client.call(Method::POST, "/v1/workers/nope/explode", None).await.unwrap_err();
+    assert_eq!(status_of(bad_action), StatusCode::BAD_REQUEST);
+    let big = vec![b'#'; 2 << 20];
+    let too_big =
+        client.call(Method::POST, "/v1/allocations", Some(("application/toml", big))).await;
+    assert_eq!(status_of(too_big.unwrap_err()), StatusCode::PAYLOAD_TOO_LARGE);
+    // The server closes a connection whose body it refused to read; a new client does not
+    // pick that connection from its pool.
+    let client = fleet.client();
+    let allocs: Vec<FleetAlloc> = client.json(Method::GET, "/v1/allocations", None).await.unwrap();
+    assert_eq!(allocs.len(), 1, "only the good submission: {allocs:?}");
+    until_alloc(&client, "mine-1", "mine-1 completes", |a| a.phase == "ended").await;
+
+    // A configuration that cannot work is refused before anything starts.
+    let config = dir.path().join("bad.toml");
+    std::fs::write(&config, "[loopback]\ninstances = 0\n").unwrap();
+    let refused =
+        Command::new(WHARF).args(["fleet", "--config", config.to_str().unwrap()]).output().unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("loopback.instances"), "{refused:?}");
+}
