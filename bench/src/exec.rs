@@ -146,23 +146,29 @@ pub(crate) fn run(effort: Effort) -> Vec<Row> {
 /// The shim to measure: built now with this bench's profile when cargo runs the bench (a
 /// no-op if it is up to date), and found beside the bench's executable.
 pub(crate) fn shim() -> Result<PathBuf, String> {
+    built("wharf-exec", SHIM_NAME)
+}
+
+/// Binary `bin` of `package`, built with this bench's profile when cargo runs the bench, and
+/// found beside the bench's executable.
+pub(crate) fn built(package: &str, bin: &str) -> Result<PathBuf, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the bench binary: {e}"))?;
     if let Ok(cargo) = std::env::var("CARGO") {
         let mut command = std::process::Command::new(cargo);
-        command.args(["build", "--quiet", "--package", "wharf-exec", "--bin", SHIM_NAME]);
+        command.args(["build", "--quiet", "--package", package, "--bin", bin]);
         if !cfg!(debug_assertions) {
             command.arg("--release");
         }
-        let status = command.status().map_err(|e| format!("cannot build {SHIM_NAME}: {e}"))?;
+        let status = command.status().map_err(|e| format!("cannot build {bin}: {e}"))?;
         if !status.success() {
-            return Err(format!("building {SHIM_NAME} failed ({status})"));
+            return Err(format!("building {bin} failed ({status})"));
         }
     }
-    let shim = exe.with_file_name(SHIM_NAME);
-    if shim.is_file() {
-        Ok(shim)
+    let path = exe.with_file_name(bin);
+    if path.is_file() {
+        Ok(path)
     } else {
-        Err(format!("{} is missing; build it with cargo build -p wharf-exec", shim.display()))
+        Err(format!("{} is missing; build it with cargo build -p {package}", path.display()))
     }
 }
 

@@ -9,6 +9,7 @@
 
 mod alloc;
 mod exec;
+mod fleet;
 mod heap;
 mod node;
 mod peers;
@@ -50,7 +51,7 @@ fn main() -> ExitCode {
             "--only" => only = args.next(),
             other => {
                 eprintln!(
-                    "unknown argument {other:?}; usage: wharf-bench [--quick] [--out FILE] [--only store|alloc|exec|node|prober]"
+                    "unknown argument {other:?}; usage: wharf-bench [--quick] [--out FILE] [--only store|alloc|exec|node|fleet|prober]"
                 );
                 return ExitCode::from(2);
             }
@@ -72,6 +73,9 @@ fn main() -> ExitCode {
     }
     if wanted("node") {
         rows.extend(node::run(effort));
+    }
+    if wanted("fleet") {
+        rows.extend(fleet::run(effort));
     }
     if wanted("prober") {
         match prober::run(effort) {

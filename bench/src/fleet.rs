@@ -1,0 +1,273 @@
+//! Fleet scenarios, with a real `wharf fleet` process over loopback workers (real agents on
+//! this host): the time from a submission through the fleet's API to the allocation running
+//! on a worker, and what a fleet of 100 loopback workers costs the fleet process (memory, CPU)
+//! once they are all idle and probed every 5 s.
+
+use crate::Effort;
+use crate::report::{Better, Row};
+use hyper::Method;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+use wharf_node::client::Client;
+use wharf_node::fleet::api::{FleetAlloc, FleetWorker};
+
+const FULL_LATENCY_SAMPLES: usize = 50;
+const FULL_WORKERS: usize = 100;
+/// How long the idle fleet's CPU use is sampled.
+const FULL_WINDOW: Duration = Duration::from_secs(30);
+/// /proc reports CPU time in USER_HZ, 100 per second on Linux.
+const TICKS_PER_SECOND: f64 = 100.0;
+
+struct FleetProcess {
+    child: Child,
+    client: Client,
+    data_dir: PathBuf,
+    wharf: PathBuf,
+}
+
+impl FleetProcess {
+    fn start(wharf: &Path, dir: &Path, settings: &str) -> FleetProcess {
+        let data_dir = dir.join("fleet");
+        let config = dir.join("fleet.toml");
+        let text = format!(
+            "bind = \"127.0.0.1:0\"\ndata_dir = {:?}\n{settings}",
+            data_dir.display().to_string()
+        );
+        std::fs::write(&config, text).unwrap();
+        let mut child = Command::new(wharf)
+            .args(["fleet", "--config", config.to_str().unwrap()])
+            .env("RUST_LOG", "warn,wharf_node::fleet=info")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the fleet");
+        let stderr = child.stderr.take().unwrap();
+        let (lines_tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = lines_tx.send(line);
+            }
+        });
+        let address = loop {
+            let line = lines.recv_timeout(Duration::from_secs(60)).expect("the fleet is ready");
+            if let Some(rest) = line.split("address=").nth(1)
+                && line.contains("fleet ready")
+            {
+                break rest.split_whitespace().next().unwrap_or_default().to_owned();
+            }
+        };
+        let client = Client::new(&address, None);
+        FleetProcess { child, client, data_dir, wharf: wharf.to_owned() }
+    }
+
+    async fn until_idle(&self, count: usize, limit: Duration) -> Duration {
+        let started = Instant::now();
+        loop {
+            let workers: Vec<FleetWorker> =
+                self.client.json(Method::GET, "/v1/workers", None).await.unwrap();
+            if workers.iter().filter(|w| w.state == "idle").count() >= count {
+                return started.elapsed();
+            }
+            assert!(started.elapsed() < limit, "{count} workers never all idle: {workers:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn terminate(mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for FleetProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Ok(entries) = std::fs::read_dir(self.data_dir.join("instances")) {
+            // A fleet that did not stop cleanly leaves its agents: wipe them.
+            for entry in entries.flatten() {
+                let data = entry.path().join("data");
+                let _ = Command::new(&self.wharf).arg("--data-dir").arg(data).arg("wipe").output();
+            }
+        }
+    }
+}
+
+/// The process's CPU time so far, its own and its reaped children's, in seconds.
+fn cpu_seconds(pid: u32) -> (f64, f64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<f64> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().map(|f| f.parse().unwrap_or(0.0)).collect())
+        .unwrap_or_default();
+    let field = |n: usize| fields.get(n - 3).copied().unwrap_or(0.0) / TICKS_PER_SECOND;
+    (field(14) + field(15), field(16) + field(17))
+}
+
+pub(crate) fn run(effort: Effort) -> Vec<Row> {
+    let wharf = match crate::exec::built("wharf-node", "wharf").and_then(|wharf| {
+        crate::exec::shim()?;
+        Ok(wharf)
+    }) {
+        Ok(wharf) => wharf,
+        Err(error) => {
+            eprintln!("fleet scenarios skipped: {error}");
+            return Vec::new();
+        }
+    };
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let samples = effort.scaled(FULL_LATENCY_SAMPLES).max(3);
+    let (mut p50, mut p99) = (Vec::new(), Vec::new());
+    for _ in 0..effort.runs.min(3) {
+        let mut latencies = runtime.block_on(submit_latencies(&wharf, samples));
+        latencies.sort_by(f64::total_cmp);
+        p50.push(latencies[latencies.len() / 2]);
+        p99.push(latencies[(latencies.len() * 99 / 100).min(latencies.len() - 1)]);
+    }
+    let workers = effort.scaled(FULL_WORKERS).max(2);
+    let window = FULL_WINDOW.mul_f64(effort.scale.max(0.1));
+    let scale = runtime.block_on(idle_fleet(&wharf, workers, window));
+    let row = |name: String, unit, better, samples, target: Option<&str>| Row {
+        name,
+        unit,
+        better,
+        samples,
+        baseline: None,
+        target: target.map(str::to_owned),
+    };
+    vec![
+        row("fleet: submit to running on a worker, p50".into(), "ms", Better::Lower, p50, None),
+        row("fleet: submit to running on a worker, p99".into(), "ms", Better::Lower, p99, None),
+        row(
+            format!("fleet: {workers} loopback workers created until all idle"),
+            "s",
+            Better::Lower,
+            vec![scale.boot.as_secs_f64()],
+            None,
+        ),
+        row(
+            format!("fleet: {workers} idle workers, fleet private memory"),
+            "MiB",
+            Better::Lower,
+            vec![scale.fleet_mib],
+            None,
+        ),
+        row(
+            format!("fleet: {workers} idle workers, fleet CPU (own)"),
+            "% of a core",
+            Better::Lower,
+            vec![scale.fleet_cpu],
+            None,
+        ),
+        row(
+            format!("fleet: {workers} idle workers, probe commands' CPU"),
+            "% of a core",
+            Better::Lower,
+            vec![scale.probe_cpu],
+            None,
+        ),
+        row(
+            format!("fleet: {workers} idle workers, private memory per agent"),
+            "MiB",
+            Better::Lower,
+            vec![scale.agent_mib],
+            None,
+        ),
+    ]
+}
+
+/// Submits `samples` service allocations one after another through the fleet's API and times
+/// each until the fleet reports it running on a worker (the worker's agent acknowledged it).
+async fn submit_latencies(wharf: &Path, samples: usize) -> Vec<f64> {
+    let dir = tempfile::Builder::new()
+        .prefix("wharf-bench-fleet")
+        .tempdir_in(crate::store::scratch_dir())
+        .unwrap();
+    let fleet = FleetProcess::start(
+        wharf,
+        dir.path(),
+        &format!(
+            "per_worker_limit = {samples}\nprobe_interval = \"1s\"\n[loopback]\ninstances = 2\n"
+        ),
+    );
+    fleet.until_idle(2, Duration::from_secs(120)).await;
+    let spec = "[job]\nid = \"sleeper\"\ntype = \"service\"\n[group]\nname = \"g\"\n\
+                [[group.task]]\nname = \"t\"\ndriver = \"raw_exec\"\n\
+                config = { command = \"/bin/sleep\", args = [\"1000\"] }\n";
+    let mut latencies = Vec::with_capacity(samples);
+    let mut ids = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let started = Instant::now();
+        let body = fleet
+            .client
+            .call(Method::POST, "/v1/allocations", Some(("application/toml", spec.into())))
+            .await
+            .unwrap();
+        let mut alloc: FleetAlloc = serde_json::from_slice(&body).unwrap();
+        while alloc.phase != "running" {
+            assert!(!alloc.is_final(), "{alloc:?}");
+            let path = format!("/v1/allocations/{}?after={}&wait=10s", alloc.id, alloc.version);
+            alloc = fleet.client.json(Method::GET, &path, None).await.unwrap();
+        }
+        latencies.push(started.elapsed().as_secs_f64() * 1000.0);
+        ids.push(alloc.id);
+    }
+    for id in &ids {
+        let path = format!("/v1/allocations/{id}/stop");
+        let _ = fleet.client.call(Method::POST, &path, None).await;
+    }
+    fleet.terminate();
+    latencies
+}
+
+struct IdleFleet {
+    boot: Duration,
+    fleet_mib: f64,
+    fleet_cpu: f64,
+    probe_cpu: f64,
+    agent_mib: f64,
+}
+
+/// Starts a fleet of `workers` loopback workers, waits until all are idle, then measures the
+/// fleet over `window` of steady probing.
+async fn idle_fleet(wharf: &Path, workers: usize, window: Duration) -> IdleFleet {
+    let dir = tempfile::Builder::new()
+        .prefix("wharf-bench-fleet")
+        .tempdir_in(crate::store::scratch_dir())
+        .unwrap();
+    let fleet = FleetProcess::start(
+        wharf,
+        dir.path(),
+        &format!("probe_interval = \"5s\"\n[loopback]\ninstances = {workers}\n"),
+    );
+    let boot = fleet.until_idle(workers, Duration::from_secs(600)).await;
+    let pid = fleet.child.id();
+    let (own_before, children_before) = cpu_seconds(pid);
+    tokio::time::sleep(window).await;
+    let (own_after, children_after) = cpu_seconds(pid);
+    let seconds = window.as_secs_f64();
+    let instances = fleet.data_dir.join("instances");
+    let agents: Vec<u32> = std::fs::read_dir(&instances)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("data/agent.json")).ok())
+        .filter_map(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+        .filter_map(|v| v["pid"].as_u64().and_then(|p| u32::try_from(p).ok()))
+        .collect();
+    let agent_kib: f64 = agents.iter().map(|pid| crate::peers::private_kib(*pid)).sum();
+    let result = IdleFleet {
+        boot,
+        fleet_mib: crate::peers::private_kib(pid) / 1024.0,
+        fleet_cpu: (own_after - own_before) / seconds * 100.0,
+        probe_cpu: (children_after - children_before) / seconds * 100.0,
+        agent_mib: agent_kib / 1024.0 / agents.len().max(1) as f64,
+    };
+    fleet.terminate();
+    result
+}
