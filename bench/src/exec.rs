@@ -173,7 +173,7 @@ pub(crate) fn built(package: &str, bin: &str) -> Result<PathBuf, String> {
 }
 
 /// Flushes every file system's dirty data (`sync`), so that it is not written during a timing.
-fn settle() {
+pub(crate) fn settle() {
     let _ = std::process::Command::new("sync").status();
 }
 

@@ -52,6 +52,9 @@ pub(crate) fn run(effort: Effort) -> Vec<Row> {
             .prefix("wharf-bench-node")
             .tempdir_in(crate::store::scratch_dir())
             .unwrap();
+        // What the scenarios before wrote (ten thousand records, a thousand task directories)
+        // is flushed first, not measured as part of a submission's fsync.
+        crate::exec::settle();
         latencies.extend(runtime.block_on(submit_latencies(
             config(dir.path(), &shim),
             effort.scaled(FULL_LATENCY_SAMPLES),

@@ -95,6 +95,9 @@ struct Shared {
     deployment: Mutex<Option<DeploymentStatus>>,
     /// The deployment status last written to the store, so an unchanged one is not rewritten.
     persisted_deployment: Mutex<Option<DeploymentStatus>>,
+    /// The `modify_index` of the allocation record last written (or restored), so a start
+    /// does not write again what its caller just made durable.
+    persisted_index: Mutex<Option<u64>>,
     forced: Mutex<Option<(ClientStatus, String)>>,
     queued_update: Mutex<Option<Allocation>>,
     update_ready: Notify,
@@ -167,6 +170,7 @@ impl AllocRunner {
                 coordinator: Mutex::new(Coordinator::new()),
                 deployment: Mutex::new(None),
                 persisted_deployment: Mutex::new(None),
+                persisted_index: Mutex::new(None),
                 forced: Mutex::new(None),
                 queued_update: Mutex::new(None),
                 update_ready: Notify::new(),
@@ -236,6 +240,7 @@ impl AllocRunner {
     pub async fn restore(&self, stored: &StoredAlloc) -> Result<(), AllocError> {
         *self.shared.deployment.lock() = stored.deployment_status.clone();
         *self.shared.persisted_deployment.lock() = stored.deployment_status.clone();
+        *self.shared.persisted_index.lock() = Some(stored.alloc.modify_index);
         for task in &self.shared.tasks {
             task.restore(stored.tasks.get(task.name())).await?;
         }
@@ -707,15 +712,28 @@ impl AllocRunner {
     }
 
     async fn persist_alloc(&self) {
+        if let Err(error) = self.persist().await {
+            tracing::error!(alloc_id = %self.shared.id, %error, "persisting the allocation failed");
+        }
+    }
+
+    /// Writes the allocation record durably, unless this version of it is already stored.
+    /// A caller that must know the allocation is durable before it answers (an agent
+    /// accepting a submission) calls this before [`AllocRunner::run`], which then does not
+    /// write it again.
+    pub async fn persist(&self) -> Result<(), wharf_store::StoreError> {
         let s = &self.shared;
         let destroyed = s.records.lock().await;
         if *destroyed {
-            return;
+            return Ok(());
         }
         let alloc = self.alloc();
-        if let Err(error) = s.store.put_allocation(&alloc).await {
-            tracing::error!(alloc_id = %s.id, %error, "persisting the allocation failed");
+        if *s.persisted_index.lock() == Some(alloc.modify_index) {
+            return Ok(());
         }
+        s.store.put_allocation(&alloc).await?;
+        *s.persisted_index.lock() = Some(alloc.modify_index);
+        Ok(())
     }
 
     async fn persist_deployment(&self) {

@@ -907,3 +907,27 @@ async fn many_task_events_cost_few_passes() {
     assert_eq!(h.driver.start_count("a1", "web"), 4);
     let _ = h.driver.inspect_task(&h.driver.started()[0].id).await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_allocation_its_caller_persisted_is_not_written_again_at_start() {
+    let h = Harness::new("service", &task("web", "config = { run_for = \"1h\" }"));
+    let runner = h.runner();
+    runner.persist().await.unwrap();
+    assert_eq!(h.store.write_count(), 1);
+    runner.persist().await.unwrap();
+    assert_eq!(h.store.write_count(), 1, "the same version is not written twice");
+    spawn_run(&runner);
+    until(&runner, "web runs", |s| status(s, "web") == TaskStatus::Running).await;
+    let at_start = h.store.write_count();
+    let stored = h.store.load_all().await.unwrap();
+    assert_eq!(stored.allocs[0].alloc.modify_index, 1);
+    // A new version (a stop) is written.
+    let mut stop = h.alloc.clone();
+    stop.desired_status = DesiredStatus::Stop;
+    stop.modify_index = 2;
+    runner.update(stop);
+    finished(&runner).await;
+    let stored = h.store.load_all().await.unwrap();
+    assert_eq!(stored.allocs[0].alloc.modify_index, 2);
+    assert!(h.store.write_count() > at_start);
+}

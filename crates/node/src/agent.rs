@@ -290,8 +290,8 @@ impl Agent {
             Claim::Ours(claim) => claim,
         };
         let runner = self.new_runner(alloc.clone())?;
-        // Durable before the caller hears of it.
-        self.store.put_allocation(&alloc).await?;
+        // Durable before the caller hears of it (and written once: the runner knows).
+        runner.persist().await?;
         self.metrics.allocs_submitted.fetch_add(1, Ordering::Relaxed);
         tracing::info!(alloc_id = %alloc.id, job_id = %alloc.job.id, "allocation accepted");
         self.adopt(runner);
