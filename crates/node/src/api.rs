@@ -146,12 +146,41 @@ async fn require_token(State(agent): State<Arc<Agent>>, request: Request, next: 
 
 /// Reads a request body, refusing one larger than the configured limit.
 async fn body(agent: &Agent, body: Body) -> ApiResult<Bytes> {
-    let limit = agent.config().max_body_bytes;
+    limited_body(body, agent.config().max_body_bytes).await
+}
+
+/// Reads a request body of at most `limit` bytes.
+pub(crate) async fn limited_body(body: Body, limit: usize) -> ApiResult<Bytes> {
     axum::body::to_bytes(body, limit).await.map_err(|_| {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("the request body is larger than the limit of {limit} bytes"),
         )
+    })
+}
+
+/// A job spec from a request body of at most `limit` bytes: JSON if the content type says so
+/// (or, with none given, if it starts with `{`), else TOML. Invalid specs are a 422 naming
+/// every problem.
+pub(crate) async fn job_spec(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> ApiResult<wharf_state::Job> {
+    let bytes = limited_body(body, limit).await?;
+    let text = std::str::from_utf8(&bytes)
+        .map_err(|_| ApiError::bad_request("the job spec is not UTF-8 text"))?;
+    let content_type =
+        headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let is_json = content_type.contains("json")
+        || (!content_type.contains("toml") && text.trim_start().starts_with('{'));
+    let parsed = if is_json {
+        wharf_state::spec::parse_json(text)
+    } else {
+        wharf_state::spec::parse_toml(text)
+    };
+    parsed.map_err(|e| {
+        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, format!("invalid job spec:\n{e}"))
     })
 }
 
@@ -195,21 +224,7 @@ async fn submit(
     headers: HeaderMap,
     request: Body,
 ) -> ApiResult<Response> {
-    let bytes = body(&agent, request).await?;
-    let text = std::str::from_utf8(&bytes)
-        .map_err(|_| ApiError::bad_request("the job spec is not UTF-8 text"))?;
-    let content_type =
-        headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-    let is_json = content_type.contains("json")
-        || (!content_type.contains("toml") && text.trim_start().starts_with('{'));
-    let parsed = if is_json {
-        wharf_state::spec::parse_json(text)
-    } else {
-        wharf_state::spec::parse_toml(text)
-    };
-    let job = parsed.map_err(|e| {
-        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, format!("invalid job spec:\n{e}"))
-    })?;
+    let job = job_spec(&headers, request, agent.config().max_body_bytes).await?;
     let (id, new) = agent.submit_as(job, query.id).await?;
     let status = if new { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, axum::Json(Submitted { id })).into_response())

@@ -109,6 +109,19 @@ impl Default for LogsConfig {
     }
 }
 
+/// An API bound beyond loopback needs a token, and a token must not be guessable.
+pub(crate) fn check_exposure(bind: SocketAddr, token: Option<&str>) -> Result<(), String> {
+    if !bind.ip().is_loopback() && token.is_none_or(str::is_empty) {
+        return Err(format!(
+            "bind: {bind} is reachable from other machines; set `token` so the API is not open to them"
+        ));
+    }
+    if token.is_some_and(|t| t.len() < 16) {
+        return Err("token: use at least 16 characters".into());
+    }
+    Ok(())
+}
+
 /// A configuration that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -152,15 +165,7 @@ impl NodeConfig {
 
     /// Settings that are each valid but wrong together.
     pub fn check(&self) -> Result<(), String> {
-        if !self.bind.ip().is_loopback() && self.token.as_deref().is_none_or(str::is_empty) {
-            return Err(format!(
-                "bind: {} is reachable from other machines; set `token` so the API is not open to them",
-                self.bind
-            ));
-        }
-        if self.token.as_deref().is_some_and(|t| t.len() < 16) {
-            return Err("token: use at least 16 characters".into());
-        }
+        check_exposure(self.bind, self.token.as_deref())?;
         if self.max_body_bytes < 1024 {
             return Err("max_body_bytes: must be at least 1024".into());
         }

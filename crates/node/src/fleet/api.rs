@@ -12,11 +12,11 @@
 //! | `GET /v1/metrics` | the pool's and the scheduler's metrics (Prometheus) |
 
 use super::Fleet;
-use crate::api::{ApiError, check_token};
+use crate::api::{ApiError, check_token, job_spec};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, Query, Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -131,27 +131,7 @@ async fn submit(
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Response> {
-    let limit = fleet.config().max_body_bytes;
-    let bytes = axum::body::to_bytes(body, limit).await.map_err(|_| {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("the request body is larger than the limit of {limit} bytes"),
-        )
-    })?;
-    let text = std::str::from_utf8(&bytes)
-        .map_err(|_| ApiError::bad_request("the job spec is not UTF-8 text"))?;
-    let content_type =
-        headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-    let is_json = content_type.contains("json")
-        || (!content_type.contains("toml") && text.trim_start().starts_with('{'));
-    let parsed = if is_json {
-        wharf_state::spec::parse_json(text)
-    } else {
-        wharf_state::spec::parse_toml(text)
-    };
-    let job = parsed.map_err(|e| {
-        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, format!("invalid job spec:\n{e}"))
-    })?;
+    let job = job_spec(&headers, body, fleet.config().max_body_bytes).await?;
     let id = match query.id {
         Some(id) => {
             wharf_state::check_alloc_id(&id).map_err(|e| ApiError::bad_request(e.to_string()))?;

@@ -242,15 +242,7 @@ impl FleetConfig {
 
     /// Settings that are each valid but wrong together.
     pub fn check(&self) -> Result<(), String> {
-        if !self.bind.ip().is_loopback() && self.token.as_deref().is_none_or(str::is_empty) {
-            return Err(format!(
-                "bind: {} is reachable from other machines; set `token` so the API is not open to them",
-                self.bind
-            ));
-        }
-        if self.token.as_deref().is_some_and(|t| t.len() < 16) {
-            return Err("token: use at least 16 characters".into());
-        }
+        crate::config::check_exposure(self.bind, self.token.as_deref())?;
         if self.loopback.is_some() && self.static_hosts.is_some() {
             return Err("loopback, static: choose one kind of worker".into());
         }
