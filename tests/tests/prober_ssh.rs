@@ -111,6 +111,49 @@ fn a_hung_command_is_cut_at_its_deadline_and_the_connection_survives() {
     assert_eq!(exec.dials(), 1);
 }
 
+/// Every descendant of `pid`.
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    let mut next = vec![pid];
+    while let Some(parent) = next.pop() {
+        let children = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
+            .unwrap_or_default();
+        for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+            found.push(child);
+            next.push(child);
+        }
+    }
+    found
+}
+
+fn signal_all(pids: &[u32], signal: &str) {
+    for pid in pids {
+        #[allow(clippy::disallowed_methods)] // freezing the test's own sshd session
+        let _ = std::process::Command::new("kill").args([signal, &pid.to_string()]).status();
+    }
+}
+
+#[test]
+fn a_connection_that_stops_answering_is_dropped_and_the_next_command_redials() {
+    let sshd = sshd();
+    let runtime = rt();
+    let exec = executor(&sshd, Some(&sshd.host_key), &sshd.client_key);
+    runtime.block_on(async {
+        assert!(exec.execute("true", b"", 10 * SECOND).await.unwrap().success());
+        // The session's processes stop answering, as a connection across a cut link does.
+        let session = descendants(sshd.pid());
+        assert!(!session.is_empty(), "no session process under sshd {}", sshd.pid());
+        signal_all(&session, "-STOP");
+        let err = exec.execute("true", b"", Duration::from_millis(500)).await.unwrap_err();
+        assert!(matches!(err, ProberError::Timeout { .. }), "{err}");
+        // The next command does not wait on the dead connection: it dials a new one.
+        let out = exec.execute("echo back", b"", 10 * SECOND).await;
+        signal_all(&session, "-CONT");
+        assert_eq!(out.unwrap().stdout, b"back\n");
+    });
+    assert_eq!(exec.dials(), 2);
+}
+
 #[test]
 fn a_worker_that_goes_away_fails_fast_and_is_redialled() {
     let sshd = sshd();
@@ -188,6 +231,7 @@ fn boot_probe_deployment_and_run_probe_against_sshd() {
             list_args: "--list".into(),
             start_args: "--start".into(),
             kill_args: "--kill".into(),
+            outcome_args: None,
         },
         cluster_prefix: "zzzzz-".into(),
         command_deadline: 10 * SECOND,

@@ -172,6 +172,27 @@ impl SshExecutor {
         self.dials.load(Ordering::Relaxed)
     }
 
+    /// Whether the connection still answers: a channel opens on it within a second. Commands
+    /// still running on it are left alone either way.
+    async fn answers(&self, handle: &Handle<Pinned>) -> bool {
+        match tokio::time::timeout(Duration::from_secs(1), handle.channel_open_session()).await {
+            Ok(Ok(channel)) => {
+                let _ = tokio::time::timeout(Duration::from_secs(1), channel.close()).await;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Drops `handle` from the cache if it is still the cached connection; the next command
+    /// dials a new one.
+    fn forget(&self, handle: &Arc<Handle<Pinned>>) {
+        let mut connection = self.connection.lock();
+        if connection.as_ref().is_some_and(|c| Arc::ptr_eq(c, handle)) {
+            connection.take();
+        }
+    }
+
     fn live(&self) -> Option<Arc<Handle<Pinned>>> {
         self.connection.lock().as_ref().filter(|h| !h.is_closed()).cloned()
     }
@@ -322,10 +343,15 @@ impl Executor for SshExecutor {
         let until = tokio::time::Instant::now() + deadline;
         let timeout =
             |what: String| ProberError::Timeout { worker: self.worker.clone(), what, deadline };
+        // The connection a command used, so that after a timeout it can be checked: after a
+        // network cut a connection can hang for minutes while the kernel backs off its
+        // retries, and every command on it would time out long after the peer is back.
+        let used: Mutex<Option<Arc<Handle<Pinned>>>> = Mutex::new(None);
         let attempts = async {
             let mut last = None;
             for _ in 0..2 {
                 let handle = self.connected().await?;
+                *used.lock() = Some(handle.clone());
                 match self.run(&handle, command, stdin, until).await {
                     Ok(out) => return Ok(out),
                     Err(Attempt::Failed(ProberError::Timeout { .. })) => {
@@ -333,10 +359,7 @@ impl Executor for SshExecutor {
                     }
                     Err(Attempt::Failed(e)) => return Err(e),
                     Err(Attempt::Reconnect(e)) => {
-                        let mut connection = self.connection.lock();
-                        if connection.as_ref().is_some_and(|c| Arc::ptr_eq(c, &handle)) {
-                            connection.take();
-                        }
+                        self.forget(&handle);
                         last = Some(e);
                     }
                 }
@@ -349,8 +372,18 @@ impl Executor for SshExecutor {
                 ),
             })
         };
-        match tokio::time::timeout_at(until, attempts).await {
+        let result = tokio::time::timeout_at(until, attempts).await;
+        let timed_out = matches!(result, Err(_) | Ok(Err(ProberError::Timeout { .. })));
+        let handle = used.lock().take();
+        if let (true, Some(handle)) = (timed_out, &handle)
+            && !self.answers(handle).await
+        {
+            tracing::debug!(worker = %self.worker, "the connection does not answer; the next command dials");
+            self.forget(handle);
+        }
+        match result {
             Ok(result) => result,
+            Err(_) if handle.is_some() => Err(timeout(format!("command {command:?}"))),
             Err(_) => Err(timeout(format!("connecting for command {command:?}"))),
         }
     }
