@@ -609,26 +609,30 @@ impl Pool {
             due.push(worker);
         }
         drop(state);
-        self.update_brake(now);
+        self.update_brake(now, Duration::from_secs(1));
         due
     }
 
-    /// Engages or releases the fleet brake from the workers' last probe results, at most
-    /// once a second.
-    fn update_brake(&self, now: Moment) {
+    /// Engages or releases the fleet brake from the workers' last probe results, unless it
+    /// was done less than `gap` ago.
+    fn update_brake(&self, now: Moment, gap: Duration) {
         let shared = &self.shared;
         {
             let mut state = shared.state.lock();
-            if state.brake_checked.is_some_and(|at| now.since(at) < Duration::from_secs(1)) {
+            if state.brake_checked.is_some_and(|at| now.since(at) < gap) {
                 return;
             }
             state.brake_checked = Some(now);
         }
+        // A probe that hangs until its deadline says nothing until then, but a worker that has
+        // not passed one for two intervals (and a second) is failing all the same: counting it
+        // lets the brake see an outage as it starts, not a deadline later.
+        let silent = 2 * shared.config.probe_interval + Duration::from_secs(1);
         let (mut booted, mut failing) = (0usize, 0usize);
         for worker in self.worker_list() {
             if matches!(worker.state(), State::Idle | State::Running) {
                 booted += 1;
-                failing += usize::from(worker.last_probe_failed());
+                failing += usize::from(worker.last_probe_failed() || worker.probe_age() > silent);
             }
         }
         let config = &shared.config.brake;
@@ -659,6 +663,13 @@ impl Pool {
             return ProbeOutcome::NotProbed;
         }
         worker.kill_due().await;
+        // A worker whose last probe failed may be shut down by this one: the brake must count
+        // the failures of the others first, or in an outage the first workers past the probe
+        // timeout go before a brake evaluated a moment earlier has seen the rest fail. An
+        // engaged brake is the safe side and may be a second old.
+        if worker.last_probe_failed() && !self.shared.brake.engaged() {
+            self.update_brake(self.shared.clock.now(), Duration::from_millis(50));
+        }
         let outcome = if worker.is_probing() {
             ProbeOutcome::AlreadyProbing
         } else {

@@ -827,12 +827,16 @@ impl Worker {
     }
 
     /// Takes a fresh listing of the instance (from a sync): keeps its address and host key
-    /// current, marks the worker updated, and saves tags that drifted.
+    /// current, marks the worker updated if the listing changed, and saves tags that drifted.
     pub fn sync_instance(&self, instance: Instance) {
         let now = self.clock.now();
         let mut inner = self.inner.lock();
-        inner.instance = instance;
-        inner.updated = now;
+        // An unchanged listing changes nothing a probe result could overwrite: counting it as
+        // a change would discard every probe that overlaps a sync.
+        if inner.instance != instance {
+            inner.instance = instance;
+            inner.updated = now;
+        }
         self.save_tags(&mut inner);
     }
 

@@ -1363,3 +1363,21 @@ fn the_end_of_work_counts_as_busy_until_now() {
     h.clock.advance(secs(1));
     assert!(h.worker.shutdown_if_idle());
 }
+
+#[test]
+fn a_sync_with_an_unchanged_listing_does_not_void_a_probe_in_flight() {
+    // The pool syncs every worker often; a listing that changed nothing must not make the
+    // probes that overlap it count for nothing (a worker would take several probes to boot).
+    fn resync(worker: &Worker, command: &str, clock: &FakeClock) {
+        if command == LIST {
+            clock.advance(secs(1));
+            worker.sync_instance(worker.instance());
+        }
+    }
+    let runtime = rt();
+    let h = harness_with(State::Idle, IdleBehavior::Run, false, "root", Some(resync));
+    h.script.exact(LIST, Reply::ok("zzzzz-1\n"));
+    assert_eq!(runtime.block_on(h.worker.probe_and_update()), ProbeOutcome::Passed);
+    let view = h.worker.view();
+    assert_eq!((view.state, view.running), (State::Running, vec!["zzzzz-1".to_owned()]));
+}
