@@ -1,5 +1,8 @@
 //! Helpers shared by wharf's end-to-end tests; the tests themselves are in `tests/`.
 //!
 //! - [`sshd`]: a real OpenSSH server on 127.0.0.1 for the prober's SSH tests and benchmark.
+//! - [`netns`]: hosts made of network namespaces (veth link, own address, own sshd) for
+//!   end-to-end tests of the fleet over a real network.
 
+pub mod netns;
 pub mod sshd;

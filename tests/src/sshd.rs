@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-const SSHD: &str = "/usr/sbin/sshd";
+pub(crate) const SSHD: &str = "/usr/sbin/sshd";
 const INSTALL: &str = "OpenSSH is needed for this test: apt-get install openssh-server";
 
 /// A running sshd and the keys to use it.
@@ -37,7 +37,8 @@ pub struct Sshd {
     pub user: String,
 }
 
-fn keygen(path: &Path) -> Result<(), String> {
+/// Makes an ed25519 key pair without a passphrase: `path` and `path.pub`.
+pub(crate) fn keygen(path: &Path) -> Result<(), String> {
     let status = Command::new("ssh-keygen")
         .args(["-q", "-t", "ed25519", "-N", "", "-C", "wharf-test", "-f"])
         .arg(path)
@@ -47,7 +48,7 @@ fn keygen(path: &Path) -> Result<(), String> {
     if status.success() { Ok(()) } else { Err(format!("ssh-keygen failed: {status}")) }
 }
 
-fn read(path: &Path) -> Result<String, String> {
+pub(crate) fn read(path: &Path) -> Result<String, String> {
     std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
 }
 
@@ -73,32 +74,11 @@ impl Sshd {
         }
         std::fs::copy(path("client.pub"), path("authorized_keys"))
             .map_err(|e| format!("cannot write authorized_keys: {e}"))?;
-        // `SetEnv SHLVL=1` below keeps bash from reading the login user's ~/.bashrc for every
-        // command (bash does that when it thinks sshd started it at level 1): a developer's
-        // shell setup would otherwise dominate every figure measured against this server.
         // sshd insists on its privilege separation directory.
         std::fs::create_dir_all("/run/sshd")
             .map_err(|e| format!("cannot create /run/sshd: {e}"))?;
         let user = whoami()?;
-        let mut config = format!(
-            "ListenAddress 127.0.0.1\n\
-             HostKey {host}\n\
-             AuthorizedKeysFile {keys}\n\
-             PidFile none\n\
-             PubkeyAuthentication yes\n\
-             PasswordAuthentication no\n\
-             KbdInteractiveAuthentication no\n\
-             UsePAM no\n\
-             StrictModes no\n\
-             PermitRootLogin prohibit-password\n\
-             AllowUsers {user}\n\
-             MaxSessions 1000\n\
-             MaxStartups 1000\n\
-             SetEnv SHLVL=1\n\
-             LogLevel INFO\n",
-            host = path("host").display(),
-            keys = path("authorized_keys").display(),
-        );
+        let mut config = server_config("127.0.0.1", &path("host"), &path("authorized_keys"), &user);
         for line in extra {
             config.push_str(line);
             config.push('\n');
@@ -147,20 +127,72 @@ impl Sshd {
     }
 }
 
+/// The config of a server that listens on `listen_address` (an IP address), has the host key
+/// `host_key` (a private key file) and accepts only the keys in `authorized_keys`, from
+/// `user` only.
+pub(crate) fn server_config(
+    listen_address: &str,
+    host_key: &Path,
+    authorized_keys: &Path,
+    user: &str,
+) -> String {
+    // `SetEnv SHLVL=1` keeps bash from reading the login user's ~/.bashrc for every command
+    // (bash does that when it thinks sshd started it at level 1): a developer's shell setup
+    // would otherwise dominate every figure measured against this server, and could print
+    // into the output of commands run over it.
+    format!(
+        "ListenAddress {listen_address}\n\
+         HostKey {host}\n\
+         AuthorizedKeysFile {keys}\n\
+         PidFile none\n\
+         PubkeyAuthentication yes\n\
+         PasswordAuthentication no\n\
+         KbdInteractiveAuthentication no\n\
+         UsePAM no\n\
+         StrictModes no\n\
+         PermitRootLogin prohibit-password\n\
+         AllowUsers {user}\n\
+         MaxSessions 1000\n\
+         MaxStartups 1000\n\
+         SetEnv SHLVL=1\n\
+         LogLevel INFO\n",
+        host = host_key.display(),
+        keys = authorized_keys.display(),
+    )
+}
+
 /// Starts sshd on `port` and waits (at most 10 s) until it says it listens.
 fn listen(config: &Path, port: u16) -> Result<Child, String> {
-    let mut child = Command::new(SSHD)
-        .arg("-D")
-        .arg("-e")
-        .arg("-f")
-        .arg(config)
-        .arg("-p")
-        .arg(port.to_string())
+    let mut command = Command::new(SSHD);
+    command.arg("-D").arg("-e").arg("-f").arg(config).arg("-p").arg(port.to_string());
+    spawn_listening(command, &format!("127.0.0.1:{port}"), None)
+}
+
+/// Starts `command`, an sshd run with `-D -e` (perhaps through a wrapper such as
+/// `ip netns exec`), and waits (at most 10 s) until it says it listens on `what`. Every line it
+/// logs is appended to `log` if given, before and after.
+pub(crate) fn spawn_listening(
+    mut command: Command,
+    what: &str,
+    log: Option<&Path>,
+) -> Result<Child, String> {
+    let mut log_file = match log {
+        Some(path) => Some(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| format!("cannot open {}: {e}", path.display()))?,
+        ),
+        None => None,
+    };
+    let program = command.get_program().to_string_lossy().into_owned();
+    let mut child = command
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot start {SSHD}: {e}. {INSTALL}"))?;
+        .map_err(|e| format!("cannot start {program}: {e}. {INSTALL}"))?;
     let Some(stderr) = child.stderr.take() else {
         let _ = child.kill();
         let _ = child.wait();
@@ -170,12 +202,16 @@ fn listen(config: &Path, port: u16) -> Result<Child, String> {
     // pipe afterwards.
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
+        use std::io::Write;
         let mut said = false;
         for line in BufReader::new(stderr).lines() {
             let Ok(line) = line else { break };
+            if let Some(file) = log_file.as_mut() {
+                let _ = writeln!(file, "{line}");
+            }
             if !said {
                 let listening = line.contains("Server listening on");
-                let _ = tx.send((listening, line));
+                let _ = tx.send((listening, line.clone()));
                 said = listening;
             }
         }
@@ -189,16 +225,13 @@ fn listen(config: &Path, port: u16) -> Result<Child, String> {
             Err(_) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!(
-                    "sshd did not start listening on 127.0.0.1:{port}: {}",
-                    log.join(" | ")
-                ));
+                return Err(format!("sshd did not start listening on {what}: {}", log.join(" | ")));
             }
         }
     }
 }
 
-fn whoami() -> Result<String, String> {
+pub(crate) fn whoami() -> Result<String, String> {
     let out =
         Command::new("id").arg("-un").output().map_err(|e| format!("cannot run id -un: {e}"))?;
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
