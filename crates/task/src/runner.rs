@@ -564,8 +564,11 @@ impl TaskRunner {
         Outcome::StartFailed { retryable }
     }
 
-    /// Runs the prestart hooks that are not done, persisting their state. Returns the
-    /// environment they built, or the failing hook's name and error.
+    /// Runs the prestart hooks that are not done. Returns the environment they built, or the
+    /// failing hook's name and error. Their events and state are written with the start
+    /// that follows (one commit rather than one per hook, on the path every start takes): if
+    /// the agent dies before that, the task had not started, and the hooks run again, as they
+    /// must be able to after a crash in the middle of one anyway.
     async fn prestart(
         &self,
         alloc: &Allocation,
@@ -595,16 +598,14 @@ impl TaskRunner {
                 };
             for kind in response.events {
                 let event = self.event(kind);
-                self.commit(|state| state.append_event(event)).await;
+                self.note(|state| state.append_event(event));
             }
             env.extend(response.env.clone());
-            let changed = response.done || response.state.is_some();
-            if changed {
+            if response.done || response.state.is_some() {
                 s.local.lock().hooks.insert(
                     name,
                     HookState { done: response.done, data: response.state, env: response.env },
                 );
-                self.persist_local().await;
             }
         }
         Ok(env)
@@ -948,6 +949,13 @@ impl TaskRunner {
     /// goes back), then tells the alloc runner.
     async fn commit(&self, change: impl FnOnce(&mut TaskState)) {
         self.persist(change, false).await;
+    }
+
+    /// Changes the task state in memory only (the next commit writes it), and tells the alloc
+    /// runner.
+    fn note(&self, change: impl FnOnce(&mut TaskState)) {
+        change(&mut self.shared.state.lock());
+        self.shared.state_changed.notify_one();
     }
 
     /// As [`TaskRunner::commit`], with the local state in the same atomic write.

@@ -783,3 +783,26 @@ async fn wait_results_from_a_driver_that_lost_the_task_count_as_failures() {
     assert!(h.driver.destroyed().contains(&id), "each ended run is freed in the driver");
     let _ = h.driver.inspect_task(&id).await.unwrap_err();
 }
+
+#[tokio::test(start_paused = true)]
+async fn prestart_hooks_are_written_with_the_start_in_one_commit() {
+    let h = Harness::new("service", "config = { run_for = \"1h\" }");
+    let hook = Arc::new(CountingHook::default());
+    let runner = h.runner_with(vec![hook.clone()], Duration::from_secs(30));
+    runner.set_start_gate(true);
+    spawn_run(&runner);
+    h.until(&runner, "running", running).await;
+    // The hook's event, its done flag and the Started event with the handle: one write.
+    assert_eq!(h.store.write_count(), 1);
+    let stored = h.stored_task().await.unwrap();
+    let titles: Vec<_> = stored.state.unwrap().events.iter().map(|e| e.kind.title()).collect();
+    assert!(
+        titles.contains(&"Task Setup")
+            && titles.contains(&"Task Hook Message")
+            && titles.contains(&"Started"),
+        "{titles:?}"
+    );
+    let local = wharf_task::local_state::LocalState::decode(&stored.local_state.unwrap()).unwrap();
+    assert!(local.hooks["counting"].done && local.handle.is_some());
+    runner.kill(None).await;
+}

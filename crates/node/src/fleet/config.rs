@@ -10,7 +10,8 @@
 //! [loopback]                        # N agents on this host, created and destroyed by the pool
 //! instances = 2
 //!
-//! # or, instead of [loopback]: machines you have, reached over SSH with pinned host keys
+//! # or, instead of [loopback]: machines you have, reached over SSH with pinned host keys,
+//! # each running `wharf agent` (at its default address, or set [runner] agent_address)
 //! [static]
 //! identity = "/root/.ssh/id_ed25519"
 //! [[static.host]]
@@ -105,6 +106,9 @@ pub struct RunnerSettings {
     /// The boot probe; by default `true` for static hosts, and "the agent announced itself"
     /// for loopback instances.
     pub boot_probe: Option<String>,
+    /// Where the runner reaches each static host's agent, if not at its default address
+    /// (`http://127.0.0.1:4747`).
+    pub agent_address: Option<String>,
 }
 
 /// Loopback workers.
@@ -259,6 +263,11 @@ impl FleetConfig {
             Instances::Loopback(loopback) if loopback.instances == 0 => {
                 Err("loopback.instances: must be at least 1".into())
             }
+            Instances::Loopback(_) if self.runner.agent_address.is_some() => {
+                Err("runner.agent_address: loopback agents are found by their data directory; \
+                 this is for static hosts"
+                    .into())
+            }
             Instances::Static(hosts) if hosts.host.is_empty() => {
                 Err("static.host: list at least one host".into())
             }
@@ -308,6 +317,7 @@ mod tests {
             ("[timeouts]\nprobe = \"soon\"", "timeouts.probe"),
             ("bind = \"0.0.0.0:1\"", "set `token`"),
             ("per_worker_limit = 0", "per_worker_limit"),
+            ("[runner]\nagent_address = \"127.0.0.1:1\"", "runner.agent_address"),
             (
                 "sync_interval = \"1m\"\n[static]\nrejoin_after = \"30s\"\n[[static.host]]\nname = \"a\"\naddress = \"b\"\nhost_key = \"c d\"\n",
                 "rejoin_after",

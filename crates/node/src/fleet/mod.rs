@@ -54,6 +54,11 @@ impl Fleet {
         let binary = std::fs::read(&wharf)
             .with_context(|| format!("cannot read the runner binary {}", wharf.display()))?;
         let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+        // Where the runner finds the worker's agent, when not at its default address.
+        let agent = match &config.runner.agent_address {
+            Some(address) => format!("--address {} ", quote("agent address", address)?),
+            None => String::new(),
+        };
         let mut worker = WorkerConfig {
             timeouts: Timeouts {
                 booting: config.timeouts.booting,
@@ -69,10 +74,10 @@ impl Fleet {
                 command: "wharf".into(),
                 binary: Some(binary.into()),
                 directory: "/var/lib/wharf-runner".into(),
-                list_args: "alloc list --probe".into(),
-                start_args: "run --detach - --id".into(),
-                kill_args: "alloc stop --wait 1s".into(),
-                outcome_args: Some("alloc outcome".into()),
+                list_args: format!("{agent}alloc list --probe"),
+                start_args: format!("{agent}run --detach - --id"),
+                kill_args: format!("{agent}alloc stop --wait 1s"),
+                outcome_args: Some(format!("{agent}alloc outcome")),
             },
             command_deadline: config.command_deadline,
             ..WorkerConfig::default()
