@@ -6,10 +6,8 @@
 use crate::Effort;
 use crate::report::{Better, Row};
 use hyper::Method;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 use wharf_node::client::Client;
 use wharf_node::fleet::api::{FleetAlloc, FleetWorker};
@@ -37,29 +35,12 @@ impl FleetProcess {
             data_dir.display().to_string()
         );
         std::fs::write(&config, text).unwrap();
-        let mut child = Command::new(wharf)
-            .args(["fleet", "--config", config.to_str().unwrap()])
-            .env("RUST_LOG", "warn,wharf_node::fleet=info")
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start the fleet");
-        let stderr = child.stderr.take().unwrap();
-        let (lines_tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = lines_tx.send(line);
-            }
-        });
-        let address = loop {
-            let line = lines.recv_timeout(Duration::from_secs(60)).expect("the fleet is ready");
-            if let Some(rest) = line.split("address=").nth(1)
-                && line.contains("fleet ready")
-            {
-                break rest.split_whitespace().next().unwrap_or_default().to_owned();
-            }
-        };
+        let (child, address) = wharf_tests::announce::spawn_announcing(
+            Command::new(wharf).args(["fleet", "--config", config.to_str().unwrap()]),
+            "fleet ready",
+            Duration::from_secs(60),
+        )
+        .unwrap();
         let client = Client::new(&address, None);
         FleetProcess { child, client, data_dir, wharf: wharf.to_owned() }
     }

@@ -3,6 +3,8 @@
 //! - [`sshd`]: a real OpenSSH server on 127.0.0.1 for the prober's SSH tests and benchmark.
 //! - [`netns`]: hosts made of network namespaces (veth link, own address, own sshd) for
 //!   end-to-end tests of the fleet over a real network.
+//! - [`announce`]: starting an agent or a fleet and reading the address it announces.
 
+pub mod announce;
 pub mod netns;
 pub mod sshd;

@@ -5,14 +5,13 @@
 #![allow(clippy::disallowed_methods)]
 
 use hyper::{Method, StatusCode};
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 use wharf_node::api::{AllocDetail, AllocSummary};
 use wharf_node::client::{Client, ClientError};
 use wharf_state::{ClientStatus, TaskEventKind, TaskStatus};
+use wharf_tests::announce::spawn_announcing;
 
 const WHARF: &str = env!("CARGO_BIN_EXE_wharf");
 /// Any single wait in these tests; reaching it means something hung.
@@ -44,32 +43,12 @@ impl AgentProcess {
 
     fn launch(data_dir: PathBuf, config: PathBuf) -> AgentProcess {
         shim_beside_wharf();
-        let mut child = Command::new(WHARF)
-            .args(["agent", "--config", config.to_str().unwrap()])
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start the agent");
-        let stderr = child.stderr.take().unwrap();
-        let (lines_tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = lines_tx.send(line);
-            }
-        });
-        let address = loop {
-            let line = lines.recv_timeout(LIMIT).expect("the agent says it is ready");
-            if line.contains("agent ready") {
-                let address = line
-                    .split("address=")
-                    .nth(1)
-                    .and_then(|s| s.split_whitespace().next())
-                    .expect("address in the ready line");
-                break address.to_owned();
-            }
-        };
+        let (child, address) = spawn_announcing(
+            Command::new(WHARF).args(["agent", "--config", config.to_str().unwrap()]),
+            "agent ready",
+            LIMIT,
+        )
+        .unwrap();
         AgentProcess { child, address, data_dir, config }
     }
 

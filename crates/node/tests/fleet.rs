@@ -5,13 +5,12 @@
 #![allow(clippy::disallowed_methods)]
 
 use hyper::{Method, StatusCode};
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 use wharf_node::client::{Client, ClientError};
 use wharf_node::fleet::api::{FleetAlloc, FleetWorker};
+use wharf_tests::announce::spawn_announcing;
 
 const WHARF: &str = env!("CARGO_BIN_EXE_wharf");
 /// Any single wait in these tests; reaching it means something hung.
@@ -37,29 +36,12 @@ impl FleetProcess {
             ),
         )
         .unwrap();
-        let mut child = Command::new(WHARF)
-            .args(["fleet", "--config", config.to_str().unwrap()])
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start the fleet");
-        let stderr = child.stderr.take().unwrap();
-        let (lines_tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = lines_tx.send(line);
-            }
-        });
-        let address = loop {
-            let line = lines.recv_timeout(LIMIT).expect("the fleet says it is ready");
-            if line.contains("fleet ready") {
-                let address =
-                    line.split("address=").nth(1).and_then(|s| s.split_whitespace().next());
-                break address.expect("address in the ready line").to_owned();
-            }
-        };
+        let (child, address) = spawn_announcing(
+            Command::new(WHARF).args(["fleet", "--config", config.to_str().unwrap()]),
+            "fleet ready",
+            LIMIT,
+        )
+        .unwrap();
         FleetProcess { child, address, data_dir }
     }
 
