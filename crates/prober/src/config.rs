@@ -7,6 +7,7 @@
 use crate::ProberError;
 use crate::quote::quote;
 use sha2::{Digest, Sha256};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -51,7 +52,7 @@ pub struct RunnerConfig {
     /// The command when no binary is deployed (it is assumed installed), e.g. `wharf`.
     pub command: String,
     /// A binary to deploy to every worker; `None` to use `command` as installed.
-    pub binary: Option<Arc<[u8]>>,
+    pub binary: Option<RunnerBinary>,
     /// The directory deployed binaries go to, as `<directory>/runner~<sha256>`.
     pub directory: String,
     /// Arguments of the run probe, e.g. `alloc list --probe` or `--list`.
@@ -76,6 +77,76 @@ impl Default for RunnerConfig {
             start_args: "alloc start --detach".into(),
             kill_args: "alloc kill --signal TERM".into(),
             outcome_args: None,
+        }
+    }
+}
+
+/// The runner binary to deploy.
+#[derive(Debug, Clone)]
+pub enum RunnerBinary {
+    /// Its bytes, held in memory.
+    Bytes(Arc<[u8]>),
+    /// A file, read only while a worker needs a copy (a large binary is not held for the
+    /// life of the pool); its checksum is taken once, when the configuration is prepared.
+    File(PathBuf),
+}
+
+impl From<Vec<u8>> for RunnerBinary {
+    fn from(bytes: Vec<u8>) -> RunnerBinary {
+        RunnerBinary::Bytes(bytes.into())
+    }
+}
+
+impl From<Arc<[u8]>> for RunnerBinary {
+    fn from(bytes: Arc<[u8]>) -> RunnerBinary {
+        RunnerBinary::Bytes(bytes)
+    }
+}
+
+impl RunnerBinary {
+    /// Its bytes (reading the file, off the async threads).
+    pub async fn load(&self) -> Result<Arc<[u8]>, ProberError> {
+        match self {
+            RunnerBinary::Bytes(bytes) => Ok(bytes.clone()),
+            RunnerBinary::File(path) => {
+                let path = path.clone();
+                let read = tokio::task::spawn_blocking(move || {
+                    std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+                });
+                match read.await {
+                    Ok(Ok(bytes)) => Ok(bytes.into()),
+                    Ok(Err(problem)) => {
+                        Err(ProberError::Config { field: "runner.binary", problem })
+                    }
+                    Err(e) => Err(ProberError::Config {
+                        field: "runner.binary",
+                        problem: format!("reading it failed: {e}"),
+                    }),
+                }
+            }
+        }
+    }
+
+    /// Lowercase hex sha256 of its content.
+    fn sha256(&self) -> Result<String, ProberError> {
+        match self {
+            RunnerBinary::Bytes(bytes) => Ok(sha256_hex(bytes)),
+            RunnerBinary::File(path) => {
+                use std::io::Read;
+                let problem = |e: std::io::Error| ProberError::Config {
+                    field: "runner.binary",
+                    problem: format!("cannot read {}: {e}", path.display()),
+                };
+                let mut file = std::fs::File::open(path).map_err(problem)?;
+                let mut hasher = Sha256::new();
+                let mut buf = vec![0u8; 1 << 16];
+                loop {
+                    match file.read(&mut buf).map_err(problem)? {
+                        0 => return Ok(hex(&hasher.finalize())),
+                        n => hasher.update(&buf[..n]),
+                    }
+                }
+            }
         }
     }
 }
@@ -167,11 +238,14 @@ impl WorkerConfig {
                 problem: format!("{:?} is not an absolute path", self.runner.directory),
             });
         }
-        let deployment = self.runner.binary.as_ref().map(|binary| {
-            let sha256 = sha256_hex(binary);
-            let directory = self.runner.directory.trim_end_matches('/');
-            Deployment { path: format!("{directory}/runner~{sha256}"), sha256 }
-        });
+        let deployment = match &self.runner.binary {
+            Some(binary) => {
+                let sha256 = binary.sha256()?;
+                let directory = self.runner.directory.trim_end_matches('/');
+                Some(Deployment { path: format!("{directory}/runner~{sha256}"), sha256 })
+            }
+            None => None,
+        };
         Ok(Prepared { config: self, deployment })
     }
 }
@@ -203,5 +277,33 @@ impl Prepared {
             // The command is configuration, and may carry arguments of its own.
             None => Ok(self.runner.command.clone()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_binary(binary: RunnerBinary) -> Result<Prepared, ProberError> {
+        let runner = RunnerConfig { binary: Some(binary), ..RunnerConfig::default() };
+        WorkerConfig { runner, ..WorkerConfig::default() }.prepare()
+    }
+
+    #[tokio::test]
+    async fn a_binary_file_is_hashed_once_and_read_only_when_needed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runner");
+        let content = vec![7u8; 200_000];
+        std::fs::write(&path, &content).unwrap();
+        let from_file = with_binary(RunnerBinary::File(path.clone())).unwrap();
+        let from_bytes = with_binary(content.clone().into()).unwrap();
+        assert_eq!(from_file.deployment(), from_bytes.deployment());
+        let binary = from_file.runner.binary.clone().unwrap();
+        assert_eq!(&*binary.load().await.unwrap(), &content[..]);
+        std::fs::remove_file(&path).unwrap();
+        let gone = binary.load().await.unwrap_err().to_string();
+        assert!(gone.contains("runner.binary") && gone.contains("cannot read"), "{gone}");
+        let missing = with_binary(RunnerBinary::File(path)).unwrap_err().to_string();
+        assert!(missing.contains("runner.binary"), "{missing}");
     }
 }

@@ -42,7 +42,9 @@ mod static_set;
 pub mod worker;
 
 pub use clock::{Clock, FakeClock, Moment, SystemClock};
-pub use config::{Deployment, Prepared, RunnerConfig, Timeouts, WorkerConfig, sha256_hex};
+pub use config::{
+    Deployment, Prepared, RunnerBinary, RunnerConfig, Timeouts, WorkerConfig, sha256_hex,
+};
 pub use error::ProberError;
 pub use executor::{Executor, Output, Reply, ScriptedExecutor};
 pub use instance::{Instance, InstanceId, InstanceSet, Tag, Tags};

@@ -695,9 +695,10 @@ impl Worker {
         } else {
             format!("sudo sh -c {}", quote("install script", &script)?)
         };
+        let binary = binary.load().await?;
         info!(worker = %self.id, path = %deployment.path, bytes = binary.len(), "installing runner binary on worker");
         self.executor
-            .execute(&command, binary, self.config.deploy_deadline)
+            .execute(&command, &binary, self.config.deploy_deadline)
             .await?
             .checked(&self.id.0, "install runner binary")?;
         let out = self.executor.execute(&check, &[], deadline).await?;

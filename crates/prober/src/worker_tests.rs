@@ -34,7 +34,7 @@ fn config(deploy: bool) -> Arc<Prepared> {
         boot_probe_command: BOOT.into(),
         runner: RunnerConfig {
             command: "crunch-run".into(),
-            binary: deploy.then(|| Arc::from(BINARY)),
+            binary: deploy.then(|| RunnerBinary::Bytes(Arc::from(BINARY))),
             directory: "/tmp/wr".into(),
             list_args: "--list".into(),
             start_args: "--detach".into(),

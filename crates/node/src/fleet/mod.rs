@@ -51,8 +51,8 @@ impl Fleet {
             Some(path) => path.clone(),
             None => std::env::current_exe().context("cannot find the running wharf binary")?,
         };
-        let binary = std::fs::read(&wharf)
-            .with_context(|| format!("cannot read the runner binary {}", wharf.display()))?;
+        // Read when a worker needs a copy, not held: it is tens of megabytes.
+        let binary = wharf_prober::RunnerBinary::File(wharf.clone());
         let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
         // Where the runner finds the worker's agent, when not at its default address.
         let agent = match &config.runner.agent_address {
@@ -72,7 +72,7 @@ impl Fleet {
             boot_probe_command: "true".into(),
             runner: RunnerConfig {
                 command: "wharf".into(),
-                binary: Some(binary.into()),
+                binary: Some(binary),
                 directory: "/var/lib/wharf-runner".into(),
                 list_args: format!("{agent}alloc list --probe"),
                 start_args: format!("{agent}run --detach - --id"),
