@@ -24,10 +24,18 @@ struct FleetProcess {
     client: Client,
     data_dir: PathBuf,
     wharf: PathBuf,
+    /// Its scratch directory, removed with it.
+    _dir: tempfile::TempDir,
 }
 
 impl FleetProcess {
-    fn start(wharf: &Path, dir: &Path, settings: &str) -> FleetProcess {
+    /// Starts a fleet with `settings` in a new scratch directory.
+    fn start(wharf: &Path, settings: &str) -> FleetProcess {
+        let scratch = tempfile::Builder::new()
+            .prefix("wharf-bench-fleet")
+            .tempdir_in(crate::store::scratch_dir())
+            .unwrap();
+        let dir = scratch.path();
         let data_dir = dir.join("fleet");
         let config = dir.join("fleet.toml");
         let text = format!(
@@ -42,7 +50,7 @@ impl FleetProcess {
         )
         .unwrap();
         let client = Client::new(&address, None);
-        FleetProcess { child, client, data_dir, wharf: wharf.to_owned() }
+        FleetProcess { child, client, data_dir, wharf: wharf.to_owned(), _dir: scratch }
     }
 
     async fn until_idle(&self, count: usize, limit: Duration) -> Duration {
@@ -166,13 +174,8 @@ pub(crate) fn run(effort: Effort) -> Vec<Row> {
 /// Submits `samples` service allocations one after another through the fleet's API and times
 /// each until the fleet reports it running on a worker (the worker's agent acknowledged it).
 async fn submit_latencies(wharf: &Path, samples: usize) -> Vec<f64> {
-    let dir = tempfile::Builder::new()
-        .prefix("wharf-bench-fleet")
-        .tempdir_in(crate::store::scratch_dir())
-        .unwrap();
     let fleet = FleetProcess::start(
         wharf,
-        dir.path(),
         &format!(
             "per_worker_limit = {samples}\nprobe_interval = \"1s\"\n[loopback]\ninstances = 2\n"
         ),
@@ -218,13 +221,8 @@ struct IdleFleet {
 /// Starts a fleet of `workers` loopback workers, waits until all are idle, then measures the
 /// fleet over `window` of steady probing.
 async fn idle_fleet(wharf: &Path, workers: usize, window: Duration) -> IdleFleet {
-    let dir = tempfile::Builder::new()
-        .prefix("wharf-bench-fleet")
-        .tempdir_in(crate::store::scratch_dir())
-        .unwrap();
     let fleet = FleetProcess::start(
         wharf,
-        dir.path(),
         &format!("probe_interval = \"5s\"\n[loopback]\ninstances = {workers}\n"),
     );
     let boot = fleet.until_idle(workers, Duration::from_secs(600)).await;

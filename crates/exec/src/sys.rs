@@ -132,25 +132,18 @@ const PIDFD_SIGNAL_PROCESS_GROUP: libc::c_uint = 1 << 2;
 /// Kernels before 6.9 lack the flag: then the group is signalled by number, which is as safe
 /// as long as the caller has just checked the leader's identity through this pidfd.
 pub(crate) fn pidfd_kill_group(pidfd: &OwnedFd, pgid: Pid, signal: i32) -> io::Result<()> {
-    // SAFETY: the descriptor is open for the call; a null siginfo is allowed.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            pidfd.as_raw_fd(),
-            signal,
-            std::ptr::null::<libc::siginfo_t>(),
-            PIDFD_SIGNAL_PROCESS_GROUP,
-        )
-    };
-    match check(ret) {
-        Ok(_) => Ok(()),
+    match pidfd_send_signal(pidfd, signal, PIDFD_SIGNAL_PROCESS_GROUP) {
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => kill_group(pgid, signal),
-        Err(e) => Err(e),
+        result => result,
     }
 }
 
 /// Sends `signal` to the pidfd's process (never to a process that reused its number).
 pub(crate) fn pidfd_signal(pidfd: &OwnedFd, signal: i32) -> io::Result<()> {
+    pidfd_send_signal(pidfd, signal, 0)
+}
+
+fn pidfd_send_signal(pidfd: &OwnedFd, signal: i32, flags: libc::c_uint) -> io::Result<()> {
     // SAFETY: the descriptor is open for the call; a null siginfo is allowed.
     let ret = unsafe {
         libc::syscall(
@@ -158,7 +151,7 @@ pub(crate) fn pidfd_signal(pidfd: &OwnedFd, signal: i32) -> io::Result<()> {
             pidfd.as_raw_fd(),
             signal,
             std::ptr::null::<libc::siginfo_t>(),
-            0,
+            flags,
         )
     };
     check(ret).map(drop)
