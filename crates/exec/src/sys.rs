@@ -243,6 +243,12 @@ pub(crate) fn getpid() -> i32 {
     unsafe { libc::getpid() }
 }
 
+/// Gives up the CPU to whatever else is ready to run on it (`sched_yield`).
+pub(crate) fn yield_cpu() {
+    // SAFETY: sched_yield takes no arguments, touches no memory and cannot fail on Linux.
+    unsafe { libc::sched_yield() };
+}
+
 /// Makes this process the leader of a new session (and process group).
 pub(crate) fn setsid() -> io::Result<()> {
     // SAFETY: setsid takes no arguments and touches no memory.

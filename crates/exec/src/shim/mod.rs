@@ -11,9 +11,10 @@
 //!    pid is both ids), in its working directory, with the shim's environment, which the
 //!    driver set to exactly the task's;
 //! 3. writes one line on its stdout for the driver (the start report): the task's pid and start
-//!    time, or why it could not start; only then does it create files (the log files and the
-//!    run directory), the slowest step on a busy file system and not needed before the task
-//!    has run: its first output waits in the pipes;
+//!    time, or why it could not start; then it yields the CPU once, so that the driver it has
+//!    just woken runs first; only then does it create files (the log files and the run
+//!    directory), the slowest step on a busy file system and not needed before the task has
+//!    run: its first output waits in the pipes;
 //! 4. copies the task's stdout and stderr into size-rotated files (module `logs`) and reaps every
 //!    child it has, until the task's main process exits;
 //! 5. then kills whatever the task left behind (its process group, and any descendant that
@@ -158,6 +159,10 @@ fn supervise(args: &ShimArgs, diag: &mut Diag) -> Result<(), String> {
         supervisor.diag.note("the driver went away before hearing of the start; killing the task");
         supervisor.kill_leftovers();
     }
+    // The driver, woken by the report, is waiting for a CPU. With the task starting on one
+    // core and this shim creating files on the other, it would wait for both: about 1 ms on a
+    // two-core machine, more than the whole start. Stepping aside once lets it run first.
+    sys::yield_cpu();
 
     // Creating files is the slowest part of a start on a busy file system, and nothing below
     // is needed before the task has run a while: it is done after the report, off the start's
