@@ -70,6 +70,7 @@ async fn start_all(count: usize) -> (Duration, f64) {
                 deployment_id: None,
             };
             AllocRunner::new(AllocRunnerConfig {
+                spare_dirs: None,
                 alloc,
                 drivers: drivers.clone(),
                 store: store.clone(),

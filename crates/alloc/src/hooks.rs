@@ -9,7 +9,9 @@
 //! [`wharf_task::hooks::HOOK_TIMEOUT`].
 
 use crate::AllocError;
-use std::path::{Path, PathBuf};
+use crate::SpareDirs;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 use wharf_state::Allocation;
 
 /// What an alloc hook sees.
@@ -56,10 +58,20 @@ pub trait AllocHook: Send + Sync + std::fmt::Debug + 'static {
 
 /// Creates the allocation's directory with its shared `alloc/` (`data/`, `logs/`, `tmp/`)
 /// before the tasks run, and removes the whole tree when the allocation is destroyed.
+///
+/// With [`SpareDirs`], the allocation's directory and its tasks' directories are ready-made
+/// shells renamed into place, which keeps inode allocation off the start's path.
 #[derive(Debug, Default)]
-pub struct AllocDirHook;
+pub struct AllocDirHook {
+    spares: Option<Arc<SpareDirs>>,
+}
 
 impl AllocDirHook {
+    /// The hook, taking directories from `spares` when it has them.
+    pub fn new(spares: Option<Arc<SpareDirs>>) -> AllocDirHook {
+        AllocDirHook { spares }
+    }
+
     /// The shared directories under `alloc_root`.
     pub fn shared_dirs(alloc_root: &Path) -> [PathBuf; 3] {
         let shared = alloc_root.join("alloc");
@@ -74,6 +86,20 @@ impl AllocHook for AllocDirHook {
     }
 
     async fn prerun(&self, ctx: AllocHookContext<'_>) -> Result<(), AllocError> {
+        if let Some(spares) = &self.spares
+            && spares.take_alloc(ctx.alloc_root)
+            && let Ok(group) = ctx.alloc.group()
+        {
+            for task in &group.tasks {
+                // Task names are checked when the job is, but a shell goes only where a plain
+                // name puts it: inside the allocation's directory.
+                let mut parts = Path::new(&task.name).components();
+                if let (Some(Component::Normal(_)), None) = (parts.next(), parts.next()) {
+                    spares.take_task(&ctx.alloc_root.join(&task.name));
+                }
+            }
+        }
+        // Whatever no shell provided (or all of it, without spares); a no-op otherwise.
         for dir in AllocDirHook::shared_dirs(ctx.alloc_root) {
             std::fs::create_dir_all(&dir).map_err(|e| AllocError::Hook {
                 hook: self.name().into(),

@@ -14,7 +14,9 @@ pub mod coordinator;
 mod error;
 pub mod hooks;
 mod runner;
+pub mod spare_dirs;
 
 pub use error::AllocError;
 pub use hooks::{AllocDirHook, AllocHook, AllocHookContext};
 pub use runner::{AllocRunner, AllocRunnerConfig, AllocUsage, DEFAULT_POSTSTOP_TIMEOUT};
+pub use spare_dirs::SpareDirs;

@@ -18,6 +18,7 @@
 use crate::AllocError;
 use crate::coordinator::{Coordinator, Phase};
 use crate::hooks::{AllocDirHook, AllocHook, AllocHookContext};
+use crate::spare_dirs::SpareDirs;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -62,6 +63,8 @@ pub struct AllocRunnerConfig {
     pub logs: LogLimits,
     /// How long destroy lets poststop tasks run before killing them.
     pub poststop_timeout: Duration,
+    /// Ready-made directories for the alloc dir hook, if the node keeps them.
+    pub spare_dirs: Option<Arc<SpareDirs>>,
 }
 
 /// Resource usage of an allocation's running tasks.
@@ -152,7 +155,8 @@ impl AllocRunner {
                 state_changed: state_changed.clone(),
             }));
         }
-        let mut hooks: Vec<Arc<dyn AllocHook>> = vec![Arc::new(AllocDirHook)];
+        let mut hooks: Vec<Arc<dyn AllocHook>> =
+            vec![Arc::new(AllocDirHook::new(config.spare_dirs))];
         hooks.extend(config.hooks);
         let initial = AllocState::pending(group.tasks.iter().map(|t| t.name.clone()));
         Ok(AllocRunner {

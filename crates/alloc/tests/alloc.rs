@@ -5,7 +5,9 @@ use parking_lot::Mutex;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
-use wharf_alloc::{AllocError, AllocHook, AllocHookContext, AllocRunner, AllocRunnerConfig};
+use wharf_alloc::{
+    AllocError, AllocHook, AllocHookContext, AllocRunner, AllocRunnerConfig, SpareDirs,
+};
 use wharf_driver::mock::MockDriver;
 use wharf_driver::{Driver, DriverRegistry};
 use wharf_state::{
@@ -128,6 +130,7 @@ impl Harness {
             max_kill_timeout: Duration::from_secs(30),
             logs: Default::default(),
             poststop_timeout: Duration::from_secs(60),
+            spare_dirs: None,
         }
     }
 
@@ -223,6 +226,51 @@ async fn a_batch_allocation_completes_and_runs_its_hooks() {
     let stored = h.store.load_alloc("a1").await.unwrap().unwrap();
     assert_eq!(stored.alloc, h.alloc);
     assert_eq!(stored.tasks["web"].state.as_ref(), Some(&state.task_states["web"]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn spare_directories_become_the_allocation_and_task_directories() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let h = Harness::new(
+        "batch",
+        &format!(
+            "{}{}",
+            task("web", "config = { run_for = \"1s\" }"),
+            task("db", "config = { run_for = \"1s\" }")
+        ),
+    );
+    let spare_root = h.dir.path().join("spare");
+    let spares = Arc::new(SpareDirs::open(&spare_root, 2).unwrap());
+    assert!(spares.wait_full(Duration::from_secs(10)), "never filled: {:?}", spares.ready());
+    let inodes = |prefix: &str| -> Vec<u64> {
+        std::fs::read_dir(&spare_root)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+            .map(|e| e.metadata().unwrap().ino())
+            .collect()
+    };
+    let (alloc_shells, task_shells) = (inodes("alloc-"), inodes("task-"));
+    let runner = AllocRunner::new(AllocRunnerConfig {
+        spare_dirs: Some(spares.clone()),
+        ..h.config(h.alloc.clone())
+    })
+    .unwrap();
+    spawn_run(&runner);
+    let state = finished(&runner).await;
+    assert_eq!(state.client_status, ClientStatus::Complete, "{state:#?}");
+
+    let root = h.dir.path().join("a1");
+    let ino = |path: &std::path::Path| std::fs::metadata(path).unwrap().ino();
+    assert!(alloc_shells.contains(&ino(&root)), "the allocation's directory is a shell");
+    for name in ["web", "db"] {
+        let dir = root.join(name);
+        assert!(task_shells.contains(&ino(&dir)), "{name}'s directory is a shell");
+        let secrets = std::fs::metadata(dir.join("secrets")).unwrap().permissions().mode();
+        assert_eq!(secrets & 0o777, 0o700);
+        assert!(dir.join("local").is_dir() && dir.join("logs").is_dir());
+    }
+    assert!(root.join("alloc/data").is_dir() && root.join("alloc/tmp").is_dir());
 }
 
 #[tokio::test(start_paused = true)]

@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::task::JoinSet;
-use wharf_alloc::{AllocError, AllocRunner, AllocRunnerConfig, DEFAULT_POSTSTOP_TIMEOUT};
+use wharf_alloc::{
+    AllocError, AllocRunner, AllocRunnerConfig, DEFAULT_POSTSTOP_TIMEOUT, SpareDirs,
+};
 use wharf_driver::{DriverRegistry, Health};
 use wharf_state::{Allocation, ClientStatus, DesiredStatus, Job, SpecError, Timestamp};
 use wharf_store::{RedbStore, StateStore, StoreError, StoredAlloc};
@@ -94,7 +96,12 @@ pub struct Agent {
     metrics: Arc<Metrics>,
     clock: Arc<dyn WallClock>,
     task_hooks: Vec<Arc<dyn TaskHook>>,
+    /// Ready-made allocation directories; none if the spare root cannot be used.
+    spare_dirs: Option<Arc<SpareDirs>>,
 }
+
+/// How many ready-made allocation and task directories the agent keeps.
+const SPARE_DIRS: usize = 4;
 
 impl Agent {
     /// Opens the store, builds the drivers and restores every allocation (in parallel), then
@@ -112,6 +119,15 @@ impl Agent {
             .canonicalize()
             .map_err(|source| AgentError::Io { path: config.data_dir.clone(), source })?;
         let store = open_store(&config, options)?;
+        // An optimisation only: without it, the allocation directories are made on demand.
+        let spare_dirs = match SpareDirs::open(config.spare_root(), SPARE_DIRS) {
+            Ok(spares) => Some(Arc::new(spares)),
+            Err(error) => {
+                tracing::warn!(root = %config.spare_root().display(), %error,
+                    "cannot keep spare allocation directories; making them on demand");
+                None
+            }
+        };
         let metrics = Arc::new(Metrics::default());
         let agent = Arc::new(Agent {
             drivers: build_drivers(&config),
@@ -121,6 +137,7 @@ impl Agent {
             next_order: 0.into(),
             clock: Arc::new(SystemClock),
             task_hooks: vec![Arc::new(MetricsHook(metrics.clone()))],
+            spare_dirs,
             metrics,
             config,
         });
@@ -212,6 +229,7 @@ impl Agent {
                 max_file_bytes: self.config.logs.max_file_mb << 20,
             },
             poststop_timeout: DEFAULT_POSTSTOP_TIMEOUT,
+            spare_dirs: self.spare_dirs.clone(),
         })
     }
 

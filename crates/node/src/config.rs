@@ -184,6 +184,12 @@ impl NodeConfig {
     pub fn alloc_root(&self, alloc_id: &str) -> PathBuf {
         self.data_dir.join("allocs").join(alloc_id)
     }
+
+    /// Where the agent keeps ready-made allocation directories (`wharf_alloc::SpareDirs`):
+    /// beside `allocs/`, on the same file system, so a rename moves them into place.
+    pub fn spare_root(&self) -> PathBuf {
+        self.data_dir.join("spare")
+    }
 }
 
 #[cfg(test)]
