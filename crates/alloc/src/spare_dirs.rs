@@ -194,8 +194,8 @@ impl Drop for SpareDirs {
 
 impl Shared {
     fn take(&self, kind: Kind, dest: &Path) -> bool {
-        // Renaming onto an existing empty directory would succeed and hide nothing, but a
-        // directory that exists belongs to someone: leave it and keep the shell.
+        // rename() would replace an empty directory there. Whatever exists belongs to someone
+        // (an allocation whose prerun runs again after a restart): leave it, keep the shell.
         if dest.symlink_metadata().is_ok() {
             return false;
         }
