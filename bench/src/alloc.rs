@@ -46,12 +46,8 @@ pub(crate) fn run(effort: Effort) -> Vec<Row> {
 }
 
 async fn start_all(count: usize) -> (Duration, f64) {
-    let dir = tempfile::Builder::new()
-        .prefix("wharf-bench-alloc")
-        .tempdir_in(crate::store::scratch_dir())
-        .unwrap();
-    let store: Arc<dyn StateStore> =
-        Arc::new(RedbStore::open(dir.path().join("state.redb")).unwrap());
+    let dir = crate::scratch::dir("wharf-bench-alloc");
+    let store: Arc<dyn StateStore> = Arc::new(RedbStore::open(dir.join("state.redb")).unwrap());
     let drivers = DriverRegistry::new().with(Arc::new(MockDriver::new()));
     let job = spec::parse_toml(
         "[job]\nid = \"bench\"\ntype = \"service\"\n[group]\nname = \"g\"\n[[group.task]]\nname = \"t\"\ndriver = \"mock\"\n",
@@ -75,7 +71,7 @@ async fn start_all(count: usize) -> (Duration, f64) {
                 drivers: drivers.clone(),
                 store: store.clone(),
                 clock: Arc::new(SystemClock),
-                alloc_root: dir.path().join(format!("allocs/bench-{i}")),
+                alloc_root: dir.join(format!("allocs/bench-{i}")),
                 hooks: Vec::new(),
                 task_hooks: Vec::new(),
                 max_kill_timeout: Duration::from_secs(30),

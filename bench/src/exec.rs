@@ -39,12 +39,11 @@ pub(crate) fn run(effort: Effort) -> Vec<Row> {
     let (mut shim_kib, mut start_all, mut stop_all, mut shims_mib, mut agent_kib) =
         (vec![], vec![], vec![], vec![], vec![]);
     for run in 0..effort.runs {
-        // Each run gets fresh directories (a node does not pile up thousands of old task
-        // directories) and starts on a settled disk: what the previous run's thousand tasks
-        // wrote (fsynced exit records, removed directories) is flushed first, not measured.
-        let scratch =
-            tempfile::Builder::new().prefix("wharf-bench-exec").tempdir_in(scratch_dir()).unwrap();
-        let root = scratch.path();
+        // Each run gets a fresh directory (a node does not pile up thousands of old task
+        // directories in one place) and starts on a settled disk: what the previous run's
+        // thousand tasks wrote (fsynced exit records) is flushed first, not measured.
+        let scratch = crate::scratch::dir("wharf-bench-exec");
+        let root = scratch.as_path();
         settle();
         let starts = effort.scaled(FULL_STARTS);
         let latencies = runtime.block_on(start_latencies(&driver, root, run, starts));
@@ -330,11 +329,4 @@ fn percentile(samples: &[f64], p: f64) -> f64 {
     }
     let rank = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len());
     sorted[rank - 1]
-}
-
-/// Beside the build output, on the same disk as the workspace.
-fn scratch_dir() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench-scratch");
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }

@@ -24,18 +24,13 @@ struct FleetProcess {
     client: Client,
     data_dir: PathBuf,
     wharf: PathBuf,
-    /// Its scratch directory, removed with it.
-    _dir: tempfile::TempDir,
 }
 
 impl FleetProcess {
     /// Starts a fleet with `settings` in a new scratch directory.
     fn start(wharf: &Path, settings: &str) -> FleetProcess {
-        let scratch = tempfile::Builder::new()
-            .prefix("wharf-bench-fleet")
-            .tempdir_in(crate::store::scratch_dir())
-            .unwrap();
-        let dir = scratch.path();
+        let scratch = crate::scratch::dir("wharf-bench-fleet");
+        let dir = scratch.as_path();
         let data_dir = dir.join("fleet");
         let config = dir.join("fleet.toml");
         let text = format!(
@@ -50,7 +45,7 @@ impl FleetProcess {
         )
         .unwrap();
         let client = Client::new(&address, None);
-        FleetProcess { child, client, data_dir, wharf: wharf.to_owned(), _dir: scratch }
+        FleetProcess { child, client, data_dir, wharf: wharf.to_owned() }
     }
 
     async fn until_idle(&self, count: usize, limit: Duration) -> Duration {

@@ -15,6 +15,7 @@ mod node;
 mod peers;
 mod prober;
 mod report;
+mod scratch;
 mod store;
 
 use report::{Report, Row};
@@ -82,11 +83,13 @@ fn main() -> ExitCode {
             Ok(prober_rows) => rows.extend(prober_rows),
             Err(e) => {
                 eprintln!("prober scenario failed: {e}");
+                scratch::remove_all();
                 return ExitCode::FAILURE;
             }
         }
     }
 
+    scratch::remove_all();
     let report = Report::new(rows);
     let text = report.markdown(quick);
     println!("{text}");

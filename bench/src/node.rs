@@ -37,43 +37,26 @@ pub(crate) fn run(effort: Effort) -> Vec<Row> {
     let (mut restore_records, mut overshoot) = (Vec::new(), Vec::new());
     // Each run starts 3,000 real processes (wharf, supervisord, s6): three runs are enough.
     for _ in 0..effort.runs.min(3) {
-        let dir = tempfile::Builder::new()
-            .prefix("wharf-bench-node")
-            .tempdir_in(crate::store::scratch_dir())
-            .unwrap();
-        restore_records
-            .push(runtime.block_on(restore_finished(config(dir.path(), &shim), records)));
-        let dir = tempfile::Builder::new()
-            .prefix("wharf-bench-node")
-            .tempdir_in(crate::store::scratch_dir())
-            .unwrap();
-        overshoot.push(runtime.block_on(stop_overshoot(dir.path(), &shim)));
-        let dir = tempfile::Builder::new()
-            .prefix("wharf-bench-node")
-            .tempdir_in(crate::store::scratch_dir())
-            .unwrap();
+        let dir = crate::scratch::dir("wharf-bench-node");
+        restore_records.push(runtime.block_on(restore_finished(config(&dir, &shim), records)));
+        let dir = crate::scratch::dir("wharf-bench-node");
+        overshoot.push(runtime.block_on(stop_overshoot(&dir, &shim)));
+        let dir = crate::scratch::dir("wharf-bench-node");
         // What the scenarios before wrote (ten thousand records, a thousand task directories)
         // is flushed first, not measured as part of a submission's fsync.
         crate::exec::settle();
-        latencies.extend(runtime.block_on(submit_latencies(
-            config(dir.path(), &shim),
-            effort.scaled(FULL_LATENCY_SAMPLES),
-        )));
-        let dir = tempfile::Builder::new()
-            .prefix("wharf-bench-node")
-            .tempdir_in(crate::store::scratch_dir())
-            .unwrap();
-        fleet.add(runtime.block_on(many(config(dir.path(), &shim), count)));
-        let peer_dir = tempfile::Builder::new()
-            .prefix("wharf-bench-peer")
-            .tempdir_in(crate::store::scratch_dir())
-            .unwrap();
-        fleet.supervisord.push(peers::supervisord(peer_dir.path(), count));
-        let peer_dir = tempfile::Builder::new()
-            .prefix("wharf-bench-peer")
-            .tempdir_in(crate::store::scratch_dir())
-            .unwrap();
-        fleet.s6.push(peers::s6(peer_dir.path(), count));
+        latencies.extend(
+            runtime.block_on(submit_latencies(
+                config(&dir, &shim),
+                effort.scaled(FULL_LATENCY_SAMPLES),
+            )),
+        );
+        let dir = crate::scratch::dir("wharf-bench-node");
+        fleet.add(runtime.block_on(many(config(&dir, &shim), count)));
+        let peer_dir = crate::scratch::dir("wharf-bench-peer");
+        fleet.supervisord.push(peers::supervisord(&peer_dir, count));
+        let peer_dir = crate::scratch::dir("wharf-bench-peer");
+        fleet.s6.push(peers::s6(&peer_dir, count));
     }
     let ms = |d: &Duration| d.as_secs_f64() * 1000.0;
     let mut rows = vec![

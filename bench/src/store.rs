@@ -60,9 +60,8 @@ fn measure(
     changes: usize,
     options: StoreOptions,
 ) -> Measured {
-    let dir =
-        tempfile::Builder::new().prefix("wharf-bench-store").tempdir_in(scratch_dir()).unwrap();
-    let store = RedbStore::open_with(dir.path().join("state.redb"), options).unwrap();
+    let dir = crate::scratch::dir("wharf-bench-store");
+    let store = RedbStore::open_with(dir.join("state.redb"), options).unwrap();
     let per_writer = changes.div_ceil(writers);
     let started = Instant::now();
     runtime.block_on(async {
@@ -88,11 +87,4 @@ fn measure(
         changes_per_second: (per_writer * writers) as f64 / elapsed,
         commits_per_thousand: stats.commits as f64 * 1000.0 / stats.writes as f64,
     }
-}
-
-/// Beside the build output, on the same disk as the workspace.
-pub(crate) fn scratch_dir() -> std::path::PathBuf {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench-scratch");
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
