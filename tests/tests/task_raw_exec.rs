@@ -93,6 +93,20 @@ async fn until(
         .unwrap_or_else(|_| panic!("never {what}: {:?}", runner.state()))
 }
 
+/// The pid a task wrote to `path`, once the whole number is there: the shell creates the file
+/// before it writes to it.
+async fn written_pid(path: &std::path::Path) -> i32 {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if let Some(pid) = text.strip_suffix('\n').and_then(|t| t.parse().ok()) {
+            return pid;
+        }
+        assert!(Instant::now() < deadline, "{} never held a pid: {text:?}", path.display());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 fn alive(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
 }
@@ -142,13 +156,7 @@ async fn a_task_that_ignores_sigterm_is_killed_at_its_timeout() {
         async move { runner.run().await }
     });
     until(&runner, &changed, "running", |s| s.status == TaskStatus::Running).await;
-    let pid_file = node.file("pid");
-    let deadline = Instant::now() + LIMIT;
-    while !pid_file.exists() {
-        assert!(Instant::now() < deadline);
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let pid: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+    let pid = written_pid(&node.file("pid")).await;
     let started = Instant::now();
     runner.kill(None).await;
     let took = started.elapsed();
@@ -178,16 +186,12 @@ async fn a_new_agent_reattaches_to_the_same_process_and_learns_its_exit() {
             async move { runner.run().await }
         });
         until(&runner, &changed, "running", |s| s.status == TaskStatus::Running).await;
-        let deadline = Instant::now() + LIMIT;
-        while !node.file("pid").exists() {
-            assert!(Instant::now() < deadline);
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let pid = written_pid(&node.file("pid")).await;
         runner.shutdown();
         run.await.unwrap();
         // The old agent is gone: its runner and store close the file.
         drop((runner, store));
-        std::fs::read_to_string(node.file("pid")).unwrap().trim().parse::<i32>().unwrap()
+        pid
     };
     assert!(alive(first_pid), "shutdown leaves the task running");
 
