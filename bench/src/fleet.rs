@@ -6,11 +6,11 @@
 use crate::Effort;
 use crate::report::{Better, Row};
 use hyper::Method;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::path::Path;
 use std::time::{Duration, Instant};
 use wharf_node::client::Client;
 use wharf_node::fleet::api::{FleetAlloc, FleetWorker};
+use wharf_tests::fleet::Fleet;
 
 const FULL_LATENCY_SAMPLES: usize = 50;
 const FULL_WORKERS: usize = 100;
@@ -19,33 +19,19 @@ const FULL_WINDOW: Duration = Duration::from_secs(30);
 /// /proc reports CPU time in USER_HZ, 100 per second on Linux.
 const TICKS_PER_SECOND: f64 = 100.0;
 
+/// A fleet and a client of its API.
 struct FleetProcess {
-    child: Child,
+    fleet: Fleet,
     client: Client,
-    data_dir: PathBuf,
-    wharf: PathBuf,
 }
 
 impl FleetProcess {
     /// Starts a fleet with `settings` in a new scratch directory.
     fn start(wharf: &Path, settings: &str) -> FleetProcess {
-        let scratch = crate::scratch::dir("wharf-bench-fleet");
-        let dir = scratch.as_path();
-        let data_dir = dir.join("fleet");
-        let config = dir.join("fleet.toml");
-        let text = format!(
-            "bind = \"127.0.0.1:0\"\ndata_dir = {:?}\n{settings}",
-            data_dir.display().to_string()
-        );
-        std::fs::write(&config, text).unwrap();
-        let (child, address) = wharf_tests::announce::spawn_announcing(
-            Command::new(wharf).args(["fleet", "--config", config.to_str().unwrap()]),
-            "fleet ready",
-            Duration::from_secs(60),
-        )
-        .unwrap();
-        let client = Client::new(&address, None);
-        FleetProcess { child, client, data_dir, wharf: wharf.to_owned() }
+        let dir = crate::scratch::dir("wharf-bench-fleet");
+        let fleet = Fleet::start(wharf, &dir, settings, Duration::from_secs(60)).unwrap();
+        let client = Client::new(fleet.address(), None);
+        FleetProcess { fleet, client }
     }
 
     async fn until_idle(&self, count: usize, limit: Duration) -> Duration {
@@ -61,22 +47,9 @@ impl FleetProcess {
         }
     }
 
-    fn terminate(mut self) {
-        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for FleetProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if let Ok(entries) = std::fs::read_dir(self.data_dir.join("instances")) {
-            // A fleet that did not stop cleanly leaves its agents: wipe them.
-            for entry in entries.flatten() {
-                let data = entry.path().join("data");
-                let _ = Command::new(&self.wharf).arg("--data-dir").arg(data).arg("wipe").output();
-            }
+    fn terminate(self) {
+        if let Err(error) = self.fleet.terminate(Duration::from_secs(60)) {
+            eprintln!("the fleet did not stop cleanly: {error}");
         }
     }
 }
@@ -221,12 +194,12 @@ async fn idle_fleet(wharf: &Path, workers: usize, window: Duration) -> IdleFleet
         &format!("probe_interval = \"5s\"\n[loopback]\ninstances = {workers}\n"),
     );
     let boot = fleet.until_idle(workers, Duration::from_secs(600)).await;
-    let pid = fleet.child.id();
+    let pid = fleet.fleet.pid();
     let (own_before, children_before) = cpu_seconds(pid);
     tokio::time::sleep(window).await;
     let (own_after, children_after) = cpu_seconds(pid);
     let seconds = window.as_secs_f64();
-    let instances = fleet.data_dir.join("instances");
+    let instances = fleet.fleet.data_dir().join("instances");
     let agents: Vec<u32> = std::fs::read_dir(&instances)
         .unwrap()
         .flatten()

@@ -4,7 +4,9 @@
 //! - [`netns`]: hosts made of network namespaces (veth link, own address, own sshd) for
 //!   end-to-end tests of the fleet over a real network.
 //! - [`announce`]: starting an agent or a fleet and reading the address it announces.
+//! - [`fleet`]: a `wharf fleet` process that wipes what it leaves behind when dropped.
 
 pub mod announce;
+pub mod fleet;
 pub mod netns;
 pub mod sshd;

@@ -5,87 +5,39 @@
 #![allow(clippy::disallowed_methods)]
 
 use hyper::{Method, StatusCode};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 use wharf_node::client::{Client, ClientError};
 use wharf_node::fleet::api::{FleetAlloc, FleetWorker};
-use wharf_tests::announce::spawn_announcing;
+use wharf_tests::fleet::Fleet;
 
 const WHARF: &str = env!("CARGO_BIN_EXE_wharf");
 /// Any single wait in these tests; reaching it means something hung.
 const LIMIT: Duration = Duration::from_secs(60);
 
-struct FleetProcess {
-    child: Child,
-    address: String,
-    data_dir: PathBuf,
-}
+/// A fleet probing fast enough for tests, with `extra` settings.
+struct FleetProcess(Fleet);
 
 impl FleetProcess {
     fn start(dir: &Path, extra: &str) -> FleetProcess {
         let shim = Path::new(WHARF).with_file_name("wharf-shim");
         assert!(shim.exists(), "{} is missing: build the whole workspace", shim.display());
-        let data_dir = dir.join("fleet");
-        let config = dir.join("fleet.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "bind = \"127.0.0.1:0\"\ndata_dir = {:?}\nprobe_interval = \"200ms\"\nsync_interval = \"1s\"\n{extra}",
-                data_dir.display().to_string()
-            ),
-        )
-        .unwrap();
-        let (child, address) = spawn_announcing(
-            Command::new(WHARF).args(["fleet", "--config", config.to_str().unwrap()]),
-            "fleet ready",
-            LIMIT,
-        )
-        .unwrap();
-        FleetProcess { child, address, data_dir }
+        let settings = format!("probe_interval = \"200ms\"\nsync_interval = \"1s\"\n{extra}");
+        FleetProcess(Fleet::start(Path::new(WHARF), dir, &settings, LIMIT).unwrap())
     }
 
     fn client(&self) -> Client {
-        Client::new(&self.address, None)
+        Client::new(self.0.address(), None)
     }
 
     fn cli(&self, args: &[&str]) -> std::process::Output {
         Command::new(WHARF)
             .arg("fleet")
             .args(args)
-            .env("WHARF_FLEET_ADDR", &self.address)
+            .env("WHARF_FLEET_ADDR", self.0.address())
             .output()
             .unwrap()
-    }
-
-    /// SIGTERM, and wait for the exit.
-    fn terminate(mut self) -> std::process::ExitStatus {
-        let status =
-            Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
-        assert!(status.success());
-        let deadline = Instant::now() + LIMIT;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "the fleet did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for FleetProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        // Whatever the fleet left: its next start would wipe it; a test wipes it now.
-        if let Ok(entries) = std::fs::read_dir(self.data_dir.join("instances")) {
-            for entry in entries.flatten() {
-                let _ = Command::new(WHARF)
-                    .args(["--data-dir", entry.path().join("data").to_str().unwrap(), "wipe"])
-                    .output();
-            }
-        }
     }
 }
 
@@ -203,7 +155,7 @@ async fn loopback_workers_run_allocations_and_end_with_the_fleet() {
 
     // Killing a worker loses what ran there; the fleet makes a new one to keep two.
     let b_worker = b.worker.clone().unwrap();
-    let b_task = fleet.data_dir.join(format!("instances/{b_worker}/data/allocs/{}", b.id));
+    let b_task = fleet.0.data_dir().join(format!("instances/{b_worker}/data/allocs/{}", b.id));
     assert!(b_task.exists());
     client.call(Method::POST, &format!("/v1/workers/{b_worker}/kill"), None).await.unwrap();
     let lost = until_alloc(&client, &b.id, "b is lost", |x| x.phase == "lost").await;
@@ -221,10 +173,10 @@ async fn loopback_workers_run_allocations_and_end_with_the_fleet() {
     assert!(metrics.contains("wharf_prober_instances_total"), "{metrics}");
 
     // A clean stop destroys the loopback instances: no agent or task of them survives.
-    let instances = fleet.data_dir.join("instances");
+    let instances = fleet.0.data_dir().join("instances");
     let instances_name = instances.display().to_string();
     assert!(!processes_mentioning(&instances_name).is_empty(), "agents run under {instances_name}");
-    let status = fleet.terminate();
+    let status = fleet.0.terminate(LIMIT).unwrap();
     assert!(status.success(), "{status:?}");
     assert_eq!(std::fs::read_dir(&instances).unwrap().count(), 0);
     let left = processes_mentioning(&instances_name);
