@@ -104,6 +104,9 @@ pub enum Reply {
     NoAddress,
     /// The worker's host key is not the pinned one.
     HostKeyChanged,
+    /// The command never answers, deadline or not, until the call is dropped: a frozen host
+    /// behind an executor that does not enforce its deadlines.
+    Hang,
 }
 
 impl Reply {
@@ -255,6 +258,7 @@ impl Executor for ScriptedExecutor {
                 detail: "connection refused".into(),
             }),
             Some(Reply::NoAddress) => Err(ProberError::NoAddress { worker }),
+            Some(Reply::Hang) => std::future::pending().await,
             Some(Reply::HostKeyChanged) => Err(ProberError::HostKey {
                 worker,
                 address: "scripted".into(),

@@ -716,7 +716,7 @@ impl Pool {
     }
 
     /// Spawns the probes due now without waiting for them (the real-time loop's step).
-    fn spawn_due(&self) -> usize {
+    pub(crate) fn spawn_due(&self) -> usize {
         let due = self.take_due();
         let count = due.len();
         for worker in due {

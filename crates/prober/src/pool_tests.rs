@@ -502,6 +502,39 @@ fn without_an_outage_a_lone_broken_worker_is_destroyed() {
 }
 
 #[test]
+fn workers_whose_probes_hang_count_as_failing_for_the_brake() {
+    // An outage in which 9 of 10 hosts freeze: their probes hang, in flight, and say nothing
+    // until the pool's bound abandons them minutes later. The tenth fails its probes at once.
+    // Counting only failed probes, the brake would see one broken worker and shut it down.
+    let h = harness();
+    fleet(&h, 10);
+    for i in 1..10 {
+        h.script(&format!("w-{i}")).exact(LIST, Reply::Hang);
+    }
+    h.script("w-0").exact(LIST, Reply::Unreachable);
+    let probed_before = h.script("w-0").call_count();
+    // Probes are spawned as the real-time loop spawns them, so the hanging ones stay in
+    // flight while the clock moves; each step lets the ones that can finish do so.
+    for _ in 0..11 * 60 {
+        h.clock.advance(secs(1));
+        h.runtime.block_on(async {
+            h.pool.spawn_due();
+            for _ in 0..64 {
+                tokio::task::yield_now().await;
+            }
+        });
+    }
+    // The tenth was probed all along (about once per 10 s interval), and failed each time.
+    let probes = h.script("w-0").call_count() - probed_before;
+    assert!(probes >= 60, "w-0 was probed {probes} times");
+    assert!(h.pool.brake().engaged());
+    let reason = h.pool.brake().reason();
+    assert!(reason.contains("10 of 10 booted workers fail"), "{reason}");
+    assert!(h.cloud.state.lock().destroyed.is_empty(), "no worker destroyed");
+    assert_ne!(h.state_of("w-0"), State::Shutdown);
+}
+
+#[test]
 fn operator_actions() {
     let h = harness();
     fleet(&h, 3);
