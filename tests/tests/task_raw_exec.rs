@@ -73,6 +73,19 @@ impl Node {
     }
 }
 
+impl Drop for Node {
+    /// A test that fails half-way would leave its task running (and its shim, which ends with
+    /// it): kill it, if the pid it wrote is still that task's.
+    fn drop(&mut self) {
+        let pid =
+            std::fs::read_to_string(self.file("pid")).ok().and_then(|t| t.trim().parse().ok());
+        if let Some(pid) = pid {
+            let ours = |cmdline: &str| cmdline.contains("$WHARF_TASK_DIR/pid");
+            let _ = wharf_exec::process::kill_if(pid, ours, Duration::from_secs(5));
+        }
+    }
+}
+
 async fn until(
     runner: &TaskRunner,
     changed: &Notify,
