@@ -2,13 +2,14 @@
 //!
 //! Every new directory costs an inode, and on a busy file system inode allocation is the
 //! slowest step between a submission and a running task. A one-task allocation needs eight
-//! directories: 40 µs each on a quiet ext4, 150 to 500 µs after many deletions, and a node
+//! directories: 40 µs each on a quiet ext4, 150 to 900 µs where many were deleted, and a node
 //! that garbage-collects allocations deletes a lot. Moving a finished directory into place is
 //! one rename, about 13 µs, whatever the file system's history.
 //!
 //! So a node keeps a few empty trees ready, called shells, and the alloc dir hook renames them
-//! into place. A background thread at the lowest CPU priority (nice 19) makes new ones, so it
-//! runs when the CPU would otherwise idle and never competes with a start. When no shell is
+//! into place. A background thread at the lowest CPU priority (nice 19) makes new ones, giving
+//! way to anything else that wants the CPU between its system calls (a kernel that does not
+//! preempt inside them still lets one `mkdir` hold a core until it returns). When no shell is
 //! ready (a burst of submissions, or a spare root on another file system), the hook creates
 //! the directories itself, as it would without spares.
 //!
