@@ -29,7 +29,10 @@ impl FleetProcess {
     /// Starts a fleet with `settings` in a new scratch directory.
     fn start(wharf: &Path, settings: &str) -> FleetProcess {
         let dir = crate::scratch::dir("wharf-bench-fleet");
-        let fleet = Fleet::start(wharf, &dir, settings, Duration::from_secs(60)).unwrap();
+        // The fleet's own progress, and only warnings from the rest (the loopback agents
+        // inherit this), so logging does not weigh on the figures.
+        let filter = "warn,wharf_node::fleet=info";
+        let fleet = Fleet::start(wharf, &dir, settings, filter, Duration::from_secs(60)).unwrap();
         let client = Client::new(fleet.address(), None);
         FleetProcess { fleet, client }
     }

@@ -78,18 +78,16 @@ fn main() -> ExitCode {
     if wanted("fleet") {
         rows.extend(fleet::run(effort));
     }
-    if wanted("prober") {
-        match prober::run(effort) {
-            Ok(prober_rows) => rows.extend(prober_rows),
-            Err(e) => {
-                eprintln!("prober scenario failed: {e}");
-                scratch::remove_all();
-                return ExitCode::FAILURE;
-            }
-        }
-    }
-
+    let prober = wanted("prober").then(|| prober::run(effort));
     scratch::remove_all();
+    match prober {
+        Some(Ok(prober_rows)) => rows.extend(prober_rows),
+        Some(Err(e)) => {
+            eprintln!("prober scenario failed: {e}");
+            return ExitCode::FAILURE;
+        }
+        None => {}
+    }
     let report = Report::new(rows);
     let text = report.markdown(quick);
     println!("{text}");

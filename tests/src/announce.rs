@@ -4,21 +4,33 @@
 // This fixture's job is to start a program and wait (bounded) for what it says.
 #![allow(clippy::disallowed_methods)]
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// Starts `command` with its standard error piped (and logs as plain text), waits at most
+/// Starts `command` with its standard error piped (and logs as plain text, at `info` unless the
+/// command sets `RUST_LOG` itself), waits at most
 /// `limit` for a line containing `ready`, and returns the child and the `address=` value of
-/// that line. Standard error keeps being read (and dropped) so the child never blocks on it.
+/// that line. Standard error keeps being read so the child never blocks on it; every line of
+/// it goes to the file `log`, if given, and is dropped otherwise.
 pub fn spawn_announcing(
     command: &mut Command,
     ready: &str,
     limit: Duration,
+    log: Option<&Path>,
 ) -> Result<(Child, String), String> {
+    let mut log = log
+        .map(|path| {
+            std::fs::File::create(path)
+                .map_err(|e| format!("cannot create {}: {e}", path.display()))
+        })
+        .transpose()?;
+    if command.get_envs().all(|(name, _)| name != "RUST_LOG") {
+        command.env("RUST_LOG", "info");
+    }
     let mut child = command
-        .env("RUST_LOG", "info")
         .env("NO_COLOR", "1")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -31,6 +43,9 @@ pub fn spawn_announcing(
     let (lines_tx, lines) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(log) = &mut log {
+                let _ = writeln!(log, "{line}");
+            }
             let _ = lines_tx.send(line);
         }
     });
@@ -51,3 +66,24 @@ pub fn spawn_announcing(
         seen.push(line);
     }
 }
+
+/// Sends SIGTERM to `child` and waits at most `limit` for it to exit.
+pub fn terminate(child: &mut Child, limit: Duration) -> Result<ExitStatus, String> {
+    let pid = child.id().to_string();
+    let sent = Command::new("kill").args(["-TERM", &pid]).status();
+    if !sent.as_ref().is_ok_and(ExitStatus::success) {
+        return Err(format!("cannot send SIGTERM to {pid}: {sent:?}"));
+    }
+    let deadline = Instant::now() + limit;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Ok(status),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(POLL),
+            Ok(None) => return Err(format!("process {pid} did not exit within {limit:?}")),
+            Err(e) => return Err(format!("cannot wait for process {pid}: {e}")),
+        }
+    }
+}
+
+/// How often [`terminate`] looks for the exit.
+const POLL: Duration = Duration::from_millis(20);

@@ -1,6 +1,7 @@
 //! A `wharf fleet` process for tests and benchmarks: started on a config written into the
-//! caller's directory, reached at the address it announces, and, when dropped, killed with the
-//! agents it left behind wiped (its next start would wipe them; a test must leave nothing).
+//! caller's directory, reached at the address it announces, its log kept in that directory,
+//! and, when dropped, killed with the agents it left behind wiped (its next start would wipe
+//! them; a test must leave nothing).
 
 // This fixture's job is to start and stop a program.
 #![allow(clippy::disallowed_methods)]
@@ -8,7 +9,7 @@
 use crate::announce::spawn_announcing;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A running `wharf fleet`.
 #[derive(Debug)]
@@ -16,17 +17,20 @@ pub struct Fleet {
     child: Child,
     address: String,
     data_dir: PathBuf,
+    log: PathBuf,
     wharf: PathBuf,
 }
 
 impl Fleet {
     /// Writes `<dir>/fleet.toml` (API on 127.0.0.1 at a free port, data in `<dir>/fleet`,
-    /// then `settings`), starts `wharf fleet` on it and waits at most `limit` until it is
-    /// ready.
+    /// then `settings`), starts `wharf fleet` on it, logging at `log_filter` (a `RUST_LOG`
+    /// value, which the agents of its loopback instances inherit) to `<dir>/fleet.log`, and
+    /// waits at most `limit` until it is ready.
     pub fn start(
         wharf: &Path,
         dir: &Path,
         settings: &str,
+        log_filter: &str,
         limit: Duration,
     ) -> Result<Fleet, String> {
         let data_dir = dir.join("fleet");
@@ -37,12 +41,18 @@ impl Fleet {
         );
         std::fs::write(&config, text)
             .map_err(|e| format!("cannot write {}: {e}", config.display()))?;
+        let log = dir.join("fleet.log");
         let (child, address) = spawn_announcing(
-            Command::new(wharf).arg("fleet").arg("--config").arg(&config),
+            Command::new(wharf)
+                .arg("fleet")
+                .arg("--config")
+                .arg(&config)
+                .env("RUST_LOG", log_filter),
             "fleet ready",
             limit,
+            Some(&log),
         )?;
-        Ok(Fleet { child, address, data_dir, wharf: wharf.to_owned() })
+        Ok(Fleet { child, address, data_dir, log, wharf: wharf.to_owned() })
     }
 
     /// Where its API listens, `host:port`.
@@ -60,27 +70,18 @@ impl Fleet {
         &self.data_dir
     }
 
+    /// The last `lines` lines of its log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
     /// Sends SIGTERM and waits at most `limit` for the exit.
     pub fn terminate(mut self, limit: Duration) -> Result<ExitStatus, String> {
-        let pid = self.child.id().to_string();
-        let sent = Command::new("kill").args(["-TERM", &pid]).status();
-        if !sent.as_ref().is_ok_and(ExitStatus::success) {
-            return Err(format!("cannot send SIGTERM to {pid}: {sent:?}"));
-        }
-        let deadline = Instant::now() + limit;
-        loop {
-            match self.child.try_wait() {
-                Ok(Some(status)) => return Ok(status),
-                Ok(None) if Instant::now() < deadline => std::thread::sleep(POLL),
-                Ok(None) => return Err(format!("the fleet did not exit within {limit:?}")),
-                Err(e) => return Err(format!("cannot wait for the fleet: {e}")),
-            }
-        }
+        crate::announce::terminate(&mut self.child, limit)
     }
 }
-
-/// How often [`Fleet::terminate`] looks for the exit.
-const POLL: Duration = Duration::from_millis(20);
 
 impl Drop for Fleet {
     fn drop(&mut self) {

@@ -47,6 +47,7 @@ impl AgentProcess {
             Command::new(WHARF).args(["agent", "--config", config.to_str().unwrap()]),
             "agent ready",
             LIMIT,
+            None,
         )
         .unwrap();
         AgentProcess { child, address, data_dir, config }
@@ -63,10 +64,7 @@ impl AgentProcess {
     }
 
     fn terminate(mut self) -> std::process::ExitStatus {
-        let status =
-            Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
-        assert!(status.success());
-        wait_child(&mut self.child)
+        wharf_tests::announce::terminate(&mut self.child, LIMIT).unwrap()
     }
 
     fn cli(&self, args: &[&str]) -> std::process::Output {
@@ -93,18 +91,6 @@ fn shim_beside_wharf() {
         "{} is missing: build the whole workspace (`cargo build`, or `cargo test --workspace`) so wharf-exec's shim sits beside wharf",
         shim.display()
     );
-}
-
-/// Waits for `child` to exit, polling within the bound.
-fn wait_child(child: &mut Child) -> std::process::ExitStatus {
-    let deadline = std::time::Instant::now() + LIMIT;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(std::time::Instant::now() < deadline, "the agent did not exit");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Polls `check` until it holds, within the bound.

@@ -24,7 +24,7 @@ impl FleetProcess {
         let shim = Path::new(WHARF).with_file_name("wharf-shim");
         assert!(shim.exists(), "{} is missing: build the whole workspace", shim.display());
         let settings = format!("probe_interval = \"200ms\"\nsync_interval = \"1s\"\n{extra}");
-        FleetProcess(Fleet::start(Path::new(WHARF), dir, &settings, LIMIT).unwrap())
+        FleetProcess(Fleet::start(Path::new(WHARF), dir, &settings, "info", LIMIT).unwrap())
     }
 
     fn client(&self) -> Client {

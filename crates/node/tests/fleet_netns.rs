@@ -13,11 +13,12 @@
 
 use hyper::Method;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 use wharf_node::client::Client;
 use wharf_node::fleet::api::{FleetAlloc, FleetWorker};
+use wharf_tests::fleet::Fleet;
 use wharf_tests::netns::{ClientKey, Host};
 
 const WHARF: &str = env!("CARGO_BIN_EXE_wharf");
@@ -26,70 +27,10 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Any single wait in these tests; reaching it means something hung.
 const LIMIT: Duration = Duration::from_secs(30);
 
-/// The fleet process, its log, and its API's address.
-struct FleetProcess {
-    child: Child,
-    log: PathBuf,
-    address: String,
-}
-
-impl FleetProcess {
-    fn start(dir: &Path, config: &str) -> FleetProcess {
-        let config_path = dir.join("fleet.toml");
-        std::fs::write(&config_path, config).unwrap();
-        let log = dir.join("fleet.log");
-        let out = std::fs::File::create(&log).unwrap();
-        let err = out.try_clone().unwrap();
-        let child = Command::new(WHARF)
-            .args(["fleet", "--config"])
-            .arg(&config_path)
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .expect("start the fleet");
-        let mut fleet = FleetProcess { child, log, address: String::new() };
-        let deadline = Instant::now() + LIMIT;
-        fleet.address = loop {
-            let text = std::fs::read_to_string(&fleet.log).unwrap_or_default();
-            if let Some(address) = text
-                .lines()
-                .filter(|line| line.contains("fleet ready"))
-                .find_map(|line| line.split("address=").nth(1))
-                .and_then(|rest| rest.split_whitespace().next())
-            {
-                break address.to_owned();
-            }
-            if let Some(status) = fleet.child.try_wait().unwrap() {
-                panic!("the fleet exited ({status}) before it was ready:\n{text}");
-            }
-            assert!(Instant::now() < deadline, "the fleet never said it was ready:\n{text}");
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        fleet
-    }
-
-    /// The last `lines` lines of its log.
-    fn log_tail(&self, lines: usize) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let all: Vec<&str> = text.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
-    }
-}
-
-impl Drop for FleetProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// Hosts `h1`, `h2`, ... (namespaces with sshd and an agent each) and a fleet over them.
 /// Dropped, the fleet is killed first, then every host with everything running in it.
 struct Cluster {
-    fleet: FleetProcess,
+    fleet: Fleet,
     client: Client,
     hosts: Vec<Host>,
     _key: ClientKey,
@@ -123,9 +64,7 @@ impl Cluster {
             wait_agent_ready(host);
         }
         let mut config = format!(
-            "bind = \"127.0.0.1:0\"\n\
-             data_dir = {fleet_dir:?}\n\
-             per_worker_limit = {per_worker_limit}\n\
+            "per_worker_limit = {per_worker_limit}\n\
              probe_interval = \"300ms\"\n\
              sync_interval = \"1s\"\n\
              command_deadline = \"2s\"\n\
@@ -140,7 +79,6 @@ impl Cluster {
              [static]\n\
              identity = {identity:?}\n\
              rejoin_after = \"10m\"\n",
-            fleet_dir = dir.path().join("fleet").display().to_string(),
             probe = PROBE_TIMEOUT.as_secs(),
             runner = dir.path().join("runner").display().to_string(),
             identity = key.private_key_path().display().to_string(),
@@ -158,8 +96,8 @@ impl Cluster {
         assert!(sum.status.success(), "sha256sum {WHARF}: {sum:?}");
         let wharf_sha256 =
             String::from_utf8_lossy(&sum.stdout).split_whitespace().next().unwrap().to_owned();
-        let fleet = FleetProcess::start(dir.path(), &config);
-        let client = Client::new(&fleet.address, None);
+        let fleet = Fleet::start(Path::new(WHARF), dir.path(), &config, "info", LIMIT).unwrap();
+        let client = Client::new(fleet.address(), None);
         let cluster = Cluster { fleet, client, hosts, _key: key, dir, wharf_sha256 };
         cluster
             .until("every host booted as an idle worker", LIMIT, async || {
