@@ -10,9 +10,10 @@
 
 use crate::AllocError;
 use crate::SpareDirs;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use wharf_state::Allocation;
+use wharf_task::hooks::TaskDirs;
 
 /// What an alloc hook sees.
 #[derive(Debug, Clone, Copy)]
@@ -91,12 +92,7 @@ impl AllocHook for AllocDirHook {
             && let Ok(group) = ctx.alloc.group()
         {
             for task in &group.tasks {
-                // Task names are checked when the job is, but a shell goes only where a plain
-                // name puts it: inside the allocation's directory.
-                let mut parts = Path::new(&task.name).components();
-                if let (Some(Component::Normal(_)), None) = (parts.next(), parts.next()) {
-                    spares.take_task(&ctx.alloc_root.join(&task.name));
-                }
+                spares.take_task(&TaskDirs::new(ctx.alloc_root, &task.name).task_dir);
             }
         }
         // Whatever no shell provided (or all of it, without spares); a no-op otherwise.

@@ -74,27 +74,21 @@ impl Kind {
         }
     }
 
-    /// Makes the inside of a shell of this kind in `dir`, which exists. The modes are those
-    /// the hooks would give when creating the directories themselves.
+    /// Makes the inside of a shell of this kind in `dir`, which exists, as the hooks would.
     fn furnish(self, dir: &Path) -> io::Result<()> {
-        use std::os::unix::fs::DirBuilderExt;
         match self {
             Kind::Alloc => {
                 for shared in AllocDirHook::shared_dirs(dir) {
                     std::fs::create_dir_all(shared)?;
                 }
+                Ok(())
             }
             Kind::Task => {
                 let parent = dir.parent().unwrap_or(dir);
                 let name = dir.file_name().unwrap_or_default().to_string_lossy();
-                let dirs = TaskDirs::new(parent, &name);
-                for plain in [&dirs.local_dir, &dirs.logs_dir] {
-                    std::fs::DirBuilder::new().mode(0o755).create(plain)?;
-                }
-                std::fs::DirBuilder::new().mode(0o700).create(&dirs.secrets_dir)?;
+                TaskDirs::new(parent, &name).create_own().map_err(io::Error::other)
             }
         }
-        Ok(())
     }
 }
 
@@ -200,10 +194,7 @@ impl Shared {
         if dest.symlink_metadata().is_ok() {
             return false;
         }
-        let Some(shell) = self.ready.lock().list(kind).pop() else {
-            self.wanted.notify_one();
-            return false;
-        };
+        let Some(shell) = self.ready.lock().list(kind).pop() else { return false };
         self.wanted.notify_one();
         match std::fs::rename(&shell, dest) {
             Ok(()) => true,

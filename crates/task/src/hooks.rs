@@ -32,7 +32,30 @@ pub struct TaskDirs {
     pub logs_dir: PathBuf,
 }
 
+/// Creates `dir` and any missing parent with `mode` (for a new directory).
+fn create_dir(dir: &Path, mode: u32) -> Result<(), TaskError> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(mode)
+        .create(dir)
+        .map_err(|source| TaskError::Io { path: dir.to_owned(), source })
+}
+
 impl TaskDirs {
+    /// Creates the task's own directories: its directory, `local/`, `logs/` and `secrets/`
+    /// (mode 0700, even if it existed), but not the shared allocation directory.
+    pub fn create_own(&self) -> Result<(), TaskError> {
+        use std::os::unix::fs::PermissionsExt;
+        for dir in [&self.task_dir, &self.local_dir, &self.logs_dir] {
+            create_dir(dir, 0o755)?;
+        }
+        create_dir(&self.secrets_dir, 0o700)?;
+        // An existing directory keeps its mode through create(): set it.
+        std::fs::set_permissions(&self.secrets_dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|source| TaskError::Io { path: self.secrets_dir.clone(), source })
+    }
+
     /// The layout of DESIGN.md under an allocation's root directory.
     pub fn new(alloc_root: &Path, task: &str) -> TaskDirs {
         let task_dir = alloc_root.join(task);
@@ -126,25 +149,9 @@ impl TaskHook for TaskDirHook {
         ctx: HookContext<'_>,
         _previous: Option<&serde_json::Value>,
     ) -> Result<PrestartResponse, TaskError> {
-        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
         let dirs = ctx.dirs;
-        let io =
-            |path: &Path, source: std::io::Error| TaskError::Io { path: path.to_owned(), source };
-        for dir in [&dirs.alloc_dir, &dirs.task_dir, &dirs.local_dir, &dirs.logs_dir] {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o755)
-                .create(dir)
-                .map_err(|e| io(dir, e))?;
-        }
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&dirs.secrets_dir)
-            .map_err(|e| io(&dirs.secrets_dir, e))?;
-        // An existing directory keeps its mode through create(): set it.
-        std::fs::set_permissions(&dirs.secrets_dir, std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| io(&dirs.secrets_dir, e))?;
+        create_dir(&dirs.alloc_dir, 0o755)?;
+        dirs.create_own()?;
         Ok(PrestartResponse {
             events: vec![TaskEventKind::Setup { message: "Building Task Directory".into() }],
             ..PrestartResponse::default()
