@@ -7,8 +7,8 @@
 use crate::ProberError;
 use crate::quote::quote;
 use sha2::{Digest, Sha256};
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 /// The timeouts of the worker state machine.
@@ -88,7 +88,36 @@ pub enum RunnerBinary {
     Bytes(Arc<[u8]>),
     /// A file, read only while a worker needs a copy (a large binary is not held for the
     /// life of the pool); its checksum is taken once, when the configuration is prepared.
-    File(PathBuf),
+    File(RunnerFile),
+}
+
+/// A runner binary in a file ([`RunnerBinary::file`]). Copies being deployed at the same time
+/// share one read of it; it is read again once none is in flight.
+#[derive(Debug, Clone)]
+pub struct RunnerFile {
+    path: PathBuf,
+    loaded: Arc<tokio::sync::Mutex<Option<Weak<[u8]>>>>,
+}
+
+impl RunnerFile {
+    async fn load(&self) -> Result<Arc<[u8]>, ProberError> {
+        // Held across the read, so that deploys starting together wait for one read.
+        let mut loaded = self.loaded.lock().await;
+        if let Some(bytes) = loaded.as_ref().and_then(Weak::upgrade) {
+            return Ok(bytes);
+        }
+        let bytes: Arc<[u8]> =
+            tokio::fs::read(&self.path).await.map_err(|e| unreadable(&self.path, e))?.into();
+        *loaded = Some(Arc::downgrade(&bytes));
+        Ok(bytes)
+    }
+}
+
+fn unreadable(path: &Path, error: std::io::Error) -> ProberError {
+    ProberError::Config {
+        field: "runner.binary",
+        problem: format!("cannot read {}: {error}", path.display()),
+    }
 }
 
 impl From<Vec<u8>> for RunnerBinary {
@@ -104,26 +133,16 @@ impl From<Arc<[u8]>> for RunnerBinary {
 }
 
 impl RunnerBinary {
+    /// The runner binary in the file at `path`.
+    pub fn file(path: impl Into<PathBuf>) -> RunnerBinary {
+        RunnerBinary::File(RunnerFile { path: path.into(), loaded: Arc::default() })
+    }
+
     /// Its bytes (reading the file, off the async threads).
     pub async fn load(&self) -> Result<Arc<[u8]>, ProberError> {
         match self {
             RunnerBinary::Bytes(bytes) => Ok(bytes.clone()),
-            RunnerBinary::File(path) => {
-                let path = path.clone();
-                let read = tokio::task::spawn_blocking(move || {
-                    std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))
-                });
-                match read.await {
-                    Ok(Ok(bytes)) => Ok(bytes.into()),
-                    Ok(Err(problem)) => {
-                        Err(ProberError::Config { field: "runner.binary", problem })
-                    }
-                    Err(e) => Err(ProberError::Config {
-                        field: "runner.binary",
-                        problem: format!("reading it failed: {e}"),
-                    }),
-                }
-            }
+            RunnerBinary::File(file) => file.load().await,
         }
     }
 
@@ -131,12 +150,9 @@ impl RunnerBinary {
     fn sha256(&self) -> Result<String, ProberError> {
         match self {
             RunnerBinary::Bytes(bytes) => Ok(sha256_hex(bytes)),
-            RunnerBinary::File(path) => {
+            RunnerBinary::File(RunnerFile { path, .. }) => {
                 use std::io::Read;
-                let problem = |e: std::io::Error| ProberError::Config {
-                    field: "runner.binary",
-                    problem: format!("cannot read {}: {e}", path.display()),
-                };
+                let problem = |e| unreadable(path, e);
                 let mut file = std::fs::File::open(path).map_err(problem)?;
                 let mut hasher = Sha256::new();
                 let mut buf = vec![0u8; 1 << 16];
@@ -295,15 +311,23 @@ mod tests {
         let path = dir.path().join("runner");
         let content = vec![7u8; 200_000];
         std::fs::write(&path, &content).unwrap();
-        let from_file = with_binary(RunnerBinary::File(path.clone())).unwrap();
+        let from_file = with_binary(RunnerBinary::file(path.clone())).unwrap();
         let from_bytes = with_binary(content.clone().into()).unwrap();
         assert_eq!(from_file.deployment(), from_bytes.deployment());
         let binary = from_file.runner.binary.clone().unwrap();
-        assert_eq!(&*binary.load().await.unwrap(), &content[..]);
+        let first = binary.load().await.unwrap();
+        assert_eq!(&*first, &content[..]);
+        // While one copy is in use, another deploy shares it instead of reading the file again;
+        // once none is, the file is read afresh.
+        std::fs::write(&path, b"changed").unwrap();
+        let second = binary.load().await.unwrap();
+        assert!(Arc::ptr_eq(&first, &second));
+        drop((first, second));
+        assert_eq!(&*binary.load().await.unwrap(), b"changed");
         std::fs::remove_file(&path).unwrap();
         let gone = binary.load().await.unwrap_err().to_string();
         assert!(gone.contains("runner.binary") && gone.contains("cannot read"), "{gone}");
-        let missing = with_binary(RunnerBinary::File(path)).unwrap_err().to_string();
+        let missing = with_binary(RunnerBinary::file(path)).unwrap_err().to_string();
         assert!(missing.contains("runner.binary"), "{missing}");
     }
 }

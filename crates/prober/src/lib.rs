@@ -43,7 +43,8 @@ pub mod worker;
 
 pub use clock::{Clock, FakeClock, Moment, SystemClock};
 pub use config::{
-    Deployment, Prepared, RunnerBinary, RunnerConfig, Timeouts, WorkerConfig, sha256_hex,
+    Deployment, Prepared, RunnerBinary, RunnerConfig, RunnerFile, Timeouts, WorkerConfig,
+    sha256_hex,
 };
 pub use error::ProberError;
 pub use executor::{Executor, Output, Reply, ScriptedExecutor};

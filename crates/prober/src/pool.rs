@@ -630,9 +630,9 @@ impl Pool {
         let silent = 2 * shared.config.probe_interval + Duration::from_secs(1);
         let (mut booted, mut failing) = (0usize, 0usize);
         for worker in self.worker_list() {
-            if matches!(worker.state(), State::Idle | State::Running) {
+            if let Some(failed) = worker.failing(silent) {
                 booted += 1;
-                failing += usize::from(worker.last_probe_failed() || worker.probe_age() > silent);
+                failing += usize::from(failed);
             }
         }
         let config = &shared.config.brake;

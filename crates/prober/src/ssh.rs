@@ -346,12 +346,12 @@ impl Executor for SshExecutor {
         // The connection a command used, so that after a timeout it can be checked: after a
         // network cut a connection can hang for minutes while the kernel backs off its
         // retries, and every command on it would time out long after the peer is back.
-        let used: Mutex<Option<Arc<Handle<Pinned>>>> = Mutex::new(None);
+        let mut used: Option<Arc<Handle<Pinned>>> = None;
         let attempts = async {
             let mut last = None;
             for _ in 0..2 {
                 let handle = self.connected().await?;
-                *used.lock() = Some(handle.clone());
+                used = Some(handle.clone());
                 match self.run(&handle, command, stdin, until).await {
                     Ok(out) => return Ok(out),
                     Err(Attempt::Failed(ProberError::Timeout { .. })) => {
@@ -374,7 +374,7 @@ impl Executor for SshExecutor {
         };
         let result = tokio::time::timeout_at(until, attempts).await;
         let timed_out = matches!(result, Err(_) | Ok(Err(ProberError::Timeout { .. })));
-        let handle = used.lock().take();
+        let handle = used.take();
         if let (true, Some(handle)) = (timed_out, &handle)
             && !self.answers(handle).await
         {

@@ -405,6 +405,15 @@ impl Worker {
         self.inner.lock().last_probe_failed
     }
 
+    /// For the fleet brake, from one look at the worker: `None` if it is not booted (idle or
+    /// running), else whether it is failing: its last probe failed, or it has passed none for
+    /// longer than `silent`.
+    pub fn failing(&self, silent: Duration) -> Option<bool> {
+        let inner = self.inner.lock();
+        matches!(inner.state, State::Idle | State::Running)
+            .then(|| inner.last_probe_failed || self.clock.now().since(inner.probed) > silent)
+    }
+
     /// Time since the last successful probe (or since appearing).
     pub fn probe_age(&self) -> Duration {
         let probed = self.inner.lock().probed;

@@ -52,7 +52,7 @@ impl Fleet {
             None => std::env::current_exe().context("cannot find the running wharf binary")?,
         };
         // Read when a worker needs a copy, not held: it is tens of megabytes.
-        let binary = wharf_prober::RunnerBinary::File(wharf.clone());
+        let binary = wharf_prober::RunnerBinary::file(wharf.clone());
         let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
         // Where the runner finds the worker's agent, when not at its default address.
         let agent = match &config.runner.agent_address {
