@@ -267,19 +267,8 @@ impl Host {
         let path = |name: &str| self.dir.path().join(name);
         sshd::keygen(&path("host"))?;
         self.host_key = sshd::read(&path("host.pub"))?;
-        std::fs::write(path("authorized_keys"), authorized_key)
-            .map_err(|e| format!("cannot write authorized_keys: {e}"))?;
-        // sshd insists on its privilege separation directory.
-        std::fs::create_dir_all("/run/sshd")
-            .map_err(|e| format!("cannot create /run/sshd: {e}"))?;
-        let config = sshd::server_config(
-            &self.address.to_string(),
-            &path("host"),
-            &path("authorized_keys"),
-            &self.user,
-        );
-        std::fs::write(path("sshd_config"), config)
-            .map_err(|e| format!("cannot write sshd_config: {e}"))?;
+        let listen = self.address.to_string();
+        sshd::write_server_config(self.dir.path(), &listen, authorized_key, &self.user, &[])?;
         let mut command = self.command(sshd::SSHD);
         command.args(["-D", "-e", "-p", "22", "-f"]).arg(path("sshd_config"));
         let child = sshd::spawn_listening(command, &self.ssh_address, Some(&path("sshd.log")))?;

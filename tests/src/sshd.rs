@@ -72,19 +72,9 @@ impl Sshd {
         for key in ["host", "other_host", "client", "stranger"] {
             keygen(&path(key))?;
         }
-        std::fs::copy(path("client.pub"), path("authorized_keys"))
-            .map_err(|e| format!("cannot write authorized_keys: {e}"))?;
-        // sshd insists on its privilege separation directory.
-        std::fs::create_dir_all("/run/sshd")
-            .map_err(|e| format!("cannot create /run/sshd: {e}"))?;
+        let client_key = read(&path("client.pub"))?;
         let user = whoami()?;
-        let mut config = server_config("127.0.0.1", &path("host"), &path("authorized_keys"), &user);
-        for line in extra {
-            config.push_str(line);
-            config.push('\n');
-        }
-        std::fs::write(path("sshd_config"), config)
-            .map_err(|e| format!("cannot write sshd_config: {e}"))?;
+        write_server_config(dir.path(), "127.0.0.1", &client_key, &user, extra)?;
         // The port is free when picked but another process may take it before sshd binds
         // it: a few attempts, each on a new port.
         let mut failures = Vec::new();
@@ -127,10 +117,35 @@ impl Sshd {
     }
 }
 
+/// Writes what a server in `dir` needs besides its host key (`dir/host`, made with [`keygen`]):
+/// `dir/authorized_keys` holding `authorized_keys`, and `dir/sshd_config` for a server that
+/// listens on `listen_address` (an IP address) and lets in `user` only, plus the `extra`
+/// lines. Makes sure sshd's privilege separation directory exists.
+pub(crate) fn write_server_config(
+    dir: &Path,
+    listen_address: &str,
+    authorized_keys: &str,
+    user: &str,
+    extra: &[&str],
+) -> Result<(), String> {
+    let keys = dir.join("authorized_keys");
+    std::fs::write(&keys, authorized_keys)
+        .map_err(|e| format!("cannot write authorized_keys: {e}"))?;
+    // sshd insists on its privilege separation directory.
+    std::fs::create_dir_all("/run/sshd").map_err(|e| format!("cannot create /run/sshd: {e}"))?;
+    let mut config = server_config(listen_address, &dir.join("host"), &keys, user);
+    for line in extra {
+        config.push_str(line);
+        config.push('\n');
+    }
+    std::fs::write(dir.join("sshd_config"), config)
+        .map_err(|e| format!("cannot write sshd_config: {e}"))
+}
+
 /// The config of a server that listens on `listen_address` (an IP address), has the host key
 /// `host_key` (a private key file) and accepts only the keys in `authorized_keys`, from
 /// `user` only.
-pub(crate) fn server_config(
+fn server_config(
     listen_address: &str,
     host_key: &Path,
     authorized_keys: &Path,
@@ -211,7 +226,7 @@ pub(crate) fn spawn_listening(
             }
             if !said {
                 let listening = line.contains("Server listening on");
-                let _ = tx.send((listening, line.clone()));
+                let _ = tx.send((listening, line));
                 said = listening;
             }
         }
