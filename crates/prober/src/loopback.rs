@@ -43,6 +43,10 @@ pub struct LoopbackConfig {
 struct Instances {
     next: u64,
     live: BTreeMap<InstanceId, Instance>,
+    /// Creates under way: their directories exist and their init commands may be running.
+    creating: usize,
+    /// Set by [`LoopbackInstanceSet::destroy_all`]: no more creates.
+    closed: bool,
 }
 
 /// Instances on this host.
@@ -50,12 +54,64 @@ struct Instances {
 pub struct LoopbackInstanceSet {
     config: LoopbackConfig,
     instances: Mutex<Instances>,
+    /// Signalled each time a create ends, however it ends.
+    create_ended: tokio::sync::Notify,
+}
+
+/// Counts a create as under way until it is dropped, whether it finished or was abandoned.
+struct Creating<'a>(&'a LoopbackInstanceSet);
+
+impl Drop for Creating<'_> {
+    fn drop(&mut self) {
+        self.0.instances.lock().creating -= 1;
+        self.0.create_ended.notify_waiters();
+    }
 }
 
 impl LoopbackInstanceSet {
     /// A set with its instance directories under `config.root`.
     pub fn new(config: LoopbackConfig) -> LoopbackInstanceSet {
-        LoopbackInstanceSet { config, instances: Mutex::default() }
+        LoopbackInstanceSet {
+            config,
+            instances: Mutex::default(),
+            create_ended: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Ends the set: refuses further creates, waits for the ones under way (each bounded by
+    /// `init_deadline`), then destroys every instance. Returns the destroys that failed.
+    pub async fn destroy_all(&self) -> Vec<(InstanceId, ProberError)> {
+        self.instances.lock().closed = true;
+        loop {
+            let ended = self.create_ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if self.instances.lock().creating == 0 {
+                break;
+            }
+            ended.await;
+        }
+        let ids: Vec<InstanceId> = self.instances.lock().live.keys().cloned().collect();
+        let mut failed = Vec::new();
+        for id in ids {
+            if let Err(error) = self.destroy(&id).await {
+                failed.push((id, error));
+            }
+        }
+        failed
+    }
+
+    /// Runs the destroy command in `instance`'s directory, if there is one.
+    async fn run_destroy_command(&self, instance: &Instance) -> Result<(), ProberError> {
+        if self.config.destroy_command.trim().is_empty() {
+            return Ok(());
+        }
+        self.local_executor(instance)
+            .execute(&self.config.destroy_command, &[], self.config.init_deadline)
+            .await
+            .and_then(|out| out.checked(&instance.id.0, "destroy command"))
+            .map(drop)
+            .map_err(|e| ProberError::Cloud { operation: "destroy", detail: e.to_string() })
     }
 
     /// The directory of instance `id`.
@@ -84,7 +140,13 @@ impl InstanceSet for LoopbackInstanceSet {
     ) -> Result<Instance, ProberError> {
         let id = {
             let mut instances = self.instances.lock();
-            if instances.live.len() >= self.config.max_instances {
+            if instances.closed {
+                return Err(ProberError::Cloud {
+                    operation: "create",
+                    detail: "the loopback set is shutting down".into(),
+                });
+            }
+            if instances.live.len() + instances.creating >= self.config.max_instances {
                 return Err(ProberError::Quota {
                     detail: format!(
                         "the loopback set holds at most {} instances",
@@ -93,8 +155,10 @@ impl InstanceSet for LoopbackInstanceSet {
                 });
             }
             instances.next += 1;
+            instances.creating += 1;
             InstanceId(format!("loopback-{}", instances.next))
         };
+        let _creating = Creating(self);
         let dir = self.dir(&id);
         std::fs::create_dir_all(&dir).map_err(|e| ProberError::Cloud {
             operation: "create",
@@ -108,13 +172,19 @@ impl InstanceSet for LoopbackInstanceSet {
             host_key: self.config.host_key.clone(),
         };
         if !init_command.trim().is_empty() {
-            let out = self
+            let init = self
                 .local_executor(&instance)
                 .execute(init_command, &[], self.config.init_deadline)
                 .await
-                .and_then(|out| out.checked(&id.0, "init command"))
-                .map_err(|e| ProberError::Cloud { operation: "create", detail: e.to_string() })?;
-            drop(out);
+                .and_then(|out| out.checked(&id.0, "init command"));
+            if let Err(e) = init {
+                // A half-made machine is no machine: end what its init started, and remove it.
+                if let Err(error) = self.run_destroy_command(&instance).await {
+                    tracing::warn!(worker = %id, %error, "cannot clean up a failed create");
+                }
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(ProberError::Cloud { operation: "create", detail: e.to_string() });
+            }
         }
         tracing::info!(worker = %id, instance_type, "loopback instance created");
         self.instances.lock().live.insert(id, instance.clone());
@@ -129,13 +199,7 @@ impl InstanceSet for LoopbackInstanceSet {
         let Some(instance) = self.instances.lock().live.get(id).cloned() else {
             return Ok(());
         };
-        if !self.config.destroy_command.trim().is_empty() {
-            self.local_executor(&instance)
-                .execute(&self.config.destroy_command, &[], self.config.init_deadline)
-                .await
-                .and_then(|out| out.checked(&id.0, "destroy command"))
-                .map_err(|e| ProberError::Cloud { operation: "destroy", detail: e.to_string() })?;
-        }
+        self.run_destroy_command(&instance).await?;
         if self.instances.lock().live.remove(id).is_some() {
             tracing::info!(worker = %id, "loopback instance destroyed");
             let dir = self.dir(id);
@@ -157,5 +221,75 @@ impl InstanceSet for LoopbackInstanceSet {
                 detail: format!("no instance {id}"),
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(root: &std::path::Path, destroy_command: &str) -> Arc<LoopbackInstanceSet> {
+        Arc::new(LoopbackInstanceSet::new(LoopbackConfig {
+            root: root.join("instances"),
+            max_instances: 4,
+            address: None,
+            host_key: None,
+            remote_user: "root".into(),
+            init_deadline: Duration::from_secs(20),
+            destroy_command: destroy_command.into(),
+        }))
+    }
+
+    fn instance_dirs(root: &std::path::Path) -> usize {
+        std::fs::read_dir(root.join("instances")).map_or(0, |dirs| dirs.count())
+    }
+
+    #[test]
+    fn destroy_all_waits_for_a_create_under_way_and_ends_it_too() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        // The destroy command leaves a mark beside the instances, which outlives them.
+        let set = set(root, "touch \"$WHARF_INSTANCE_DIR/../../destroyed-${PWD##*/}\"");
+        let go = root.join("go");
+        let init = format!("while [ ! -e {go:?} ]; do sleep 0.01; done");
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let create = tokio::spawn({
+                let set = set.clone();
+                async move { set.create("local", &Tags::new(), &init).await }
+            });
+            while set.instances.lock().creating == 0 {
+                tokio::task::yield_now().await;
+            }
+            let destroy_all = tokio::spawn({
+                let set = set.clone();
+                async move { set.destroy_all().await }
+            });
+            for _ in 0..16 {
+                tokio::task::yield_now().await;
+            }
+            assert!(!destroy_all.is_finished(), "it waits for the create under way");
+            std::fs::write(&go, "").unwrap();
+            let created = create.await.unwrap().unwrap();
+            assert!(destroy_all.await.unwrap().is_empty());
+            assert!(root.join(format!("destroyed-{}", created.id.0)).exists());
+            assert_eq!(instance_dirs(root), 0, "nothing of the instance is left");
+            let refused = set.create("local", &Tags::new(), "").await.unwrap_err();
+            assert!(refused.to_string().contains("shutting down"), "{refused}");
+        });
+    }
+
+    #[test]
+    fn a_failed_init_ends_what_it_started_and_leaves_no_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        let set = set(root, "touch \"$WHARF_INSTANCE_DIR/../../cleaned\"");
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let failed = runtime.block_on(set.create("local", &Tags::new(), "touch started; exit 3"));
+        let error = failed.unwrap_err().to_string();
+        assert!(error.contains("init command"), "{error}");
+        assert!(root.join("cleaned").exists(), "the destroy command ran");
+        assert_eq!(instance_dirs(root), 0);
+        assert_eq!(set.instances.lock().creating, 0);
     }
 }

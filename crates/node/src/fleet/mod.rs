@@ -230,10 +230,8 @@ impl Fleet {
         self.scheduler.stop_running();
         self.pool.stop();
         if let Some(set) = &self.loopback {
-            for instance in set.list().await.unwrap_or_default() {
-                if let Err(error) = set.destroy(&instance.id).await {
-                    tracing::warn!(worker = %instance.id, %error, "cannot destroy loopback instance");
-                }
+            for (worker, error) in set.destroy_all().await {
+                tracing::warn!(%worker, %error, "cannot destroy loopback instance");
             }
         }
     }
