@@ -8,7 +8,7 @@ use crate::ProberError;
 use crate::quote::quote;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The timeouts of the worker state machine.
@@ -91,25 +91,16 @@ pub enum RunnerBinary {
     File(RunnerFile),
 }
 
-/// A runner binary in a file ([`RunnerBinary::file`]). Copies being deployed at the same time
-/// share one read of it; it is read again once none is in flight.
+/// A runner binary in a file ([`RunnerBinary::file`]), read each time a worker needs a copy.
 #[derive(Debug, Clone)]
 pub struct RunnerFile {
     path: PathBuf,
-    loaded: Arc<tokio::sync::Mutex<Option<Weak<[u8]>>>>,
 }
 
 impl RunnerFile {
     async fn load(&self) -> Result<Arc<[u8]>, ProberError> {
-        // Held across the read, so that deploys starting together wait for one read.
-        let mut loaded = self.loaded.lock().await;
-        if let Some(bytes) = loaded.as_ref().and_then(Weak::upgrade) {
-            return Ok(bytes);
-        }
-        let bytes: Arc<[u8]> =
-            tokio::fs::read(&self.path).await.map_err(|e| unreadable(&self.path, e))?.into();
-        *loaded = Some(Arc::downgrade(&bytes));
-        Ok(bytes)
+        let bytes = tokio::fs::read(&self.path).await.map_err(|e| unreadable(&self.path, e))?;
+        Ok(bytes.into())
     }
 }
 
@@ -135,7 +126,7 @@ impl From<Arc<[u8]>> for RunnerBinary {
 impl RunnerBinary {
     /// The runner binary in the file at `path`.
     pub fn file(path: impl Into<PathBuf>) -> RunnerBinary {
-        RunnerBinary::File(RunnerFile { path: path.into(), loaded: Arc::default() })
+        RunnerBinary::File(RunnerFile { path: path.into() })
     }
 
     /// Its bytes (reading the file, off the async threads).
@@ -315,15 +306,7 @@ mod tests {
         let from_bytes = with_binary(content.clone().into()).unwrap();
         assert_eq!(from_file.deployment(), from_bytes.deployment());
         let binary = from_file.runner.binary.clone().unwrap();
-        let first = binary.load().await.unwrap();
-        assert_eq!(&*first, &content[..]);
-        // While one copy is in use, another deploy shares it instead of reading the file again;
-        // once none is, the file is read afresh.
-        std::fs::write(&path, b"changed").unwrap();
-        let second = binary.load().await.unwrap();
-        assert!(Arc::ptr_eq(&first, &second));
-        drop((first, second));
-        assert_eq!(&*binary.load().await.unwrap(), b"changed");
+        assert_eq!(&*binary.load().await.unwrap(), &content[..]);
         std::fs::remove_file(&path).unwrap();
         let gone = binary.load().await.unwrap_err().to_string();
         assert!(gone.contains("runner.binary") && gone.contains("cannot read"), "{gone}");
