@@ -36,8 +36,14 @@ const RULES: &[Rule] = &[
         never_reaches: &["redb"],
     },
     Rule {
+        krate: "wharf-isolate",
+        may_use: &["wharf-state"],
+        externals_only: None,
+        never_reaches: &["tokio", "redb"],
+    },
+    Rule {
         krate: "wharf-exec",
-        may_use: &["wharf-driver", "wharf-state"],
+        may_use: &["wharf-driver", "wharf-isolate", "wharf-state"],
         externals_only: None,
         never_reaches: &["redb"],
     },
@@ -67,6 +73,7 @@ const RULES: &[Rule] = &[
             "wharf-store",
             "wharf-driver",
             "wharf-exec",
+            "wharf-isolate",
             "wharf-prober",
             "wharf-state",
         ],
