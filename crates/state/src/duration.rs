@@ -2,8 +2,9 @@
 //!
 //! The grammar is Go's `time.ParseDuration` without signs: one or more `<number><unit>` pairs,
 //! where the number may have a fraction and the unit is one of `ns`, `us`, `µs`, `ms`, `s`,
-//! `m`, `h`. A bare `"0"` is zero. [`format()`] writes the shortest string that parses back to
-//! the same value, so specs round-trip.
+//! `m`, `h`. A bare `"0"` is zero. [`format()`] is its inverse and the one way wharf writes a
+//! duration for people: Go's `time.Duration` form (`"1.039s"`, `"1m30s"`, `"2h0m0s"`), which
+//! [`parse`] reads back to the same nanosecond, so specs round-trip.
 
 use std::fmt;
 use std::time::Duration;
@@ -21,7 +22,8 @@ pub struct DurationError {
 const UNITS: &[(&str, u128)] = &[
     ("ns", 1),
     ("us", 1_000),
-    ("µs", 1_000),
+    ("µs", 1_000), // U+00B5 MICRO SIGN, which `format` writes
+    ("μs", 1_000), // U+03BC GREEK SMALL LETTER MU, which looks the same
     ("ms", 1_000_000),
     ("s", 1_000_000_000),
     ("m", 60_000_000_000),
@@ -81,30 +83,64 @@ fn scale(number: &str, unit_nanos: u128) -> Option<u128> {
     Some(nanos)
 }
 
-/// Formats a duration as the shortest unit string that [`parse`] reads back exactly:
-/// `5s`, `1h30m`, `250ms`, `1m0.5s` is written `1m500ms`.
+/// Formats a duration the way people read and write them, as Go's `time.Duration` prints:
+/// `5s`, `1.039s`, `1m30s`, `2h0m0s`, `250ms`, `1.5µs`, `0s`.
+///
+/// [`parse`] reads every result back to the same value, to the nanosecond, so this one
+/// formatter serves events, CLI output, errors and the unit strings written into specs.
 pub fn format(duration: Duration) -> String {
     Formatted(duration).to_string()
 }
 
-/// A [`Duration`] that displays in the unit-string form of [`format()`].
+/// A [`Duration`] that displays in the form of [`format()`].
+///
+/// The rules are Go's: below one second, the largest of `ns`, `µs`, `ms` that is not above
+/// the value, with a decimal fraction; from one second up, `<h>h<m>m<s>s` where hours appear
+/// only when non-zero, minutes whenever hours do or are themselves non-zero, and the seconds
+/// always, with a fraction. A fraction has its trailing zeros cut, and no point when it is
+/// zero. Hours are the largest unit because days differ in length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Formatted(pub Duration);
 
 impl fmt::Display for Formatted {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut nanos = self.0.as_nanos();
-        if nanos == 0 {
-            return f.write_str("0s");
+        let secs = self.0.as_secs();
+        let nanos = self.0.subsec_nanos();
+        if secs == 0 {
+            let (unit, digits, per_unit) = match nanos {
+                0 => return f.write_str("0s"),
+                1..1_000 => ("ns", 0, 1),
+                1_000..1_000_000 => ("µs", 3, 1_000),
+                _ => ("ms", 6, 1_000_000),
+            };
+            write!(f, "{}", nanos / per_unit)?;
+            write_fraction(f, nanos % per_unit, digits)?;
+            return f.write_str(unit);
         }
-        for &(name, unit) in UNITS.iter().rev().filter(|(name, _)| *name != "µs") {
-            if nanos >= unit {
-                write!(f, "{}{name}", nanos / unit)?;
-                nanos %= unit;
-            }
+        let (hours, minutes) = (secs / 3600, secs / 60 % 60);
+        if hours > 0 {
+            write!(f, "{hours}h")?;
         }
-        Ok(())
+        if secs >= 60 {
+            write!(f, "{minutes}m")?;
+        }
+        write!(f, "{}", secs % 60)?;
+        write_fraction(f, nanos, 9)?;
+        f.write_str("s")
     }
+}
+
+/// Writes `.` and the `digits`-digit decimal `fraction` without its trailing zeros, or nothing
+/// when the fraction is zero.
+fn write_fraction(f: &mut fmt::Formatter<'_>, mut fraction: u32, mut digits: usize) -> fmt::Result {
+    if fraction == 0 {
+        return Ok(());
+    }
+    while fraction.is_multiple_of(10) {
+        fraction /= 10;
+        digits -= 1;
+    }
+    write!(f, ".{fraction:0digits$}")
 }
 
 /// Serde helpers for `Duration` fields written as unit strings.
@@ -167,6 +203,7 @@ mod tests {
             (".5s", Duration::from_millis(500)),
             ("10us", Duration::from_micros(10)),
             ("10µs", Duration::from_micros(10)),
+            ("10\u{3bc}s", Duration::from_micros(10)),
             ("7ns", Duration::from_nanos(7)),
             ("1m0.5s", Duration::from_millis(60_500)),
         ];
@@ -196,12 +233,37 @@ mod tests {
         }
     }
 
+    /// Go's `TestDurationString` (`time/time_test.go`), the cases wharf can hold (durations
+    /// are never negative here), and the ones people meet in events and the CLI.
     #[test]
-    fn formats_shortest() {
-        assert_eq!(format(Duration::ZERO), "0s");
-        assert_eq!(format(Duration::from_secs(5400)), "1h30m");
-        assert_eq!(format(Duration::from_millis(60_500)), "1m500ms");
-        assert_eq!(format(Duration::from_nanos(1_000_001)), "1ms1ns");
+    fn duration_string() {
+        let cases: &[(Duration, &str)] = &[
+            (Duration::ZERO, "0s"),
+            (Duration::from_nanos(1), "1ns"),
+            (Duration::from_nanos(1100), "1.1µs"),
+            (Duration::from_micros(2200), "2.2ms"),
+            (Duration::from_millis(3300), "3.3s"),
+            (Duration::from_secs(4 * 60 + 5), "4m5s"),
+            (Duration::from_millis(4 * 60_000 + 5001), "4m5.001s"),
+            (Duration::from_millis(5 * 3_600_000 + 6 * 60_000 + 7001), "5h6m7.001s"),
+            (Duration::new(8 * 60, 1), "8m0.000000001s"),
+            (Duration::new(9_223_372_036, 854_775_807), "2562047h47m16.854775807s"),
+            (Duration::from_nanos(1_039_486_064), "1.039486064s"),
+            (Duration::from_millis(1039), "1.039s"),
+            (Duration::from_secs(5), "5s"),
+            (Duration::from_secs(90), "1m30s"),
+            (Duration::from_secs(7200), "2h0m0s"),
+            (Duration::from_secs(3600 + 1), "1h0m1s"),
+            (Duration::from_millis(250), "250ms"),
+            (Duration::from_nanos(999), "999ns"),
+            (Duration::from_nanos(1_000_001), "1.000001ms"),
+            (Duration::from_nanos(999_999_999), "999.999999ms"),
+            (Duration::MAX, "5124095576030431h0m15.999999999s"),
+        ];
+        for (duration, want) in cases {
+            assert_eq!(format(*duration), *want, "{duration:?}");
+            assert_eq!(parse(want), Ok(*duration), "{want} does not read back");
+        }
     }
 
     proptest! {

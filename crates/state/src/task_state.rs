@@ -437,6 +437,17 @@ mod tests {
     }
 
     #[test]
+    fn events_read_durations_as_people_write_them() {
+        let kind = TaskEventKind::Restarting {
+            delay: Duration::from_millis(16_637),
+            reason: "Restart within policy".into(),
+        };
+        assert_eq!(kind.to_string(), "Restart within policy; restarting in 16.637s");
+        let json = serde_json::to_string(&TaskEvent::new(Timestamp(1), kind)).unwrap();
+        assert!(json.contains(r#""delay":"16.637s""#), "{json}");
+    }
+
+    #[test]
     fn events_serialise_with_a_type_tag() {
         let event = TaskEvent::new(
             Timestamp(5),

@@ -131,14 +131,16 @@ impl RestartTracker {
         }
     }
 
-    /// Up to 25% of the delay.
+    /// Up to 25% of the delay, in whole milliseconds: tokio's timer counts milliseconds, and
+    /// the event then reads "restarting in 16.637s" rather than carrying digits no timer keeps.
     fn jitter(&mut self) -> Duration {
         // xorshift64: enough to spread restarts of many tasks apart.
         self.rng ^= self.rng << 13;
         self.rng ^= self.rng >> 7;
         self.rng ^= self.rng << 17;
         let fraction = (self.rng >> 11) as f64 / (1u64 << 53) as f64;
-        self.policy.delay.mul_f64(0.25 * fraction)
+        let jitter = self.policy.delay.mul_f64(0.25 * fraction);
+        jitter - Duration::from_nanos(u64::from(jitter.subsec_nanos() % 1_000_000))
     }
 }
 
@@ -200,7 +202,7 @@ mod tests {
                 vec![
                     (failed(), 0, "restart"),
                     (failed(), 6, "restart"),
-                    (failed(), 12, "fail: Exceeded allowed attempts 2 in interval 1m"),
+                    (failed(), 12, "fail: Exceeded allowed attempts 2 in interval 1m0s"),
                 ],
             ),
             (
@@ -211,7 +213,7 @@ mod tests {
                 vec![
                     (ok(), 0, "restart"),
                     (ok(), 6, "restart"),
-                    (ok(), 12, "fail: Exceeded allowed attempts 2 in interval 1m"),
+                    (ok(), 12, "fail: Exceeded allowed attempts 2 in interval 1m0s"),
                 ],
             ),
             (
@@ -273,7 +275,7 @@ mod tests {
                     (failed(), 10, "restart"),
                     (failed(), 61, "restart"),
                     (failed(), 70, "restart"),
-                    (failed(), 80, "fail: Exceeded allowed attempts 2 in interval 1m"),
+                    (failed(), 80, "fail: Exceeded allowed attempts 2 in interval 1m0s"),
                 ],
             ),
             (
@@ -313,7 +315,7 @@ mod tests {
                     (
                         StartFailed { retryable: true },
                         12,
-                        "fail: Exceeded allowed attempts 2 in interval 1m",
+                        "fail: Exceeded allowed attempts 2 in interval 1m0s",
                     ),
                 ],
             ),
@@ -328,7 +330,7 @@ mod tests {
                     (RestartRequested { failure: false }, 2, "restart after 0s"),
                     (failed(), 3, "restart"),
                     (failed(), 9, "restart"),
-                    (failed(), 15, "fail: Exceeded allowed attempts 2 in interval 1m"),
+                    (failed(), 15, "fail: Exceeded allowed attempts 2 in interval 1m0s"),
                 ],
             ),
             (
@@ -338,7 +340,7 @@ mod tests {
                 policy(1, 60, 5, RestartMode::Fail),
                 vec![
                     (RestartRequested { failure: true }, 0, "restart"),
-                    (failed(), 6, "fail: Exceeded allowed attempts 1 in interval 1m"),
+                    (failed(), 6, "fail: Exceeded allowed attempts 1 in interval 1m0s"),
                 ],
             ),
             (
@@ -372,6 +374,10 @@ mod tests {
             })
             .collect();
         assert!(delays.iter().all(|d| *d >= 4 * SEC && *d <= 5 * SEC));
+        assert!(
+            delays.iter().all(|d| d.subsec_nanos().is_multiple_of(1_000_000)),
+            "whole milliseconds"
+        );
         let distinct: std::collections::BTreeSet<_> = delays.iter().collect();
         assert!(distinct.len() > 100, "jitter varies");
         assert!(

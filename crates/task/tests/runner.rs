@@ -176,7 +176,7 @@ async fn a_failing_service_task_restarts_by_policy_then_fails() {
     assert_eq!(
         last.kind,
         TaskEventKind::NotRestarting {
-            reason: "Exceeded allowed attempts 2 in interval 5m".into()
+            reason: "Exceeded allowed attempts 2 in interval 5m0s".into()
         }
     );
     runner.kill(None).await;
