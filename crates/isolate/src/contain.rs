@@ -1,0 +1,451 @@
+//! A task's containment: the plan ([`Containment`]), which a driver hands to the task's shim
+//! on its command line, and the steps the task's own process takes between fork and exec
+//! ([`Prepared::apply`]).
+//!
+//! ```text
+//! driver:  Containment ──to_args──▶ shim command line
+//! shim:    Containment::parse_args ─▶ prepare (paths to C strings, the Landlock ABI)
+//!          before_fork (PID namespace) ─▶ fork ─▶ child: apply ─▶ execve
+//! ```
+//!
+//! In the child, in this order: private namespaces (and the task's `/proc`), the Landlock
+//! ruleset built from the rules (paths opened as root, in the task's mount namespace), no
+//! supplementary groups, the workload user's gid and uid (which drops every capability),
+//! `no_new_privs`, and last the ruleset enforced. [`Prepared::apply`] allocates nothing and
+//! reports a failure as a [`Failure`] (a step and an error number) small enough to go through
+//! a pipe, so it is safe in the child of a multi-threaded process too.
+
+use crate::landlock::{self, Access, Rule};
+use crate::namespace::Namespaces;
+use crate::users::Ugid;
+use crate::{IsolateError, sys};
+use std::ffi::{CString, OsStr, OsString};
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::PathBuf;
+
+/// How one task is contained. The default contains nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Containment {
+    /// Run as this workload user (uid and gid), with no supplementary groups.
+    pub user: Option<Ugid>,
+    /// Set `no_new_privs` (always set when Landlock is on: enforcing a ruleset needs it).
+    pub no_new_privs: bool,
+    /// Restrict the file system to these rules; `None`: no Landlock at all. `Some` of an empty
+    /// list leaves nothing reachable.
+    pub landlock: Option<Vec<Rule>>,
+    /// Private namespaces.
+    pub namespaces: Namespaces,
+}
+
+/// The argument that ends a containment on a command line.
+const END: &str = "end";
+
+impl Containment {
+    /// The containment as command-line arguments, ended by a marker, for
+    /// [`Containment::parse_args`] in the shim.
+    pub fn to_args(&self) -> Vec<OsString> {
+        let mut args: Vec<OsString> = Vec::new();
+        if let Some(user) = self.user {
+            args.push(format!("user={user}").into());
+        }
+        if self.no_new_privs {
+            args.push("no-new-privs".into());
+        }
+        if self.namespaces.pid {
+            args.push("pid-ns".into());
+        }
+        if self.namespaces.ipc {
+            args.push("ipc-ns".into());
+        }
+        if let Some(rules) = &self.landlock {
+            args.push("landlock".into());
+            for rule in rules {
+                let mut arg = format!(
+                    "rule={:x},{},",
+                    rule.access.bits(),
+                    if rule.if_exists { "if-exists" } else { "must-exist" }
+                )
+                .into_bytes();
+                arg.extend_from_slice(rule.path.as_os_str().as_bytes());
+                args.push(OsString::from_vec(arg));
+            }
+        }
+        args.push(END.into());
+        args
+    }
+
+    /// Reads what [`Containment::to_args`] wrote, up to and including its end marker.
+    pub fn parse_args(args: &mut impl Iterator<Item = OsString>) -> Result<Containment, String> {
+        let mut containment = Containment::default();
+        loop {
+            let arg = args.next().ok_or("the containment has no end marker")?;
+            let bytes = arg.as_bytes();
+            match bytes {
+                b"end" => return Ok(containment),
+                b"no-new-privs" => containment.no_new_privs = true,
+                b"pid-ns" => containment.namespaces.pid = true,
+                b"ipc-ns" => containment.namespaces.ipc = true,
+                b"landlock" => containment.landlock = Some(Vec::new()),
+                _ => {
+                    if let Some(id) = bytes.strip_prefix(b"user=") {
+                        let user = std::str::from_utf8(id)
+                            .ok()
+                            .and_then(|id| id.parse().ok())
+                            .and_then(Ugid::new)
+                            .ok_or_else(|| format!("bad user {:?}", arg.to_string_lossy()))?;
+                        containment.user = Some(user);
+                    } else if let Some(rule) = bytes.strip_prefix(b"rule=") {
+                        let rule = parse_rule(rule)
+                            .ok_or_else(|| format!("bad rule {:?}", arg.to_string_lossy()))?;
+                        containment
+                            .landlock
+                            .as_mut()
+                            .ok_or("a Landlock rule before the landlock marker")?
+                            .push(rule);
+                    } else {
+                        return Err(format!("unknown containment {:?}", arg.to_string_lossy()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Gets ready to contain a task: checks what the kernel offers and turns paths into C
+    /// strings, so that [`Prepared::apply`] has nothing left to allocate.
+    pub fn prepare(&self) -> Result<Prepared, IsolateError> {
+        let landlock = match &self.landlock {
+            None => None,
+            Some(rules) => {
+                let abi = landlock::abi()?;
+                let handled = Access::handled_by(abi);
+                let scoped = if abi >= 6 { SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL } else { 0 };
+                let rules = rules
+                    .iter()
+                    .map(|rule| {
+                        let path =
+                            CString::new(rule.path.as_os_str().as_bytes()).map_err(|_| {
+                                IsolateError::Unveil {
+                                    entry: rule.path.display().to_string(),
+                                    reason: "the path contains a NUL byte".into(),
+                                }
+                            })?;
+                        let access = rule.access.intersection(handled).bits();
+                        Ok(PreparedRule { path, access, if_exists: rule.if_exists })
+                    })
+                    .collect::<Result<Vec<_>, IsolateError>>()?;
+                Some(PreparedLandlock { abi, handled: handled.bits(), scoped, rules })
+            }
+        };
+        Ok(Prepared {
+            user: self.user,
+            no_new_privs: self.no_new_privs || landlock.is_some(),
+            landlock,
+            namespaces: self.namespaces,
+        })
+    }
+}
+
+/// `rule=<access in hex>,<if-exists|must-exist>,<path>`, after the `rule=`.
+fn parse_rule(text: &[u8]) -> Option<Rule> {
+    let mut parts = text.splitn(3, |b| *b == b',');
+    let access = u64::from_str_radix(std::str::from_utf8(parts.next()?).ok()?, 16).ok()?;
+    let if_exists = match parts.next()? {
+        b"if-exists" => true,
+        b"must-exist" => false,
+        _ => return None,
+    };
+    let path = parts.next().filter(|p| p.starts_with(b"/"))?;
+    Some(Rule {
+        path: PathBuf::from(OsStr::from_bytes(path)),
+        access: Access::from_bits(access)?,
+        if_exists,
+    })
+}
+
+/// `LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET` (ABI 6).
+const SCOPE_ABSTRACT_UNIX_SOCKET: u64 = 1 << 0;
+/// `LANDLOCK_SCOPE_SIGNAL` (ABI 6).
+const SCOPE_SIGNAL: u64 = 1 << 1;
+
+/// A [`Containment`] ready to be applied.
+#[derive(Debug)]
+pub struct Prepared {
+    user: Option<Ugid>,
+    no_new_privs: bool,
+    landlock: Option<PreparedLandlock>,
+    namespaces: Namespaces,
+}
+
+#[derive(Debug)]
+struct PreparedLandlock {
+    abi: u32,
+    handled: u64,
+    scoped: u64,
+    rules: Vec<PreparedRule>,
+}
+
+#[derive(Debug)]
+struct PreparedRule {
+    path: CString,
+    /// Only rights the kernel handles.
+    access: u64,
+    if_exists: bool,
+}
+
+impl Prepared {
+    /// The Landlock ABI that will be used, if Landlock is on.
+    pub fn landlock_abi(&self) -> Option<u32> {
+        self.landlock.as_ref().map(|l| l.abi)
+    }
+
+    /// What the parent does just before it forks the task: makes the PID namespace, which only
+    /// the caller's next children enter. Call it in the process (and thread) that then forks
+    /// exactly one child for the task; that child becomes the namespace's pid 1.
+    pub fn before_fork(&self) -> Result<(), IsolateError> {
+        if self.namespaces.pid {
+            sys::unshare(libc::CLONE_NEWPID)
+                .map_err(|source| IsolateError::Sys { call: "unshare", source })?;
+        }
+        Ok(())
+    }
+
+    /// Contains the calling process for good: call it in the task's process between fork and
+    /// exec (the forked child, single-threaded). It allocates nothing.
+    pub fn apply(&self) -> Result<(), Failure> {
+        let flags = self.namespaces.child_flags();
+        if flags != 0 {
+            sys::unshare(flags).map_err(fail(Step::Namespaces))?;
+        }
+        if self.namespaces.pid {
+            // The PID namespace is made before the fork, so the task must be its pid 1.
+            if std::process::id() != 1 {
+                return Err(Failure { step: Step::Namespaces, errno: libc::EINVAL });
+            }
+            sys::make_mounts_slave().map_err(fail(Step::MountSlave))?;
+            sys::mount_proc().map_err(fail(Step::MountProc))?;
+        }
+        let ruleset = match &self.landlock {
+            Some(landlock) => Some(landlock.build()?),
+            None => None,
+        };
+        if let Some(user) = self.user {
+            sys::clear_groups().map_err(fail(Step::Groups))?;
+            sys::set_gid(user.get()).map_err(fail(Step::Gid))?;
+            sys::set_uid(user.get()).map_err(fail(Step::Uid))?;
+        }
+        if self.no_new_privs {
+            sys::set_no_new_privs().map_err(fail(Step::NoNewPrivs))?;
+        }
+        if let Some(ruleset) = ruleset {
+            sys::landlock_restrict_self(ruleset.as_fd()).map_err(fail(Step::LandlockRestrict))?;
+        }
+        Ok(())
+    }
+}
+
+impl PreparedLandlock {
+    /// The ruleset, built from the rules: each path opened (`O_PATH`), its rights cut down to
+    /// a file's if it is not a directory.
+    fn build(&self) -> Result<OwnedFd, Failure> {
+        let ruleset = sys::landlock_create_ruleset(self.handled, self.scoped)
+            .map_err(fail(Step::LandlockRuleset))?;
+        for (index, rule) in self.rules.iter().enumerate() {
+            let step = Step::LandlockRule(u32::try_from(index).unwrap_or(u32::MAX));
+            let target = match sys::open_path(&rule.path) {
+                Ok(fd) => fd,
+                Err(e)
+                    if rule.if_exists
+                        && matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) =>
+                {
+                    continue;
+                }
+                Err(e) => return Err(fail(step)(e)),
+            };
+            let access = if sys::is_dir(target.as_fd()).map_err(fail(step))? {
+                rule.access
+            } else {
+                rule.access & Access::FILE.bits()
+            };
+            if access != 0 {
+                sys::landlock_add_path_rule(ruleset.as_fd(), target.as_fd(), access)
+                    .map_err(fail(step))?;
+            }
+        }
+        Ok(ruleset)
+    }
+}
+
+fn fail(step: Step) -> impl Fn(io::Error) -> Failure {
+    move |error| Failure { step, errno: error.raw_os_error().unwrap_or(0) }
+}
+
+/// The step of [`Prepared::apply`] that failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Making the private namespaces.
+    Namespaces,
+    /// Making the task's mounts slaves of the host's.
+    MountSlave,
+    /// Mounting the task's `/proc`.
+    MountProc,
+    /// Creating the Landlock ruleset.
+    LandlockRuleset,
+    /// Adding the Landlock rule with this index in [`Containment::landlock`].
+    LandlockRule(u32),
+    /// Dropping supplementary groups.
+    Groups,
+    /// Switching to the workload user's gid.
+    Gid,
+    /// Switching to the workload user's uid.
+    Uid,
+    /// Setting `no_new_privs`.
+    NoNewPrivs,
+    /// Enforcing the Landlock ruleset.
+    LandlockRestrict,
+}
+
+/// A failed step of [`Prepared::apply`] and its error number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Failure {
+    /// What failed.
+    pub step: Step,
+    /// The OS error number.
+    pub errno: i32,
+}
+
+impl Failure {
+    /// The length of [`Failure::encode`]'s bytes.
+    pub const ENCODED_LEN: usize = 12;
+
+    /// Fixed-size bytes for a pipe: step, rule index, error number.
+    pub fn encode(self) -> [u8; Failure::ENCODED_LEN] {
+        let (code, index) = match self.step {
+            Step::Namespaces => (1, 0),
+            Step::MountSlave => (2, 0),
+            Step::MountProc => (3, 0),
+            Step::LandlockRuleset => (4, 0),
+            Step::LandlockRule(index) => (5, index),
+            Step::Groups => (6, 0),
+            Step::Gid => (7, 0),
+            Step::Uid => (8, 0),
+            Step::NoNewPrivs => (9, 0),
+            Step::LandlockRestrict => (10, 0),
+        };
+        let mut bytes = [0; Failure::ENCODED_LEN];
+        bytes[..4].copy_from_slice(&u32::to_le_bytes(code));
+        bytes[4..8].copy_from_slice(&u32::to_le_bytes(index));
+        bytes[8..].copy_from_slice(&i32::to_le_bytes(self.errno));
+        bytes
+    }
+
+    /// Reads [`Failure::encode`]'s bytes; `None` if they are not such.
+    pub fn decode(bytes: &[u8]) -> Option<Failure> {
+        let word = |at: usize| Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?));
+        if bytes.len() != Failure::ENCODED_LEN {
+            return None;
+        }
+        let step = match word(0)? {
+            1 => Step::Namespaces,
+            2 => Step::MountSlave,
+            3 => Step::MountProc,
+            4 => Step::LandlockRuleset,
+            5 => Step::LandlockRule(word(4)?),
+            6 => Step::Groups,
+            7 => Step::Gid,
+            8 => Step::Uid,
+            9 => Step::NoNewPrivs,
+            10 => Step::LandlockRestrict,
+            _ => return None,
+        };
+        Some(Failure { step, errno: word(8)? as i32 })
+    }
+
+    /// What failed, for people, with the rule's path for a Landlock rule of `containment`.
+    pub fn describe(&self, containment: &Containment) -> String {
+        let error = io::Error::from_raw_os_error(self.errno);
+        let what = match self.step {
+            Step::Namespaces => "cannot make the private namespaces".to_owned(),
+            Step::MountSlave => "cannot make the task's mounts private".to_owned(),
+            Step::MountProc => "cannot mount the task's /proc".to_owned(),
+            Step::LandlockRuleset => "cannot create the Landlock ruleset".to_owned(),
+            Step::LandlockRule(index) => {
+                let rule = containment.landlock.as_ref().and_then(|r| r.get(index as usize));
+                match rule {
+                    Some(rule) => format!("cannot unveil {}", rule.path.display()),
+                    None => format!("cannot add Landlock rule {index}"),
+                }
+            }
+            Step::Groups => "cannot drop supplementary groups".to_owned(),
+            Step::Gid => "cannot switch to the workload user's group".to_owned(),
+            Step::Uid => "cannot switch to the workload user".to_owned(),
+            Step::NoNewPrivs => "cannot set no_new_privs".to_owned(),
+            Step::LandlockRestrict => "cannot enforce the Landlock ruleset".to_owned(),
+        };
+        format!("{what}: {error}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::landlock::Mode;
+
+    fn sample() -> Containment {
+        Containment {
+            user: Ugid::new(80_001),
+            no_new_privs: true,
+            landlock: Some(vec![
+                Rule::new("/usr/bin", Mode::READ_EXECUTE.access()),
+                Rule { path: "/odd, path".into(), access: Access::READ_FILE, if_exists: true },
+            ]),
+            namespaces: Namespaces { pid: true, ipc: true },
+        }
+    }
+
+    #[test]
+    fn containments_round_trip_through_arguments() {
+        for containment in [
+            sample(),
+            Containment::default(),
+            Containment { landlock: Some(Vec::new()), ..Containment::default() },
+        ] {
+            let mut args = containment.to_args().into_iter().chain(["after".into()]);
+            assert_eq!(Containment::parse_args(&mut args).unwrap(), containment);
+            assert_eq!(args.next().unwrap(), "after", "the end marker is consumed, no more");
+        }
+    }
+
+    #[test]
+    fn bad_containment_arguments_are_refused() {
+        for (args, reason) in [
+            (vec![], "no end marker"),
+            (vec!["user=0", "end"], "bad user"),
+            (vec!["user=x", "end"], "bad user"),
+            (vec!["rule=4,must-exist,/a", "end"], "before the landlock marker"),
+            (vec!["landlock", "rule=zz,must-exist,/a", "end"], "bad rule"),
+            (vec!["landlock", "rule=4,maybe,/a", "end"], "bad rule"),
+            (vec!["landlock", "rule=4,if-exists,relative", "end"], "bad rule"),
+            (vec!["landlock", "rule=10000,if-exists,/a", "end"], "bad rule"),
+            (vec!["chroot", "end"], "unknown containment"),
+        ] {
+            let mut args = args.into_iter().map(OsString::from);
+            let error = Containment::parse_args(&mut args).unwrap_err();
+            assert!(error.contains(reason), "{error}");
+        }
+    }
+
+    #[test]
+    fn failures_round_trip_through_bytes_and_name_their_rule() {
+        for step in [Step::Namespaces, Step::LandlockRule(1), Step::Uid, Step::LandlockRestrict] {
+            let failure = Failure { step, errno: libc::EPERM };
+            assert_eq!(Failure::decode(&failure.encode()), Some(failure));
+        }
+        assert_eq!(Failure::decode(&[0; 12]), None);
+        assert_eq!(Failure::decode(&[1; 5]), None);
+        let failure = Failure { step: Step::LandlockRule(1), errno: libc::ENOENT };
+        let text = failure.describe(&sample());
+        assert!(text.starts_with("cannot unveil /odd, path: No such file"), "{text}");
+    }
+}

@@ -1,0 +1,214 @@
+//! The containment system calls, as small safe functions over `libc`.
+//!
+//! Every `unsafe` block of the Landlock, user and namespace modules is here, each with the
+//! reason it is sound. The functions a forked child calls before `execve` (everything but
+//! [`landlock_abi`]) allocate nothing and return errors as bare error numbers
+//! (`io::Error::from_raw_os_error` does not allocate), so they are safe to call in the child of
+//! a multi-threaded parent, where another thread may have held the allocator's lock at the
+//! fork.
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+/// Turns a `-1` return into the thread's `errno`.
+fn check(ret: libc::c_long) -> io::Result<libc::c_long> {
+    if ret == -1 { Err(io::Error::last_os_error()) } else { Ok(ret) }
+}
+
+/// `struct landlock_ruleset_attr` of `<linux/landlock.h>`. A kernel older than the struct
+/// accepts it whole as long as the fields it does not know are zero.
+#[repr(C)]
+struct RulesetAttr {
+    handled_access_fs: u64,
+    handled_access_net: u64,
+    scoped: u64,
+}
+
+/// `struct landlock_path_beneath_attr`, which the kernel declares packed.
+#[repr(C, packed)]
+struct PathBeneathAttr {
+    allowed_access: u64,
+    parent_fd: i32,
+}
+
+/// `LANDLOCK_CREATE_RULESET_VERSION`: ask for the ABI version instead of a ruleset.
+const CREATE_RULESET_VERSION: u32 = 1 << 0;
+/// `LANDLOCK_RULE_PATH_BENEATH`.
+const RULE_PATH_BENEATH: libc::c_int = 1;
+
+/// The Landlock ABI version the kernel offers. `ENOSYS`: not built in; `EOPNOTSUPP`: built in
+/// but not enabled at boot.
+pub(crate) fn landlock_abi() -> io::Result<u32> {
+    // SAFETY: with a null attribute, size 0 and the VERSION flag the call reads no memory and
+    // only returns a number.
+    let ret = check(unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<RulesetAttr>(),
+            0usize,
+            CREATE_RULESET_VERSION,
+        )
+    })?;
+    Ok(u32::try_from(ret).unwrap_or(0))
+}
+
+/// A new Landlock ruleset that handles (denies unless a rule allows) `handled_fs`, and
+/// confines signals and abstract unix sockets as `scoped` says.
+pub(crate) fn landlock_create_ruleset(handled_fs: u64, scoped: u64) -> io::Result<OwnedFd> {
+    let attr = RulesetAttr { handled_access_fs: handled_fs, handled_access_net: 0, scoped };
+    let size = std::mem::size_of::<RulesetAttr>();
+    // SAFETY: `attr` is a valid, initialised struct of `size` bytes for the call.
+    let fd = check(unsafe {
+        libc::syscall(libc::SYS_landlock_create_ruleset, &attr as *const RulesetAttr, size, 0u32)
+    })?;
+    // SAFETY: the kernel just returned `fd` as a new descriptor (close-on-exec) that nothing
+    // else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
+}
+
+/// Allows `allowed` beneath the file or directory `parent` (an `O_PATH` descriptor).
+pub(crate) fn landlock_add_path_rule(
+    ruleset: BorrowedFd<'_>,
+    parent: BorrowedFd<'_>,
+    allowed: u64,
+) -> io::Result<()> {
+    let attr = PathBeneathAttr { allowed_access: allowed, parent_fd: parent.as_raw_fd() };
+    // SAFETY: `attr` is a valid struct for the call and both descriptors are open (borrowed).
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset.as_raw_fd(),
+            RULE_PATH_BENEATH,
+            &attr as *const PathBeneathAttr,
+            0u32,
+        )
+    })
+    .map(drop)
+}
+
+/// Enforces `ruleset` on this thread (the whole process, when it is single-threaded, as a
+/// child between fork and exec is) and on everything it starts from now on. Needs
+/// `no_new_privs` or `CAP_SYS_ADMIN`.
+pub(crate) fn landlock_restrict_self(ruleset: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: the call takes a descriptor and flags; it touches no memory of ours.
+    check(unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32) })
+        .map(drop)
+}
+
+/// An `O_PATH` descriptor for `path` (close-on-exec): names a file without opening it, for
+/// Landlock rules.
+pub(crate) fn open_path(path: &CStr) -> io::Result<OwnedFd> {
+    // SAFETY: `path` is NUL-terminated and outlives the call.
+    let fd = check(unsafe { libc::open(path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) }.into())?;
+    // SAFETY: the kernel just returned `fd` as a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
+}
+
+/// Whether `fd` is a directory.
+pub(crate) fn is_dir(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    let mut stat = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: `stat` is writable memory of the right size; fstat fills it on success.
+    check(unsafe { libc::fstat(fd.as_raw_fd(), stat.as_mut_ptr()) }.into())?;
+    // SAFETY: fstat succeeded, so it initialised the struct.
+    let stat = unsafe { stat.assume_init() };
+    Ok(stat.st_mode & libc::S_IFMT == libc::S_IFDIR)
+}
+
+/// Sets `no_new_privs`: from now on no `execve` can grant privileges (setuid and setgid bits,
+/// file capabilities are ignored). Inherited by every child and kept across `execve`.
+pub(crate) fn set_no_new_privs() -> io::Result<()> {
+    // SAFETY: PR_SET_NO_NEW_PRIVS takes integers and touches no memory.
+    check(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) }.into()).map(drop)
+}
+
+/// Whether `no_new_privs` is set on this thread.
+pub(crate) fn no_new_privs() -> io::Result<bool> {
+    // SAFETY: PR_GET_NO_NEW_PRIVS takes integers and touches no memory.
+    check(unsafe { libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) }.into()).map(|v| v == 1)
+}
+
+/// Drops every supplementary group. The raw system call acts on the calling thread only
+/// (glibc's wrapper would signal every thread), which is right in a child between fork and
+/// exec: it has one thread.
+pub(crate) fn clear_groups() -> io::Result<()> {
+    // SAFETY: a count of 0 with a null list reads no memory.
+    check(unsafe { libc::syscall(libc::SYS_setgroups, 0usize, std::ptr::null::<libc::gid_t>()) })
+        .map(drop)
+}
+
+/// Sets the real, effective and saved group ids (this thread only, as [`clear_groups`]).
+pub(crate) fn set_gid(gid: u32) -> io::Result<()> {
+    // SAFETY: setresgid takes integers and touches no memory.
+    check(unsafe { libc::syscall(libc::SYS_setresgid, gid, gid, gid) }).map(drop)
+}
+
+/// Sets the real, effective and saved user ids (this thread only, as [`clear_groups`]). From
+/// root to another user this also empties the capability sets.
+pub(crate) fn set_uid(uid: u32) -> io::Result<()> {
+    // SAFETY: setresuid takes integers and touches no memory.
+    check(unsafe { libc::syscall(libc::SYS_setresuid, uid, uid, uid) }).map(drop)
+}
+
+/// `unshare(flags)`: moves this process into new namespaces (for a PID namespace: its next
+/// children).
+pub(crate) fn unshare(flags: libc::c_int) -> io::Result<()> {
+    // SAFETY: unshare takes an integer and touches no memory.
+    check(unsafe { libc::unshare(flags) }.into()).map(drop)
+}
+
+/// Makes every mount in this mount namespace a slave of its peer in the parent namespace:
+/// mounts made here stay here, unmounts on the host still reach here (so a private namespace
+/// never keeps a host file system busy).
+pub(crate) fn make_mounts_slave() -> io::Result<()> {
+    // SAFETY: all strings are NUL-terminated literals; the null type and data are allowed for
+    // a propagation change.
+    check(
+        unsafe {
+            libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_SLAVE,
+                std::ptr::null(),
+            )
+        }
+        .into(),
+    )
+    .map(drop)
+}
+
+/// Mounts a new procfs on `/proc`, which shows the processes of the caller's PID namespace.
+pub(crate) fn mount_proc() -> io::Result<()> {
+    // SAFETY: all strings are NUL-terminated literals; procfs takes no data.
+    check(
+        unsafe {
+            libc::mount(
+                c"proc".as_ptr(),
+                c"/proc".as_ptr(),
+                c"proc".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                std::ptr::null(),
+            )
+        }
+        .into(),
+    )
+    .map(drop)
+}
+
+/// `flock(fd, op)`, retried on `EINTR`.
+pub(crate) fn flock(fd: BorrowedFd<'_>, op: libc::c_int) -> io::Result<()> {
+    loop {
+        // SAFETY: flock takes a descriptor and an integer and touches no memory.
+        match check(unsafe { libc::flock(fd.as_raw_fd(), op) }.into()) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other.map(drop),
+        }
+    }
+}
+
+/// This process's effective user id.
+pub(crate) fn geteuid() -> u32 {
+    // SAFETY: geteuid cannot fail and touches no memory.
+    unsafe { libc::geteuid() }
+}

@@ -1,0 +1,85 @@
+//! Private PID and IPC namespaces and `no_new_privs`, for real: a forked child applies them and
+//! shows what it sees. The PID cases follow exec2's functional "pid namespace" case (`ps`
+//! sees the task as pid 1).
+
+mod common;
+
+use common::{defaults, require_root, run, test_user};
+use wharf_isolate::Containment;
+use wharf_isolate::landlock::Unveil;
+use wharf_isolate::namespace::Namespaces;
+
+fn with(pid: bool, ipc: bool) -> Containment {
+    Containment { namespaces: Namespaces { pid, ipc }, ..Containment::default() }
+}
+
+#[test]
+fn a_private_pid_namespace_makes_the_task_pid_1_and_hides_every_other_process() {
+    require_root();
+    Namespaces { pid: true, ipc: true }.check_supported().unwrap();
+    let outcome = run(&with(true, false), &["/usr/bin/ls", "/proc"], &[]);
+    assert!(outcome.ok(), "{outcome:?}");
+    let pids: Vec<&str> =
+        outcome.stdout.lines().filter(|name| name.bytes().all(|b| b.is_ascii_digit())).collect();
+    assert_eq!(pids, ["1"], "only itself, as pid 1: {outcome:?}");
+
+    let host = run(&with(false, false), &["/bin/sh", "-c", "echo $$"], &[]);
+    assert_ne!(host.stdout.trim(), "1");
+    // The host's /proc is untouched by the task's mount.
+    assert!(std::fs::read_dir("/proc").unwrap().count() > 10);
+}
+
+#[test]
+fn everything_in_a_pid_namespace_dies_with_its_first_process() {
+    require_root();
+    // The task leaves a daemon behind (setsid plus double fork, its output elsewhere) and
+    // exits: the kernel kills the daemon with the namespace.
+    let marker = format!("61.{}", std::process::id());
+    let script = format!("setsid sh -c 'sleep {marker} >/dev/null 2>&1 &'; echo left");
+    let outcome = run(&with(true, false), &["/bin/sh", "-c", &script], &[]);
+    assert!(outcome.ok() && outcome.stdout == "left\n", "{outcome:?}");
+    let survivors: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|cmdline| cmdline.ends_with(format!("\0{marker}\0").as_bytes()))
+        })
+        .collect();
+    for pid in &survivors {
+        // SAFETY: kill takes integers; the pid was just seen running the test's own marker.
+        unsafe { libc::kill(*pid as i32, libc::SIGKILL) };
+    }
+    assert!(survivors.is_empty(), "the daemon outlived its namespace: {survivors:?}");
+}
+
+#[test]
+fn a_private_ipc_namespace_is_not_the_hosts() {
+    require_root();
+    let host = std::fs::read_link("/proc/self/ns/ipc").unwrap();
+    let link = ["/usr/bin/readlink", "/proc/self/ns/ipc"];
+    let private = run(&with(false, true), &link, &[]);
+    assert!(private.ok(), "{private:?}");
+    assert_ne!(private.stdout.trim(), host.to_str().unwrap());
+    let shared = run(&with(false, false), &link, &[]);
+    assert_eq!(shared.stdout.trim(), host.to_str().unwrap());
+}
+
+#[test]
+fn landlock_rules_for_proc_name_the_tasks_own_proc() {
+    require_root();
+    // A rule made in the child after its /proc is mounted covers that /proc.
+    let mut rules = defaults();
+    rules.push(Unveil::parse("r:/proc").unwrap().rule(false));
+    let containment = Containment {
+        landlock: Some(rules),
+        namespaces: Namespaces { pid: true, ipc: true },
+        user: Some(test_user(20)),
+        no_new_privs: true,
+    };
+    let script = "tr '\\0' ' ' < /proc/1/cmdline; echo; grep ^NoNewPrivs /proc/self/status";
+    let outcome = run(&containment, &["/bin/sh", "-c", script], &[]);
+    assert!(outcome.ok(), "{outcome:?}");
+    assert_eq!(outcome.stdout, format!("/bin/sh -c {script} \nNoNewPrivs:\t1\n"));
+}
