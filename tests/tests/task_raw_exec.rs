@@ -157,9 +157,9 @@ async fn a_real_task_runs_and_its_exit_is_persisted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_task_that_ignores_sigterm_is_killed_at_its_timeout() {
+async fn a_task_that_ignores_its_kill_signal_is_killed_at_its_timeout() {
     let node = Node::new(
-        "trap '' TERM; echo $$ > \"$WHARF_TASK_DIR/pid\"; while true; do sleep 0.05; done",
+        "trap '' INT TERM; echo $$ > \"$WHARF_TASK_DIR/pid\"; while true; do sleep 0.05; done",
         "kill_timeout = \"1s\"",
     );
     let (runner, _store, changed) = node.runner().await;

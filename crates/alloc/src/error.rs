@@ -45,4 +45,27 @@ pub enum AllocError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] wharf_store::StoreError),
+    /// An allocation-wide restart was asked for when the allocation cannot restart.
+    #[error("allocation {alloc_id} cannot be restarted: {reason}")]
+    NotRestartable {
+        /// The allocation.
+        alloc_id: String,
+        /// Why not, such as "it is complete".
+        reason: String,
+    },
+    /// A restored allocation's directory is gone, so it cannot run on this node again.
+    #[error("the allocation directory {path} is missing")]
+    AllocDirMissing {
+        /// The directory.
+        path: std::path::PathBuf,
+    },
+    /// A file operation failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
 }

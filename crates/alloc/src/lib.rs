@@ -13,10 +13,12 @@
 pub mod coordinator;
 mod error;
 pub mod hooks;
+pub mod lifecycle;
 mod runner;
 pub mod spare_dirs;
 
 pub use error::AllocError;
 pub use hooks::{AllocDirHook, AllocHook, AllocHookContext};
+pub use lifecycle::RunnerState;
 pub use runner::{AllocRunner, AllocRunnerConfig, AllocUsage, DEFAULT_POSTSTOP_TIMEOUT};
 pub use spare_dirs::SpareDirs;

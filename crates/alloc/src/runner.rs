@@ -12,18 +12,22 @@
 //! main and ephemeral tasks together, then the sidecars; poststop tasks are never killed and run
 //! once everything else is dead.
 //!
+//! The runner's own life (pending, running, killing, ending, dead, shutting down, destroying)
+//! is one [`RunnerState`], changed only through its transition table in [`crate::lifecycle`];
+//! run, kill, shutdown, destroy and allocation-wide restarts all go through it.
+//!
 //! Every wait here ends: task runners bound their own kills, and destroy bounds how long it
 //! lets poststop tasks run before killing them too.
 
 use crate::AllocError;
 use crate::coordinator::{Coordinator, Phase};
 use crate::hooks::{AllocDirHook, AllocHook, AllocHookContext};
+use crate::lifecycle::{Action, Event, RunnerState};
 use crate::spare_dirs::SpareDirs;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
@@ -82,10 +86,20 @@ pub struct AllocRunner {
     shared: Arc<Shared>,
 }
 
+/// The allocation as applied, and which version of it the store holds. Every change the
+/// runner applies is a new generation, written by the next persist: an update whose modify
+/// index did not change is written all the same.
+#[derive(Debug)]
+struct Record {
+    alloc: Allocation,
+    generation: u64,
+    persisted: Option<u64>,
+}
+
 #[derive(Debug)]
 struct Shared {
     id: String,
-    alloc: Mutex<Allocation>,
+    record: Mutex<Record>,
     tasks: Vec<TaskRunner>,
     store: Arc<dyn StateStore>,
     clock: Arc<dyn WallClock>,
@@ -94,33 +108,20 @@ struct Shared {
     poststop_timeout: Duration,
     state_changed: Arc<Notify>,
     state: watch::Sender<AllocState>,
+    /// The runner's own lifecycle; changed only through [`AllocRunner::step`].
+    lifecycle: watch::Sender<RunnerState>,
     coordinator: Mutex<Coordinator>,
     deployment: Mutex<Option<DeploymentStatus>>,
     /// The deployment status last written to the store, so an unchanged one is not rewritten.
     persisted_deployment: Mutex<Option<DeploymentStatus>>,
-    /// The `modify_index` of the allocation record last written (or restored), so a start
-    /// does not write again what its caller just made durable.
-    persisted_index: Mutex<Option<u64>>,
     forced: Mutex<Option<(ClientStatus, String)>>,
     queued_update: Mutex<Option<Allocation>>,
     update_ready: Notify,
-    started: AtomicBool,
-    released: AtomicBool,
-    /// Set while the tasks are being killed, so a pass over task states does not start a
-    /// second kill of the same tasks.
-    killing: AtomicBool,
-    /// Every task runner has finished; the loops beside the run wind down.
-    tasks_done: watch::Sender<bool>,
-    /// The run is over and its final state published.
-    run_done: watch::Sender<bool>,
-    shutting_down: AtomicBool,
-    destroy_launched: AtomicBool,
-    shutdown_launched: AtomicBool,
+    /// Raised once every task runner has finished, so the loops beside the run wind down.
+    runners_finished: watch::Sender<bool>,
     /// Held while deleting the allocation's records and while persisting it, so a persist
     /// never brings back a destroyed allocation.
-    records: tokio::sync::Mutex<bool>,
-    destroyed: watch::Sender<bool>,
-    shut_down: watch::Sender<bool>,
+    records: tokio::sync::Mutex<()>,
 }
 
 async fn raised(flag: &mut watch::Receiver<bool>) {
@@ -162,7 +163,7 @@ impl AllocRunner {
         Ok(AllocRunner {
             shared: Arc::new(Shared {
                 id: config.alloc.id.clone(),
-                alloc: Mutex::new(config.alloc),
+                record: Mutex::new(Record { alloc: config.alloc, generation: 0, persisted: None }),
                 tasks,
                 store: config.store,
                 clock: config.clock,
@@ -171,24 +172,15 @@ impl AllocRunner {
                 poststop_timeout: config.poststop_timeout,
                 state_changed,
                 state: watch::channel(initial).0,
+                lifecycle: watch::channel(RunnerState::Pending).0,
                 coordinator: Mutex::new(Coordinator::new()),
                 deployment: Mutex::new(None),
                 persisted_deployment: Mutex::new(None),
-                persisted_index: Mutex::new(None),
                 forced: Mutex::new(None),
                 queued_update: Mutex::new(None),
                 update_ready: Notify::new(),
-                started: AtomicBool::new(false),
-                released: AtomicBool::new(false),
-                killing: AtomicBool::new(false),
-                tasks_done: watch::channel(false).0,
-                run_done: watch::channel(false).0,
-                shutting_down: AtomicBool::new(false),
-                destroy_launched: AtomicBool::new(false),
-                shutdown_launched: AtomicBool::new(false),
-                records: tokio::sync::Mutex::new(false),
-                destroyed: watch::channel(false).0,
-                shut_down: watch::channel(false).0,
+                runners_finished: watch::channel(false).0,
+                records: tokio::sync::Mutex::new(()),
             }),
         })
     }
@@ -200,7 +192,16 @@ impl AllocRunner {
 
     /// The allocation as of the latest update.
     pub fn alloc(&self) -> Allocation {
-        self.shared.alloc.lock().clone()
+        self.shared.record.lock().alloc.clone()
+    }
+
+    /// Applies `alloc` as the allocation; a change is a new generation for the next persist.
+    fn set_alloc(&self, alloc: Allocation) {
+        let mut record = self.shared.record.lock();
+        if record.alloc != alloc {
+            record.alloc = alloc;
+            record.generation += 1;
+        }
     }
 
     /// The allocation's directory.
@@ -224,57 +225,124 @@ impl AllocRunner {
         self.shared.state.subscribe()
     }
 
-    /// Whether [`AllocRunner::run`] has finished.
-    pub fn is_done(&self) -> bool {
-        *self.shared.run_done.borrow()
+    /// Where the runner's own life stands (see [`crate::lifecycle`]).
+    pub fn lifecycle(&self) -> RunnerState {
+        *self.shared.lifecycle.borrow()
     }
 
-    /// Waits until [`AllocRunner::run`] has finished.
+    /// A watcher of [`AllocRunner::lifecycle`]: it always sees the latest.
+    pub fn watch_lifecycle(&self) -> watch::Receiver<RunnerState> {
+        self.shared.lifecycle.subscribe()
+    }
+
+    /// Applies `event` to the lifecycle; returns the state it was in and what to do.
+    fn step(&self, event: Event) -> (RunnerState, Action) {
+        let mut step = (RunnerState::Pending, Action::Ignore);
+        self.shared.lifecycle.send_if_modified(|state| {
+            let (next, action) = state.on(event);
+            step = (*state, action);
+            let moved = next != *state;
+            *state = next;
+            moved
+        });
+        tracing::trace!(alloc_id = %self.shared.id, ?event, from = ?step.0, action = ?step.1, "lifecycle");
+        step
+    }
+
+    /// Waits until the lifecycle satisfies `reached`.
+    async fn until(&self, reached: impl Fn(RunnerState) -> bool) {
+        let mut lifecycle = self.shared.lifecycle.subscribe();
+        let _ = lifecycle.wait_for(|state| reached(*state)).await;
+    }
+
+    /// Whether the run is over (or will never begin).
+    pub fn is_done(&self) -> bool {
+        self.lifecycle().run_over()
+    }
+
+    /// Waits until the run is over (or will never begin).
     pub async fn wait(&self) {
-        raised(&mut self.shared.run_done.subscribe()).await;
+        self.until(RunnerState::run_over).await;
     }
 
     /// Whether [`AllocRunner::destroy`] has completed.
     pub fn is_destroyed(&self) -> bool {
-        *self.shared.destroyed.borrow()
+        self.lifecycle() == RunnerState::Destroyed
     }
 
     /// Loads every task's persisted state and reattaches to running tasks; the deployment
     /// status comes back too. Call before [`AllocRunner::run`].
+    ///
+    /// An allocation whose directory is gone (ephemeral storage lost with a reboot) cannot run
+    /// here again: whatever of it still runs is destroyed, every task is marked failed with an
+    /// event that says so, and [`AllocError::AllocDirMissing`] is returned. The runner can still
+    /// be run (it starts nothing) and destroyed, so the allocation stays visible until it is
+    /// collected. Its directory is not made again.
     pub async fn restore(&self, stored: &StoredAlloc) -> Result<(), AllocError> {
-        *self.shared.deployment.lock() = stored.deployment_status.clone();
-        *self.shared.persisted_deployment.lock() = stored.deployment_status.clone();
-        *self.shared.persisted_index.lock() = Some(stored.alloc.modify_index);
-        for task in &self.shared.tasks {
+        let s = &self.shared;
+        *s.deployment.lock() = stored.deployment_status.clone();
+        *s.persisted_deployment.lock() = stored.deployment_status.clone();
+        {
+            let mut record = s.record.lock();
+            if record.alloc == stored.alloc {
+                record.persisted = Some(record.generation);
+            }
+        }
+        for task in &s.tasks {
             task.restore(stored.tasks.get(task.name())).await?;
+        }
+        // One stat, on restore only.
+        let missing = match s.alloc_root.try_exists() {
+            Ok(true) => None,
+            Ok(false) => Some(AllocError::AllocDirMissing { path: s.alloc_root.clone() }),
+            Err(source) => Some(AllocError::Io { path: s.alloc_root.clone(), source }),
+        };
+        if let Some(error) = missing {
+            for task in &s.tasks {
+                let kind = TaskEventKind::FailedRestoring {
+                    error: format!("{error}; the allocation cannot run on this node again"),
+                };
+                task.abandon(TaskEvent::new(s.clock.now(), kind)).await;
+            }
+            self.publish();
+            return Err(error);
         }
         self.publish();
         Ok(())
     }
 
     /// Runs the allocation until every task has finished (or the agent shuts down). Returns at
-    /// once if called again.
+    /// once if called again, or after destroy or shutdown.
     pub async fn run(&self) {
-        if self.shared.started.swap(true, Ordering::SeqCst) {
+        if self.step(Event::Run).1 != Action::StartRun {
             return;
         }
         self.persist_alloc().await;
         tokio::join!(self.run_tasks(), self.watch_task_states(), self.handle_updates());
         self.publish();
-        self.shared.run_done.send_replace(true);
+        self.step(Event::RunOver);
     }
 
     async fn run_tasks(&self) {
         let s = &self.shared;
         let alloc = self.alloc();
-        let terminal = alloc.server_terminal() || self.state().client_status.is_terminal();
-        if terminal {
-            // Nothing should start; tasks that have not run are marked dead.
-            for task in &s.tasks {
-                if task.state().status == TaskStatus::Pending {
+        if alloc.server_terminal() {
+            // Stopped, perhaps while the agent was away with tasks still running: they are
+            // killed in the usual order and poststop tasks run after them, unless nothing of
+            // the allocation ever ran (then there is nothing to clean up after).
+            let ran = s
+                .tasks
+                .iter()
+                .any(|t| t.stage() != Stage::Poststop && t.state().started_at.is_some());
+            if !ran {
+                for task in s.tasks.iter().filter(|t| t.stage() == Stage::Poststop) {
                     task.kill(None).await;
                 }
             }
+            self.kill(None).await;
+        } else if self.state().client_status.is_terminal() {
+            // Ended before the agent restarted: nothing starts again; the task runners only
+            // finish what their restore left.
         } else if let Err(error) = self.prerun().await {
             tracing::error!(alloc_id = %s.id, %error, "prerun failed");
             for task in &s.tasks {
@@ -291,8 +359,8 @@ impl AllocRunner {
             running.spawn(async move { task.run().await });
         }
         while running.join_next().await.is_some() {}
-        s.tasks_done.send_replace(true);
-        if !s.shutting_down.load(Ordering::SeqCst) {
+        s.runners_finished.send_replace(true);
+        if !self.lifecycle().shutting_down() {
             let alloc = self.alloc();
             for hook in &s.hooks {
                 let ctx = AllocHookContext { alloc: &alloc, alloc_root: &s.alloc_root };
@@ -315,7 +383,7 @@ impl AllocRunner {
     /// Reacts to task state changes until the run is done, then once more.
     async fn watch_task_states(&self) {
         let s = &self.shared;
-        let mut done = s.tasks_done.subscribe();
+        let mut done = s.runners_finished.subscribe();
         loop {
             let finished = tokio::select! {
                 () = s.state_changed.notified() => false,
@@ -355,10 +423,9 @@ impl AllocRunner {
         }
         if let Some(kind) = kill_event
             && !live.is_empty()
-            && !s.killing.load(Ordering::SeqCst)
         {
             tracing::debug!(alloc_id = %s.id, event = kind.title(), "killing the allocation's tasks");
-            self.kill_tasks(Some(kind)).await;
+            self.kill(Some(kind)).await;
         }
 
         self.apply_gates();
@@ -368,10 +435,8 @@ impl AllocRunner {
             .iter()
             .filter(|t| t.stage() != Stage::Poststop)
             .all(|t| t.state().status == TaskStatus::Dead);
-        if all_dead && !s.released.swap(true, Ordering::SeqCst) {
-            if !s.shutting_down.load(Ordering::SeqCst) {
-                self.prekill_hooks().await;
-            }
+        if all_dead && self.step(Event::AllDead).1 == Action::ReleaseDeadTasks {
+            self.prekill_hooks().await;
             // Dead tasks wait for an allocation-wide restart until released.
             let mut releasing = JoinSet::new();
             for task in s.tasks.iter().filter(|t| t.stage() != Stage::Poststop) {
@@ -428,11 +493,18 @@ impl AllocRunner {
         });
     }
 
+    /// Kills the tasks, once: a kill already under way, or an allocation already ending,
+    /// makes this a no-op (see [`crate::lifecycle`]).
+    async fn kill(&self, event: Option<TaskEventKind>) {
+        if self.step(Event::Kill).1 == Action::KillTasks {
+            self.kill_tasks(event).await;
+        }
+    }
+
     /// Kills the tasks in order: prekill hooks, the leader alone, the other main and ephemeral
     /// tasks together, then the sidecars. Poststop tasks are left alone.
     async fn kill_tasks(&self, event: Option<TaskEventKind>) {
         let s = &self.shared;
-        s.killing.store(true, Ordering::SeqCst);
         self.prekill_hooks().await;
         let stamped = || event.clone().map(|kind| TaskEvent::new(s.clock.now(), kind));
         let killable = || s.tasks.iter().filter(|t| t.stage() != Stage::Poststop);
@@ -448,7 +520,6 @@ impl AllocRunner {
             }
             while killing.join_next().await.is_some() {}
         }
-        s.killing.store(false, Ordering::SeqCst);
     }
 
     async fn prekill_hooks(&self) {
@@ -459,16 +530,17 @@ impl AllocRunner {
         }
     }
 
-    /// Queues an update of the allocation; it is applied in the background. A newer queued
-    /// update replaces an older one; an update older than the queued or the current one is
-    /// discarded.
+    /// Queues an update of the allocation; it is applied (and written) in the background. A
+    /// newer queued update replaces an older one, as does one with the same modify index; an
+    /// update older than the queued or the current one is discarded. Once the run is over,
+    /// updates are ignored.
     pub fn update(&self, alloc: Allocation) {
         let s = &self.shared;
         if self.is_done() {
             tracing::debug!(alloc_id = %s.id, "allocation finished; update ignored");
             return;
         }
-        let current = s.alloc.lock().modify_index;
+        let current = self.alloc().modify_index;
         let mut queued = s.queued_update.lock();
         let newest = queued.as_ref().map_or(current, |q| q.modify_index.max(current));
         if alloc.modify_index < newest {
@@ -480,9 +552,23 @@ impl AllocRunner {
         s.update_ready.notify_one();
     }
 
+    /// Applies `alloc` as [`AllocRunner::update`] does, but writes the allocation record
+    /// durably before it returns, so that a stop acknowledged after this call survives a crash
+    /// of the agent: a restored stopped allocation is killed. A stale update (older than the
+    /// current one) changes nothing.
+    pub async fn update_durably(&self, alloc: Allocation) -> Result<(), AllocError> {
+        if alloc.modify_index < self.alloc().modify_index {
+            return Ok(());
+        }
+        self.set_alloc(alloc.clone());
+        self.persist().await?;
+        self.update(alloc);
+        Ok(())
+    }
+
     async fn handle_updates(&self) {
         let s = &self.shared;
-        let mut done = s.tasks_done.subscribe();
+        let mut done = s.runners_finished.subscribe();
         loop {
             tokio::select! {
                 () = s.update_ready.notified() => {}
@@ -497,8 +583,11 @@ impl AllocRunner {
 
     async fn apply_update(&self, update: Allocation) {
         let s = &self.shared;
-        let stopping = !self.alloc().server_terminal() && update.server_terminal();
-        *s.alloc.lock() = update.clone();
+        if update.modify_index < self.alloc().modify_index {
+            return;
+        }
+        let stopping = update.server_terminal();
+        self.set_alloc(update.clone());
         self.persist_alloc().await;
         if !update.server_terminal() {
             for hook in &s.hooks {
@@ -512,40 +601,51 @@ impl AllocRunner {
             task.update(update.clone()).await;
         }
         if stopping {
-            self.kill_tasks(None).await;
+            self.kill(None).await;
         }
         self.publish();
     }
 
     /// Stops every task, waits for the run to end (letting poststop tasks run, bounded),
     /// runs the destroy hooks and deletes the allocation's records. Idempotent; safe while
-    /// `run` is in progress and after `shutdown`.
+    /// `run` is in progress and after `shutdown` (which it waits for).
     pub async fn destroy(&self) {
         let s = &self.shared;
-        if s.destroy_launched.swap(true, Ordering::SeqCst) {
-            raised(&mut s.destroyed.subscribe()).await;
-            return;
-        }
-        if s.shutdown_launched.load(Ordering::SeqCst) {
-            raised(&mut s.shut_down.subscribe()).await;
-        }
-        if s.started.swap(true, Ordering::SeqCst) {
-            self.kill_tasks(None).await;
-            let mut done = s.run_done.subscribe();
-            if tokio::time::timeout(s.poststop_timeout, raised(&mut done)).await.is_err() {
-                tracing::warn!(alloc_id = %s.id, "poststop tasks did not finish in time; killing them");
-                for task in &s.tasks {
-                    task.kill(None).await;
+        loop {
+            let (before, action) = self.step(Event::Destroy);
+            match action {
+                Action::DestroyUnstarted => {
+                    // Never ran: each kill ends its task runner without starting anything
+                    // (and stops a task restored from a previous agent).
+                    for task in &s.tasks {
+                        task.kill(None).await;
+                    }
+                    break;
                 }
-                raised(&mut done).await;
+                Action::DestroyRun => {
+                    if before == RunnerState::Running {
+                        self.kill_tasks(None).await;
+                    }
+                    let run_over = self.until(RunnerState::run_over);
+                    if tokio::time::timeout(s.poststop_timeout, run_over).await.is_err() {
+                        tracing::warn!(alloc_id = %s.id, "poststop tasks did not finish in time; killing them");
+                        for task in &s.tasks {
+                            task.kill(None).await;
+                        }
+                        self.until(RunnerState::run_over).await;
+                    }
+                    break;
+                }
+                Action::DestroyRecords => break,
+                Action::AwaitShutDownThenDestroy => {
+                    self.until(|state| !matches!(state, RunnerState::ShuttingDown { .. })).await;
+                }
+                Action::AwaitDestroyed => {
+                    self.until(|state| state == RunnerState::Destroyed).await;
+                    return;
+                }
+                _ => return,
             }
-        } else {
-            // Never ran: the kills below end each task runner without starting anything.
-            for task in &s.tasks {
-                task.kill(None).await;
-            }
-            s.tasks_done.send_replace(true);
-            s.run_done.send_replace(true);
         }
         self.publish();
         let alloc = self.alloc();
@@ -555,44 +655,43 @@ impl AllocRunner {
                 tracing::warn!(alloc_id = %s.id, %error, "destroy hook failed");
             }
         }
-        let mut destroyed = s.records.lock().await;
+        let _records = s.records.lock().await;
         if let Err(error) = s.store.delete_allocation(&s.id).await {
             tracing::error!(alloc_id = %s.id, %error, "deleting the allocation's records failed");
         }
-        *destroyed = true;
-        drop(destroyed);
-        s.shut_down.send_replace(true);
-        s.destroyed.send_replace(true);
+        self.step(Event::DestroyDone);
     }
 
     /// Leaves every task running and ends the run, with everything restore needs persisted;
-    /// then runs the shutdown hooks. Idempotent; does nothing once destroy has begun.
+    /// then runs the shutdown hooks. Idempotent; does nothing once destroy has begun but wait
+    /// for it.
     pub async fn shutdown(&self) {
         let s = &self.shared;
-        if s.destroy_launched.load(Ordering::SeqCst) {
-            raised(&mut s.destroyed.subscribe()).await;
-            return;
-        }
-        if s.shutdown_launched.swap(true, Ordering::SeqCst) {
-            raised(&mut s.shut_down.subscribe()).await;
-            return;
-        }
-        s.shutting_down.store(true, Ordering::SeqCst);
-        for task in &s.tasks {
-            task.shutdown();
-        }
-        if s.started.swap(true, Ordering::SeqCst) {
-            raised(&mut s.run_done.subscribe()).await;
-        } else {
-            s.tasks_done.send_replace(true);
-            s.run_done.send_replace(true);
+        match self.step(Event::Shutdown).1 {
+            Action::ShutDownUnstarted => {}
+            Action::ShutDownRun => {
+                for task in &s.tasks {
+                    task.shutdown();
+                }
+                self.until(RunnerState::run_over).await;
+            }
+            Action::AwaitShutDown => {
+                self.until(|state| matches!(state, RunnerState::ShutDown | RunnerState::Destroyed))
+                    .await;
+                return;
+            }
+            Action::AwaitDestroyed => {
+                self.until(|state| state == RunnerState::Destroyed).await;
+                return;
+            }
+            _ => return,
         }
         let alloc = self.alloc();
         for hook in &s.hooks {
             let ctx = AllocHookContext { alloc: &alloc, alloc_root: &s.alloc_root };
             let _ = tokio::time::timeout(HOOK_TIMEOUT, hook.shutdown(ctx)).await;
         }
-        s.shut_down.send_replace(true);
+        self.step(Event::ShutdownDone);
     }
 
     /// Forces the client status, such as `lost` when the node lost track of the allocation.
@@ -626,8 +725,30 @@ impl AllocRunner {
         Ok(self.task(name)?.restart(reason, false).await?)
     }
 
+    /// Whether an allocation-wide restart may happen now: the runner is running (not pending,
+    /// ending, shutting down or destroyed) and the allocation should run (neither stopped nor
+    /// ended), as Nomad's `shouldRun` has it.
+    fn check_restartable(&self) -> Result<(), AllocError> {
+        let refuse = |reason: &str| AllocError::NotRestartable {
+            alloc_id: self.shared.id.clone(),
+            reason: reason.to_owned(),
+        };
+        if let Action::Refuse(reason) = self.step(Event::RestartAll).1 {
+            return Err(refuse(reason));
+        }
+        if self.alloc().server_terminal() {
+            return Err(refuse("it is stopped"));
+        }
+        let status = self.state().client_status;
+        if status.is_terminal() {
+            return Err(refuse(&format!("it is {status}")));
+        }
+        Ok(())
+    }
+
     /// Restarts every running task; tasks that are not running are left alone.
     pub async fn restart_running(&self, reason: &str) -> Result<(), AllocError> {
+        self.check_restartable()?;
         let mut errors = Vec::new();
         for task in self.shared.tasks.iter().filter(|t| t.state().status == TaskStatus::Running) {
             if let Err(error) = task.restart(reason, false).await {
@@ -638,8 +759,10 @@ impl AllocRunner {
     }
 
     /// Restarts the whole allocation: the lifecycle starts over, running tasks restart and
-    /// dead ones (that are not yet released) run again, prestart tasks first.
+    /// dead ones (that are not yet released) run again, prestart tasks first. Every task that
+    /// runs again counts one restart.
     pub async fn restart_all(&self, reason: &str) -> Result<(), AllocError> {
+        self.check_restartable()?;
         let mut errors = Vec::new();
         for task in self.shared.tasks.iter().filter(|t| t.stage() != Stage::Poststop) {
             match task.state().status {
@@ -727,16 +850,19 @@ impl AllocRunner {
     /// write it again.
     pub async fn persist(&self) -> Result<(), wharf_store::StoreError> {
         let s = &self.shared;
-        let destroyed = s.records.lock().await;
-        if *destroyed {
+        let _records = s.records.lock().await;
+        if self.is_destroyed() {
             return Ok(());
         }
-        let alloc = self.alloc();
-        if *s.persisted_index.lock() == Some(alloc.modify_index) {
-            return Ok(());
-        }
+        let (alloc, generation) = {
+            let record = s.record.lock();
+            if record.persisted == Some(record.generation) {
+                return Ok(());
+            }
+            (record.alloc.clone(), record.generation)
+        };
         s.store.put_allocation(&alloc).await?;
-        *s.persisted_index.lock() = Some(alloc.modify_index);
+        s.record.lock().persisted = Some(generation);
         Ok(())
     }
 
@@ -746,8 +872,8 @@ impl AllocRunner {
         if s.persisted_deployment.lock().as_ref() == Some(&deployment) {
             return;
         }
-        let destroyed = s.records.lock().await;
-        if *destroyed {
+        let _records = s.records.lock().await;
+        if self.is_destroyed() {
             return;
         }
         match s.store.put_deployment_status(&s.id, &deployment).await {

@@ -8,8 +8,8 @@ use tokio::time::Instant;
 use wharf_alloc::{
     AllocError, AllocHook, AllocHookContext, AllocRunner, AllocRunnerConfig, SpareDirs,
 };
+use wharf_driver::DriverRegistry;
 use wharf_driver::mock::MockDriver;
-use wharf_driver::{Driver, DriverRegistry};
 use wharf_state::{
     AllocState, Allocation, ClientStatus, DesiredStatus, Signal, TaskEventKind, TaskState,
     TaskStatus, Timestamp, spec,
@@ -163,7 +163,7 @@ async fn until(runner: &AllocRunner, what: &str, done: impl Fn(&AllocState) -> b
                 return state;
             }
             if watch.changed().await.is_err() {
-                return runner.state();
+                panic!("the runner is gone and never {what}: {:#?}", runner.state());
             }
         }
     };
@@ -939,7 +939,7 @@ async fn a_lost_status_can_be_forced() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn many_task_events_cost_few_passes() {
+async fn a_task_restarting_until_it_fails_settles_the_allocation() {
     // A task that restarts quickly makes bursts of events; the allocation still settles.
     let h = Harness::new(
         "batch",
@@ -953,29 +953,555 @@ async fn many_task_events_cost_few_passes() {
     assert_eq!(state.task_states["web"].restarts, 3);
     assert_eq!(state.client_status, ClientStatus::Failed);
     assert_eq!(h.driver.start_count("a1", "web"), 4);
-    let _ = h.driver.inspect_task(&h.driver.started()[0].id).await;
+}
+
+/// A store that counts the allocation records written through it.
+#[derive(Debug, Clone, Default)]
+struct CountingStore {
+    inner: MemoryStore,
+    alloc_writes: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl CountingStore {
+    fn alloc_writes(&self) -> u64 {
+        self.alloc_writes.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[async_trait::async_trait]
+impl StateStore for CountingStore {
+    async fn write(&self, batch: wharf_store::WriteBatch) -> Result<(), wharf_store::StoreError> {
+        self.inner.write(batch).await
+    }
+    async fn load_alloc(
+        &self,
+        alloc_id: &str,
+    ) -> Result<Option<wharf_store::StoredAlloc>, wharf_store::StoreError> {
+        self.inner.load_alloc(alloc_id).await
+    }
+    async fn load_all(&self) -> Result<wharf_store::Snapshot, wharf_store::StoreError> {
+        self.inner.load_all().await
+    }
+    async fn put_allocation(&self, alloc: &Allocation) -> Result<(), wharf_store::StoreError> {
+        self.alloc_writes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.put_allocation(alloc).await
+    }
 }
 
 #[tokio::test(start_paused = true)]
 async fn an_allocation_its_caller_persisted_is_not_written_again_at_start() {
     let h = Harness::new("service", &task("web", "config = { run_for = \"1h\" }"));
-    let runner = h.runner();
+    let store = CountingStore::default();
+    let runner = AllocRunner::new(AllocRunnerConfig {
+        store: Arc::new(store.clone()),
+        ..h.config(h.alloc.clone())
+    })
+    .unwrap();
     runner.persist().await.unwrap();
-    assert_eq!(h.store.write_count(), 1);
+    assert_eq!(store.alloc_writes(), 1);
     runner.persist().await.unwrap();
-    assert_eq!(h.store.write_count(), 1, "the same version is not written twice");
+    assert_eq!(store.alloc_writes(), 1, "the same version is not written twice");
     spawn_run(&runner);
     until(&runner, "web runs", |s| status(s, "web") == TaskStatus::Running).await;
-    let at_start = h.store.write_count();
-    let stored = h.store.load_all().await.unwrap();
-    assert_eq!(stored.allocs[0].alloc.modify_index, 1);
+    assert_eq!(store.alloc_writes(), 1, "the start did not write the record again");
     // A new version (a stop) is written.
     let mut stop = h.alloc.clone();
     stop.desired_status = DesiredStatus::Stop;
     stop.modify_index = 2;
     runner.update(stop);
     finished(&runner).await;
-    let stored = h.store.load_all().await.unwrap();
+    assert_eq!(store.alloc_writes(), 2);
+    let stored = store.load_all().await.unwrap();
     assert_eq!(stored.allocs[0].alloc.modify_index, 2);
-    assert!(h.store.write_count() > at_start);
+}
+
+/// The stored allocation, as a restarted agent would load it.
+async fn stored(h: &Harness) -> wharf_store::StoredAlloc {
+    h.store.load_alloc("a1").await.unwrap().expect("the allocation is stored")
+}
+
+/// A second runner for the stored allocation, restored, as a restarted agent builds it.
+async fn restored(h: &Harness) -> (AllocRunner, Result<(), AllocError>) {
+    let stored = stored(h).await;
+    let runner = AllocRunner::new(h.config(stored.alloc.clone())).unwrap();
+    let result = runner.restore(&stored).await;
+    (runner, result)
+}
+
+/// Nomad's `TestAllocRunner_Restore_RunningTerminal`: the agent persisted a stop and died
+/// before acting on it. The restored allocation's running task is killed in the usual order,
+/// its poststop task runs, the run ends, and the allocation can be collected.
+#[tokio::test(start_paused = true)]
+async fn restore_running_terminal() {
+    let h = Harness::new(
+        "service",
+        &format!(
+            "{}{}{}",
+            task("leader", "leader = true\nconfig = { run_for = \"1h\", kill_after = \"2s\" }"),
+            task("web", "config = { run_for = \"1h\" }"),
+            task("bye", "lifecycle = { hook = \"poststop\" }\nconfig = { run_for = \"1s\" }")
+        ),
+    );
+    let first = h.start();
+    until(&first, "running", |s| status(s, "web") == TaskStatus::Running).await;
+    first.shutdown().await;
+    assert_eq!(h.driver.running().len(), 2, "shutdown leaves the tasks running");
+    let mut stopped = stored(&h).await.alloc;
+    stopped.desired_status = DesiredStatus::Stop;
+    stopped.modify_index += 1;
+    h.store.put_allocation(&stopped).await.unwrap();
+
+    let (second, restore) = restored(&h).await;
+    restore.unwrap();
+    let began = Instant::now();
+    spawn_run(&second);
+    let state = finished(&second).await;
+    assert!(h.driver.running().is_empty(), "nothing of the stopped allocation runs on");
+    assert_eq!(h.driver.start_count("a1", "web"), 1, "reattached, never started again");
+    let killed = |t: &str| at(&state, t, "Killed").unwrap();
+    assert!(killed("leader") <= killed("web"), "the usual kill order: the leader first");
+    assert_eq!(began.elapsed(), Duration::from_secs(3), "2s to kill the leader, 1s of poststop");
+    for name in ["leader", "web"] {
+        let titles: Vec<_> = kinds(&state, name).iter().map(|k| k.title()).collect();
+        assert_eq!(titles[titles.len() - 3..], ["Killing", "Terminated", "Killed"], "{name}");
+    }
+    assert_eq!(status(&state, "bye"), TaskStatus::Dead);
+    assert!(at(&state, "bye", "Started").is_some(), "poststop ran");
+    assert_eq!(state.client_status, ClientStatus::Complete);
+    assert_eq!(second.lifecycle(), wharf_alloc::RunnerState::Dead);
+    second.destroy().await;
+    assert!(h.store.load_all().await.unwrap().allocs.is_empty(), "collected");
+}
+
+/// A stopped allocation that never started anything starts nothing, not even its poststop
+/// task: there is nothing to clean up after.
+#[tokio::test(start_paused = true)]
+async fn a_stopped_allocation_that_never_ran_starts_no_poststop_task() {
+    let h = Harness::new(
+        "service",
+        &format!(
+            "{}{}",
+            task("web", "config = {}"),
+            task("bye", "lifecycle = { hook = \"poststop\" }\nconfig = { run_for = \"1s\" }")
+        ),
+    );
+    let stopped = Allocation { desired_status: DesiredStatus::Stop, ..h.alloc.clone() };
+    let runner = AllocRunner::new(h.config(stopped)).unwrap();
+    runner.run().await;
+    assert_eq!(h.driver.start_count("a1", "web") + h.driver.start_count("a1", "bye"), 0);
+}
+
+/// Nomad's `TestAllocRunner_Restore_CompletedBatch`, and an allocation-wide restart right
+/// after restoring it: the completed batch allocation does not run again, its events are
+/// unchanged, and the restart is refused with the allocation still complete. (Nomad's runner
+/// keeps waiting for a restart it would refuse; wharf's run of a completed allocation ends.)
+#[tokio::test(start_paused = true)]
+async fn restore_completed_batch() {
+    let h = Harness::new("batch", &task("web", "config = { run_for = \"2ms\" }"));
+    let first = h.start();
+    let done = finished(&first).await;
+    assert_eq!(done.client_status, ClientStatus::Complete);
+    assert!(matches!(first.restart_all("again").await, Err(AllocError::NotRestartable { .. })));
+    first.shutdown().await;
+
+    let (second, restore) = restored(&h).await;
+    restore.unwrap();
+    let refused = second.restart_all("operator").await.unwrap_err();
+    assert!(matches!(refused, AllocError::NotRestartable { .. }), "{refused}");
+    spawn_run(&second);
+    let state = finished(&second).await;
+    let refused = second.restart_all("operator").await.unwrap_err();
+    assert_eq!(refused.to_string(), "allocation a1 cannot be restarted: it is ending");
+    assert!(second.restart_running("operator").await.is_err());
+    assert_eq!(state.client_status, ClientStatus::Complete, "still complete, not pending");
+    assert_eq!(h.driver.start_count("a1", "web"), 1, "not run again");
+    assert_eq!(state.task_states["web"].events, done.task_states["web"].events, "unchanged");
+}
+
+/// Nomad's `TestAllocRunner_Restore_MissingAllocDir` (GH-27933): a restored allocation whose
+/// directory is gone fails, with an event that says why, rather than running in a directory
+/// made anew; what still ran of it is destroyed.
+#[tokio::test(start_paused = true)]
+async fn restore_missing_alloc_dir() {
+    let h = Harness::new(
+        "service",
+        &format!(
+            "{}{}",
+            task("web", "config = { run_for = \"1h\" }"),
+            task("bye", "lifecycle = { hook = \"poststop\" }\nconfig = { run_for = \"1s\" }")
+        ),
+    );
+    let first = h.start();
+    until(&first, "running", |s| status(s, "web") == TaskStatus::Running).await;
+    first.shutdown().await;
+    let web = h.driver.running()[0].clone();
+    std::fs::remove_dir_all(h.dir.path().join("a1")).unwrap();
+
+    let (second, restore) = restored(&h).await;
+    let error = restore.unwrap_err();
+    assert!(matches!(error, AllocError::AllocDirMissing { .. }), "{error}");
+    assert!(error.to_string().contains("is missing"), "{error}");
+    assert!(h.driver.destroyed().contains(&web), "what still ran is destroyed");
+    assert!(h.driver.running().is_empty());
+    spawn_run(&second);
+    let state = finished(&second).await;
+    assert_eq!(state.client_status, ClientStatus::Failed);
+    for name in ["web", "bye"] {
+        let task = &state.task_states[name];
+        assert!(task.failed && task.status == TaskStatus::Dead, "{name}");
+        assert!(
+            task.events.iter().any(|e| matches!(&e.kind,
+                TaskEventKind::FailedRestoring { error } if error.contains("is missing"))),
+            "{name}: {:?}",
+            task.events
+        );
+    }
+    assert_eq!(h.driver.start_count("a1", "bye"), 0);
+    assert!(!h.dir.path().join("a1").exists(), "the directory is not made again");
+    second.destroy().await;
+    assert!(h.store.load_all().await.unwrap().allocs.is_empty());
+}
+
+/// Nomad's `mock.LifecycleAlloc`: a batch job whose prestart sidecar exits 0 after a second,
+/// with no restart attempts. A sidecar restarts on success even in a batch job, the policy
+/// refuses, and the allocation fails instead of waiting forever.
+#[tokio::test(start_paused = true)]
+async fn a_batch_allocation_whose_prestart_sidecar_exits_fails() {
+    let h = Harness::new(
+        "batch",
+        &format!(
+            "[group.restart]\nattempts = 0\ninterval = \"10m\"\ndelay = \"1m\"\nmode = \"fail\"\n{}{}{}{}",
+            task("web", "config = { run_for = \"1s\" }"),
+            task(
+                "side",
+                "lifecycle = { hook = \"prestart\", sidecar = true }\nconfig = { run_for = \"1s\" }"
+            ),
+            task("init", "lifecycle = { hook = \"prestart\" }\nconfig = { run_for = \"1s\" }"),
+            task(
+                "poststart",
+                "lifecycle = { hook = \"poststart\" }\nconfig = { run_for = \"1s\" }"
+            )
+        ),
+    );
+    let runner = h.start();
+    let state = finished(&runner).await;
+    assert_eq!(state.client_status, ClientStatus::Failed);
+    let side = &state.task_states["side"];
+    assert!(side.failed);
+    assert!(side.events.iter().any(|e| matches!(&e.kind,
+        TaskEventKind::NotRestarting { reason } if reason == "Policy allows no restarts")));
+    assert_eq!(h.driver.start_count("a1", "web"), 0, "main never started");
+    assert!(state.task_states.values().all(|t| t.status == TaskStatus::Dead));
+}
+
+/// Nomad's `TestAllocRunner_Update_Semantics`: an update with the same modify index as the
+/// queued one replaces it, an older one is skipped, and once the run is over updates are
+/// ignored.
+#[tokio::test(start_paused = true)]
+async fn update_semantics() {
+    let h = Harness::new("service", &task("web", "config = { run_for = \"1h\" }"));
+    let runner = h.runner();
+    let upd1 = Allocation { modify_index: 2, ..h.alloc.clone() };
+    let upd2 = Allocation { modify_index: 2, deployment_id: Some("d2".into()), ..h.alloc.clone() };
+    runner.update(upd1.clone());
+    runner.update(upd2.clone());
+    runner.update(Allocation {
+        modify_index: 1,
+        deployment_id: Some("old".into()),
+        ..h.alloc.clone()
+    });
+    spawn_run(&runner);
+    h.recorder.seen("update:2").await;
+    assert_eq!(runner.alloc(), upd2, "the same index replaced the queued copy; older skipped");
+    runner.update(Allocation { desired_status: DesiredStatus::Stop, ..upd2.clone() });
+    finished(&runner).await;
+    let applied = runner.alloc();
+    runner.update(Allocation { modify_index: 9, ..upd2 });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(runner.alloc(), applied, "ignored once the run is over");
+    assert_eq!(stored(&h).await.alloc, applied);
+}
+
+/// Whatever the runner applies, it writes: an update handed over with an unchanged modify
+/// index (as Nomad's tests send) comes back after a restart.
+#[tokio::test(start_paused = true)]
+async fn an_applied_update_with_an_unchanged_index_is_persisted() {
+    let h = Harness::new("service", &task("web", "config = { run_for = \"1h\" }"));
+    let runner = h.start();
+    until(&runner, "running", |s| status(s, "web") == TaskStatus::Running).await;
+    let same_index = Allocation { deployment_id: Some("d7".into()), ..h.alloc.clone() };
+    runner.update(same_index.clone());
+    h.recorder.seen("update:1").await;
+    assert_eq!(runner.alloc(), same_index);
+    runner.shutdown().await;
+    assert_eq!(stored(&h).await.alloc, same_index, "a restart brings back what was applied");
+}
+
+/// An update made durable before the call returns: the agent acknowledges a stop only then.
+#[tokio::test(start_paused = true)]
+async fn a_durable_update_is_stored_when_it_returns_and_then_applied() {
+    let h = Harness::new("service", &task("web", "config = { run_for = \"1h\" }"));
+    let runner = h.start();
+    until(&runner, "running", |s| status(s, "web") == TaskStatus::Running).await;
+    let stop =
+        Allocation { desired_status: DesiredStatus::Stop, modify_index: 2, ..h.alloc.clone() };
+    runner.update_durably(stop.clone()).await.unwrap();
+    assert_eq!(stored(&h).await.alloc, stop, "durable before the caller hears back");
+    let state = finished(&runner).await;
+    assert_eq!(status(&state, "web"), TaskStatus::Dead);
+    assert!(h.driver.running().is_empty());
+    // A stale one changes nothing.
+    runner.update_durably(h.alloc.clone()).await.unwrap();
+    assert_eq!(stored(&h).await.alloc, stop);
+
+    let failing = Harness::new("service", &task("web", "config = { run_for = \"1h\" }"));
+    let runner = failing.start();
+    until(&runner, "running", |s| status(s, "web") == TaskStatus::Running).await;
+    failing.store.fail_writes(Some("disk full"));
+    let stop = Allocation {
+        desired_status: DesiredStatus::Stop,
+        modify_index: 2,
+        ..failing.alloc.clone()
+    };
+    assert!(
+        runner.update_durably(stop).await.is_err(),
+        "a stop that is not durable is not acknowledged"
+    );
+    failing.store.fail_writes(None);
+    runner.destroy().await;
+}
+
+/// The six-task allocation of Nomad's `TestAllocRunner_Lifecycle_Restart`, with its restart
+/// policy (one attempt in ten minutes, 1ns delay, mode fail).
+fn lifecycle_restart_harness(job_type: &str, main: &str, leader: bool) -> Harness {
+    let lifecycle = |hook: &str, sidecar: bool| {
+        format!("lifecycle = {{ hook = \"{hook}\", sidecar = {sidecar} }}\n")
+    };
+    let run =
+        |secs: u32, code: u32| format!("config = {{ run_for = \"{secs}s\", exit_code = {code} }}");
+    Harness::new(
+        job_type,
+        &format!(
+            "[group.restart]\nattempts = 1\ninterval = \"10m\"\ndelay = \"1ns\"\nmode = \"fail\"\n{}{}{}{}{}{}",
+            task("main", &format!("leader = {leader}\n{main}")),
+            task("prestart-oneshot", &format!("{}{}", lifecycle("prestart", false), run(1, 0))),
+            task("prestart-sidecar", &format!("{}{}", lifecycle("prestart", true), run(100, 0))),
+            task("poststart-oneshot", &format!("{}{}", lifecycle("poststart", false), run(1, 0))),
+            task("poststart-sidecar", &format!("{}{}", lifecycle("poststart", true), run(100, 0))),
+            task("poststop", &format!("{}{}", lifecycle("poststop", false), run(1, 0))),
+        ),
+    )
+}
+
+/// Each task's status and restart count, by name.
+fn statuses(state: &AllocState) -> Vec<(String, TaskStatus, u64)> {
+    state.task_states.iter().map(|(n, t)| (n.clone(), t.status, t.restarts)).collect()
+}
+
+/// Nomad's `TestAllocRunner_Lifecycle_Restart`, every case: the action, then the status and
+/// restart count each task settles at. Restarting the whole allocation counts one restart for
+/// every task that runs again, dead ones included.
+#[tokio::test(start_paused = true)]
+async fn lifecycle_restart() {
+    use TaskStatus::{Dead as D, Pending as P, Running as R};
+    #[derive(Clone, Copy)]
+    enum Act {
+        RestartAll,
+        RestartRunning,
+        Stop,
+        RestartTask(&'static str),
+        /// Nothing: the main task's own exits drive the case.
+        Wait,
+        /// Wait for main to fail for good, then restart it: refused, it is not running.
+        RestartFailedMain,
+    }
+    let running_main = "config = { run_for = \"100s\", exit_code = 0 }";
+    let failing_main = "config = { run_for = \"2s\", exit_code = 1 }";
+    let exiting_main = "config = { run_for = \"2s\", exit_code = 0 }";
+    // main, prestart-oneshot, prestart-sidecar, poststart-oneshot, poststart-sidecar, poststop
+    let all_restarted = [(R, 1), (D, 1), (R, 1), (D, 1), (R, 1), (P, 0)];
+    let running_restarted = [(R, 1), (D, 0), (R, 1), (D, 0), (R, 1), (P, 0)];
+    let all_dead_main_once = [(D, 1), (D, 0), (D, 0), (D, 0), (D, 0), (D, 0)];
+    /// Each task's (status, restarts), in the order of `names` below.
+    type Settled = [(TaskStatus, u64); 6];
+    let cases: [(&str, &str, &str, bool, Act, Settled); 15] = [
+        (
+            "restart entire allocation",
+            "service",
+            running_main,
+            false,
+            Act::RestartAll,
+            all_restarted,
+        ),
+        (
+            "restart only running tasks",
+            "service",
+            running_main,
+            false,
+            Act::RestartRunning,
+            running_restarted,
+        ),
+        (
+            "batch job restart entire allocation",
+            "batch",
+            "config = { run_for = \"100s\", exit_code = 1 }",
+            false,
+            Act::RestartAll,
+            all_restarted,
+        ),
+        (
+            "batch job restart only running tasks",
+            "batch",
+            "config = { run_for = \"100s\", exit_code = 1 }",
+            false,
+            Act::RestartRunning,
+            running_restarted,
+        ),
+        (
+            "restart entire allocation with leader",
+            "service",
+            running_main,
+            true,
+            Act::RestartAll,
+            all_restarted,
+        ),
+        ("stop from server", "service", running_main, false, Act::Stop, [(D, 0); 6]),
+        (
+            "restart main task",
+            "service",
+            running_main,
+            false,
+            Act::RestartTask("main"),
+            [(R, 1), (D, 0), (R, 0), (D, 0), (R, 0), (P, 0)],
+        ),
+        (
+            "restart leader main task",
+            "service",
+            running_main,
+            true,
+            Act::RestartTask("main"),
+            [(R, 1), (D, 0), (R, 0), (D, 0), (R, 0), (P, 0)],
+        ),
+        (
+            "main task fails and restarts once",
+            "service",
+            failing_main,
+            false,
+            Act::Wait,
+            all_dead_main_once,
+        ),
+        (
+            "leader main task fails and restarts once",
+            "service",
+            failing_main,
+            true,
+            Act::Wait,
+            all_dead_main_once,
+        ),
+        (
+            "main stopped unexpectedly and restarts once",
+            "service",
+            exiting_main,
+            false,
+            Act::Wait,
+            all_dead_main_once,
+        ),
+        (
+            "leader main stopped unexpectedly and restarts once",
+            "service",
+            exiting_main,
+            true,
+            Act::Wait,
+            all_dead_main_once,
+        ),
+        (
+            "failed main task cannot be restarted",
+            "service",
+            failing_main,
+            false,
+            Act::RestartFailedMain,
+            all_dead_main_once,
+        ),
+        (
+            "restart prestart-sidecar task",
+            "service",
+            running_main,
+            false,
+            Act::RestartTask("prestart-sidecar"),
+            [(R, 0), (D, 0), (R, 1), (D, 0), (R, 0), (P, 0)],
+        ),
+        (
+            "restart poststart-sidecar task",
+            "service",
+            running_main,
+            false,
+            Act::RestartTask("poststart-sidecar"),
+            [(R, 0), (D, 0), (R, 0), (D, 0), (R, 1), (P, 0)],
+        ),
+    ];
+    let names = [
+        "main",
+        "prestart-oneshot",
+        "prestart-sidecar",
+        "poststart-oneshot",
+        "poststart-sidecar",
+        "poststop",
+    ];
+    for (case, job_type, main, leader, act, expected) in cases {
+        let h = lifecycle_restart_harness(job_type, main, leader);
+        let runner = h.start();
+        // Before: the one-shot tasks are dead and did not fail, the rest run, poststop waits,
+        // and nothing has restarted.
+        let before = [(R, 0), (D, 0), (R, 0), (D, 0), (R, 0), (P, 0)];
+        until(&runner, &format!("{case}: in its initial state"), |s| {
+            s.client_status == ClientStatus::Running
+                && names.iter().zip(before).all(|(n, (status, restarts))| {
+                    let t = &s.task_states[*n];
+                    t.status == status && t.restarts == restarts && !t.failed
+                })
+        })
+        .await;
+        let result = match act {
+            Act::RestartAll => runner.restart_all("restart signaled").await,
+            Act::RestartRunning => runner.restart_running("restart signaled").await,
+            Act::Stop => {
+                runner.update(Allocation {
+                    desired_status: DesiredStatus::Stop,
+                    modify_index: 2,
+                    ..h.alloc.clone()
+                });
+                Ok(())
+            }
+            Act::RestartTask(name) => runner.restart_task(name, "restart signaled").await,
+            Act::Wait => Ok(()),
+            Act::RestartFailedMain => {
+                until(&runner, &format!("{case}: main failed for good"), |s| {
+                    s.task_states["main"].failed
+                })
+                .await;
+                let refused = runner.restart_task("main", "restart signaled").await;
+                assert_eq!(refused.unwrap_err().to_string(), "task main is not running", "{case}");
+                Ok(())
+            }
+        };
+        result.unwrap_or_else(|e| panic!("{case}: {e}"));
+        let want: Vec<(String, TaskStatus, u64)> = names
+            .iter()
+            .zip(expected)
+            .map(|(n, (status, restarts))| ((*n).to_owned(), status, restarts))
+            .collect();
+        let settled = |s: &AllocState| {
+            let mut got = statuses(s);
+            got.sort_by_key(|(n, _, _)| names.iter().position(|m| m == n));
+            got == want
+        };
+        let state = until(&runner, &format!("{case}: settled as {want:?}"), settled).await;
+        for (name, task) in &state.task_states {
+            if task.status == D {
+                assert!(task.started_at.is_some() && task.finished_at.is_some(), "{case}: {name}");
+                assert!(task.events.len() >= 2, "{case}: {name}");
+            }
+        }
+        runner.destroy().await;
+    }
 }

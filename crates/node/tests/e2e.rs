@@ -162,7 +162,7 @@ async fn submit_run_read_logs_and_stop() {
         "service",
         &sh_task(
             "web",
-            "trap 'echo bye; exit 0' TERM; echo started; while true; do sleep 0.1; done",
+            "trap 'echo bye; exit 0' INT; echo started; while true; do sleep 0.1; done",
         ),
     );
     let id = submit(&client, &spec).await.unwrap();

@@ -7,7 +7,7 @@ use std::fmt;
 use std::str::FromStr;
 
 macro_rules! signals {
-    ($($variant:ident = $name:literal, $number:literal,)*) => {
+    ($($variant:ident = $name:literal, $number:literal, $description:literal,)*) => {
         /// A POSIX signal a task may be sent, by its conventional name.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         #[allow(missing_docs)]
@@ -20,6 +20,12 @@ macro_rules! signals {
             /// The name with its `SIG` prefix, such as `"SIGTERM"`.
             pub fn name(self) -> &'static str {
                 match self { $(Signal::$variant => $name,)* }
+            }
+
+            /// What the signal means in words, as the C library and Go name it (`SIGINT` is
+            /// "interrupt"); Nomad's task events use these.
+            pub fn description(self) -> &'static str {
+                match self { $(Signal::$variant => $description,)* }
             }
 
             /// The signal's number on Linux.
@@ -36,22 +42,22 @@ macro_rules! signals {
 }
 
 signals! {
-    Hup = "SIGHUP", 1,
-    Int = "SIGINT", 2,
-    Quit = "SIGQUIT", 3,
-    Abrt = "SIGABRT", 6,
-    Kill = "SIGKILL", 9,
-    Usr1 = "SIGUSR1", 10,
-    Usr2 = "SIGUSR2", 12,
-    Pipe = "SIGPIPE", 13,
-    Alrm = "SIGALRM", 14,
-    Term = "SIGTERM", 15,
-    Cont = "SIGCONT", 18,
-    Stop = "SIGSTOP", 19,
-    Tstp = "SIGTSTP", 20,
-    Ttin = "SIGTTIN", 21,
-    Ttou = "SIGTTOU", 22,
-    Winch = "SIGWINCH", 28,
+    Hup = "SIGHUP", 1, "hangup",
+    Int = "SIGINT", 2, "interrupt",
+    Quit = "SIGQUIT", 3, "quit",
+    Abrt = "SIGABRT", 6, "aborted",
+    Kill = "SIGKILL", 9, "killed",
+    Usr1 = "SIGUSR1", 10, "user defined signal 1",
+    Usr2 = "SIGUSR2", 12, "user defined signal 2",
+    Pipe = "SIGPIPE", 13, "broken pipe",
+    Alrm = "SIGALRM", 14, "alarm clock",
+    Term = "SIGTERM", 15, "terminated",
+    Cont = "SIGCONT", 18, "continued",
+    Stop = "SIGSTOP", 19, "stopped (signal)",
+    Tstp = "SIGTSTP", 20, "stopped",
+    Ttin = "SIGTTIN", 21, "stopped (tty input)",
+    Ttou = "SIGTTOU", 22, "stopped (tty output)",
+    Winch = "SIGWINCH", 28, "window changed",
 }
 
 /// A signal name that is not one of [`Signal::ALL`].
@@ -109,6 +115,10 @@ mod tests {
         }
         assert_eq!((Signal::Term.number(), Signal::Kill.number()), (15, 9));
         assert_eq!(Signal::from_number(64), None);
+        assert_eq!(
+            (Signal::Int.description(), Signal::Term.description()),
+            ("interrupt", "terminated")
+        );
         assert_eq!("SIGTERMX".parse::<Signal>(), Err(UnknownSignal("SIGTERMX".into())));
         assert!("".parse::<Signal>().is_err());
         assert!("SIG".parse::<Signal>().is_err());

@@ -13,6 +13,9 @@ use std::fmt;
 use std::time::Duration;
 
 /// Whether a job runs until it is stopped or until its work is done.
+///
+/// On one node `system` behaves as `service` and `sysbatch` as `batch`; they are accepted so
+/// that Nomad job specs carry over unchanged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum JobType {
@@ -20,6 +23,19 @@ pub enum JobType {
     Service,
     /// Run to completion: a task that exits 0 is done.
     Batch,
+    /// Nomad's job on every node; here, a service.
+    System,
+    /// Nomad's batch job on every node; here, a batch job.
+    #[serde(rename = "sysbatch")]
+    SysBatch,
+}
+
+impl JobType {
+    /// Whether the job runs to completion (batch and sysbatch), so that a task that exits 0
+    /// has done its work.
+    pub fn runs_to_completion(self) -> bool {
+        matches!(self, JobType::Batch | JobType::SysBatch)
+    }
 }
 
 /// A job: an id, a type and its task groups. An allocation runs one of the groups.
@@ -28,7 +44,7 @@ pub enum JobType {
 pub struct Job {
     /// The job's id, as the user named it.
     pub id: String,
-    /// Service or batch.
+    /// Service, batch, system or sysbatch.
     #[serde(rename = "type")]
     pub job_type: JobType,
     /// The groups; a spec file has exactly one.
@@ -93,8 +109,11 @@ fn default_kill_timeout() -> Duration {
     DEFAULT_KILL_TIMEOUT
 }
 
+/// The default `kill_signal`: SIGINT, as in Nomad, so that ported jobs stop the same way.
+pub const DEFAULT_KILL_SIGNAL: Signal = Signal::Int;
+
 fn default_kill_signal() -> Signal {
-    Signal::Term
+    DEFAULT_KILL_SIGNAL
 }
 
 /// When a task runs relative to the group's main tasks.
@@ -200,9 +219,10 @@ pub struct RestartPolicy {
 impl RestartPolicy {
     /// Nomad's defaults: services 2 attempts in 30m, batch 3 in 24h; 15s delay; mode fail.
     pub fn defaults_for(job_type: JobType) -> RestartPolicy {
-        let (attempts, interval) = match job_type {
-            JobType::Service => (2, Duration::from_secs(30 * 60)),
-            JobType::Batch => (3, Duration::from_secs(24 * 3600)),
+        let (attempts, interval) = if job_type.runs_to_completion() {
+            (3, Duration::from_secs(24 * 3600))
+        } else {
+            (2, Duration::from_secs(30 * 60))
         };
         RestartPolicy {
             attempts,
@@ -469,7 +489,7 @@ pub struct SpecFile {
 pub struct JobHeader {
     /// The job's id.
     pub id: String,
-    /// Service or batch.
+    /// Service, batch, system or sysbatch.
     #[serde(rename = "type")]
     pub job_type: JobType,
 }

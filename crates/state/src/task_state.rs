@@ -344,13 +344,12 @@ impl fmt::Display for TaskEventKind {
             }
             NotRestarting { reason } | RestartSignaled { reason } => f.write_str(reason),
             Signaling { signal, reason } => write!(f, "Sending {signal}: {reason}"),
-            Killing { signal, kill_timeout } => {
-                write!(
-                    f,
-                    "Sent {signal}; waiting {} before force killing",
-                    Formatted(*kill_timeout)
-                )
-            }
+            Killing { signal, kill_timeout } => write!(
+                f,
+                "Sent {}. Waiting {} before force killing",
+                signal.description(),
+                Formatted(*kill_timeout)
+            ),
             Killed { error: None } => f.write_str("Task successfully killed"),
             Killed { error: Some(error) } => write!(f, "Task killed with an error: {error}"),
             SiblingFailed { task } => write!(f, "Task's sibling {task:?} failed"),
@@ -465,5 +464,22 @@ mod tests {
         );
         assert_eq!(serde_json::from_str::<TaskEvent>(&json).unwrap(), event);
         assert_eq!(event.kind.to_string(), "Exit Code: 137, Signal: 9, OOM Killed: true");
+    }
+
+    /// Nomad's `TestTaskEventPopulate` cases for `TaskKilling`, with the default signal.
+    #[test]
+    fn killing_reads_as_in_nomad() {
+        let killing = |signal, secs| TaskEventKind::Killing {
+            signal,
+            kill_timeout: Duration::from_secs(secs),
+        };
+        assert_eq!(
+            killing(crate::spec::DEFAULT_KILL_SIGNAL, 5).to_string(),
+            "Sent interrupt. Waiting 5s before force killing"
+        );
+        assert_eq!(
+            killing(crate::Signal::Term, 1).to_string(),
+            "Sent terminated. Waiting 1s before force killing"
+        );
     }
 }

@@ -92,6 +92,31 @@ fn restart_defaults_follow_job_type_then_group_then_task() {
     assert_eq!((u.attempts, u.delay), (5, Duration::from_secs(1)));
     assert_eq!(RestartPolicy::defaults_for(JobType::Service).attempts, 2);
     assert_eq!(RestartPolicy::defaults_for(JobType::Batch).attempts, 3);
+    assert_eq!(
+        RestartPolicy::defaults_for(JobType::System),
+        RestartPolicy::defaults_for(JobType::Service)
+    );
+    assert_eq!(
+        RestartPolicy::defaults_for(JobType::SysBatch),
+        RestartPolicy::defaults_for(JobType::Batch)
+    );
+}
+
+#[test]
+fn nomad_job_types_and_the_default_kill_signal_carry_over() {
+    for (name, job_type) in [
+        ("service", JobType::Service),
+        ("batch", JobType::Batch),
+        ("system", JobType::System),
+        ("sysbatch", JobType::SysBatch),
+    ] {
+        let doc = format!(
+            "[job]\nid = \"j\"\ntype = \"{name}\"\n[group]\nname = \"g\"\n[[group.task]]\nname = \"t\"\ndriver = \"x\"\n"
+        );
+        let job = spec::parse_toml(&doc).unwrap();
+        assert_eq!(job.job_type, job_type);
+        assert_eq!(job.groups[0].tasks[0].kill_signal, wharf_state::Signal::Int, "Nomad's default");
+    }
 }
 
 /// A minimal valid document with `task_lines` as its tasks.
@@ -240,7 +265,12 @@ fn arb_job() -> impl Strategy<Value = Job> {
         });
     (
         name(),
-        prop_oneof![Just(JobType::Service), Just(JobType::Batch)],
+        prop_oneof![
+            Just(JobType::Service),
+            Just(JobType::Batch),
+            Just(JobType::System),
+            Just(JobType::SysBatch)
+        ],
         name(),
         proptest::collection::vec(task, 1..5),
     )

@@ -15,6 +15,7 @@ pub mod clock;
 pub mod env;
 mod error;
 pub mod hooks;
+pub mod lifecycle;
 pub mod local_state;
 pub mod restart;
 mod runner;
@@ -22,8 +23,9 @@ mod runner;
 pub use clock::{SystemClock, TokioClock, WallClock};
 pub use error::TaskError;
 pub use hooks::{HookContext, PrestartResponse, TaskDirHook, TaskDirs, TaskHook};
+pub use lifecycle::RunnerState;
 pub use restart::RestartTracker;
 pub use runner::{
-    DESTROY_TIMEOUT, EXIT_RESULT_TIMEOUT, LogLimits, START_TIMEOUT, STOP_GRACE, TaskRunner,
-    TaskRunnerConfig,
+    DESTROY_TIMEOUT, EXIT_RESULT_TIMEOUT, LogLimits, REATTACH_WAIT, START_TIMEOUT, STOP_GRACE,
+    TaskRunner, TaskRunnerConfig,
 };

@@ -3,7 +3,8 @@
 //! Pure logic over an injected "now", tested as a table. The rules follow Nomad's:
 //! a kill ends the task; a restart asked for by a user is immediate and not counted; a fatal
 //! start error is never retried; a successful exit of a task that is not restarted on success
-//! (batch tasks, non-sidecar prestart and poststart tasks, poststop tasks) is done; otherwise
+//! is done (see [`restarts_on_success`]: the job type decides first, then the lifecycle, so a
+//! prestart or poststart sidecar restarts even in a batch job); otherwise
 //! attempts are counted in a window of `interval`, and once they exceed `attempts` the task
 //! fails (mode fail) or waits for the window to end (mode delay). Each restart waits `delay`
 //! plus up to 25% jitter.
@@ -52,6 +53,18 @@ pub enum Decision {
     Killed,
 }
 
+/// Whether a task that exits 0 runs again (Nomad's `NewRestartTracker`): the job type decides
+/// first (batch and sysbatch jobs run to completion, services and system jobs run on), then the
+/// lifecycle overrides it: a prestart or poststart task restarts exactly when it is a sidecar,
+/// and a poststop task never does.
+pub fn restarts_on_success(job_type: JobType, stage: Stage) -> bool {
+    match stage {
+        Stage::Main => !job_type.runs_to_completion(),
+        Stage::PrestartSidecar | Stage::PoststartSidecar => true,
+        Stage::PrestartEphemeral | Stage::PoststartEphemeral | Stage::Poststop => false,
+    }
+}
+
 /// Counts restarts of one task against its policy.
 #[derive(Debug, Clone)]
 pub struct RestartTracker {
@@ -72,8 +85,7 @@ impl RestartTracker {
         stage: Stage,
         seed: u64,
     ) -> RestartTracker {
-        let restart_on_success = job_type == JobType::Service
-            && matches!(stage, Stage::Main | Stage::PrestartSidecar | Stage::PoststartSidecar);
+        let restart_on_success = restarts_on_success(job_type, stage);
         RestartTracker { policy, restart_on_success, count: 0, window_start: None, rng: seed | 1 }
     }
 
@@ -357,6 +369,40 @@ mod tests {
                 let got = shape(&tracker.decide(outcome, Duration::from_secs(*at)), &policy);
                 assert_eq!(&got, want, "{case}, step {i}");
             }
+        }
+    }
+
+    /// Nomad's `TestClient_RestartTracker_Lifecycle`, every case, plus the rows it leaves out
+    /// (poststart, poststop, sysbatch): a successful exit restarts or ends the task, and a
+    /// failure always restarts it while the policy allows.
+    #[test]
+    fn restart_tracker_lifecycle() {
+        use JobType::*;
+        use Stage::*;
+        // (case, job type, stage, restarts on success)
+        let cases = [
+            ("system job no lifecycle", System, Main, true),
+            ("service job no lifecycle", Service, Main, true),
+            ("batch job no lifecycle", Batch, Main, false),
+            ("sysbatch job no lifecycle", SysBatch, Main, false),
+            ("system job w/ ephemeral prestart hook", System, PrestartEphemeral, false),
+            ("system job w/ sidecar prestart hook", System, PrestartSidecar, true),
+            ("service job w/ ephemeral prestart hook", Service, PrestartEphemeral, false),
+            ("service job w/ sidecar prestart hook", Service, PrestartSidecar, true),
+            ("batch job w/ ephemeral prestart hook", Batch, PrestartEphemeral, false),
+            ("batch job w/ sidecar prestart hook", Batch, PrestartSidecar, true),
+            ("batch job w/ ephemeral poststart hook", Batch, PoststartEphemeral, false),
+            ("batch job w/ sidecar poststart hook", Batch, PoststartSidecar, true),
+            ("service job w/ poststop hook", Service, Poststop, false),
+            ("batch job w/ poststop hook", Batch, Poststop, false),
+        ];
+        let policy = policy(3, 600, 1, RestartMode::Fail);
+        for (case, job_type, stage, on_success) in cases {
+            let mut tracker = RestartTracker::new(policy, job_type, stage, 42);
+            let after_success = shape(&tracker.decide(&ok(), Duration::ZERO), &policy);
+            assert_eq!(after_success, if on_success { "restart" } else { "done" }, "{case}");
+            let after_failure = shape(&tracker.decide(&failed(), SEC), &policy);
+            assert_eq!(after_failure, "restart", "{case}");
         }
     }
 

@@ -22,13 +22,13 @@ use crate::TaskError;
 use crate::clock::WallClock;
 use crate::env::{self, EnvIdentity, EnvPaths};
 use crate::hooks::{HOOK_TIMEOUT, HookContext, TaskDirHook, TaskDirs, TaskHook};
+use crate::lifecycle::{Action, Event, RunnerState};
 use crate::local_state::{HookState, LocalState};
 use crate::restart::{Decision, Outcome, RestartTracker};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use wharf_driver::{
@@ -48,6 +48,9 @@ pub const EXIT_RESULT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The longest a driver may take to start a task; past it the start counts as a retryable
 /// failure.
 pub const START_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long a restart, signal or exec of a task reported running waits for the runner to
+/// reattach to it after a restore, before answering that it is not running.
+pub const REATTACH_WAIT: Duration = Duration::from_secs(5);
 
 /// Log rotation limits for a task's output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,21 +122,20 @@ struct Shared {
     persist: tokio::sync::Mutex<()>,
     tracker: Mutex<RestartTracker>,
     origin: tokio::time::Instant,
-    /// The running task, when one is.
-    current: Mutex<Option<TaskId>>,
+    /// The runner's own lifecycle; changed only through [`TaskRunner::step`].
+    lifecycle: watch::Sender<RunnerState>,
+    /// The running (or reattached) task, when there is one.
+    current: watch::Sender<Option<TaskId>>,
     /// A handle recovered by `restore`, adopted by the run loop instead of starting.
     recovered: Mutex<Option<TaskHandle>>,
     /// An outcome to act on before anything else (a task lost while the agent was away).
     pending_outcome: Mutex<Option<Outcome>>,
     env: Mutex<BTreeMap<String, String>>,
+    /// The lifecycle gate the alloc runner opens and closes.
     gate: watch::Sender<bool>,
-    kill: watch::Sender<bool>,
-    shutdown: watch::Sender<bool>,
     restart: Mutex<Option<RestartRequest>>,
     restart_notify: Notify,
     rerun: Notify,
-    finished: watch::Sender<bool>,
-    started: AtomicBool,
     state_changed: Arc<Notify>,
 }
 
@@ -173,11 +175,27 @@ enum Waited {
     Shutdown,
 }
 
-/// What the main loop hands to the end of the run.
+/// How one run of the task ended.
+enum RunEnded {
+    /// It ran (or failed to start); the outcome goes to the restart tracker.
+    Outcome(Outcome),
+    /// It was killed before it started.
+    KilledBeforeStart,
+    /// The agent is shutting down; the task is left as it is.
+    Shutdown,
+}
+
+/// How the restart loop, or the whole run, ended.
 enum Ending {
     /// The task is dead.
     Dead,
     /// The agent is shutting down; the task is left as it is.
+    Shutdown,
+}
+
+/// Which way the runner was asked to wind down.
+enum WindDown {
+    Kill,
     Shutdown,
 }
 
@@ -222,18 +240,15 @@ impl TaskRunner {
                 persist: tokio::sync::Mutex::new(()),
                 tracker: Mutex::new(tracker),
                 origin: tokio::time::Instant::now(),
-                current: Mutex::new(None),
+                lifecycle: watch::channel(RunnerState::Idle).0,
+                current: watch::channel(None).0,
                 recovered: Mutex::new(None),
                 pending_outcome: Mutex::new(None),
                 env: Mutex::new(BTreeMap::new()),
                 gate: watch::channel(false).0,
-                kill: watch::channel(false).0,
-                shutdown: watch::channel(false).0,
                 restart: Mutex::new(None),
                 restart_notify: Notify::new(),
                 rerun: Notify::new(),
-                finished: watch::channel(false).0,
-                started: AtomicBool::new(false),
                 state_changed: config.state_changed,
                 task: config.task,
             }),
@@ -280,15 +295,47 @@ impl TaskRunner {
         self.shared.gate.send_replace(open);
     }
 
-    /// Whether [`TaskRunner::run`] has returned.
-    pub fn is_finished(&self) -> bool {
-        *self.shared.finished.borrow()
+    /// Where the runner's own life stands (see [`crate::lifecycle`]).
+    pub fn lifecycle(&self) -> RunnerState {
+        *self.shared.lifecycle.borrow()
     }
 
-    /// Waits until [`TaskRunner::run`] has returned.
+    /// A watcher of [`TaskRunner::lifecycle`]: it always sees the latest.
+    pub fn watch_lifecycle(&self) -> watch::Receiver<RunnerState> {
+        self.shared.lifecycle.subscribe()
+    }
+
+    /// Whether the run loop has returned (or will never run).
+    pub fn is_finished(&self) -> bool {
+        self.lifecycle() == RunnerState::Finished
+    }
+
+    /// Waits until the run loop has returned (or will never run).
     pub async fn wait_finished(&self) {
-        let mut finished = self.shared.finished.subscribe();
-        let _ = finished.wait_for(|f| *f).await;
+        let mut lifecycle = self.shared.lifecycle.subscribe();
+        let _ = lifecycle.wait_for(|s| *s == RunnerState::Finished).await;
+    }
+
+    /// Applies `event` to the lifecycle; returns what to do about it.
+    fn step(&self, event: Event) -> Action {
+        let mut action = Action::Ignore;
+        self.shared.lifecycle.send_if_modified(|state| {
+            let (next, what) = state.on(event);
+            action = what;
+            let moved = next != *state;
+            *state = next;
+            moved
+        });
+        action
+    }
+
+    /// Waits until the runner is asked to kill its task or to leave it; says which.
+    async fn wind_down_requested(&self) -> WindDown {
+        let mut lifecycle = self.shared.lifecycle.subscribe();
+        match lifecycle.wait_for(|s| s.winding_down()).await.map(|s| *s) {
+            Ok(RunnerState::Killing) => WindDown::Kill,
+            _ => WindDown::Shutdown,
+        }
     }
 
     /// Loads the task's persisted state and reattaches to its task if one was running.
@@ -316,6 +363,8 @@ impl TaskRunner {
         match s.driver.recover_task(&handle).await {
             Ok(()) => {
                 tracing::info!(alloc_id = %self.alloc_id(), task = %s.task.name, task_id = %handle.id(), "reattached to task");
+                // Known at once, so a restart or signal right after the restore reaches it.
+                s.current.send_replace(Some(handle.id().clone()));
                 *s.recovered.lock() = Some(handle);
             }
             Err(error) => {
@@ -349,12 +398,11 @@ impl TaskRunner {
     }
 
     /// Runs the task until it is dead and released, or until shutdown. Returns at once if
-    /// called a second time.
+    /// the run was already claimed (by an earlier call, or by a kill before it).
     pub async fn run(&self) {
-        if self.shared.started.swap(true, Ordering::SeqCst) {
-            return;
+        if self.step(Event::Run) == Action::RunLoop {
+            self.run_claimed().await;
         }
-        self.run_claimed().await;
     }
 
     /// The body of [`TaskRunner::run`], for whoever claimed the run.
@@ -363,31 +411,32 @@ impl TaskRunner {
         let ending = if s.local.lock().run_complete {
             Ending::Dead
         } else {
-            if s.state.lock().status == TaskStatus::Dead && s.pending_outcome.lock().is_none() {
-                // Restored dead: only the end of the run is left.
-            } else if self.main_loop().await.is_none() {
-                self.on_shutdown().await;
-                s.finished.send_replace(true);
-                return;
+            let restored_dead =
+                s.state.lock().status == TaskStatus::Dead && s.pending_outcome.lock().is_none();
+            // A task restored dead has only the end of its run left.
+            let looped = if restored_dead { Ending::Dead } else { self.main_loop().await };
+            match looped {
+                Ending::Dead => self.after_death().await,
+                Ending::Shutdown => Ending::Shutdown,
             }
-            self.after_death().await
         };
         if let Ending::Shutdown = ending {
             self.on_shutdown().await;
         }
-        s.finished.send_replace(true);
+        self.step(Event::RunEnded);
     }
 
-    /// Starts, watches and restarts the task until it is dead. None means shutdown.
-    async fn main_loop(&self) -> Option<()> {
+    /// Starts, watches and restarts the task until it is dead, or until shutdown.
+    async fn main_loop(&self) -> Ending {
         let s = &self.shared;
         loop {
             let pending = s.pending_outcome.lock().take();
             let outcome = match pending {
                 Some(outcome) => outcome,
-                None => match self.run_once().await? {
-                    Some(outcome) => outcome,
-                    None => break, // Killed before it started.
+                None => match self.run_once().await {
+                    RunEnded::Outcome(outcome) => outcome,
+                    RunEnded::KilledBeforeStart => break,
+                    RunEnded::Shutdown => return Ending::Shutdown,
                 },
             };
             let decision = s.tracker.lock().decide(&outcome, s.origin.elapsed());
@@ -399,12 +448,12 @@ impl TaskRunner {
                         let _ = state.set_status(TaskStatus::Pending, self.now());
                     })
                     .await;
-                    let mut kill = s.kill.subscribe();
-                    let mut shutdown = s.shutdown.subscribe();
                     tokio::select! {
                         () = tokio::time::sleep(delay) => {}
-                        () = raised(&mut kill) => break,
-                        () = raised(&mut shutdown) => return None,
+                        wind_down = self.wind_down_requested() => match wind_down {
+                            WindDown::Kill => break,
+                            WindDown::Shutdown => return Ending::Shutdown,
+                        },
                     }
                 }
                 Decision::Fail { reason } => {
@@ -415,18 +464,17 @@ impl TaskRunner {
                 Decision::Done | Decision::Killed => break,
             }
         }
-        Some(())
+        Ending::Dead
     }
 
     /// One run: wait for the gate, prepare, start (or adopt a recovered task), wait for it.
-    /// Returns the outcome, None (inside Some) when killed before starting, None on shutdown.
-    async fn run_once(&self) -> Option<Option<Outcome>> {
+    async fn run_once(&self) -> RunEnded {
         let s = &self.shared;
         let recovered = s.recovered.lock().take();
         let task_id = match recovered {
             Some(handle) => {
                 let id = handle.id().clone();
-                *s.current.lock() = Some(id.clone());
+                s.current.send_replace(Some(id.clone()));
                 let event = self.event(TaskEventKind::Reattached);
                 self.commit(|state| {
                     state.append_event(event);
@@ -437,24 +485,24 @@ impl TaskRunner {
             }
             None => {
                 let mut gate = s.gate.subscribe();
-                let mut kill = s.kill.subscribe();
-                let mut shutdown = s.shutdown.subscribe();
                 tokio::select! {
                     biased;
-                    () = raised(&mut shutdown) => return None,
-                    () = raised(&mut kill) => return Some(None),
+                    wind_down = self.wind_down_requested() => return match wind_down {
+                        WindDown::Kill => RunEnded::KilledBeforeStart,
+                        WindDown::Shutdown => RunEnded::Shutdown,
+                    },
                     () = raised(&mut gate) => {}
                 }
                 match self.start().await {
                     Ok(id) => id,
-                    Err(outcome) => return Some(Some(outcome)),
+                    Err(outcome) => return RunEnded::Outcome(outcome),
                 }
             }
         };
         self.poststart().await;
         let waited = self.wait(&task_id).await;
         let outcome = match waited {
-            Waited::Shutdown => return None,
+            Waited::Shutdown => return RunEnded::Shutdown,
             Waited::Exited(exit) => {
                 self.record_exit(&exit).await;
                 Outcome::Exited(exit)
@@ -469,7 +517,7 @@ impl TaskRunner {
             }
         };
         self.release(&task_id).await;
-        Some(Some(outcome))
+        RunEnded::Outcome(outcome)
     }
 
     /// Prestart hooks, then the driver. On failure, the events are recorded and the outcome
@@ -540,7 +588,7 @@ impl TaskRunner {
             }
         };
         let id = handle.id().clone();
-        *s.current.lock() = Some(id.clone());
+        s.current.send_replace(Some(id.clone()));
         s.local.lock().handle = Some(handle);
         let event = self.event(TaskEventKind::Started);
         self.commit_with_local(|state| {
@@ -653,12 +701,12 @@ impl TaskRunner {
     /// Waits for the task to exit, or for a kill, restart or shutdown request.
     async fn wait(&self, task_id: &TaskId) -> Waited {
         let s = &self.shared;
-        let mut kill = s.kill.subscribe();
-        let mut shutdown = s.shutdown.subscribe();
         tokio::select! {
             biased;
-            () = raised(&mut shutdown) => Waited::Shutdown,
-            () = raised(&mut kill) => Waited::Killed,
+            wind_down = self.wind_down_requested() => match wind_down {
+                WindDown::Kill => Waited::Killed,
+                WindDown::Shutdown => Waited::Shutdown,
+            },
             () = s.restart_notify.notified() => {
                 match s.restart.lock().take() {
                     Some(request) => Waited::Restart(request),
@@ -752,7 +800,7 @@ impl TaskRunner {
     /// Forgets a run that has ended: the driver frees it, the handle is cleared.
     async fn release(&self, task_id: &TaskId) {
         let s = &self.shared;
-        *s.current.lock() = None;
+        s.current.send_replace(None);
         if let Ok(Err(error)) =
             tokio::time::timeout(DESTROY_TIMEOUT, s.driver.destroy_task(task_id, false)).await
         {
@@ -771,22 +819,29 @@ impl TaskRunner {
                 let _ = state.set_status(TaskStatus::Dead, self.now());
             })
             .await;
-            let released = s.stage == Stage::Poststop || *s.kill.borrow();
+            let released = s.stage == Stage::Poststop || self.lifecycle() == RunnerState::Killing;
             if released {
                 break;
             }
-            let mut kill = s.kill.subscribe();
-            let mut shutdown = s.shutdown.subscribe();
             tokio::select! {
                 biased;
-                () = raised(&mut shutdown) => return Ending::Shutdown,
-                () = raised(&mut kill) => break,
+                wind_down = self.wind_down_requested() => match wind_down {
+                    WindDown::Kill => break,
+                    WindDown::Shutdown => return Ending::Shutdown,
+                },
                 () = s.rerun.notified() => {
+                    // Run again as part of an allocation-wide restart: a restart like any
+                    // other, counted and recorded, though not against the policy.
+                    let event = self.event(TaskEventKind::Restarting {
+                        delay: Duration::ZERO,
+                        reason: "Restart requested".into(),
+                    });
                     self.commit(|state| {
+                        state.append_event(event);
                         let _ = state.set_status(TaskStatus::Pending, self.now());
                     })
                     .await;
-                    if self.main_loop().await.is_none() {
+                    if let Ending::Shutdown = self.main_loop().await {
                         return Ending::Shutdown;
                     }
                 }
@@ -812,42 +867,85 @@ impl TaskRunner {
     /// "Sibling Task Failed").
     pub async fn kill(&self, event: Option<TaskEvent>) {
         let s = &self.shared;
-        let alive = s.state.lock().status != TaskStatus::Dead && !*s.kill.borrow();
+        let alive = s.state.lock().status != TaskStatus::Dead
+            && matches!(self.lifecycle(), RunnerState::Idle | RunnerState::Running);
         if let Some(event) = event.filter(|_| alive) {
             self.commit(|state| state.append_event(event)).await;
         }
-        s.kill.send_replace(true);
-        if s.started.swap(true, Ordering::SeqCst) {
-            self.wait_finished().await;
-        } else {
+        match self.step(Event::Kill) {
             // Killed before it ran: the kill runs it to its end here, and a later `run` returns.
-            self.run_claimed().await;
+            Action::RunToEnd => self.run_claimed().await,
+            Action::AwaitFinished => self.wait_finished().await,
+            Action::Ignore | Action::RunLoop => {}
         }
     }
 
-    /// Marks a task that never ran as failed and dead, as when the allocation's setup failed.
+    /// Marks a task that never ran as failed and dead, as when the allocation's setup failed,
+    /// and ends its runner (a later `run` returns at once).
     pub async fn mark_failed_dead(&self, event: TaskEvent) {
         self.commit(|state| {
             state.append_event(event.failing());
             let _ = state.set_status(TaskStatus::Dead, self.now());
         })
         .await;
-        self.shared.kill.send_replace(true);
+        self.kill(None).await;
+    }
+
+    /// Gives up a task restored from the store that cannot run here any more (its
+    /// allocation's directory is gone): destroys whatever of it still runs, records `event` as
+    /// the failure, and ends the runner.
+    pub async fn abandon(&self, event: TaskEvent) {
+        let s = &self.shared;
+        let recovered = s.recovered.lock().take();
+        s.pending_outcome.lock().take();
+        if let Some(handle) = recovered {
+            let destroyed =
+                tokio::time::timeout(DESTROY_TIMEOUT, s.driver.destroy_task(handle.id(), true))
+                    .await;
+            if !matches!(destroyed, Ok(Ok(()))) {
+                tracing::warn!(alloc_id = %self.alloc_id(), task = %s.task.name, "could not destroy an abandoned task; it may still run");
+            }
+            s.current.send_replace(None);
+            s.local.lock().handle = None;
+        }
+        self.commit_with_local(|_| {}).await;
+        self.mark_failed_dead(event).await;
     }
 
     /// Leaves the task running and makes [`TaskRunner::run`] return, with everything restore
     /// needs persisted.
     pub fn shutdown(&self) {
-        self.shared.shutdown.send_replace(true);
+        self.step(Event::Shutdown);
+    }
+
+    /// The id of the task that runs now. A task reported running that the runner has not
+    /// reattached to yet (just after a restore) is waited for, up to [`REATTACH_WAIT`].
+    async fn running_task(&self) -> Result<TaskId, TaskError> {
+        let s = &self.shared;
+        let not_running = || TaskError::NotRunning { task: s.task.name.clone() };
+        if let Some(id) = s.current.borrow().clone() {
+            return Ok(id);
+        }
+        if s.state.lock().status != TaskStatus::Running || !self.may_still_attach() {
+            return Err(not_running());
+        }
+        let mut current = s.current.subscribe();
+        match tokio::time::timeout(REATTACH_WAIT, current.wait_for(Option::is_some)).await {
+            Ok(Ok(id)) => id.clone().ok_or_else(not_running),
+            _ => Err(not_running()),
+        }
+    }
+
+    /// Whether the runner may still attach to a task: its loop has not begun or is running.
+    fn may_still_attach(&self) -> bool {
+        matches!(self.lifecycle(), RunnerState::Idle | RunnerState::Running)
     }
 
     /// Restarts the running task. A restart that is not a `failure` does not count against
     /// the restart policy and happens at once.
     pub async fn restart(&self, reason: &str, failure: bool) -> Result<(), TaskError> {
         let s = &self.shared;
-        if s.current.lock().is_none() {
-            return Err(TaskError::NotRunning { task: s.task.name.clone() });
-        }
+        self.running_task().await?;
         let event = self.event(TaskEventKind::RestartSignaled { reason: reason.to_owned() });
         self.commit(|state| state.append_event(event)).await;
         *s.restart.lock() = Some(RestartRequest { failure });
@@ -859,7 +957,8 @@ impl TaskRunner {
     /// the task is not waiting for that (still running, or released).
     pub fn rerun(&self) -> bool {
         let s = &self.shared;
-        let waiting = !*s.kill.borrow() && !self.is_finished();
+        // A run completed before a restore never runs again; its mark is persisted.
+        let waiting = self.lifecycle() == RunnerState::Running && !s.local.lock().run_complete;
         let mut state = s.state.lock();
         if !waiting || state.status != TaskStatus::Dead {
             return false;
@@ -874,7 +973,7 @@ impl TaskRunner {
     /// Sends a signal to the running task.
     pub async fn signal(&self, signal: Signal, reason: &str) -> Result<(), TaskError> {
         let s = &self.shared;
-        let id = self.current_id()?;
+        let id = self.running_task().await?;
         let event = self.event(TaskEventKind::Signaling { signal, reason: reason.to_owned() });
         self.commit(|state| state.append_event(event)).await;
         s.driver
@@ -889,7 +988,7 @@ impl TaskRunner {
         command: &[String],
         timeout: Duration,
     ) -> Result<ExecResult, TaskError> {
-        let id = self.current_id()?;
+        let id = self.running_task().await?;
         let s = &self.shared;
         match tokio::time::timeout(timeout + STOP_GRACE, s.driver.exec_task(&id, command, timeout))
             .await
@@ -928,7 +1027,7 @@ impl TaskRunner {
     fn current_id(&self) -> Result<TaskId, TaskError> {
         self.shared
             .current
-            .lock()
+            .borrow()
             .clone()
             .ok_or_else(|| TaskError::NotRunning { task: self.shared.task.name.clone() })
     }

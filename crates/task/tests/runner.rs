@@ -12,7 +12,9 @@ use wharf_state::{
     spec,
 };
 use wharf_store::{MemoryStore, StateStore};
-use wharf_task::{PrestartResponse, TaskError, TaskHook, TaskRunner, TaskRunnerConfig, TokioClock};
+use wharf_task::{
+    PrestartResponse, RunnerState, TaskError, TaskHook, TaskRunner, TaskRunnerConfig, TokioClock,
+};
 
 /// Long enough for anything a test waits for; a test that reaches it has hung.
 const LIMIT: Duration = Duration::from_secs(24 * 3600);
@@ -124,6 +126,15 @@ fn dead(state: &TaskState) -> bool {
 
 fn running(state: &TaskState) -> bool {
     state.status == TaskStatus::Running
+}
+
+/// Waits (bounded) until the runner's own lifecycle is `wanted`.
+async fn until_lifecycle(runner: &TaskRunner, wanted: RunnerState) {
+    let mut lifecycle = runner.watch_lifecycle();
+    tokio::time::timeout(LIMIT, lifecycle.wait_for(|s| *s == wanted))
+        .await
+        .unwrap_or_else(|_| panic!("the runner never reached {wanted:?}"))
+        .unwrap();
 }
 
 #[test]
@@ -279,8 +290,14 @@ async fn a_task_that_ignores_the_signal_is_killed_at_its_timeout_capped_by_the_n
     runner.kill(None).await;
     assert_eq!(started.elapsed(), Duration::from_secs(10));
     let state = runner.state();
-    assert!(state.events.iter().any(|e| e.kind
-        == TaskEventKind::Killing { signal: Signal::Term, kill_timeout: Duration::from_secs(10) }));
+    assert!(
+        state.events.iter().any(|e| e.kind
+            == TaskEventKind::Killing {
+                signal: Signal::Int,
+                kill_timeout: Duration::from_secs(10)
+            }),
+        "Nomad's default signal, and the node's cap"
+    );
     assert!(
         state
             .events
@@ -804,5 +821,107 @@ async fn prestart_hooks_are_written_with_the_start_in_one_commit() {
     );
     let local = wharf_task::local_state::LocalState::decode(&stored.local_state.unwrap()).unwrap();
     assert!(local.hooks["counting"].done && local.handle.is_some());
+    runner.kill(None).await;
+}
+
+/// Nomad's `TestTaskRunner_Restore_Dead`: a task restored dead, before its run was complete,
+/// waits for an allocation-wide restart and can run again. Once it is killed, its run is
+/// complete and the mark persisted, so a runner restored after that refuses to run it again,
+/// before and after its run begins, and a restart finds nothing running.
+#[tokio::test(start_paused = true)]
+async fn restore_dead() {
+    let h = Harness::new("batch", "config = { run_for = \"2s\" }");
+    let first = h.start();
+    h.until(&first, "dead", dead).await;
+    first.shutdown();
+    first.wait_finished().await;
+
+    let second = h.runner();
+    second.restore(h.stored_task().await.as_ref()).await.unwrap();
+    second.set_start_gate(true);
+    spawn_run(&second);
+    until_lifecycle(&second, RunnerState::Running).await;
+    assert!(second.rerun(), "a dead task whose run is not complete can run again");
+    h.until(&second, "started again", |_| h.driver.start_count("a1", "t") == 2).await;
+    second.kill(None).await;
+    assert!(second.is_finished());
+
+    let third = h.runner();
+    third.restore(h.stored_task().await.as_ref()).await.unwrap();
+    assert!(!third.rerun(), "refused from the persisted mark, before the run begins");
+    third.set_start_gate(true);
+    spawn_run(&third);
+    until_lifecycle(&third, RunnerState::Finished).await;
+    assert!(!third.rerun());
+    assert!(matches!(third.restart("again", false).await, Err(TaskError::NotRunning { .. })));
+    assert_eq!(h.driver.start_count("a1", "t"), 2, "never started a third time");
+    assert!(dead(&third.state()), "and still dead, not pending");
+}
+
+/// Right after a restore a task reported running is known to its runner before the run loop
+/// adopts it, so a signal or a restart reaches it instead of failing as not running.
+#[tokio::test(start_paused = true)]
+async fn restart_and_signal_right_after_restore_reach_the_reattached_task() {
+    let h = Harness::new("service", "config = { run_for = \"1h\" }");
+    let first = h.start();
+    h.until(&first, "running", running).await;
+    first.shutdown();
+    first.wait_finished().await;
+    let old = h.driver.running()[0].clone();
+
+    let second = h.runner();
+    second.restore(h.stored_task().await.as_ref()).await.unwrap();
+    second.signal(Signal::Usr1, "reload").await.unwrap();
+    second.restart("requested", false).await.unwrap();
+    second.set_start_gate(true);
+    spawn_run(&second);
+    let state = h.until(&second, "restarted", |s| running(s) && s.restarts == 1).await;
+    assert_eq!(
+        h.driver.signals_sent().first(),
+        Some(&(old.clone(), Signal::Usr1)),
+        "the signal reached the reattached task"
+    );
+    assert!(h.driver.stops().contains(&old), "the reattached task was restarted");
+    assert_eq!(h.driver.start_count("a1", "t"), 2);
+    assert!(titles(&state).contains(&"Reattached"));
+    second.kill(None).await;
+}
+
+/// Nomad's `TestTaskRunner_RestartSignalTask_NotRunning`: a task that has not started is not
+/// waited for; signal and restart answer at once that it is not running.
+#[tokio::test(start_paused = true)]
+async fn restart_signal_task_not_running() {
+    let h = Harness::new("batch", "config = { run_for = \"0s\" }");
+    let runner = h.runner();
+    spawn_run(&runner); // The gate stays closed: the task is pending.
+    until_lifecycle(&runner, RunnerState::Running).await;
+    let asked = Instant::now();
+    assert!(matches!(runner.signal(Signal::Quit, "x").await, Err(TaskError::NotRunning { .. })));
+    assert!(matches!(runner.restart("x", false).await, Err(TaskError::NotRunning { .. })));
+    assert_eq!(asked.elapsed(), Duration::ZERO, "answered without waiting");
+    runner.set_start_gate(true);
+    let state = h.until(&runner, "dead", dead).await;
+    assert!(!state.failed);
+    assert_eq!(titles(&state), ["Received", "Task Setup", "Started", "Terminated"]);
+    runner.kill(None).await;
+}
+
+/// A task of an allocation restarted as a whole runs again as a counted restart, with a
+/// Restarting event, though not against its policy.
+#[tokio::test(start_paused = true)]
+async fn a_rerun_counts_as_a_restart_with_its_event() {
+    let h = Harness::new(
+        "service",
+        "lifecycle = { hook = \"prestart\" }\nconfig = { run_for = \"1s\" }\nrestart = { attempts = 0 }",
+    );
+    let runner = h.start();
+    h.until(&runner, "dead", dead).await;
+    assert!(runner.rerun());
+    let state = h.until(&runner, "dead again", |s| dead(s) && s.restarts == 1).await;
+    assert!(!state.failed, "policy attempts 0 does not refuse a requested restart");
+    assert_eq!(
+        titles(&state)[titles(&state).len() - 4..],
+        ["Restarting", "Task Setup", "Started", "Terminated"]
+    );
     runner.kill(None).await;
 }
