@@ -270,8 +270,14 @@ async fn many(config: NodeConfig, count: usize) -> Many {
     }
 
     let stopping = Instant::now();
-    for id in &ids {
-        restored.stop(id).unwrap();
+    // Each stop returns once durable; sent together, they share the store's group commits.
+    let mut stops = tokio::task::JoinSet::new();
+    for id in ids {
+        let agent = restored.clone();
+        stops.spawn(async move { agent.stop(&id).await });
+    }
+    while let Some(stopped) = stops.join_next().await {
+        stopped.unwrap().unwrap();
     }
     for runner in restored.list() {
         runner.wait().await;

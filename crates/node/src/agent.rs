@@ -350,7 +350,10 @@ impl Agent {
     }
 
     /// Asks an allocation to stop: its tasks are killed in order and poststop tasks run.
-    pub fn stop(&self, id: &str) -> Result<(), AgentError> {
+    /// Returns once the stop is durable, so an acknowledged stop survives a crash of the
+    /// agent (the next agent kills what still runs). Stopping a stopped allocation changes
+    /// nothing.
+    pub async fn stop(&self, id: &str) -> Result<(), AgentError> {
         let runner = self.get(id)?;
         let mut alloc = runner.alloc();
         if alloc.server_terminal() {
@@ -358,7 +361,7 @@ impl Agent {
         }
         alloc.desired_status = DesiredStatus::Stop;
         alloc.modify_index += 1;
-        runner.update(alloc);
+        runner.update_durably(alloc).await?;
         Ok(())
     }
 

@@ -81,6 +81,9 @@ impl From<AgentError> for ApiError {
             AgentError::Alloc(wharf_alloc::AllocError::Task(
                 wharf_task::TaskError::NotRunning { .. },
             )) => StatusCode::CONFLICT,
+            AgentError::Alloc(wharf_alloc::AllocError::NotRestartable { .. }) => {
+                StatusCode::CONFLICT
+            }
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
         ApiError::new(status, error.to_string())
@@ -331,7 +334,7 @@ async fn status(
 }
 
 async fn stop(State(agent): State<Arc<Agent>>, Path(id): Path<String>) -> ApiResult<StatusCode> {
-    agent.stop(&id)?;
+    agent.stop(&id).await?;
     Ok(StatusCode::ACCEPTED)
 }
 
