@@ -342,17 +342,8 @@ impl Job {
     /// lifecycles, restart policies, environment. Returns every problem found, not just the first.
     pub fn validate(&self) -> Result<(), SpecError> {
         let mut problems = Problems::default();
-        if self.id.is_empty()
-            || self.id.len() > 128
-            || self.id.chars().any(|c| c.is_whitespace() || c.is_control())
-        {
-            problems.add(
-                "job.id",
-                format!(
-                    "{:?} must be 1 to 128 characters with no spaces or control characters",
-                    self.id
-                ),
-            );
+        if let Err(problem) = check_job_id(&self.id) {
+            problems.add("job.id", problem);
         }
         if self.groups.is_empty() {
             problems.add("group", "a job needs a task group".into());
@@ -497,6 +488,23 @@ pub struct JobHeader {
 impl From<SpecFile> for Job {
     fn from(spec: SpecFile) -> Job {
         Job { id: spec.job.id, job_type: spec.job.job_type, groups: vec![spec.group] }
+    }
+}
+
+/// A job id names what people and dispatchers see, and may end up in paths and labels: 1 to
+/// 128 bytes, with no `/`, no `..`, no spaces and no control characters.
+fn check_job_id(id: &str) -> Result<(), String> {
+    let fits = (1..=128).contains(&id.len())
+        && !id.contains(['/', '\\'])
+        && !id.contains("..")
+        && id != "."
+        && !id.chars().any(|c| c.is_whitespace() || c.is_control());
+    if fits {
+        Ok(())
+    } else {
+        Err(format!(
+            "{id:?} must be 1 to 128 bytes, with no `/`, `\\`, `..`, spaces or control characters"
+        ))
     }
 }
 

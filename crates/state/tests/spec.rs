@@ -314,3 +314,40 @@ proptest! {
         let _ = spec::parse_toml(&doc);
     }
 }
+
+/// A job id is refused when it could name a path (`/`, `\`, `..`, `.`) or cannot be shown on
+/// one line (controls, spaces), or is empty or over 128 bytes; ids with dots, colons and
+/// letters beyond ASCII are fine.
+#[test]
+fn job_ids_cannot_name_a_path() {
+    let with_id = |id: &str| {
+        let mut job = spec::parse_toml(&doc_with_tasks(
+            "[[group.task]]\nname = \"t\"\ndriver = \"raw_exec\"\n",
+        ))
+        .unwrap();
+        job.id = id.to_owned();
+        job.validate()
+    };
+    for id in ["web", "web.v2", "team:web-2", "café", &"x".repeat(128)] {
+        assert!(with_id(id).is_ok(), "{id:?}: {:?}", with_id(id));
+    }
+    let long = "é".repeat(65);
+    for id in [
+        "../../escape-job",
+        "a/b",
+        "/abs",
+        "a\\b",
+        "..",
+        ".",
+        "a..b",
+        "",
+        "a b",
+        "bell\u{7}",
+        &long,
+    ] {
+        let err = with_id(id).expect_err(id);
+        assert_eq!(err.problems.len(), 1, "{id:?}: {err}");
+        assert_eq!(err.problems[0].field, "job.id", "{id:?}");
+        assert!(err.problems[0].message.contains("1 to 128 bytes, with no `/`"), "{err}");
+    }
+}
