@@ -28,6 +28,7 @@ use wharf_driver::{
     TaskId, TaskInfo,
 };
 use wharf_state::Signal;
+use wharf_state::duration::Formatted;
 
 /// The name job specs use for this driver.
 pub const DRIVER_NAME: &str = "raw_exec";
@@ -440,14 +441,17 @@ impl Driver for RawExecDriver {
             );
             self.event(
                 task_id,
-                format!("the task outlived its kill timeout of {timeout:?}; sent SIGKILL"),
+                format!(
+                    "the task outlived its kill timeout of {}; sent SIGKILL",
+                    Formatted(timeout)
+                ),
             );
         }
         RawExecDriver::signal_group(&task, libc::SIGKILL)?;
         tokio::time::timeout(self.options.kill_grace, task.wait()).await.map(drop).map_err(|_| {
             DriverError::other(format!(
-                "task {task_id} is still there {:?} after SIGKILL",
-                self.options.kill_grace
+                "task {task_id} is still there {} after SIGKILL",
+                Formatted(self.options.kill_grace)
             ))
         })
     }

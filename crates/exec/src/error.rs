@@ -38,7 +38,10 @@ pub enum ExecError {
         source: std::io::Error,
     },
     /// The shim did not say whether the task started within the limit.
-    #[error("the shim did not report the task's start within {limit:?}; see {log}")]
+    #[error(
+        "the shim did not report the task's start within {}; see {log}",
+        wharf_state::duration::Formatted(*limit)
+    )]
     StartTimeout {
         /// The limit.
         limit: Duration,

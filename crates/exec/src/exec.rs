@@ -17,6 +17,7 @@ use std::process::Stdio;
 use std::time::Duration;
 use tokio::io::unix::AsyncFd;
 use wharf_driver::{DriverError, ExecResult};
+use wharf_state::duration::Formatted;
 
 /// Output kept per stream.
 pub const OUTPUT_LIMIT: usize = 1 << 20;
@@ -104,7 +105,7 @@ pub(crate) async fn run(
         (false, Some(status)) => exit_result(status),
         (true, status) => {
             let mut exit = status.map_or_else(|| unknown_exit(String::new()), exit_result);
-            exit.error = Some(format!("timed out after {limit:?}"));
+            exit.error = Some(format!("timed out after {}", Formatted(limit)));
             exit
         }
         (false, None) => unknown_exit("cannot learn the command's exit status".into()),

@@ -47,7 +47,11 @@ pub fn kill_if(pid: u32, expected: impl Fn(&str) -> bool, timeout: Duration) -> 
         if left.is_zero() {
             return Err(io::Error::new(
                 io::ErrorKind::TimedOut,
-                format!("process {} did not exit within {timeout:?} of SIGKILL", pid.get()),
+                format!(
+                    "process {} did not exit within {} of SIGKILL",
+                    pid.get(),
+                    wharf_state::duration::Formatted(timeout)
+                ),
             ));
         }
         sys::pidfd_wait(&pidfd, left.min(Duration::from_millis(100)))?;
