@@ -23,22 +23,35 @@ use wharf_task::{LogLimits, SystemClock, TaskHook, WallClock};
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
     /// The store could not be opened or written.
-    #[error("{0}")]
+    #[error(transparent)]
     Store(#[from] StoreError),
+    /// The store file is damaged; `wharf agent --reset-state` moves it aside.
+    #[error(
+        "the state store {} is damaged ({detail}); start the agent again with --reset-state to \
+         move it aside and start empty (tasks still running will not be reattached, and the \
+         damaged file stays beside it for diagnosis)",
+        path.display()
+    )]
+    DamagedStore {
+        /// The store file.
+        path: PathBuf,
+        /// What the storage engine reported.
+        detail: String,
+    },
     /// The job spec is not valid on this node.
-    #[error("{0}")]
+    #[error(transparent)]
     Spec(#[from] SpecError),
     /// No allocation with that id.
     #[error("no allocation {0:?} on this node")]
     UnknownAlloc(String),
     /// The id asked for is not a valid allocation id.
-    #[error("{0}")]
+    #[error(transparent)]
     InvalidId(#[from] wharf_state::InvalidAllocId),
     /// The id asked for already names an allocation of another job.
     #[error("allocation {0:?} already exists with a different job; choose another id")]
     IdTaken(String),
     /// The allocation refused.
-    #[error("{0}")]
+    #[error(transparent)]
     Alloc(#[from] AllocError),
     /// A file operation failed.
     #[error("{path}: {source}")]
@@ -517,6 +530,7 @@ fn open_store(config: &NodeConfig, options: StartOptions) -> Result<RedbStore, A
             tracing::warn!(path = %path.display(), moved_to = %aside.display(), %detail, "state store was damaged; starting empty");
             Ok(RedbStore::open(&path)?)
         }
+        Err(StoreError::Corrupt { path, detail }) => Err(AgentError::DamagedStore { path, detail }),
         other => Ok(other?),
     }
 }

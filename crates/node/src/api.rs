@@ -14,19 +14,21 @@
 //! | `GET /v1/probe` | the runner-list protocol, as text |
 //! | `GET /v1/metrics` | Prometheus text |
 //!
-//! Errors are `{"error": "..."}` with a 4xx status for a bad request. When a token is set,
+//! Every error is `{"error": "..."}`, with a 4xx status for a bad request (an unknown or bad
+//! query parameter, a path or method the API does not have, included). When a token is set,
 //! every call but `/v1/health` must carry it (`Authorization: Bearer <token>`); it is compared
 //! in constant time.
 
 use crate::agent::{Agent, AgentError, POLL_INTERVAL};
-use crate::logs::{Stream, TaskLogs};
+use crate::logs::{LogError, Stream, TaskLogs};
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use extract::{Path, Query};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -50,7 +52,50 @@ pub fn router(agent: Arc<Agent>) -> Router {
         .route("/v1/health", get(health))
         .merge(protected)
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .with_state(agent)
+}
+
+/// axum's `Path` and `Query` extractors, with what they reject answered as the API's JSON
+/// errors, like every other error.
+pub(crate) mod extract {
+    use super::ApiError;
+    use axum::extract::FromRequestParts;
+    use axum::http::request::Parts;
+    use serde::de::DeserializeOwned;
+
+    /// The path's parameters, decoded.
+    #[derive(Debug)]
+    pub(crate) struct Path<T>(pub(crate) T);
+
+    /// The query's parameters, decoded; unknown ones are refused where `T` denies them.
+    #[derive(Debug)]
+    pub(crate) struct Query<T>(pub(crate) T);
+
+    impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for Path<T> {
+        type Rejection = ApiError;
+
+        async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+            match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+                Ok(axum::extract::Path(value)) => Ok(Path(value)),
+                Err(rejection) => Err(ApiError::new(rejection.status(), rejection.body_text())),
+            }
+        }
+    }
+
+    impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Query<T> {
+        type Rejection = ApiError;
+
+        async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+            match axum::extract::Query::<T>::try_from_uri(&parts.uri) {
+                Ok(axum::extract::Query(value)) => Ok(Query(value)),
+                Err(rejection) => Err(ApiError::new(
+                    rejection.status(),
+                    rejection.body_text().replace("Failed to deserialize query string", "query"),
+                )),
+            }
+        }
+    }
 }
 
 /// An error as the API reports it.
@@ -96,6 +141,16 @@ impl From<wharf_alloc::AllocError> for ApiError {
     }
 }
 
+impl From<LogError> for ApiError {
+    fn from(error: LogError) -> ApiError {
+        let status = match error {
+            LogError::Refused { .. } => StatusCode::FORBIDDEN,
+            LogError::Io { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        ApiError::new(status, error.to_string())
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         (self.status, axum::Json(serde_json::json!({ "error": self.message }))).into_response()
@@ -108,6 +163,16 @@ async fn not_found() -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
         "no such endpoint; see the API table in the wharf-node docs",
+    )
+}
+
+/// The answer to a path the API has, with a method it does not take there.
+pub(crate) async fn method_not_allowed(method: axum::http::Method) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!(
+            "{method} is not a method this path takes; see the API table in the wharf-node docs"
+        ),
     )
 }
 
@@ -282,6 +347,7 @@ pub struct AllocDetail {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct StatusQuery {
     after: Option<String>,
     wait: Option<String>,
@@ -463,13 +529,12 @@ async fn logs(
     };
     let files = TaskLogs::new(&task_runner.dirs().logs_dir, &task, stream);
     if !query.follow {
-        let (bytes, next) = files.read(query.offset, query.tail, LOG_CHUNK).map_err(|e| {
-            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("reading logs: {e}"))
-        })?;
+        let (bytes, next) = files.read(query.offset, query.tail, LOG_CHUNK)?;
         return Ok(([("x-wharf-next-offset", next.to_string())], bytes).into_response());
     }
     let from_start = query.offset == Some(0);
-    let follower = files.follow(from_start);
+    // Refused now, as an error status, if what is there is not a log file.
+    let follower = files.follow(from_start)?;
     let task_runner = task_runner.clone();
     // Ends once the task is dead (after a last read) or the client goes away.
     let chunks =
@@ -490,7 +555,10 @@ async fn logs(
                         }
                         Ok(_) if dead => return None,
                         Ok(_) => tokio::time::sleep(POLL_INTERVAL).await,
-                        Err(e) => return Some((Err(e), (follower, true))),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "following logs stopped");
+                            return Some((Err(std::io::Error::other(e)), (follower, true)));
+                        }
                     }
                 }
             }

@@ -1,8 +1,14 @@
 //! The `wharf` command line: `agent`, `run`, `validate` and `alloc ...`.
 //!
-//! Exit codes: 0 success (for `run`: the allocation completed), 1 the allocation failed or was
-//! lost, 2 bad usage or an invalid job spec, 3 the agent could not be reached or refused,
-//! 130 interrupted twice.
+//! Exit codes (the README's table; [`exit_code`] decides):
+//! - 0: success (for `run`, the allocation completed);
+//! - 1: it did not end as asked: `run`'s allocation failed or was lost, `alloc stop --wait`
+//!   ran out of time, `alloc exec`'s command failed;
+//! - 2: bad usage: a wrong flag, a job spec or configuration file that cannot be read or is
+//!   not valid, an id that names no allocation, a request the agent rejects as wrong (4xx);
+//! - 3: the agent could not be reached, refused the token, or failed (for `agent` itself: it
+//!   could not start);
+//! - 130: `run` interrupted twice.
 
 // A command line's output is its interface.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -10,15 +16,17 @@
 use crate::agent::StartOptions;
 use crate::agent_file::AgentFile;
 use crate::api::{AllocDetail, AllocSummary, ExecResponse};
-use crate::client::{Client, ClientError};
+use crate::client::{ApiPath, Client, ClientError};
 use crate::config::NodeConfig;
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use hyper::Method;
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
+use wharf_state::duration::Formatted;
 use wharf_state::{AllocState, ClientStatus, TaskState, Timestamp};
 
 /// Exit code: the allocation failed or was lost.
@@ -30,22 +38,107 @@ pub const EXIT_AGENT: u8 = 3;
 /// Exit code: interrupted twice.
 pub const EXIT_INTERRUPTED: u8 = 130;
 
+/// The user asked for something that cannot be done as asked (exit 2).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct UsageError(pub(crate) String);
+
+/// What was asked was done, but did not end as hoped (exit 1): the command failed, the
+/// allocation has not stopped in time.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct NotDone(pub(crate) String);
+
+/// A job spec file that cannot be read as text (exit 2).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SpecFileError {
+    /// Missing, unreadable, a directory.
+    #[error("cannot read the job spec {file}: {source}")]
+    Read {
+        /// The file, or "standard input".
+        file: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Bytes that are not UTF-8.
+    #[error("the job spec {file} is not UTF-8 text: bad bytes at line {line}, column {column}")]
+    NotUtf8 {
+        /// The file, or "standard input".
+        file: String,
+        /// The line of the first bad byte, from 1.
+        line: usize,
+        /// Its column, in characters from 1.
+        column: usize,
+    },
+}
+
+/// The exit code for `error`: the first cause in its chain that says.
+pub fn exit_code(error: &anyhow::Error) -> u8 {
+    for cause in error.chain() {
+        if let Some(client) = cause.downcast_ref::<ClientError>() {
+            return match client {
+                ClientError::Api { status, .. }
+                    if status.is_client_error()
+                        && *status != hyper::StatusCode::UNAUTHORIZED
+                        && *status != hyper::StatusCode::FORBIDDEN =>
+                {
+                    EXIT_USAGE
+                }
+                _ => EXIT_AGENT,
+            };
+        }
+        if cause.is::<NotDone>() {
+            return EXIT_ALLOC_FAILED;
+        }
+        if cause.is::<UsageError>()
+            || cause.is::<SpecFileError>()
+            || cause.is::<crate::config::ConfigError>()
+            || cause.is::<wharf_state::SpecError>()
+            || cause.is::<wharf_state::InvalidAllocId>()
+            || cause.is::<wharf_state::duration::DurationError>()
+        {
+            return EXIT_USAGE;
+        }
+    }
+    EXIT_AGENT
+}
+
+/// `error` and its causes in one line, each said once: a cause whose text the message
+/// already holds (most of ours name their source inline) is not repeated.
+pub fn describe(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let part = cause.to_string();
+        if text.contains(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
+}
+
 /// wharf: run allocations on this node, and watch them.
 #[derive(Debug, Parser)]
 #[command(name = "wharf", version, about)]
 pub struct Cli {
-    /// The agent's address [default: http://127.0.0.1:4747, or the one the agent of
-    /// --data-dir announced].
+    /// The agent's address: where `agent` listens (over `bind` in its configuration), and
+    /// where the other commands reach it [default: http://127.0.0.1:4747, or the address the
+    /// agent of --data-dir announced].
     #[arg(long, global = true, env = "WHARF_ADDR")]
     address: Option<String>,
-    /// The agent's data directory: its address is read from `agent.json` there, and
-    /// `alloc list --probe` reads its store when it does not answer.
+    /// The agent's data directory: where `agent` keeps its state (over `data_dir` in its
+    /// configuration); the other commands read the agent's address from `agent.json` there,
+    /// and `alloc list --probe` reads its store when it does not answer.
     #[arg(long, global = true, env = "WHARF_DATA_DIR")]
     data_dir: Option<PathBuf>,
-    /// The agent's API token, if it has one.
+    /// The agent's API token: `agent` requires it of every caller (over `token` in its
+    /// configuration); the other commands present it.
     #[arg(long, global = true, env = "WHARF_TOKEN", hide_env_values = true)]
     token: Option<String>,
-    /// Print JSON instead of text.
+    /// Print JSON instead of text (`agent`: log JSON lines).
     #[arg(long, global = true)]
     json: bool,
     #[command(subcommand)]
@@ -55,6 +148,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the node agent (HTTP API on 127.0.0.1:4747 by default).
+    #[command(after_help = AGENT_SETTINGS)]
     Agent(AgentArgs),
     /// Submit a job spec and follow the allocation until it ends (Ctrl-C stops it).
     Run(RunArgs),
@@ -77,12 +171,19 @@ enum Command {
     },
 }
 
+/// How `wharf agent` combines its sources of settings.
+const AGENT_SETTINGS: &str = "\
+Settings: a flag overrides its environment variable (WHARF_ADDR, WHARF_DATA_DIR, WHARF_TOKEN), \
+which overrides the --config file, which overrides the defaults (data in ./wharf-data, API on \
+127.0.0.1:4747, no token). --address, --data-dir and --token set the file's `bind`, \
+`data_dir` and `token`; any address other than loopback requires a token.";
+
 #[derive(Debug, Args)]
 struct AgentArgs {
     /// A TOML configuration file; without one, defaults apply.
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Log JSON lines instead of human-readable text.
+    /// Log JSON lines instead of human-readable text (the same as --json).
     #[arg(long)]
     log_json: bool,
     /// If the state store is damaged, move it aside and start empty.
@@ -123,12 +224,12 @@ enum AllocCommand {
     },
     /// Show an allocation's tasks and recent events.
     Status {
-        /// The allocation id (a unique prefix will do).
+        /// The allocation id (exactly; else a prefix that matches only one).
         id: String,
     },
     /// Print a task's output.
     Logs {
-        /// The allocation id.
+        /// The allocation id (exactly; else a prefix that matches only one).
         id: String,
         /// The task.
         task: String,
@@ -144,7 +245,7 @@ enum AllocCommand {
     },
     /// Stop an allocation (poststop tasks still run).
     Stop {
-        /// The allocation id.
+        /// The allocation id (exactly; else a prefix that matches only one).
         id: String,
         /// Wait this long (such as `10s`) for it to end; fail if it has not.
         #[arg(long)]
@@ -152,7 +253,7 @@ enum AllocCommand {
     },
     /// Restart a task, the running tasks, or (with --all) every task.
     Restart {
-        /// The allocation id.
+        /// The allocation id (exactly; else a prefix that matches only one).
         id: String,
         /// The task; without it, every running task.
         task: Option<String>,
@@ -162,7 +263,7 @@ enum AllocCommand {
     },
     /// Send a signal to a task, or to every task.
     Signal {
-        /// The allocation id.
+        /// The allocation id (exactly; else a prefix that matches only one).
         id: String,
         /// The signal, such as SIGHUP.
         signal: String,
@@ -172,7 +273,7 @@ enum AllocCommand {
     },
     /// Run a command inside a task.
     Exec {
-        /// The allocation id.
+        /// The allocation id (exactly; else a prefix that matches only one).
         id: String,
         /// The task.
         task: String,
@@ -208,11 +309,11 @@ fn agent_client(cli: &Cli) -> Client {
     };
     match AgentFile::read(data_dir) {
         Ok(Some(file)) => Client::new(&file.address, cli.token.clone()),
-        Ok(None) => Client::absent(
-            &format!("the agent of {}", data_dir.display()),
-            "it has not announced an address (no agent.json there)".into(),
+        Ok(None) => Client::unannounced(
+            data_dir,
+            format!("there is no {}", AgentFile::path(data_dir).display()),
         ),
-        Err(reason) => Client::absent(&format!("the agent of {}", data_dir.display()), reason),
+        Err(reason) => Client::unannounced(data_dir, reason),
     }
 }
 
@@ -232,27 +333,24 @@ async fn run(cli: Cli) -> ExitCode {
     let client = agent_client(&cli);
     let data_dir = cli.data_dir.as_deref();
     let result = match cli.command {
-        Command::Agent(args) => agent(args, data_dir).await.map(|()| ExitCode::SUCCESS),
+        Command::Agent(args) => {
+            let overrides = AgentOverrides {
+                address: cli.address.as_deref(),
+                data_dir,
+                token: cli.token.as_deref(),
+                json: cli.json,
+            };
+            agent(args, overrides).await.map(|()| ExitCode::SUCCESS)
+        }
         Command::Wipe { config } => wipe(config.as_deref(), data_dir, cli.json).await,
         Command::Fleet(args) => crate::fleet::cli::run(args, cli.token.clone(), cli.json).await,
         Command::Validate { file } => validate(&file, cli.json),
-        Command::Run(args) => run_file(&client, &args, cli.json).await,
+        Command::Run(args) => run_file(&client, &args, data_dir, cli.json).await,
         Command::Alloc(command) => {
             alloc(&client, command, data_dir, cli.json).await.map(|()| ExitCode::SUCCESS)
         }
     };
-    result.unwrap_or_else(|error| {
-        let code = match error.downcast_ref::<ClientError>() {
-            Some(ClientError::Api { status, .. }) if matches!(status.as_u16(), 400 | 409 | 422) => {
-                EXIT_USAGE
-            }
-            Some(_) => EXIT_AGENT,
-            None if error.downcast_ref::<wharf_state::SpecError>().is_some() => EXIT_USAGE,
-            None if error.downcast_ref::<wharf_state::InvalidAllocId>().is_some() => EXIT_USAGE,
-            None => EXIT_AGENT,
-        };
-        fail(code, &format!("{error:#}"))
-    })
+    result.unwrap_or_else(|error| fail(exit_code(&error), &describe(&error)))
 }
 
 pub(crate) fn init_logs(json: bool) {
@@ -266,20 +364,42 @@ pub(crate) fn init_logs(json: bool) {
     }
 }
 
-async fn agent(args: AgentArgs, data_dir: Option<&Path>) -> anyhow::Result<()> {
-    init_logs(args.log_json);
-    let config = node_config(args.config.as_deref(), data_dir)?;
+/// The global flags (or their environment variables) as `wharf agent` applies them.
+struct AgentOverrides<'a> {
+    address: Option<&'a str>,
+    data_dir: Option<&'a Path>,
+    token: Option<&'a str>,
+    json: bool,
+}
+
+async fn agent(args: AgentArgs, overrides: AgentOverrides<'_>) -> anyhow::Result<()> {
+    init_logs(args.log_json || overrides.json);
+    let mut config = node_config(args.config.as_deref(), overrides.data_dir)?;
+    if let Some(address) = overrides.address {
+        config.bind = listen_address(address)?;
+    }
+    if let Some(token) = overrides.token {
+        config.token = Some(token.to_owned());
+    }
     crate::serve::serve(config, StartOptions { reset_state: args.reset_state }).await
+}
+
+/// The address `--address` asks the agent to listen on: `127.0.0.1:4747`, or the same as a
+/// URL (`http://127.0.0.1:4747`), as the other commands take it.
+fn listen_address(text: &str) -> Result<std::net::SocketAddr, UsageError> {
+    let bare = text.strip_prefix("http://").unwrap_or(text).trim_end_matches('/');
+    bare.parse().map_err(|_| {
+        UsageError(format!(
+            "--address: the agent cannot listen on {text:?}; give an IP address and port, such \
+             as 127.0.0.1:4747 (port 0: one the system picks)"
+        ))
+    })
 }
 
 /// Reads and checks a job spec; `-` is standard input (JSON if it starts with `{`).
 pub(crate) fn read_spec(file: &Path) -> anyhow::Result<wharf_state::Job> {
     let stdin = file == Path::new("-");
-    let text = if stdin {
-        std::io::read_to_string(std::io::stdin().lock()).context("cannot read standard input")?
-    } else {
-        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?
-    };
+    let text = read_text(file)?;
     let json = if stdin {
         text.trim_start().starts_with('{')
     } else {
@@ -291,7 +411,35 @@ pub(crate) fn read_spec(file: &Path) -> anyhow::Result<wharf_state::Job> {
         wharf_state::spec::parse_toml(&text)
     };
     parsed.map_err(|e| {
-        anyhow::Error::new(e).context(format!("{} is not a valid job spec", file.display()))
+        anyhow::Error::new(e).context(format!("{} is not a valid job spec", spec_name(file)))
+    })
+}
+
+/// How messages name a job spec file.
+fn spec_name(file: &Path) -> String {
+    if file == Path::new("-") { "standard input".to_owned() } else { file.display().to_string() }
+}
+
+/// The text of a job spec file (`-`: standard input), or what keeps it from being read.
+fn read_text(file: &Path) -> Result<String, SpecFileError> {
+    let name = spec_name(file);
+    let bytes = if file == Path::new("-") {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut bytes).map(|_| bytes)
+    } else {
+        std::fs::read(file)
+    };
+    let bytes = bytes.map_err(|source| SpecFileError::Read { file: name.clone(), source })?;
+    String::from_utf8(bytes).map_err(|e| {
+        let valid = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+        // Valid UTF-8 up to there, so the line and column count characters.
+        let before = std::str::from_utf8(valid).unwrap_or_default();
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        SpecFileError::NotUtf8 {
+            file: name,
+            line: before.matches('\n').count() + 1,
+            column: before[line_start..].chars().count() + 1,
+        }
     })
 }
 
@@ -315,29 +463,30 @@ fn validate(file: &Path, json: bool) -> anyhow::Result<ExitCode> {
 
 /// Submits the file; follows the allocation unless detached. With no agent reachable, runs an
 /// embedded one in this process (only when following: a detached allocation needs an agent).
-async fn run_file(client: &Client, args: &RunArgs, json: bool) -> anyhow::Result<ExitCode> {
+async fn run_file(
+    client: &Client,
+    args: &RunArgs,
+    data_dir: Option<&Path>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let job = read_spec(&args.file)?;
     let spec = serde_json::to_vec(&job.to_spec())?;
     let mut embedded = None;
-    let client = if client.reachable().await {
-        client.clone()
-    } else if args.detach {
-        bail!(
-            "no wharf agent answers at {}; start one with `wharf agent` (a detached run needs one)",
-            client.address()
-        );
-    } else {
-        let (local, handle) = crate::serve::embedded(NodeConfig::default()).await?;
-        embedded = Some(handle);
-        local
-    };
-    let path = match &args.id {
-        Some(id) => {
-            wharf_state::check_alloc_id(id)?;
-            format!("/v1/allocations?id={id}")
+    let client = match client.reach().await {
+        Ok(()) => client.clone(),
+        Err(absent) if args.detach => {
+            return Err(anyhow::Error::new(absent).context("a detached run needs a running agent"));
         }
-        None => "/v1/allocations".to_owned(),
+        Err(_) => {
+            let (local, handle) = crate::serve::embedded(node_config(None, data_dir)?).await?;
+            embedded = Some(handle);
+            local
+        }
     };
+    if let Some(id) = &args.id {
+        wharf_state::check_alloc_id(id)?;
+    }
+    let path = ApiPath::v1(["allocations"]).query_opt("id", args.id.as_deref());
     let submitted: serde_json::Value = serde_json::from_slice(
         &client.call(Method::POST, &path, Some(("application/json", spec))).await?,
     )?;
@@ -367,7 +516,7 @@ async fn follow(client: &Client, id: &str, json: bool) -> anyhow::Result<ExitCod
     let mut version = String::new();
     let mut interrupts = 0;
     loop {
-        let path = format!("/v1/allocations/{id}?after={version}&wait=10s");
+        let path = ApiPath::v1(["allocations", id]).query("after", &version).query("wait", "10s");
         let detail: AllocDetail = tokio::select! {
             detail = client.json(Method::GET, &path, None) => detail?,
             _ = tokio::signal::ctrl_c() => {
@@ -378,7 +527,7 @@ async fn follow(client: &Client, id: &str, json: bool) -> anyhow::Result<ExitCod
                 if !json {
                     println!("==> stopping the allocation (Ctrl-C again to leave at once)");
                 }
-                client.call(Method::POST, &format!("/v1/allocations/{id}/stop"), None).await?;
+                client.call(Method::POST, ApiPath::v1(["allocations", id, "stop"]), None).await?;
                 continue;
             }
         };
@@ -476,7 +625,7 @@ async fn alloc(
         AllocCommand::Outcome { id } => {
             wharf_state::check_alloc_id(&id)?;
             let line = match client
-                .json::<AllocDetail>(Method::GET, &format!("/v1/allocations/{id}"), None)
+                .json::<AllocDetail>(Method::GET, ApiPath::v1(["allocations", &id]), None)
                 .await
             {
                 Ok(detail) if detail.done => {
@@ -494,7 +643,7 @@ async fn alloc(
         }
         AllocCommand::List { probe: false, .. } => {
             let allocs: Vec<AllocSummary> =
-                client.json(Method::GET, "/v1/allocations", None).await?;
+                client.json(Method::GET, ApiPath::v1(["allocations"]), None).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&allocs)?);
                 return Ok(());
@@ -516,7 +665,7 @@ async fn alloc(
         AllocCommand::Status { id } => {
             let id = resolve(client, &id).await?;
             let detail: AllocDetail =
-                client.json(Method::GET, &format!("/v1/allocations/{id}"), None).await?;
+                client.json(Method::GET, ApiPath::v1(["allocations", &id]), None).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&detail)?);
             } else {
@@ -526,21 +675,14 @@ async fn alloc(
         }
         AllocCommand::Logs { id, task, stderr, follow, tail } => {
             let id = resolve(client, &id).await?;
-            let stream = if stderr { "stderr" } else { "stdout" };
-            let mut query = format!("stream={stream}");
-            if let Some(tail) = tail {
-                query.push_str(&format!("&tail={tail}"));
-            }
+            let mut path = ApiPath::v1(["allocations", &id, "logs", &task])
+                .query("stream", if stderr { "stderr" } else { "stdout" })
+                .query_opt("tail", tail);
             if follow {
-                query.push_str(if tail.is_some() {
-                    "&follow=true"
-                } else {
-                    "&follow=true&offset=0"
-                });
+                // Followed from the start, unless only the tail is wanted.
+                path = path.query("follow", true).query_opt("offset", tail.is_none().then_some(0));
             }
-            let response = client
-                .send(Method::GET, &format!("/v1/allocations/{id}/logs/{task}?{query}"), None)
-                .await?;
+            let response = client.send(Method::GET, path, None).await?;
             let mut body = response.into_body();
             let mut out = std::io::stdout();
             while let Some(frame) = http_body_util::BodyExt::frame(&mut body).await {
@@ -554,7 +696,7 @@ async fn alloc(
         AllocCommand::Stop { id, wait } => {
             let wait = wait.as_deref().map(wharf_state::duration::parse).transpose()?;
             let id = resolve(client, &id).await?;
-            client.call(Method::POST, &format!("/v1/allocations/{id}/stop"), None).await?;
+            client.call(Method::POST, ApiPath::v1(["allocations", &id, "stop"]), None).await?;
             let Some(wait) = wait else {
                 println!("stopping {id}");
                 return Ok(());
@@ -563,10 +705,9 @@ async fn alloc(
             let mut version = String::new();
             let detail = loop {
                 let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                let path = format!(
-                    "/v1/allocations/{id}?after={version}&wait={}ms",
-                    left.as_millis().max(1)
-                );
+                let path = ApiPath::v1(["allocations", &id])
+                    .query("after", &version)
+                    .query("wait", Formatted(left.max(Duration::from_millis(1))));
                 let detail: AllocDetail = client.json(Method::GET, &path, None).await?;
                 if detail.done || left.is_zero() {
                     break detail;
@@ -574,7 +715,9 @@ async fn alloc(
                 version = detail.version.clone();
             };
             if !detail.done {
-                bail!("{id} is still stopping after {}", wharf_state::duration::format(wait));
+                return Err(
+                    NotDone(format!("{id} is still stopping after {}", Formatted(wait))).into()
+                );
             }
             println!("stopped {id}: {}", detail.state.client_status);
             Ok(())
@@ -585,7 +728,7 @@ async fn alloc(
             client
                 .call(
                     Method::POST,
-                    &format!("/v1/allocations/{id}/restart"),
+                    ApiPath::v1(["allocations", &id, "restart"]),
                     Some(("application/json", body.to_string().into_bytes())),
                 )
                 .await?;
@@ -601,7 +744,7 @@ async fn alloc(
             client
                 .call(
                     Method::POST,
-                    &format!("/v1/allocations/{id}/signal"),
+                    ApiPath::v1(["allocations", &id, "signal"]),
                     Some(("application/json", body.to_string().into_bytes())),
                 )
                 .await?;
@@ -611,7 +754,7 @@ async fn alloc(
             let id = resolve(client, &id).await?;
             let body = serde_json::json!({ "task": task, "command": command, "timeout": timeout });
             let result: ExecResponse = client
-                .json(Method::POST, &format!("/v1/allocations/{id}/exec"), Some(body))
+                .json(Method::POST, ApiPath::v1(["allocations", &id, "exec"]), Some(body))
                 .await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&result)?);
@@ -619,11 +762,12 @@ async fn alloc(
                 print!("{}", result.stdout);
                 eprint!("{}", result.stderr);
                 if result.exit_code != 0 || result.signal.is_some() {
-                    bail!(
+                    return Err(NotDone(format!(
                         "the command exited with code {}{}",
                         result.exit_code,
                         result.signal.map(|s| format!(" (signal {s})")).unwrap_or_default()
-                    );
+                    ))
+                    .into());
                 }
             }
             Ok(())
@@ -631,14 +775,35 @@ async fn alloc(
     }
 }
 
-/// Expands a unique prefix of an allocation id.
-async fn resolve(client: &Client, prefix: &str) -> anyhow::Result<String> {
-    let allocs: Vec<AllocSummary> = client.json(Method::GET, "/v1/allocations", None).await?;
-    let matches: Vec<&AllocSummary> = allocs.iter().filter(|a| a.id.starts_with(prefix)).collect();
+/// The allocation `given` names: the one with exactly that id, else the one id it is a
+/// prefix of. The API itself takes exact ids only; prefixes are a convenience of the CLI.
+async fn resolve(client: &Client, given: &str) -> anyhow::Result<String> {
+    let allocs: Vec<AllocSummary> =
+        client.json(Method::GET, ApiPath::v1(["allocations"]), None).await?;
+    match_id(allocs.iter().map(|a| a.id.as_str()), given).map(str::to_owned)
+}
+
+/// An exact match always wins, so an id that begins another (`job-1`, `job-10`) is never
+/// ambiguous; a prefix is taken only when it matches one id.
+fn match_id<'a>(ids: impl Iterator<Item = &'a str>, given: &str) -> anyhow::Result<&'a str> {
+    let mut matches = Vec::new();
+    for id in ids {
+        if id == given {
+            return Ok(id);
+        }
+        if id.starts_with(given) {
+            matches.push(id);
+        }
+    }
     match matches.as_slice() {
-        [one] => Ok(one.id.clone()),
-        [] => bail!("no allocation id starts with {prefix:?}"),
-        many => bail!("{} allocations start with {prefix:?}; give more of the id", many.len()),
+        [one] => Ok(one),
+        [] => Err(UsageError(format!("no allocation {given:?} on this node")).into()),
+        many => Err(UsageError(format!(
+            "{given:?} is not an allocation id, and {} ids start with it ({}); give more of the id",
+            many.len(),
+            many.iter().take(5).copied().collect::<Vec<_>>().join(", ")
+        ))
+        .into()),
     }
 }
 

@@ -1,4 +1,7 @@
-//! The CLI's HTTP client for the agent's API.
+//! The CLI's HTTP client for the agent's API (and the fleet's, which has the same shape).
+//!
+//! Paths are [`ApiPath`]s built from segments and query pairs, each percent-encoded, so an id
+//! or task name given on the command line stays one segment whatever it holds.
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
@@ -7,18 +10,99 @@ use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde::de::DeserializeOwned;
+use std::fmt::{self, Write as _};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// A path of the API with its query, every part percent-encoded: `/v1/allocations/{id}` is
+/// `ApiPath::v1(["allocations", id])`, never text pasted into a URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiPath(String);
+
+impl ApiPath {
+    /// `/v1/` and `segments`, each encoded whole: a `/` or `..` inside one stays inside it.
+    pub fn v1<'a>(segments: impl IntoIterator<Item = &'a str>) -> ApiPath {
+        let mut path = String::from("/v1");
+        for segment in segments {
+            path.push('/');
+            percent_encode(segment, &mut path);
+        }
+        ApiPath(path)
+    }
+
+    /// Adds `key=value` to the query.
+    pub fn query(mut self, key: &str, value: impl fmt::Display) -> ApiPath {
+        self.0.push(if self.0.contains('?') { '&' } else { '?' });
+        percent_encode(key, &mut self.0);
+        self.0.push('=');
+        percent_encode(&value.to_string(), &mut self.0);
+        self
+    }
+
+    /// Adds `key=value` when there is a value.
+    pub fn query_opt(self, key: &str, value: Option<impl fmt::Display>) -> ApiPath {
+        match value {
+            Some(value) => self.query(key, value),
+            None => self,
+        }
+    }
+
+    /// The path and query as sent.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A path written out whole, for fixed paths (`"/v1/health"`): it is sent as it is.
+impl From<&str> for ApiPath {
+    fn from(path: &str) -> ApiPath {
+        ApiPath(path.to_owned())
+    }
+}
+
+impl From<&String> for ApiPath {
+    fn from(path: &String) -> ApiPath {
+        ApiPath(path.clone())
+    }
+}
+
+impl From<&ApiPath> for ApiPath {
+    fn from(path: &ApiPath) -> ApiPath {
+        path.clone()
+    }
+}
+
+impl fmt::Display for ApiPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Appends `text` with every byte but the unreserved `A-Za-z0-9-_~` percent-encoded (`.` too,
+/// so no segment reads as `.` or `..`).
+fn percent_encode(text: &str, out: &mut String) {
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            let _ = write!(out, "%{byte:02X}");
+        }
+    }
+}
 
 /// Why a call to the agent failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    /// Nothing answers at the address.
-    #[error("no wharf agent answers at {address} ({reason}); start one with `wharf agent`")]
+    /// No agent answers: nothing does at the address, or the data directory the address was
+    /// to be read from has none announced.
+    #[error("{}", unreachable(address, reason, unannounced_in.as_deref()))]
     Unreachable {
-        /// The agent's address.
+        /// The agent's address (empty when none was announced).
         address: String,
-        /// What the connection attempt said.
+        /// What the connection attempt said, or why no address could be read.
         reason: String,
+        /// The data directory whose `agent.json` gave no address, if that was the trouble.
+        unannounced_in: Option<PathBuf>,
     },
     /// The agent answered with an error.
     #[error("{message}")]
@@ -37,8 +121,8 @@ pub enum ClientError {
 #[derive(Debug, Clone)]
 pub struct Client {
     address: String,
-    /// Why no agent can be reached, when that is known before trying.
-    absent: Option<String>,
+    /// The data directory that announced no agent, and why, when that is known before trying.
+    unannounced: Option<(PathBuf, String)>,
     token: Option<String>,
     http: HyperClient<HttpConnector, Full<Bytes>>,
 }
@@ -55,13 +139,13 @@ impl Client {
         connector.set_connect_timeout(Some(Duration::from_secs(2)));
         connector.set_nodelay(true);
         let http = HyperClient::builder(TokioExecutor::new()).build(connector);
-        Client { address, absent: None, token, http }
+        Client { address, unannounced: None, token, http }
     }
 
-    /// A client of an agent known not to be there (`reason` says why); every call fails as
-    /// [`ClientError::Unreachable`].
-    pub fn absent(address: &str, reason: String) -> Client {
-        Client { absent: Some(reason), ..Client::new(address, None) }
+    /// A client of the agent of `data_dir`, which has announced no address (`reason` says
+    /// why): every call fails as [`ClientError::Unreachable`], saying so.
+    pub fn unannounced(data_dir: &Path, reason: String) -> Client {
+        Client { unannounced: Some((data_dir.to_owned(), reason)), ..Client::new("", None) }
     }
 
     /// The agent's address.
@@ -73,13 +157,15 @@ impl Client {
     pub async fn send(
         &self,
         method: Method,
-        path: &str,
+        path: impl Into<ApiPath>,
         body: Option<(&str, Vec<u8>)>,
     ) -> Result<hyper::Response<hyper::body::Incoming>, ClientError> {
-        if let Some(reason) = &self.absent {
+        let path = path.into();
+        if let Some((data_dir, reason)) = &self.unannounced {
             return Err(ClientError::Unreachable {
-                address: self.address.clone(),
+                address: String::new(),
                 reason: reason.clone(),
+                unannounced_in: Some(data_dir.clone()),
             });
         }
         let mut request = Request::builder().method(method).uri(format!("{}{path}", self.address));
@@ -94,6 +180,7 @@ impl Client {
         let response = self.http.request(request).await.map_err(|e| ClientError::Unreachable {
             address: self.address.clone(),
             reason: root_cause(&e),
+            unannounced_in: None,
         })?;
         if response.status().is_success() {
             return Ok(response);
@@ -111,7 +198,7 @@ impl Client {
     pub async fn call(
         &self,
         method: Method,
-        path: &str,
+        path: impl Into<ApiPath>,
         body: Option<(&str, Vec<u8>)>,
     ) -> Result<Bytes, ClientError> {
         let response = self.send(method, path, body).await?;
@@ -127,7 +214,7 @@ impl Client {
     pub async fn json<T: DeserializeOwned>(
         &self,
         method: Method,
-        path: &str,
+        path: impl Into<ApiPath>,
         body: Option<serde_json::Value>,
     ) -> Result<T, ClientError> {
         let body = body.map(|b| ("application/json", b.to_string().into_bytes()));
@@ -135,12 +222,27 @@ impl Client {
         serde_json::from_slice(&bytes).map_err(|e| ClientError::Protocol(e.to_string()))
     }
 
-    /// Whether an agent answers.
-    pub async fn reachable(&self) -> bool {
-        !matches!(
-            self.call(Method::GET, "/v1/health", None).await,
-            Err(ClientError::Unreachable { .. })
-        )
+    /// Whether an agent answers (if it answers with an error, it is there): the error that
+    /// says why not, if none does.
+    pub async fn reach(&self) -> Result<(), ClientError> {
+        match self.call(Method::GET, "/v1/health", None).await {
+            Err(e @ ClientError::Unreachable { .. }) => Err(e),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// What [`ClientError::Unreachable`] says.
+fn unreachable(address: &str, reason: &str, unannounced_in: Option<&Path>) -> String {
+    match unannounced_in {
+        Some(dir) => format!(
+            "no wharf agent has announced its address in {dir}: {reason}; start one with \
+             `wharf agent --data-dir {dir}`, or give the address with --address",
+            dir = dir.display()
+        ),
+        None => {
+            format!("no wharf agent answers at {address} ({reason}); start one with `wharf agent`")
+        }
     }
 }
 
@@ -150,4 +252,39 @@ fn root_cause(error: &dyn std::error::Error) -> String {
         cause = next;
     }
     cause.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_encode_each_segment_and_query_value() {
+        let cases: &[(ApiPath, &str)] = &[
+            (ApiPath::v1(["allocations"]), "/v1/allocations"),
+            (ApiPath::v1(["allocations", "job-1", "stop"]), "/v1/allocations/job-1/stop"),
+            (
+                ApiPath::v1(["allocations", "../../v1/metrics"]),
+                "/v1/allocations/%2E%2E%2F%2E%2E%2Fv1%2Fmetrics",
+            ),
+            (ApiPath::v1(["allocations", ".."]), "/v1/allocations/%2E%2E"),
+            (
+                ApiPath::v1(["allocations", "a", "logs", "web task?x=1#y"]),
+                "/v1/allocations/a/logs/web%20task%3Fx%3D1%23y",
+            ),
+            (ApiPath::v1(["workers", "wörker"]), "/v1/workers/w%C3%B6rker"),
+            (
+                ApiPath::v1(["allocations"]).query("id", "a&b=c").query("wait", "1.5s"),
+                "/v1/allocations?id=a%26b%3Dc&wait=1%2E5s",
+            ),
+            (
+                ApiPath::v1(["x"]).query_opt("tail", Some(5)).query_opt("offset", None::<u64>),
+                "/v1/x?tail=5",
+            ),
+        ];
+        for (path, want) in cases {
+            assert_eq!(path.as_str(), *want);
+            assert!(path.as_str().parse::<hyper::Uri>().is_ok(), "{path} is a valid URI");
+        }
+    }
 }

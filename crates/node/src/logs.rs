@@ -1,10 +1,22 @@
 //! Reading a task's output from its size-rotated files: `<task>.<stream>.0` is the current
 //! file, `.1` the one before, and so on (the layout wharf-exec's shim writes).
+//!
+//! The task can write in its own log directory, so nothing found there is trusted. The
+//! directory is opened without following a link; each file is opened relative to that open
+//! directory, without following a link and without blocking (a FIFO planted there cannot hang
+//! the agent), and is read only if it is a regular file with no other name (no hard link to a
+//! file elsewhere). Anything else is refused with [`LogError::Refused`], which names the file.
+//! Files are read through the descriptors checked, never opened again by name.
 
+use std::ffi::CString;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
-use std::os::unix::fs::MetadataExt;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+
+/// The most rotated files looked for (the agent's `logs.max_files` is far below).
+const MAX_FILES: u32 = 10_000;
 
 /// Which output stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,29 +36,137 @@ impl Stream {
     }
 }
 
+/// Why a task's logs could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    /// Something in the log directory (or the directory itself) is not what the shim writes.
+    #[error(
+        "refusing to read {what}: {reason}; a task's log files must be regular files in its \
+         log directory"
+    )]
+    Refused {
+        /// The file or directory, such as `web.stderr.1 in the log directory of task "web"`.
+        what: String,
+        /// What it is instead.
+        reason: String,
+    },
+    /// Reading failed.
+    #[error("cannot read {}: {source}", path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+}
+
 /// One stream of one task's logs.
 #[derive(Debug, Clone)]
 pub struct TaskLogs {
     dir: PathBuf,
+    task: String,
     stem: String,
+}
+
+/// A log file opened and checked, with what identifies it.
+#[derive(Debug)]
+struct LogFile {
+    file: File,
+    size: u64,
+    identity: (u64, u64),
 }
 
 impl TaskLogs {
     /// The logs of `task` in `logs_dir`.
     pub fn new(logs_dir: &Path, task: &str, stream: Stream) -> TaskLogs {
-        TaskLogs { dir: logs_dir.to_owned(), stem: format!("{task}.{}", stream.name()) }
+        TaskLogs {
+            dir: logs_dir.to_owned(),
+            task: task.to_owned(),
+            stem: format!("{task}.{}", stream.name()),
+        }
     }
 
-    fn path(&self, index: u32) -> PathBuf {
-        self.dir.join(format!("{}.{index}", self.stem))
+    /// Refuses file `name` of the log directory, or the directory itself when `None`.
+    fn refused(&self, name: Option<&str>, reason: impl Into<String>) -> LogError {
+        let dir = format!("the log directory of task {:?}", self.task);
+        let what = match name {
+            Some(name) => format!("{name} in {dir}"),
+            None => dir,
+        };
+        LogError::Refused { what, reason: reason.into() }
     }
 
-    /// The files that exist, oldest first.
-    fn files(&self) -> Vec<PathBuf> {
-        let mut files: Vec<PathBuf> =
-            (0..10_000).map(|i| self.path(i)).take_while(|p| p.exists()).collect();
+    /// The log directory, opened without following a link; `None` if it does not exist yet.
+    fn open_dir(&self) -> Result<Option<File>, LogError> {
+        let opened = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&self.dir);
+        match opened {
+            Ok(dir) => Ok(Some(dir)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => {
+                Err(self.refused(None, "it is a symbolic link or not a directory"))
+            }
+            Err(source) => Err(LogError::Io { path: self.dir.clone(), source }),
+        }
+    }
+
+    /// File `index` of the stream, opened in `dir` and checked; `None` if there is none.
+    fn open(&self, dir: &File, index: u32) -> Result<Option<LogFile>, LogError> {
+        let name = format!("{}.{index}", self.stem);
+        let io_error = |source| LogError::Io { path: self.dir.join(&name), source };
+        let file = match open_in(dir, &name) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                return Err(self.refused(Some(&name), "it is a symbolic link"));
+            }
+            // What a socket gives when opened.
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
+                return Err(self.refused(Some(&name), "it is not a regular file"));
+            }
+            Err(source) => return Err(io_error(source)),
+        };
+        let meta = file.metadata().map_err(io_error)?;
+        let kind = meta.file_type();
+        if !kind.is_file() {
+            let what = if kind.is_dir() {
+                "a directory"
+            } else if kind.is_fifo() {
+                "a FIFO"
+            } else if kind.is_socket() {
+                "a socket"
+            } else if kind.is_block_device() || kind.is_char_device() {
+                "a device"
+            } else {
+                "not a regular file"
+            };
+            return Err(self.refused(Some(&name), format!("it is {what}")));
+        }
+        if meta.nlink() > 1 {
+            return Err(self.refused(
+                Some(&name),
+                format!(
+                    "it has {} names (hard links), so it may be a file from elsewhere",
+                    meta.nlink()
+                ),
+            ));
+        }
+        Ok(Some(LogFile { file, size: meta.len(), identity: (meta.dev(), meta.ino()) }))
+    }
+
+    /// Every file of the stream that exists, oldest first, opened and checked.
+    fn open_all(&self, dir: &File) -> Result<Vec<LogFile>, LogError> {
+        let mut files = Vec::new();
+        for index in 0..MAX_FILES {
+            match self.open(dir, index)? {
+                Some(file) => files.push(file),
+                None => break,
+            }
+        }
         files.reverse();
-        files
+        Ok(files)
     }
 
     /// Everything kept, oldest first, from byte `offset` on (or the last `tail` bytes), at
@@ -56,11 +176,10 @@ impl TaskLogs {
         offset: Option<u64>,
         tail: Option<u64>,
         limit: usize,
-    ) -> io::Result<(Vec<u8>, u64)> {
-        let files = self.files();
-        let sizes: Vec<u64> =
-            files.iter().map(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0)).collect();
-        let total: u64 = sizes.iter().sum();
+    ) -> Result<(Vec<u8>, u64), LogError> {
+        let Some(dir) = self.open_dir()? else { return Ok((Vec::new(), 0)) };
+        let files = self.open_all(&dir)?;
+        let total: u64 = files.iter().map(|f| f.size).sum();
         let start = match (offset, tail) {
             (_, Some(tail)) => total.saturating_sub(tail),
             (Some(offset), None) => offset.min(total),
@@ -68,30 +187,49 @@ impl TaskLogs {
         };
         let mut out = Vec::new();
         let mut skip = start;
-        for (file, size) in files.iter().zip(sizes) {
+        for mut log in files {
             if out.len() >= limit {
                 break;
             }
-            if skip >= size {
-                skip -= size;
+            if skip >= log.size {
+                skip -= log.size;
                 continue;
             }
-            let mut handle = File::open(file)?;
-            handle.seek(SeekFrom::Start(skip))?;
+            let io_error = |source| LogError::Io { path: self.dir.clone(), source };
+            log.file.seek(SeekFrom::Start(skip)).map_err(io_error)?;
             skip = 0;
-            handle.take((limit - out.len()) as u64).read_to_end(&mut out)?;
+            // Up to its size when opened: a file that grows meanwhile does not shift offsets.
+            let want = (limit - out.len()).min(usize::try_from(log.size).unwrap_or(usize::MAX));
+            read_up_to(&mut log.file, want, &mut out).map_err(io_error)?;
         }
         let next = start + out.len() as u64;
         Ok((out, next))
     }
 
-    /// A follower that starts at the end of what exists now (or at its start when `from_start`).
-    pub fn follow(&self, from_start: bool) -> Follower {
-        Follower {
+    /// A follower that starts at the end of what exists now, or at the start of everything
+    /// kept when `from_start`.
+    pub fn follow(&self, from_start: bool) -> Result<Follower, LogError> {
+        let mut follower = Follower {
             logs: self.clone(),
+            dir: self.open_dir()?,
             current: None,
-            backlog: if from_start { self.files() } else { Vec::new() },
+            backlog: Vec::new(),
+        };
+        if let Some(dir) = &follower.dir {
+            if from_start {
+                let mut files = self.open_all(dir)?;
+                // The newest is `.0`, the one that grows; the others are read once.
+                follower.current = files.pop();
+                follower.backlog = files;
+            } else if let Some(mut current) = self.open(dir, 0)? {
+                current
+                    .file
+                    .seek(SeekFrom::End(0))
+                    .map_err(|source| LogError::Io { path: self.dir.clone(), source })?;
+                follower.current = Some(current);
+            }
         }
+        Ok(follower)
     }
 }
 
@@ -99,48 +237,75 @@ impl TaskLogs {
 #[derive(Debug)]
 pub struct Follower {
     logs: TaskLogs,
-    current: Option<(File, u64)>,
-    backlog: Vec<PathBuf>,
+    /// The log directory, once it exists.
+    dir: Option<File>,
+    /// The file being read: `.0` when it was opened.
+    current: Option<LogFile>,
+    /// Older files to read in full first, oldest first (when following from the start).
+    backlog: Vec<LogFile>,
 }
 
 impl Follower {
     /// The bytes written since the last call (at most `limit`); empty when there is nothing new.
-    pub fn poll(&mut self, limit: usize) -> io::Result<Vec<u8>> {
+    pub fn poll(&mut self, limit: usize) -> Result<Vec<u8>, LogError> {
+        let io_error = |source| LogError::Io { path: self.logs.dir.clone(), source };
         let mut out = Vec::new();
-        // Older files first, when following from the start.
-        while let Some(file) = self.backlog.first().cloned() {
-            if file == self.logs.path(0) {
-                self.backlog.clear();
-                let handle = File::open(&file)?;
-                let inode = handle.metadata()?.ino();
-                self.current = Some((handle, inode));
-                break;
+        while let Some(old) = self.backlog.first_mut() {
+            let want = limit - out.len();
+            if read_up_to(&mut old.file, want, &mut out).map_err(io_error)? < want {
+                self.backlog.remove(0);
+            } else {
+                return Ok(out);
             }
-            self.backlog.remove(0);
-            File::open(&file)?.take(limit as u64).read_to_end(&mut out)?;
         }
+        if self.dir.is_none() {
+            self.dir = self.logs.open_dir()?;
+        }
+        let Some(dir) = &self.dir else { return Ok(out) };
         if self.current.is_none() {
-            let Ok(mut handle) = File::open(self.logs.path(0)) else { return Ok(out) };
-            let inode = handle.metadata()?.ino();
-            if out.is_empty() && self.backlog.is_empty() {
-                handle.seek(SeekFrom::End(0))?;
-            }
-            self.current = Some((handle, inode));
+            // It did not exist when following began: all of it is new.
+            self.current = self.logs.open(dir, 0)?;
         }
-        if let Some((handle, inode)) = &mut self.current {
-            handle.take((limit - out.len().min(limit)) as u64).read_to_end(&mut out)?;
-            // Rotated: what we hold is now `.1`, drained above; switch to the new `.0`.
-            let rotated =
-                std::fs::metadata(self.logs.path(0)).map(|m| m.ino() != *inode).unwrap_or(false);
-            if rotated && out.len() < limit {
-                handle.read_to_end(&mut out)?;
-                let fresh = File::open(self.logs.path(0))?;
-                let fresh_inode = fresh.metadata()?.ino();
-                self.current = Some((fresh, fresh_inode));
+        let Some(current) = &mut self.current else { return Ok(out) };
+        let want = limit - out.len();
+        if read_up_to(&mut current.file, want, &mut out).map_err(io_error)? == want {
+            return Ok(out);
+        }
+        // Drained. Rotated, if `.0` is now another file: what we hold became `.1`.
+        if let Some(fresh) = self.logs.open(dir, 0)?
+            && fresh.identity != current.identity
+        {
+            self.current = Some(fresh);
+            let want = limit - out.len();
+            if let Some(fresh) = &mut self.current {
+                read_up_to(&mut fresh.file, want, &mut out).map_err(io_error)?;
             }
         }
         Ok(out)
     }
+}
+
+/// Appends at most `max` bytes of `file` to `out`; returns how many.
+fn read_up_to(file: &mut File, max: usize, out: &mut Vec<u8>) -> io::Result<usize> {
+    file.take(max as u64).read_to_end(out)
+}
+
+/// Opens `name` in `dir` for reading, refusing a symbolic link (`ELOOP`) and never blocking
+/// on a FIFO or device.
+fn open_in(dir: &File, name: &str) -> io::Result<File> {
+    if name.contains('/') {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "a file name cannot hold '/'"));
+    }
+    let name = CString::new(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY;
+    // SAFETY: `dir` is an open descriptor for the whole call and `name` a NUL-terminated
+    // string that outlives it; the result is checked before use.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by openat, is open, and nothing else owns it.
+    Ok(unsafe { File::from_raw_fd(fd) })
 }
 
 #[cfg(test)]
@@ -154,44 +319,136 @@ mod tests {
             std::fs::write(dir.path().join(format!("web.stdout.{index}")), text).unwrap();
         }
         let logs = TaskLogs::new(dir.path(), "web", Stream::Stdout);
-        assert_eq!(logs.read(None, None, 1 << 20).unwrap(), (b"one\ntwo\nthree\n".to_vec(), 14));
-        assert_eq!(logs.read(Some(6), None, 1 << 20).unwrap(), (b"o\nthree\n".to_vec(), 14));
-        assert_eq!(logs.read(None, Some(6), 1 << 20).unwrap().0, b"three\n");
-        assert_eq!(logs.read(Some(2), None, 5).unwrap(), (b"e\ntwo".to_vec(), 7));
-        assert_eq!(logs.read(Some(99), None, 10).unwrap(), (Vec::new(), 14));
+        let read = |offset, tail, limit| logs.read(offset, tail, limit).unwrap();
+        assert_eq!(read(None, None, 1 << 20), (b"one\ntwo\nthree\n".to_vec(), 14));
+        assert_eq!(read(Some(6), None, 1 << 20), (b"o\nthree\n".to_vec(), 14));
+        assert_eq!(read(None, Some(6), 1 << 20).0, b"three\n");
+        assert_eq!(read(Some(2), None, 5), (b"e\ntwo".to_vec(), 7));
+        assert_eq!(read(Some(99), None, 10), (Vec::new(), 14));
         let empty = TaskLogs::new(dir.path(), "web", Stream::Stderr);
         assert_eq!(empty.read(None, None, 10).unwrap(), (Vec::new(), 0));
+        let no_dir = TaskLogs::new(&dir.path().join("none"), "web", Stream::Stdout);
+        assert_eq!(no_dir.read(None, None, 10).unwrap(), (Vec::new(), 0));
+    }
+
+    fn append(path: &Path, text: &str) {
+        use std::io::Write;
+        std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(path)
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
     }
 
     #[test]
     fn a_follower_sees_appends_and_rotations() {
-        use std::io::Write;
         let dir = tempfile::tempdir().unwrap();
         let current = dir.path().join("t.stdout.0");
         std::fs::write(&current, "old\n").unwrap();
         let logs = TaskLogs::new(dir.path(), "t", Stream::Stdout);
-        let mut follower = logs.follow(false);
+        let mut follower = logs.follow(false).unwrap();
         assert_eq!(follower.poll(1024).unwrap(), b"");
-        std::fs::OpenOptions::new()
-            .append(true)
-            .open(&current)
-            .unwrap()
-            .write_all(b"new\n")
-            .unwrap();
+        append(&current, "new\n");
         assert_eq!(follower.poll(1024).unwrap(), b"new\n");
         // Rotate: .0 becomes .1 after one more line, and a new .0 starts.
-        std::fs::OpenOptions::new()
-            .append(true)
-            .open(&current)
-            .unwrap()
-            .write_all(b"last\n")
-            .unwrap();
+        append(&current, "last\n");
         std::fs::rename(&current, dir.path().join("t.stdout.1")).unwrap();
         std::fs::write(&current, "fresh\n").unwrap();
-        assert_eq!(follower.poll(1024).unwrap(), b"last\n");
-        assert_eq!(follower.poll(1024).unwrap(), b"fresh\n");
+        assert_eq!(follower.poll(1024).unwrap(), b"last\nfresh\n");
+        assert_eq!(follower.poll(1024).unwrap(), b"");
 
-        let mut from_start = logs.follow(true);
+        let mut from_start = logs.follow(true).unwrap();
         assert_eq!(from_start.poll(1024).unwrap(), b"old\nnew\nlast\nfresh\n");
+        // In chunks of the limit, older files included, none cut short.
+        let mut small = logs.follow(true).unwrap();
+        let chunks: Vec<Vec<u8>> = (0..8).map(|_| small.poll(3).unwrap()).collect();
+        assert_eq!(chunks.concat(), b"old\nnew\nlast\nfresh\n");
+        assert!(chunks.iter().all(|c| c.len() <= 3));
+    }
+
+    #[test]
+    fn a_follower_reads_a_stream_that_appears_later_from_its_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let logs_dir = dir.path().join("logs");
+        let logs = TaskLogs::new(&logs_dir, "t", Stream::Stderr);
+        let mut follower = logs.follow(false).unwrap();
+        assert_eq!(follower.poll(1024).unwrap(), b"");
+        std::fs::create_dir(&logs_dir).unwrap();
+        assert_eq!(follower.poll(1024).unwrap(), b"");
+        append(&logs_dir.join("t.stderr.0"), "first\n");
+        assert_eq!(follower.poll(1024).unwrap(), b"first\n");
+    }
+
+    /// Every way a task can plant something in its log directory, read and followed.
+    #[test]
+    fn what_is_not_a_plain_log_file_is_refused() {
+        let secret = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(secret.path(), "secret\n").unwrap();
+        type Plant<'a> = &'a dyn Fn(&Path);
+        let plant: &[(&str, Plant<'_>, &str)] = &[
+            (
+                "the current file is a link",
+                &|dir| std::os::unix::fs::symlink(secret.path(), dir.join("t.stdout.0")).unwrap(),
+                "t.stdout.0 in the log directory of task \"t\": it is a symbolic link",
+            ),
+            (
+                "an older file is a link",
+                &|dir| {
+                    std::fs::write(dir.join("t.stdout.0"), "mine\n").unwrap();
+                    std::os::unix::fs::symlink(secret.path(), dir.join("t.stdout.1")).unwrap();
+                },
+                "t.stdout.1 in the log directory of task \"t\": it is a symbolic link",
+            ),
+            (
+                "a hard link",
+                &|dir| std::fs::hard_link(secret.path(), dir.join("t.stdout.0")).unwrap(),
+                "it has 2 names (hard links)",
+            ),
+            (
+                "a FIFO",
+                &|dir| {
+                    let path = CString::new(dir.join("t.stdout.0").to_str().unwrap()).unwrap();
+                    // SAFETY: a NUL-terminated path; the result is checked.
+                    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+                },
+                "it is a FIFO",
+            ),
+            (
+                "a directory",
+                &|dir| std::fs::create_dir(dir.join("t.stdout.0")).unwrap(),
+                "it is a directory",
+            ),
+        ];
+        for (case, plant, phrase) in plant {
+            let dir = tempfile::tempdir().unwrap();
+            plant(dir.path());
+            let logs = TaskLogs::new(dir.path(), "t", Stream::Stdout);
+            let read = logs.read(None, None, 1024).expect_err(case).to_string();
+            assert!(read.contains(phrase), "{case}: {read}");
+            let follow = logs.follow(true).expect_err(case).to_string();
+            assert!(follow.contains(phrase), "{case}: {follow}");
+        }
+
+        // The log directory itself replaced by a link.
+        let dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(secret.path().parent().unwrap(), dir.path().join("logs"))
+            .unwrap();
+        let logs = TaskLogs::new(&dir.path().join("logs"), "t", Stream::Stdout);
+        let err = logs.read(None, None, 1024).unwrap_err().to_string();
+        assert!(err.contains("the log directory of task \"t\": it is a symbolic link"), "{err}");
+
+        // Planted while being followed: the next poll refuses it.
+        let dir = tempfile::tempdir().unwrap();
+        let current = dir.path().join("t.stdout.0");
+        std::fs::write(&current, "one\n").unwrap();
+        let logs = TaskLogs::new(dir.path(), "t", Stream::Stdout);
+        let mut follower = logs.follow(true).unwrap();
+        assert_eq!(follower.poll(1024).unwrap(), b"one\n");
+        std::fs::rename(&current, dir.path().join("t.stdout.1")).unwrap();
+        std::os::unix::fs::symlink(secret.path(), &current).unwrap();
+        let err = follower.poll(1024).unwrap_err().to_string();
+        assert!(err.contains("it is a symbolic link"), "{err}");
     }
 }

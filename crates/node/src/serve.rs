@@ -3,6 +3,7 @@
 
 use crate::agent::{Agent, StartOptions};
 use crate::agent_file::AgentFile;
+use crate::cli::UsageError;
 use crate::client::Client;
 use crate::config::NodeConfig;
 use anyhow::Context;
@@ -16,11 +17,13 @@ const DRAIN: Duration = Duration::from_secs(5);
 
 /// Runs the agent until SIGTERM or SIGINT.
 pub async fn serve(config: NodeConfig, options: StartOptions) -> anyhow::Result<()> {
-    config.check().map_err(anyhow::Error::msg).context("invalid configuration")?;
+    config.check().map_err(|problem| UsageError(format!("invalid configuration: {problem}")))?;
     let listener = TcpListener::bind(config.bind)
         .await
         .with_context(|| format!("cannot listen on {}", config.bind))?;
     let agent = Agent::start(config, options).await?;
+    // Handled from before "ready" is said: a SIGTERM right after it is a clean shutdown.
+    let terminated = terminate_signal();
     let address = listener.local_addr()?;
     let data_dir = agent.config().data_dir.clone();
     AgentFile { pid: std::process::id(), address: format!("http://{address}") }
@@ -33,7 +36,7 @@ pub async fn serve(config: NodeConfig, options: StartOptions) -> anyhow::Result<
         tokio::spawn(async move { agent.gc_loop(stopped).await })
     };
     tokio::spawn(async move {
-        terminate_signal().await;
+        terminated.await;
         tracing::info!("shutting down; tasks keep running");
         stop.send_replace(true);
     });
@@ -65,18 +68,22 @@ pub(crate) async fn run_server(
     }
 }
 
-/// Waits for SIGTERM or SIGINT.
-pub(crate) async fn terminate_signal() {
+/// Handles SIGTERM and SIGINT from now on (their default, to die at once, no longer applies),
+/// and waits for either.
+pub(crate) fn terminate_signal() -> impl Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
-    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
+    let handlers = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()));
+    async move {
+        match handlers {
+            (Ok(mut term), Ok(mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
             }
-        }
-        _ => {
-            let _ = tokio::signal::ctrl_c().await;
+            _ => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
         }
     }
 }

@@ -4,153 +4,16 @@
 // Real processes on the real clock: these tests start programs and measure bounds in real time.
 #![allow(clippy::disallowed_methods)]
 
+mod common;
+
+use common::*;
 use hyper::{Method, StatusCode};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 use wharf_node::api::{AllocDetail, AllocSummary};
 use wharf_node::client::{Client, ClientError};
 use wharf_state::{ClientStatus, TaskEventKind, TaskStatus};
-use wharf_tests::announce::spawn_announcing;
-
-const WHARF: &str = env!("CARGO_BIN_EXE_wharf");
-/// Any single wait in these tests; reaching it means something hung.
-const LIMIT: Duration = Duration::from_secs(30);
-const TOKEN: &str = "e2e-secret-token-0123456789";
-
-/// An agent process with its own data dir.
-struct AgentProcess {
-    child: Child,
-    address: String,
-    data_dir: PathBuf,
-    config: PathBuf,
-}
-
-impl AgentProcess {
-    fn start(dir: &Path, extra_config: &str) -> AgentProcess {
-        let data_dir = dir.join("data");
-        let config = dir.join("node.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "data_dir = {:?}\nbind = \"127.0.0.1:0\"\ntoken = {TOKEN:?}\n{extra_config}",
-                data_dir.display().to_string()
-            ),
-        )
-        .unwrap();
-        AgentProcess::launch(data_dir, config)
-    }
-
-    fn launch(data_dir: PathBuf, config: PathBuf) -> AgentProcess {
-        shim_beside_wharf();
-        let (child, address) = spawn_announcing(
-            Command::new(WHARF).args(["agent", "--config", config.to_str().unwrap()]),
-            "agent ready",
-            LIMIT,
-            None,
-        )
-        .unwrap();
-        AgentProcess { child, address, data_dir, config }
-    }
-
-    fn client(&self) -> Client {
-        Client::new(&self.address, Some(TOKEN.into()))
-    }
-
-    fn kill9(mut self) -> (PathBuf, PathBuf) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-        (self.data_dir.clone(), self.config.clone())
-    }
-
-    fn terminate(mut self) -> std::process::ExitStatus {
-        wharf_tests::announce::terminate(&mut self.child, LIMIT).unwrap()
-    }
-
-    fn cli(&self, args: &[&str]) -> std::process::Output {
-        Command::new(WHARF)
-            .args(["--address", &self.address, "--token", TOKEN])
-            .args(args)
-            .output()
-            .unwrap()
-    }
-}
-
-impl Drop for AgentProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// raw_exec starts tasks under `wharf-shim`, which wharf-exec builds beside `wharf`.
-fn shim_beside_wharf() {
-    let shim = Path::new(WHARF).with_file_name("wharf-shim");
-    assert!(
-        shim.exists(),
-        "{} is missing: build the whole workspace (`cargo build`, or `cargo test --workspace`) so wharf-exec's shim sits beside wharf",
-        shim.display()
-    );
-}
-
-/// Polls `check` until it holds, within the bound.
-fn eventually(what: &str, check: impl Fn() -> bool) {
-    let deadline = std::time::Instant::now() + LIMIT;
-    while !check() {
-        assert!(std::time::Instant::now() < deadline, "never {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-async fn submit(client: &Client, spec: &str) -> Result<String, ClientError> {
-    let bytes = client
-        .call(Method::POST, "/v1/allocations", Some(("application/toml", spec.as_bytes().to_vec())))
-        .await?;
-    let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-    Ok(value["id"].as_str().unwrap().to_owned())
-}
-
-/// Waits (with the API's blocking query) until the allocation's state satisfies `done`.
-async fn until(
-    client: &Client,
-    id: &str,
-    what: &str,
-    done: impl Fn(&AllocDetail) -> bool,
-) -> AllocDetail {
-    let wait = async {
-        let mut version = String::new();
-        loop {
-            let detail: AllocDetail = client
-                .json(Method::GET, &format!("/v1/allocations/{id}?after={version}&wait=5s"), None)
-                .await
-                .unwrap();
-            if done(&detail) {
-                return detail;
-            }
-            version = detail.version.clone();
-        }
-    };
-    tokio::time::timeout(LIMIT, wait).await.unwrap_or_else(|_| panic!("never {what}"))
-}
-
-fn job(id: &str, kind: &str, tasks: &str) -> String {
-    format!("[job]\nid = \"{id}\"\ntype = \"{kind}\"\n[group]\nname = \"g\"\n{tasks}")
-}
-
-fn sh_task(name: &str, script: &str) -> String {
-    format!(
-        "[[group.task]]\nname = \"{name}\"\ndriver = \"raw_exec\"\nconfig = {{ command = \"/bin/sh\", args = [\"-c\", {script:?}] }}\n"
-    )
-}
-
-fn alive(pid: i32) -> bool {
-    // A zombie is not alive for our purposes.
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
-}
-
-fn read_pid(path: &Path) -> i32 {
-    std::fs::read_to_string(path).unwrap().trim().parse().unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn submit_run_read_logs_and_stop() {
@@ -520,23 +383,6 @@ fn run_works_with_no_agent_and_validate_checks_files() {
     let invalid = wharf(&["validate"], bad.to_str().unwrap());
     assert_eq!(invalid.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&invalid.stderr).contains("group.task[0].name"), "{invalid:?}");
-}
-
-/// Runs the CLI with `stdin`, reaching the agent through its data directory.
-fn cli_in(data_dir: &Path, args: &[&str], stdin: &str) -> std::process::Output {
-    use std::io::Write;
-    let mut child = Command::new(WHARF)
-        .args(["--token", TOKEN])
-        .args(args)
-        .env("WHARF_DATA_DIR", data_dir)
-        .env_remove("WHARF_ADDR")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
-    child.wait_with_output().unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,10 +12,11 @@
 //! | `GET /v1/metrics` | the pool's and the scheduler's metrics (Prometheus) |
 
 use super::Fleet;
+use crate::api::extract::{Path, Query};
 use crate::api::{ApiError, check_token, job_spec};
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -43,6 +44,7 @@ pub fn router(fleet: Arc<Fleet>) -> Router {
         .fallback(|| async {
             ApiError::new(StatusCode::NOT_FOUND, "no such endpoint; see the fleet API table")
         })
+        .method_not_allowed_fallback(crate::api::method_not_allowed)
         .with_state(fleet)
 }
 

@@ -5,13 +5,15 @@
 
 use super::api::{FleetAlloc, FleetWorker};
 use super::config::FleetConfig;
-use crate::cli::{EXIT_ALLOC_FAILED, init_logs, read_spec};
-use crate::client::Client;
+use crate::cli::{EXIT_ALLOC_FAILED, UsageError, init_logs, read_spec};
+use crate::client::{ApiPath, Client};
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use hyper::Method;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
+use wharf_state::duration::Formatted;
 
 #[derive(Debug, Args)]
 pub struct FleetArgs {
@@ -82,7 +84,7 @@ pub async fn run(args: FleetArgs, token: Option<String>, json: bool) -> anyhow::
     let Some(command) = args.command else {
         init_logs(args.log_json);
         let config = match &args.config {
-            Some(path) => FleetConfig::load(path).map_err(anyhow::Error::msg)?,
+            Some(path) => FleetConfig::load(path).map_err(UsageError)?,
             None => FleetConfig::default(),
         };
         super::serve(config).await?;
@@ -93,7 +95,7 @@ pub async fn run(args: FleetArgs, token: Option<String>, json: bool) -> anyhow::
         let client = client.clone();
         async move {
             client
-                .call(Method::POST, &format!("/v1/workers/{worker}/{action}"), None)
+                .call(Method::POST, ApiPath::v1(["workers", &worker, action]), None)
                 .await
                 .with_context(|| format!("cannot {action} worker {worker}"))?;
             println!("worker {worker}: {action}");
@@ -104,13 +106,10 @@ pub async fn run(args: FleetArgs, token: Option<String>, json: bool) -> anyhow::
         FleetCommand::Submit { file, detach, id } => {
             let job = read_spec(&file)?;
             let spec = serde_json::to_vec(&job.to_spec())?;
-            let path = match &id {
-                Some(id) => {
-                    wharf_state::check_alloc_id(id)?;
-                    format!("/v1/allocations?id={id}")
-                }
-                None => "/v1/allocations".to_owned(),
-            };
+            if let Some(id) = &id {
+                wharf_state::check_alloc_id(id)?;
+            }
+            let path = ApiPath::v1(["allocations"]).query_opt("id", id.as_deref());
             let body = client.call(Method::POST, &path, Some(("application/json", spec))).await?;
             let alloc: FleetAlloc = serde_json::from_slice(&body)?;
             if detach {
@@ -125,23 +124,25 @@ pub async fn run(args: FleetArgs, token: Option<String>, json: bool) -> anyhow::
         }
         FleetCommand::Status { id } => {
             let alloc: FleetAlloc =
-                client.json(Method::GET, &format!("/v1/allocations/{id}"), None).await?;
+                client.json(Method::GET, ApiPath::v1(["allocations", &id]), None).await?;
             print_allocs(&[alloc], json)?;
             Ok(ExitCode::SUCCESS)
         }
         FleetCommand::Allocs => {
-            let allocs: Vec<FleetAlloc> = client.json(Method::GET, "/v1/allocations", None).await?;
+            let allocs: Vec<FleetAlloc> =
+                client.json(Method::GET, ApiPath::v1(["allocations"]), None).await?;
             print_allocs(&allocs, json)?;
             Ok(ExitCode::SUCCESS)
         }
         FleetCommand::Stop { id } => {
             let alloc: FleetAlloc =
-                client.json(Method::POST, &format!("/v1/allocations/{id}/stop"), None).await?;
+                client.json(Method::POST, ApiPath::v1(["allocations", &id, "stop"]), None).await?;
             print_allocs(&[alloc], json)?;
             Ok(ExitCode::SUCCESS)
         }
         FleetCommand::Workers => {
-            let workers: Vec<FleetWorker> = client.json(Method::GET, "/v1/workers", None).await?;
+            let workers: Vec<FleetWorker> =
+                client.json(Method::GET, ApiPath::v1(["workers"]), None).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&workers)?);
                 return Ok(ExitCode::SUCCESS);
@@ -151,12 +152,15 @@ pub async fn run(args: FleetArgs, token: Option<String>, json: bool) -> anyhow::
                 "WORKER", "STATE", "IDLE", "PROBED", "ALLOCATIONS"
             );
             for w in workers {
+                // To a tenth of a second, as people read it: "4.2s", "1m5.3s".
+                let tenths = (w.last_probe_seconds.max(0.0) * 10.0).round() as u64;
+                let probed = Formatted(Duration::from_millis(tenths * 100)).to_string();
                 println!(
-                    "{:<20}  {:<8}  {:<5}  {:>9.1}s  {:<24}  {}",
+                    "{:<20}  {:<8}  {:<5}  {:>10}  {:<24}  {}",
                     w.id,
                     w.state,
                     w.idle_behavior,
-                    w.last_probe_seconds,
+                    probed,
                     w.allocations.join(","),
                     w.last_error.unwrap_or_default()
                 );
@@ -212,7 +216,9 @@ async fn follow(client: &Client, mut alloc: FleetAlloc, json: bool) -> anyhow::R
                 ExitCode::from(EXIT_ALLOC_FAILED)
             });
         }
-        let path = format!("/v1/allocations/{}?after={}&wait=10s", alloc.id, alloc.version);
-        alloc = client.json(Method::GET, &path, None).await?;
+        let path = ApiPath::v1(["allocations", &alloc.id])
+            .query("after", alloc.version)
+            .query("wait", "10s");
+        alloc = client.json(Method::GET, path, None).await?;
     }
 }

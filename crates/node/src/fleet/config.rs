@@ -274,8 +274,8 @@ impl FleetConfig {
             // Taken out, it must be seen gone by a sync before it may come back, or the pool
             // would take its listing for an instance that survived its destroy.
             Instances::Static(hosts) if hosts.rejoin_after <= self.sync_interval => Err(format!(
-                "static.rejoin_after: must be longer than sync_interval ({:?})",
-                self.sync_interval
+                "static.rejoin_after: must be longer than sync_interval ({})",
+                wharf_state::duration::Formatted(self.sync_interval)
             )),
             _ => Ok(()),
         }

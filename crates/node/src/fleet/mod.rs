@@ -108,13 +108,11 @@ impl Fleet {
                 let root = data_dir.join("instances");
                 wipe_leftovers(&root).await?;
                 std::fs::create_dir_all(&root)?;
-                let agent_config = data_dir.join("agent.toml");
-                std::fs::write(&agent_config, "bind = \"127.0.0.1:0\"\n")
-                    .with_context(|| format!("cannot write {}", agent_config.display()))?;
                 let wharf = quote("wharf binary", &wharf.display().to_string())?;
-                let agent_config = quote("agent config", &agent_config.display().to_string())?;
+                // Flags, so that no WHARF_ADDR or WHARF_DATA_DIR in the fleet's environment
+                // overrides them: each agent on a port the kernel picks, found by its data dir.
                 pool_config.init_command = format!(
-                    "mkdir -p data && {{ setsid {wharf} --data-dir \"$PWD/data\" agent --config {agent_config} </dev/null >agent.log 2>&1 & }}"
+                    "mkdir -p data && {{ setsid {wharf} --data-dir \"$PWD/data\" agent --address 127.0.0.1:0 </dev/null >agent.log 2>&1 & }}"
                 );
                 pool_config.secret_path = "secret".into();
                 pool_config.max_instances = settings.instances;
@@ -260,10 +258,12 @@ pub async fn serve(config: FleetConfig) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", config.bind))?;
     let fleet = Fleet::start(config).await?;
+    // Handled from before "ready" is said: a SIGTERM right after it is a clean shutdown.
+    let terminated = crate::serve::terminate_signal();
     tracing::info!(address = %listener.local_addr()?, "fleet ready");
     let (stop, stopped) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
-        crate::serve::terminate_signal().await;
+        terminated.await;
         tracing::info!("shutting down the fleet");
         stop.send_replace(true);
     });

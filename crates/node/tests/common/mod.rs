@@ -1,0 +1,203 @@
+//! What the end-to-end tests of the `wharf` binary share: an agent process with its own data
+//! dir and port, the CLI run against it, job specs, and bounded waits.
+
+// Real processes on the real clock: these helpers start programs and wait in real time.
+#![allow(clippy::disallowed_methods)]
+// Each test binary uses its own part of this module.
+#![allow(dead_code, unreachable_pub)]
+
+use hyper::Method;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+use wharf_node::api::AllocDetail;
+use wharf_node::client::{ApiPath, Client, ClientError};
+use wharf_tests::announce::spawn_announcing;
+
+pub const WHARF: &str = env!("CARGO_BIN_EXE_wharf");
+/// Any single wait in these tests; reaching it means something hung.
+pub const LIMIT: Duration = Duration::from_secs(30);
+pub const TOKEN: &str = "e2e-secret-token-0123456789";
+
+/// An agent process with its own data dir.
+pub struct AgentProcess {
+    pub child: Child,
+    pub address: String,
+    pub data_dir: PathBuf,
+    pub config: PathBuf,
+}
+
+impl AgentProcess {
+    pub fn start(dir: &Path, extra_config: &str) -> AgentProcess {
+        let data_dir = dir.join("data");
+        let config = dir.join("node.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "data_dir = {:?}\nbind = \"127.0.0.1:0\"\ntoken = {TOKEN:?}\n{extra_config}",
+                data_dir.display().to_string()
+            ),
+        )
+        .unwrap();
+        AgentProcess::launch(data_dir, config)
+    }
+
+    pub fn launch(data_dir: PathBuf, config: PathBuf) -> AgentProcess {
+        shim_beside_wharf();
+        let (child, address) = spawn_announcing(
+            Command::new(WHARF).args(["agent", "--config", config.to_str().unwrap()]),
+            "agent ready",
+            LIMIT,
+            None,
+        )
+        .unwrap();
+        AgentProcess { child, address, data_dir, config }
+    }
+
+    pub fn client(&self) -> Client {
+        Client::new(&self.address, Some(TOKEN.into()))
+    }
+
+    pub fn kill9(mut self) -> (PathBuf, PathBuf) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        (self.data_dir.clone(), self.config.clone())
+    }
+
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        wharf_tests::announce::terminate(&mut self.child, LIMIT).unwrap()
+    }
+
+    pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        Command::new(WHARF)
+            .args(["--address", &self.address, "--token", TOKEN])
+            .args(args)
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// raw_exec starts tasks under `wharf-shim`, which wharf-exec builds beside `wharf`.
+pub fn shim_beside_wharf() {
+    let shim = Path::new(WHARF).with_file_name("wharf-shim");
+    assert!(
+        shim.exists(),
+        "{} is missing: build the whole workspace (`cargo build`, or `cargo test --workspace`) so wharf-exec's shim sits beside wharf",
+        shim.display()
+    );
+}
+
+/// Polls `check` until it holds, within the bound.
+pub fn eventually(what: &str, check: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + LIMIT;
+    while !check() {
+        assert!(std::time::Instant::now() < deadline, "never {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+pub async fn submit(client: &Client, spec: &str) -> Result<String, ClientError> {
+    let bytes = client
+        .call(Method::POST, "/v1/allocations", Some(("application/toml", spec.as_bytes().to_vec())))
+        .await?;
+    let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    Ok(value["id"].as_str().unwrap().to_owned())
+}
+
+/// Waits (with the API's blocking query) until the allocation's state satisfies `done`.
+pub async fn until(
+    client: &Client,
+    id: &str,
+    what: &str,
+    done: impl Fn(&AllocDetail) -> bool,
+) -> AllocDetail {
+    let wait = async {
+        let mut version = String::new();
+        loop {
+            let path =
+                ApiPath::v1(["allocations", id]).query("after", &version).query("wait", "5s");
+            let detail: AllocDetail = client.json(Method::GET, path, None).await.unwrap();
+            if done(&detail) {
+                return detail;
+            }
+            version = detail.version.clone();
+        }
+    };
+    tokio::time::timeout(LIMIT, wait).await.unwrap_or_else(|_| panic!("never {what}"))
+}
+
+pub fn job(id: &str, kind: &str, tasks: &str) -> String {
+    format!("[job]\nid = \"{id}\"\ntype = \"{kind}\"\n[group]\nname = \"g\"\n{tasks}")
+}
+
+pub fn sh_task(name: &str, script: &str) -> String {
+    format!(
+        "[[group.task]]\nname = \"{name}\"\ndriver = \"raw_exec\"\nconfig = {{ command = \"/bin/sh\", args = [\"-c\", {script:?}] }}\n"
+    )
+}
+
+pub fn alive(pid: i32) -> bool {
+    // A zombie is not alive for our purposes.
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+}
+
+pub fn read_pid(path: &Path) -> i32 {
+    std::fs::read_to_string(path).unwrap().trim().parse().unwrap()
+}
+
+/// Runs the CLI with `stdin`, reaching the agent through its data directory.
+pub fn cli_in(data_dir: &Path, args: &[&str], stdin: &str) -> std::process::Output {
+    use std::io::Write;
+    let mut child = Command::new(WHARF)
+        .args(["--token", TOKEN])
+        .args(args)
+        .env("WHARF_DATA_DIR", data_dir)
+        .env_remove("WHARF_ADDR")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// An answer as it came over the wire.
+#[derive(Debug)]
+pub struct RawAnswer {
+    pub status: u16,
+    pub content_type: String,
+    pub body: String,
+}
+
+/// Sends `method target` (the path and query exactly as given, nothing encoded) to the agent at
+/// `address` with the test token, and reads the whole answer: for what a typed client would
+/// never send.
+pub fn raw_request(address: &str, method: &str, target: &str) -> RawAnswer {
+    use std::io::{Read, Write};
+    let address = address.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    stream.set_read_timeout(Some(LIMIT)).unwrap();
+    write!(
+        stream,
+        "{method} {target} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {TOKEN}\r\n\
+         Content-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let content_type = head
+        .lines()
+        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-type: ").map(str::to_owned))
+        .unwrap_or_default();
+    RawAnswer { status, content_type, body: body.to_owned() }
+}
