@@ -213,10 +213,16 @@ mod tests {
         )
         .unwrap();
         assert_eq!(config.data_dir, PathBuf::from("/srv/wharf"));
+        assert_eq!(config.bind, "0.0.0.0:9000".parse().unwrap());
+        assert_eq!(config.token.as_deref(), Some("0123456789abcdef"));
         assert_eq!(config.max_kill_timeout, Duration::from_secs(60));
         assert!(!config.drivers.raw_exec.enabled);
-        assert_eq!((config.gc.max_allocs, config.gc.interval), (3, Duration::from_secs(5)));
-        assert_eq!(config.logs.max_files, 2);
+        assert_eq!(config.drivers.raw_exec.shim_path, Some(PathBuf::from("/opt/shim")));
+        assert_eq!(
+            (config.gc.max_allocs, config.gc.max_age, config.gc.interval),
+            (3, Duration::from_secs(3600), Duration::from_secs(5))
+        );
+        assert_eq!((config.logs.max_files, config.logs.max_file_mb), (2, 1));
     }
 
     #[test]

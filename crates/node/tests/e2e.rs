@@ -87,7 +87,6 @@ async fn a_killed_agent_reattaches_and_learns_how_tasks_ended() {
     }
     let allocs_dir = agent.data_dir.join("allocs");
     let pid_file = |id: &str| allocs_dir.join(format!("{id}/t/pid"));
-    eventually("pid files", || pid_file(&forever).exists() && pid_file(&brief).exists());
     let forever_pid = read_pid(&pid_file(&forever));
     let brief_pid = read_pid(&pid_file(&brief));
     let brief_go = allocs_dir.join(format!("{brief}/t/go"));
@@ -169,7 +168,6 @@ async fn the_probe_lists_live_allocations_stale_ones_and_a_broken_node() {
     let allocs_dir = agent.data_dir.join("allocs");
     let pid = |id: &str| {
         let file = allocs_dir.join(format!("{id}/t/pid"));
-        eventually("pid file", || file.exists());
         read_pid(&file)
     };
     let (live_pid, gone_pid) = (pid(&live), pid(&gone));
@@ -427,7 +425,6 @@ async fn a_dispatcher_names_allocations_finds_agents_by_data_dir_and_wipes_nodes
 
     // Wipe: the agent and its task die, the directory goes.
     let pid_file = data_dir.join("allocs/fleet-1/t/pid");
-    eventually("pid file", || pid_file.exists());
     let task_pid = read_pid(&pid_file);
     let agent_pid = agent.child.id() as i32;
     let wipe = cli_in(&data_dir, &["wipe"], "");

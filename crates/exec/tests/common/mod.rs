@@ -105,7 +105,11 @@ pub fn wait_gone(pid: i32) {
     // SAFETY: pidfd_open takes a pid and flags.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     if fd < 0 {
-        return; // Already gone.
+        // ESRCH is "no such process": gone. Anything else (EMFILE, EPERM, ...) says nothing
+        // about the process, so it must not pass for its end.
+        let error = std::io::Error::last_os_error();
+        assert_eq!(error.raw_os_error(), Some(libc::ESRCH), "pidfd_open({pid}) failed: {error}");
+        return;
     }
     let mut fds = [libc::pollfd { fd: fd as i32, events: libc::POLLIN, revents: 0 }];
     // SAFETY: `fds` is a valid array of one pollfd.

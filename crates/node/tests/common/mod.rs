@@ -148,8 +148,22 @@ pub fn alive(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
 }
 
+/// Waits (within the bound) until `path` holds a whole pid line, as a task's `echo $$ > pid`
+/// writes it, and returns the pid. Reading as soon as the file exists races the shell's write.
 pub fn read_pid(path: &Path) -> i32 {
-    std::fs::read_to_string(path).unwrap().trim().parse().unwrap()
+    let deadline = std::time::Instant::now() + LIMIT;
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if let Some(pid) = text.strip_suffix('\n').and_then(|t| t.parse().ok()) {
+            return pid;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} never held a pid: {text:?}",
+            path.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
 
 /// Runs the CLI with `stdin`, reaching the agent through its data directory.
