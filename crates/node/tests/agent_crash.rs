@@ -6,20 +6,17 @@
 // Real processes on the real clock: the test starts and kills agents.
 #![allow(clippy::disallowed_methods)]
 
+mod common;
+
+use common::{AgentProcess, LIMIT, WHARF, submit, until};
 use hyper::Method;
 use std::collections::BTreeSet;
-use std::path::Path;
-use std::process::{Child, Command};
-use std::time::Duration;
-use wharf_node::api::{AllocDetail, AllocSummary};
-use wharf_node::client::Client;
+use std::process::Command;
+use wharf_node::api::AllocSummary;
+use wharf_node::client::{ApiPath, Client};
 use wharf_state::{DesiredStatus, TaskStatus};
-use wharf_tests::announce::spawn_announcing;
 
-const WHARF: &str = env!("CARGO_BIN_EXE_wharf");
 const ROUNDS: u64 = 30;
-/// Any single wait; reaching it means something hung.
-const LIMIT: Duration = Duration::from_secs(30);
 /// The job every submission runs: one task that sleeps until it is killed.
 const JOB: &str = "[job]\nid = \"sleeper\"\ntype = \"service\"\n[group]\nname = \"g\"\n\
     [[group.task]]\nname = \"sleep\"\ndriver = \"raw_exec\"\n\
@@ -35,19 +32,6 @@ impl Rng {
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % bound
     }
-}
-
-fn start_agent(config: &Path) -> (Child, Client) {
-    let shim = Path::new(WHARF).with_file_name("wharf-shim");
-    assert!(shim.exists(), "{} is missing: build the whole workspace", shim.display());
-    let (child, address) = spawn_announcing(
-        Command::new(WHARF).args(["agent", "--config", config.to_str().unwrap()]),
-        "agent ready",
-        LIMIT,
-        None,
-    )
-    .unwrap();
-    (child, Client::new(&address, None))
 }
 
 /// What the client was told: the allocations it submitted, and those whose stop was
@@ -73,26 +57,23 @@ async fn stream(
 ) {
     let mut rng = Rng(seed | 1);
     for _ in 0..1000 {
-        if !running.is_empty() && rng.below(3) == 0 {
+        let ack = if !running.is_empty() && rng.below(3) == 0 {
             let id = running.swap_remove(rng.below(running.len() as u64) as usize);
-            match client.call(Method::POST, &format!("/v1/allocations/{id}/stop"), None).await {
-                Ok(_) => {
-                    let _ = acks.send(Acked::Stopped(id));
-                }
+            let stop = ApiPath::v1(["allocations", &id, "stop"]);
+            match client.call(Method::POST, stop, None).await {
+                Ok(_) => Acked::Stopped(id),
                 Err(_) => return,
             }
         } else {
-            let body = Some(("application/toml", JOB.as_bytes().to_vec()));
-            match client.call(Method::POST, "/v1/allocations", body).await {
-                Ok(bytes) => {
-                    let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-                    let id = value["id"].as_str().unwrap().to_owned();
+            match submit(&client, JOB).await {
+                Ok(id) => {
                     running.push(id.clone());
-                    let _ = acks.send(Acked::Submitted(id));
+                    Acked::Submitted(id)
                 }
                 Err(_) => return,
             }
-        }
+        };
+        let _ = acks.send(ack);
     }
 }
 
@@ -105,25 +86,16 @@ async fn check(client: &Client, acknowledged: &Acknowledged, round: u64) {
         assert!(present.contains(id.as_str()), "round {round}: acknowledged submission {id} lost");
     }
     for id in &acknowledged.stopped {
-        let wait = async {
-            let mut version = String::new();
-            loop {
-                let path = format!("/v1/allocations/{id}?after={version}&wait=5s");
-                let detail: AllocDetail = client.json(Method::GET, &path, None).await.unwrap();
-                assert_eq!(
-                    detail.alloc.desired_status,
-                    DesiredStatus::Stop,
-                    "round {round}: acknowledged stop of {id} lost"
-                );
-                if detail.done {
-                    return detail;
-                }
-                version = detail.version;
-            }
-        };
-        let detail = tokio::time::timeout(LIMIT, wait)
-            .await
-            .unwrap_or_else(|_| panic!("round {round}: stopped allocation {id} never ended"));
+        let what = format!("round {round}: the stopped allocation {id} ends");
+        let detail = until(client, id, &what, |d| {
+            assert_eq!(
+                d.alloc.desired_status,
+                DesiredStatus::Stop,
+                "round {round}: acknowledged stop of {id} lost"
+            );
+            d.done
+        })
+        .await;
         let task = &detail.state.task_states["sleep"];
         assert_eq!(task.status, TaskStatus::Dead, "round {round}: {id}");
     }
@@ -132,25 +104,17 @@ async fn check(client: &Client, acknowledged: &Acknowledged, round: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_submissions_and_stops_survive_sigkill() {
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("node.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "data_dir = {:?}\nbind = \"127.0.0.1:0\"\n[gc]\nmax_allocs = 10000\n",
-            dir.path().join("data").display().to_string()
-        ),
-    )
-    .unwrap();
+    let mut agent = AgentProcess::start(dir.path(), "[gc]\nmax_allocs = 10000\n");
     let mut rng = Rng(0x5eed_0fa9_e7c0_de01);
     let mut acknowledged = Acknowledged::default();
     for round in 0..ROUNDS {
-        let (mut agent, client) = start_agent(&config);
+        let client = agent.client();
         check(&client, &acknowledged, round).await;
 
         let running: Vec<String> =
             acknowledged.submitted.difference(&acknowledged.stopped).cloned().collect();
         let (acks_tx, mut acks) = tokio::sync::mpsc::unbounded_channel();
-        let streaming = tokio::spawn(stream(client.clone(), running, rng.below(u64::MAX), acks_tx));
+        let streaming = tokio::spawn(stream(client, running, rng.below(u64::MAX), acks_tx));
         // Kill after this many acknowledgements; 0 kills while the first request is in flight.
         let kill_after = rng.below(8);
         for _ in 0..kill_after {
@@ -160,8 +124,7 @@ async fn acknowledged_submissions_and_stops_survive_sigkill() {
                 .expect("the stream runs until the agent is killed");
             record(&mut acknowledged, ack);
         }
-        agent.kill().unwrap();
-        agent.wait().unwrap();
+        let (data_dir, config) = agent.kill9();
         tokio::time::timeout(LIMIT, streaming)
             .await
             .expect("the stream ends with the agent")
@@ -170,18 +133,15 @@ async fn acknowledged_submissions_and_stops_survive_sigkill() {
         while let Ok(ack) = acks.try_recv() {
             record(&mut acknowledged, ack);
         }
+        agent = AgentProcess::launch(data_dir, config);
     }
     assert!(acknowledged.stopped.len() >= 5, "the stream stopped some: {acknowledged:?}");
 
-    // A last agent checks the last round, then ends everything it runs.
-    let (agent, client) = start_agent(&config);
-    check(&client, &acknowledged, ROUNDS).await;
-    drop(client);
-    let mut agent = agent;
-    agent.kill().unwrap();
-    agent.wait().unwrap();
+    // The last agent checks the last round; then everything it runs is ended.
+    check(&agent.client(), &acknowledged, ROUNDS).await;
+    let (data_dir, _) = agent.kill9();
     let wipe = Command::new(WHARF)
-        .args(["wipe", "--data-dir", dir.path().join("data").to_str().unwrap()])
+        .args(["wipe", "--data-dir", data_dir.to_str().unwrap()])
         .output()
         .unwrap();
     assert!(wipe.status.success(), "{wipe:?}");
