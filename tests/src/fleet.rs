@@ -33,6 +33,19 @@ impl Fleet {
         log_filter: &str,
         limit: Duration,
     ) -> Result<Fleet, String> {
+        Fleet::start_with_env(wharf, dir, settings, log_filter, limit, &[])
+    }
+
+    /// [`Fleet::start`] with `env` set in its environment (which its loopback agents and the
+    /// commands it runs on them inherit).
+    pub fn start_with_env(
+        wharf: &Path,
+        dir: &Path,
+        settings: &str,
+        log_filter: &str,
+        limit: Duration,
+        env: &[(&str, &str)],
+    ) -> Result<Fleet, String> {
         let data_dir = dir.join("fleet");
         let config = dir.join("fleet.toml");
         let text = format!(
@@ -47,6 +60,7 @@ impl Fleet {
                 .arg("fleet")
                 .arg("--config")
                 .arg(&config)
+                .envs(env.iter().copied())
                 .env("RUST_LOG", log_filter),
             "fleet ready",
             limit,

@@ -288,7 +288,11 @@ enum AllocCommand {
 
 /// Runs the command line and returns the process's exit code.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    // `WHARF_ADDR=` unsets, as people expect of an empty variable.
+    cli.address = cli.address.filter(|a| !a.is_empty());
+    cli.data_dir = cli.data_dir.filter(|d| !d.as_os_str().is_empty());
+    cli.token = cli.token.filter(|t| !t.is_empty());
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => return fail(EXIT_AGENT, &format!("cannot start the async runtime: {e}")),

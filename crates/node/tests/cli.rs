@@ -140,7 +140,8 @@ async fn every_api_error_is_json() {
 }
 
 /// A data directory where no agent announced itself, a damaged announcement, an address where
-/// nothing answers: each is said once, plainly, with what to do.
+/// nothing answers: each is said once, plainly, with what to do. An empty WHARF_ADDR is no
+/// address.
 #[test]
 fn no_agent_is_said_plainly() {
     let dir = tempfile::tempdir().unwrap();
@@ -155,6 +156,14 @@ fn no_agent_is_said_plainly() {
              address with --address\n"
         )
     );
+    // An empty variable counts as unset.
+    let empty = std::process::Command::new(WHARF)
+        .args(["--data-dir", &data, "alloc", "list"])
+        .env("WHARF_ADDR", "")
+        .env("WHARF_TOKEN", "")
+        .output()
+        .unwrap();
+    assert_eq!(stderr(&empty), stderr(&list), "{empty:?}");
     std::fs::write(dir.path().join("agent.json"), "{").unwrap();
     let damaged = wharf(&["--data-dir", &data, "alloc", "status", "x"]);
     assert_eq!(damaged.status.code(), Some(3), "{damaged:?}");

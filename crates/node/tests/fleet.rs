@@ -224,3 +224,26 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("loopback.instances"), "{refused:?}");
 }
+
+/// The loopback agents are the fleet's own: a WHARF_ADDR or WHARF_TOKEN in the fleet's
+/// environment (meant for the commands a user runs, and which `wharf agent` takes as its
+/// address and token) does not reach them, and the workers come up as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loopback_agents_ignore_the_agent_settings_in_the_fleets_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let shim = Path::new(WHARF).with_file_name("wharf-shim");
+    assert!(shim.exists(), "{} is missing: build the whole workspace", shim.display());
+    let settings =
+        "probe_interval = \"200ms\"\nsync_interval = \"1s\"\n[loopback]\ninstances = 2\n";
+    // A taken address, and a token no agent accepts (too short).
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = taken.local_addr().unwrap().to_string();
+    let env = [("WHARF_ADDR", taken.as_str()), ("WHARF_TOKEN", "short")];
+    let fleet = FleetProcess(
+        Fleet::start_with_env(Path::new(WHARF), dir.path(), settings, "info", LIMIT, &env).unwrap(),
+    );
+    until_workers(&fleet.client(), "two idle workers", |w| {
+        w.len() == 2 && w.iter().all(|w| w.state == "idle")
+    })
+    .await;
+}

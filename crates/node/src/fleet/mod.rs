@@ -109,10 +109,11 @@ impl Fleet {
                 wipe_leftovers(&root).await?;
                 std::fs::create_dir_all(&root)?;
                 let wharf = quote("wharf binary", &wharf.display().to_string())?;
-                // Flags, so that no WHARF_ADDR or WHARF_DATA_DIR in the fleet's environment
-                // overrides them: each agent on a port the kernel picks, found by its data dir.
+                // Each agent on a loopback port the kernel picks, found by its data dir, with no
+                // token: flags, so that a WHARF_ADDR or WHARF_DATA_DIR in the fleet's
+                // environment does not override them, and no WHARF_TOKEN inherited.
                 pool_config.init_command = format!(
-                    "mkdir -p data && {{ setsid {wharf} --data-dir \"$PWD/data\" agent --address 127.0.0.1:0 </dev/null >agent.log 2>&1 & }}"
+                    "mkdir -p data && {{ env -u WHARF_TOKEN setsid {wharf} --data-dir \"$PWD/data\" agent --address 127.0.0.1:0 </dev/null >agent.log 2>&1 & }}"
                 );
                 pool_config.secret_path = "secret".into();
                 pool_config.max_instances = settings.instances;
@@ -133,10 +134,13 @@ impl Fleet {
                 let new_executor: NewExecutor = Arc::new(move |instance: &Instance| {
                     let dir = for_executor.dir(&instance.id);
                     let data = dir.join("data").display().to_string();
+                    // The agent is found by its data dir alone, whatever WHARF_ADDR the fleet
+                    // was given (set empty, it counts as unset).
                     Arc::new(
                         LocalExecutor::new(&instance.id.0)
                             .with_dir(dir)
-                            .with_env("WHARF_DATA_DIR", &data),
+                            .with_env("WHARF_DATA_DIR", &data)
+                            .with_env("WHARF_ADDR", ""),
                     ) as Arc<dyn Executor>
                 });
                 (set.clone() as Arc<dyn InstanceSet>, new_executor, None, Some(set))
