@@ -10,12 +10,13 @@
 //! | `POST /v1/allocations/{id}/restart` | `{"task": "web"}`, `{"all": true}` or `{}` for the running tasks |
 //! | `POST /v1/allocations/{id}/signal` | `{"signal": "SIGHUP", "task": "web"}` (no task: all) |
 //! | `POST /v1/allocations/{id}/exec` | `{"task": "web", "command": [...], "timeout": "30s"}` |
-//! | `GET /v1/allocations/{id}/logs/{task}?stream=stderr&offset=N&tail=N&follow=true` | output |
+//! | `GET /v1/allocations/{id}/logs/{task}?stream=stderr&offset=N&tail=N&follow=true` | output (403 if a log file is not a regular file of the log directory: see `logs`) |
 //! | `GET /v1/probe` | the runner-list protocol, as text |
 //! | `GET /v1/metrics` | Prometheus text |
 //!
-//! Every error is `{"error": "..."}`, with a 4xx status for a bad request (an unknown or bad
-//! query parameter, a path or method the API does not have, included). When a token is set,
+//! `{id}` is an exact allocation id: prefixes are a convenience of the CLI only. Every error
+//! is `{"error": "..."}`, with a 4xx status for a bad request (an unknown or bad query
+//! parameter, a path or method the API does not have, included). When a token is set,
 //! every call but `/v1/health` must carry it (`Authorization: Bearer <token>`); it is compared
 //! in constant time.
 
