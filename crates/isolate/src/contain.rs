@@ -8,7 +8,9 @@
 //!          before_fork (PID namespace) ─▶ fork ─▶ child: apply ─▶ execve
 //! ```
 //!
-//! In the child, in this order: private namespaces (and the task's `/proc`), the Landlock
+//! In the child, in this order: the task's cgroup joined (so everything the task ever starts
+//! is counted, limited and killed with it; a process that dropped its privileges could no
+//! longer move itself), private namespaces (and the task's `/proc`), the Landlock
 //! ruleset built from the rules (paths opened as root, in the task's mount namespace), no
 //! supplementary groups, the workload user's gid and uid (which drops every capability),
 //! `no_new_privs`, and last the ruleset enforced. [`Prepared::apply`] allocates nothing and
@@ -23,11 +25,15 @@ use std::ffi::{CString, OsStr, OsString};
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
 /// How one task is contained. The default contains nothing.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Containment {
+    /// Join the task's cgroup: these `cgroup.procs` files (one per hierarchy; see
+    /// [`crate::TaskCgroup::procs_files`]).
+    pub cgroup: Vec<PathBuf>,
     /// Run as this workload user (uid and gid), with no supplementary groups.
     pub user: Option<Ugid>,
     /// Set `no_new_privs` (always set when Landlock is on: enforcing a ruleset needs it).
@@ -47,6 +53,11 @@ impl Containment {
     /// [`Containment::parse_args`] in the shim.
     pub fn to_args(&self) -> Vec<OsString> {
         let mut args: Vec<OsString> = Vec::new();
+        for procs in &self.cgroup {
+            let mut arg = b"cgroup=".to_vec();
+            arg.extend_from_slice(procs.as_os_str().as_bytes());
+            args.push(OsString::from_vec(arg));
+        }
         if let Some(user) = self.user {
             args.push(format!("user={user}").into());
         }
@@ -89,7 +100,12 @@ impl Containment {
                 b"ipc-ns" => containment.namespaces.ipc = true,
                 b"landlock" => containment.landlock = Some(Vec::new()),
                 _ => {
-                    if let Some(id) = bytes.strip_prefix(b"user=") {
+                    if let Some(procs) = bytes.strip_prefix(b"cgroup=") {
+                        if !procs.starts_with(b"/") {
+                            return Err(format!("bad cgroup {:?}", arg.to_string_lossy()));
+                        }
+                        containment.cgroup.push(PathBuf::from(OsStr::from_bytes(procs)));
+                    } else if let Some(id) = bytes.strip_prefix(b"user=") {
                         let user = std::str::from_utf8(id)
                             .ok()
                             .and_then(|id| id.parse().ok())
@@ -112,9 +128,26 @@ impl Containment {
         }
     }
 
-    /// Gets ready to contain a task: checks what the kernel offers and turns paths into C
-    /// strings, so that [`Prepared::apply`] has nothing left to allocate.
+    /// Whether it contains nothing: the task runs as its parent does.
+    pub fn is_empty(&self) -> bool {
+        *self == Containment::default()
+    }
+
+    /// Gets ready to contain a task: opens the cgroup files, checks what the kernel offers and
+    /// turns paths into C strings, so that [`Prepared::apply`] has nothing left to allocate.
     pub fn prepare(&self) -> Result<Prepared, IsolateError> {
+        let cgroup = self
+            .cgroup
+            .iter()
+            .map(|procs| {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .custom_flags(libc::O_CLOEXEC)
+                    .open(procs)
+                    .map(OwnedFd::from)
+                    .map_err(IsolateError::io(procs))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let landlock = match &self.landlock {
             None => None,
             Some(rules) => {
@@ -139,6 +172,7 @@ impl Containment {
             }
         };
         Ok(Prepared {
+            cgroup,
             user: self.user,
             no_new_privs: self.no_new_privs || landlock.is_some(),
             landlock,
@@ -172,6 +206,8 @@ const SCOPE_SIGNAL: u64 = 1 << 1;
 /// A [`Containment`] ready to be applied.
 #[derive(Debug)]
 pub struct Prepared {
+    /// The `cgroup.procs` files, open for writing.
+    cgroup: Vec<OwnedFd>,
     user: Option<Ugid>,
     no_new_privs: bool,
     landlock: Option<PreparedLandlock>,
@@ -214,6 +250,11 @@ impl Prepared {
     /// Contains the calling process for good: call it in the task's process between fork and
     /// exec (the forked child, single-threaded). It allocates nothing.
     pub fn apply(&self) -> Result<(), Failure> {
+        for (index, procs) in self.cgroup.iter().enumerate() {
+            // "0" is the writing process itself.
+            let step = Step::JoinCgroup(u32::try_from(index).unwrap_or(u32::MAX));
+            sys::write_once(procs.as_fd(), b"0").map_err(fail(step))?;
+        }
         let flags = self.namespaces.child_flags();
         if flags != 0 {
             sys::unshare(flags).map_err(fail(Step::Namespaces))?;
@@ -284,6 +325,8 @@ fn fail(step: Step) -> impl Fn(io::Error) -> Failure {
 /// The step of [`Prepared::apply`] that failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
+    /// Joining the task's cgroup in the hierarchy of this index in [`Containment::cgroup`].
+    JoinCgroup(u32),
     /// Making the private namespaces.
     Namespaces,
     /// Making the task's mounts slaves of the host's.
@@ -332,6 +375,7 @@ impl Failure {
             Step::Uid => (8, 0),
             Step::NoNewPrivs => (9, 0),
             Step::LandlockRestrict => (10, 0),
+            Step::JoinCgroup(index) => (11, index),
         };
         let mut bytes = [0; Failure::ENCODED_LEN];
         bytes[..4].copy_from_slice(&u32::to_le_bytes(code));
@@ -357,6 +401,7 @@ impl Failure {
             8 => Step::Uid,
             9 => Step::NoNewPrivs,
             10 => Step::LandlockRestrict,
+            11 => Step::JoinCgroup(word(4)?),
             _ => return None,
         };
         Some(Failure { step, errno: word(8)? as i32 })
@@ -366,6 +411,10 @@ impl Failure {
     pub fn describe(&self, containment: &Containment) -> String {
         let error = io::Error::from_raw_os_error(self.errno);
         let what = match self.step {
+            Step::JoinCgroup(index) => match containment.cgroup.get(index as usize) {
+                Some(procs) => format!("cannot join the task's cgroup ({})", procs.display()),
+                None => "cannot join the task's cgroup".to_owned(),
+            },
             Step::Namespaces => "cannot make the private namespaces".to_owned(),
             Step::MountSlave => "cannot make the task's mounts private".to_owned(),
             Step::MountProc => "cannot mount the task's /proc".to_owned(),
@@ -394,6 +443,7 @@ mod tests {
 
     fn sample() -> Containment {
         Containment {
+            cgroup: vec!["/sys/fs/cgroup/memory/w/a.t.0/cgroup.procs".into()],
             user: Ugid::new(80_001),
             no_new_privs: true,
             landlock: Some(vec![
@@ -429,6 +479,7 @@ mod tests {
             (vec!["landlock", "rule=4,if-exists,relative", "end"], "bad rule"),
             (vec!["landlock", "rule=10000,if-exists,/a", "end"], "bad rule"),
             (vec!["chroot", "end"], "unknown containment"),
+            (vec!["cgroup=relative/cgroup.procs", "end"], "bad cgroup"),
         ] {
             let mut args = args.into_iter().map(OsString::from);
             let error = Containment::parse_args(&mut args).unwrap_err();
@@ -438,7 +489,13 @@ mod tests {
 
     #[test]
     fn failures_round_trip_through_bytes_and_name_their_rule() {
-        for step in [Step::Namespaces, Step::LandlockRule(1), Step::Uid, Step::LandlockRestrict] {
+        for step in [
+            Step::JoinCgroup(0),
+            Step::Namespaces,
+            Step::LandlockRule(1),
+            Step::Uid,
+            Step::LandlockRestrict,
+        ] {
             let failure = Failure { step, errno: libc::EPERM };
             assert_eq!(Failure::decode(&failure.encode()), Some(failure));
         }
@@ -447,5 +504,13 @@ mod tests {
         let failure = Failure { step: Step::LandlockRule(1), errno: libc::ENOENT };
         let text = failure.describe(&sample());
         assert!(text.starts_with("cannot unveil /odd, path: No such file"), "{text}");
+        let failure = Failure { step: Step::JoinCgroup(0), errno: libc::ENOSPC };
+        let text = failure.describe(&sample());
+        assert!(
+            text.starts_with(
+                "cannot join the task's cgroup (/sys/fs/cgroup/memory/w/a.t.0/cgroup.procs)"
+            ),
+            "{text}"
+        );
     }
 }

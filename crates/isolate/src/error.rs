@@ -15,6 +15,50 @@ pub enum IsolateError {
         #[source]
         source: std::io::Error,
     },
+    /// A file of the kernel's interface said something this crate cannot read.
+    #[error("{path}: {reason}")]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with its content.
+        reason: String,
+    },
+    /// cgroups cannot be used on this host: a controller is missing, or the hierarchy is not
+    /// one this crate knows.
+    #[error("cgroups are not usable here: {reason}")]
+    Unavailable {
+        /// What is missing, and what to do about it.
+        reason: String,
+    },
+    /// Another agent uses the same cgroup parent: each agent needs its own, since it removes
+    /// the task cgroups under it that it does not know.
+    #[error(
+        "the cgroup {path} is in use by another wharf agent; give each agent its own \
+         `cgroups.parent`"
+    )]
+    ParentInUse {
+        /// The parent's directory that is locked.
+        path: PathBuf,
+    },
+    /// A task asked for more whole cores than are free.
+    #[error(
+        "needs {needed} reserved cores, {free} free (one core always stays shared with tasks \
+         that reserve none)"
+    )]
+    NotEnoughCores {
+        /// Cores asked for.
+        needed: u32,
+        /// Cores free.
+        free: u32,
+    },
+    /// A setting or a value given to the crate cannot be used.
+    #[error("{what}: {reason}")]
+    Invalid {
+        /// The setting or value.
+        what: String,
+        /// Why.
+        reason: String,
+    },
     /// A system call failed.
     #[error("{call} failed: {source}")]
     Sys {
@@ -74,4 +118,18 @@ pub enum IsolateError {
         /// Leases in the journal.
         leased: usize,
     },
+}
+
+impl IsolateError {
+    pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> IsolateError {
+        let path = path.into();
+        move |source| IsolateError::Io { path, source }
+    }
+
+    /// Whether the kernel refused for lack of permission (not root, a read-only cgroupfs, a
+    /// container without delegation): the sign that cgroups are not writable here.
+    pub fn is_permission(&self) -> bool {
+        matches!(self, IsolateError::Io { source, .. }
+            if matches!(source.raw_os_error(), Some(libc::EACCES | libc::EPERM | libc::EROFS)))
+    }
 }

@@ -4,6 +4,13 @@
 //! or makes Landlock calls itself. Nothing here needs tokio, so the per-task shim can use it.
 //! Which drivers contain what, and how, is described in `docs/ARCHITECTURE.md`.
 //!
+//! Every task's cgroup (raw_exec's where the node can give one, the isolated `exec` driver's
+//! always):
+//! - [`cgroup`]: the node's task cgroups ([`Cgroups`]) and one task's ([`TaskCgroup`]):
+//!   limits from `resources`, reserved cores, kills nothing escapes, stats, OOM;
+//! - [`host`]: the node's CPUs and memory, for admission and CPU quotas;
+//! - [`cpuset`]: CPU sets in the kernel's list format.
+//!
 //! The isolated `exec` driver's containment, module by module:
 //! - [`users`]: workload users, one uid (and gid) per task from a configured range, leased in
 //!   a journal file so that an agent restart never reuses a live one;
@@ -12,19 +19,31 @@
 //! - [`namespace`]: private PID (with the task's own `/proc`) and IPC namespaces;
 //! - [`privileges`]: the `no_new_privs` flag;
 //! - [`Containment`]: one task's plan, carried on the shim's command line, and
-//!   [`Prepared::apply`], the steps the task's process takes between fork and exec;
+//!   [`Prepared::apply`], the steps the task's process takes between fork and exec (joining
+//!   its cgroup first);
 //! - `sys`: the system calls, each behind a small safe function.
+//!
+//! Signals are not sent here: wharf-exec owns every signal to a task's processes, so a kill by
+//! cgroup takes the sending as a function ([`TaskCgroup::kill_all`]).
 
 #[cfg(not(target_os = "linux"))]
-compile_error!("wharf-isolate contains tasks with Linux system calls (Landlock, namespaces)");
+compile_error!(
+    "wharf-isolate contains tasks with Linux system calls (cgroups, Landlock, namespaces)"
+);
 
+pub mod cgroup;
 mod contain;
+pub mod cpuset;
 mod error;
+pub mod host;
 pub mod landlock;
 pub mod namespace;
 pub mod privileges;
 mod sys;
 pub mod users;
 
+pub use cgroup::{CgroupOptions, CgroupParent, Cgroups, TaskCgroup};
 pub use contain::{Containment, Failure, Prepared, Step};
+pub use cpuset::CpuSet;
 pub use error::IsolateError;
+pub use host::Host;

@@ -1,7 +1,6 @@
 //! The containment system calls, as small safe functions over `libc`.
 //!
-//! Every `unsafe` block of the Landlock, user and namespace modules is here, each with the
-//! reason it is sound. The functions a forked child calls before `execve` (everything but
+//! Every `unsafe` block of the crate is here, each with the reason it is sound. The functions a forked child calls before `execve` (everything but
 //! [`landlock_abi`]) allocate nothing and return errors as bare error numbers
 //! (`io::Error::from_raw_os_error` does not allocate), so they are safe to call in the child of
 //! a multi-threaded parent, where another thread may have held the allocator's lock at the
@@ -211,4 +210,41 @@ pub(crate) fn flock(fd: BorrowedFd<'_>, op: libc::c_int) -> io::Result<()> {
 pub(crate) fn geteuid() -> u32 {
     // SAFETY: geteuid cannot fail and touches no memory.
     unsafe { libc::geteuid() }
+}
+
+/// Opens a directory (a cgroup's) for holding a lock on it.
+pub(crate) fn open_dir(path: &std::path::Path) -> io::Result<OwnedFd> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: `path` is a valid NUL-terminated string for the duration of the call.
+    let fd = check(
+        unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) }
+            .into(),
+    )?;
+    // SAFETY: the kernel just returned `fd` as a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
+}
+
+/// Takes an exclusive lock on `fd`'s file without waiting: `Ok(false)` if another open file
+/// description holds it. The lock lasts until the descriptor is closed.
+pub(crate) fn try_lock_exclusive(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    match flock(fd, libc::LOCK_EX | libc::LOCK_NB) {
+        Ok(()) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes `bytes` to `fd` in one `write` call (retried on `EINTR`): allocation-free, for the
+/// child between fork and exec.
+pub(crate) fn write_once(fd: BorrowedFd<'_>, bytes: &[u8]) -> io::Result<()> {
+    loop {
+        // SAFETY: `bytes` is valid for reads of its length; `fd` is open (borrowed).
+        let ret = unsafe { libc::write(fd.as_raw_fd(), bytes.as_ptr().cast(), bytes.len()) };
+        match check(ret as libc::c_long) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other.map(drop),
+        }
+    }
 }

@@ -77,6 +77,7 @@ fn landlock_rules_for_proc_name_the_tasks_own_proc() {
         namespaces: Namespaces { pid: true, ipc: true },
         user: Some(test_user(20)),
         no_new_privs: true,
+        ..Containment::default()
     };
     let script = "tr '\\0' ' ' < /proc/1/cmdline; echo; grep ^NoNewPrivs /proc/self/status";
     let outcome = run(&containment, &["/bin/sh", "-c", script], &[]);

@@ -7,6 +7,7 @@
 //! - [`spec`]: jobs, task groups and tasks; parsing and validating job spec files.
 //! - [`alloc`]: allocations, their client status and how it is derived from task states.
 //! - [`task_state`]: a task's state and its typed event history.
+//! - [`resources`]: what an allocation needs of a node, and whether it fits (admission).
 //! - [`duration`], [`signal`], [`time`]: the small value types the others are written in.
 //!
 //! Every type that derives serde is a compatibility boundary: it is written to the store and
@@ -15,6 +16,7 @@
 
 pub mod alloc;
 pub mod duration;
+pub mod resources;
 pub mod signal;
 pub mod spec;
 pub mod task_state;
@@ -33,4 +35,6 @@ pub use task_state::{TaskEvent, TaskEventKind, TaskState, TaskStatus};
 pub use time::Timestamp;
 
 /// The version of the serialised form of this crate's types.
-pub const FORMAT_VERSION: u16 = 1;
+///
+/// 2: a task's `resources` write `memory` (read also as `memory_mb`), `memory_max` and `cores`.
+pub const FORMAT_VERSION: u16 = 2;

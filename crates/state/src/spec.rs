@@ -163,30 +163,81 @@ impl Stage {
     }
 }
 
-/// What a task may use of the node.
+/// What a task may use of the node, with Nomad's field names.
+///
+/// `memory` is the reservation the node admits the task on and, without `memory_max`, its hard
+/// limit; `memory_max` (oversubscription) raises the hard limit above the reservation. `cpu` is
+/// a share in MHz (a relative weight, and with the driver's `cpu_hard_limit` a quota); `cores`
+/// reserves whole cores for the task alone, and then `cpu` does not count. The name
+/// `memory_mb` of earlier wharf versions is still read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Resources {
     /// CPU in MHz, used as a relative share.
     #[serde(default = "Resources::default_cpu")]
     pub cpu: u32,
-    /// Memory in MiB.
-    #[serde(default = "Resources::default_memory_mb")]
-    pub memory_mb: u32,
+    /// Memory in MiB: what the node reserves for the task, and its limit unless `memory_max`
+    /// is set.
+    #[serde(default = "Resources::default_memory", alias = "memory_mb")]
+    pub memory: u32,
+    /// A hard memory limit in MiB above `memory`, for tasks that may use more for a while.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_max: Option<u32>,
+    /// Whole CPU cores reserved for this task alone; 0 for none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cores: u32,
+}
+
+fn is_zero(value: &u32) -> bool {
+    *value == 0
 }
 
 impl Resources {
     fn default_cpu() -> u32 {
         100
     }
-    fn default_memory_mb() -> u32 {
+    fn default_memory() -> u32 {
         300
+    }
+
+    /// The hard memory limit in MiB: `memory_max` if set, else `memory`.
+    pub fn memory_limit(&self) -> u32 {
+        self.memory_max.unwrap_or(self.memory).max(self.memory)
+    }
+
+    /// The problems with these values, as `(field, message)` with the field relative to the
+    /// `resources` block.
+    fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut problems = Vec::new();
+        if self.cpu == 0 {
+            problems.push(("cpu", "must be at least 1".to_owned()));
+        }
+        if self.memory == 0 {
+            problems.push(("memory", "must be at least 1".to_owned()));
+        }
+        if let Some(max) = self.memory_max
+            && max < self.memory
+        {
+            problems.push((
+                "memory_max",
+                format!(
+                    "{max} MiB is below `memory` ({} MiB); it is a limit above the reservation",
+                    self.memory
+                ),
+            ));
+        }
+        problems
     }
 }
 
 impl Default for Resources {
     fn default() -> Self {
-        Resources { cpu: Self::default_cpu(), memory_mb: Self::default_memory_mb() }
+        Resources {
+            cpu: Self::default_cpu(),
+            memory: Self::default_memory(),
+            memory_max: None,
+            cores: 0,
+        }
     }
 }
 
@@ -410,11 +461,8 @@ impl Job {
                         .add(&format!("{at}.env.{key}"), "values cannot contain NUL bytes".into());
                 }
             }
-            if task.resources.cpu == 0 {
-                problems.add(&format!("{at}.resources.cpu"), "must be at least 1".into());
-            }
-            if task.resources.memory_mb == 0 {
-                problems.add(&format!("{at}.resources.memory_mb"), "must be at least 1".into());
+            for (field, message) in task.resources.problems() {
+                problems.add(&format!("{at}.resources.{field}"), message);
             }
         }
         if leaders.len() > 1 {

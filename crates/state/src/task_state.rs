@@ -295,6 +295,8 @@ impl TaskEventKind {
             DriverFailure { .. } => "Driver Failure",
             Started => "Started",
             Reattached => "Reattached",
+            // The kernel's memory limit ended it: what a user looks for first.
+            Terminated { oom_killed: true, .. } => "OOM Killed",
             Terminated { .. } => "Terminated",
             Restarting { .. } => "Restarting",
             NotRestarting { .. } => "Not Restarting",
@@ -464,6 +466,7 @@ mod tests {
         );
         assert_eq!(serde_json::from_str::<TaskEvent>(&json).unwrap(), event);
         assert_eq!(event.kind.to_string(), "Exit Code: 137, Signal: 9, OOM Killed: true");
+        assert_eq!(event.kind.title(), "OOM Killed");
     }
 
     /// Nomad's `TestTaskEventPopulate` cases for `TaskKilling`, with the default signal.

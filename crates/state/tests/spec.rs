@@ -170,6 +170,19 @@ fn invalid_specs_name_the_field() {
         ),
         (doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"\"\n"), "group.task[0].driver", "needs a driver"),
         (doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\nenv = { \"A=B\" = \"1\" }\n"), "group.task[0].env", "not a valid variable name"),
+        (doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\nresources = { memory = 0 }\n"), "group.task[0].resources.memory", "at least 1"),
+        (doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\nresources = { cpu = 0 }\n"), "group.task[0].resources.cpu", "at least 1"),
+        (
+            doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\nresources = { memory = 512, memory_max = 256 }\n"),
+            "group.task[0].resources.memory_max",
+            "below `memory`",
+        ),
+        (
+            doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\nresources = { memory = 1, memory_mb = 2 }\n"),
+            "group.task[0].resources",
+            "duplicate field `memory`",
+        ),
+        (doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\nresources = { disk = 1 }\n"), "group.task[0].resources.disk", "unknown field `disk`"),
         (doc_with_tasks(""), "group", "missing field `task`"),
         (doc_with_tasks("task = []\n"), "group.task", "at least one task"),
         ("[job]\nid = \"j\"\ntype = \"daemon\"\n".into(), "job.type", "unknown variant `daemon`"),
@@ -189,6 +202,26 @@ fn invalid_specs_name_the_field() {
             problem.message
         );
     }
+}
+
+/// Nomad's names (`memory`, `memory_max`, `cores`) and wharf's older `memory_mb` both read.
+#[test]
+fn resources_take_nomads_names_and_the_old_one() {
+    let resources = |block: &str| {
+        let doc = doc_with_tasks(&format!(
+            "[[group.task]]\nname = \"t\"\ndriver = \"x\"\nresources = {{ {block} }}\n"
+        ));
+        spec::parse_toml(&doc).unwrap().groups[0].tasks[0].resources
+    };
+    let nomad = resources("cpu = 500, memory = 256, memory_max = 512, cores = 1");
+    assert_eq!(nomad, spec::Resources { cpu: 500, memory: 256, memory_max: Some(512), cores: 1 });
+    assert_eq!(nomad.memory_limit(), 512);
+    let old = resources("memory_mb = 128");
+    assert_eq!((old.memory, old.memory_max, old.cores, old.cpu), (128, None, 0, 100));
+    assert_eq!(old.memory_limit(), 128);
+    // Written back, the new name is used.
+    let json = serde_json::to_value(old).unwrap();
+    assert_eq!(json, serde_json::json!({"cpu": 100, "memory": 128}));
 }
 
 #[test]
