@@ -829,11 +829,14 @@ impl AllocRunner {
         let mut usage = AllocUsage::default();
         for task in &self.shared.tasks {
             if let Ok(task_usage) = task.usage().await {
-                usage.total.cpu_time += task_usage.cpu_time;
-                usage.total.memory_rss_bytes += task_usage.memory_rss_bytes;
-                usage.total.processes += task_usage.processes;
+                usage.total += &task_usage;
                 usage.tasks.insert(task.name().to_owned(), task_usage);
             }
+        }
+        // The sum has every figure only if every task's usage did.
+        let cgroup = wharf_driver::UsageSource::Cgroup;
+        if !usage.tasks.is_empty() && usage.tasks.values().all(|u| u.source == cgroup) {
+            usage.total.source = cgroup;
         }
         usage
     }

@@ -27,6 +27,7 @@ pub use registry::DriverRegistry;
 pub use types::{
     Capabilities, DriverEvent, ExecResult, ExitResult, Fingerprint, FsIsolation, Health, LogConfig,
     ResourceUsage, RunState, TASK_HANDLE_VERSION, TaskConfig, TaskHandle, TaskId, TaskInfo,
+    UsageSource,
 };
 
 use std::time::Duration;

@@ -413,7 +413,7 @@ impl Driver for MockDriver {
             cpu_time: Duration::ZERO,
             memory_rss_bytes: if running { config.memory_bytes } else { 0 },
             processes: u32::from(running),
-            at: None,
+            ..ResourceUsage::default()
         })
     }
 

@@ -202,16 +202,73 @@ pub struct ExecResult {
 }
 
 /// A task's resource usage.
+///
+/// Drivers that count a task's processes one by one (from `/proc`) give CPU time, RSS and the
+/// process count; drivers whose tasks have a cgroup give every figure, as its kernel accounting
+/// says ([`UsageSource::Cgroup`]).
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct ResourceUsage {
     /// CPU time used (user plus system) by all of the task's processes.
     pub cpu_time: Duration,
     /// Resident memory of all of the task's processes, in bytes.
     pub memory_rss_bytes: u64,
-    /// How many processes the task has.
+    /// How many processes the task has (with a cgroup: processes and threads).
     pub processes: u32,
     /// When it was measured, if the driver knows.
     pub at: Option<Timestamp>,
+    /// CPU time in user mode.
+    #[serde(default)]
+    pub cpu_user: Duration,
+    /// CPU time in the kernel.
+    #[serde(default)]
+    pub cpu_system: Duration,
+    /// CFS periods in which a CPU quota held the task back.
+    #[serde(default)]
+    pub cpu_throttled_periods: u64,
+    /// How long it was held back.
+    #[serde(default)]
+    pub cpu_throttled: Duration,
+    /// Page cache charged to the task, in bytes.
+    #[serde(default)]
+    pub memory_cache_bytes: u64,
+    /// Swap, in bytes.
+    #[serde(default)]
+    pub memory_swap_bytes: u64,
+    /// The most memory the task has had at once, in bytes.
+    #[serde(default)]
+    pub memory_max_usage_bytes: u64,
+    /// Where the figures come from.
+    #[serde(default)]
+    pub source: UsageSource,
+}
+
+/// How a driver measured a task's usage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UsageSource {
+    /// Summed over the task's processes from `/proc`: CPU time, RSS and processes only.
+    #[default]
+    Proc,
+    /// The task's cgroup: every figure.
+    Cgroup,
+}
+
+impl std::ops::AddAssign<&ResourceUsage> for ResourceUsage {
+    /// Adds another task's usage: counts add up, the later measurement time is kept, and the
+    /// source is left as it is (the caller knows what the sum is of).
+    fn add_assign(&mut self, other: &ResourceUsage) {
+        self.cpu_time += other.cpu_time;
+        self.memory_rss_bytes += other.memory_rss_bytes;
+        self.processes = self.processes.saturating_add(other.processes);
+        self.cpu_user += other.cpu_user;
+        self.cpu_system += other.cpu_system;
+        self.cpu_throttled_periods += other.cpu_throttled_periods;
+        self.cpu_throttled += other.cpu_throttled;
+        self.memory_cache_bytes += other.memory_cache_bytes;
+        self.memory_swap_bytes += other.memory_swap_bytes;
+        self.memory_max_usage_bytes += other.memory_max_usage_bytes;
+        self.at = self.at.max(other.at);
+    }
 }
 
 /// A message from a driver for a task's event log.

@@ -5,6 +5,8 @@
 //! | `command` (required) | the program: an absolute path, a path relative to the working directory (it contains a `/`), or a bare name looked up in the task's `PATH` |
 //! | `args` | its arguments, a list of strings |
 //! | `work_dir` | the working directory, absolute or relative to the task directory; default: the task directory |
+//! | `cpu_hard_limit` | cap the task's CPU at its `resources.cpu` (a CFS quota out of the node's MHz), as Nomad's exec driver does; needs cgroups |
+//! | `cpu_cfs_period` | the quota's period in microseconds, 1,000 to 1,000,000; default 100,000 |
 //!
 //! Every error is a [`DriverError::InvalidConfig`] naming the field (`config.command`,
 //! `config.args[1]`, ...): fatal, since starting again would fail again.
@@ -30,6 +32,26 @@ pub struct RawExecConfig {
     /// The working directory; default: the task directory.
     #[serde(default)]
     pub work_dir: Option<PathBuf>,
+    /// Cap the task's CPU at its `resources.cpu` rather than only weighing it.
+    #[serde(default)]
+    pub cpu_hard_limit: bool,
+    /// The period of that cap, in microseconds.
+    #[serde(default = "default_cfs_period")]
+    pub cpu_cfs_period: u64,
+}
+
+fn default_cfs_period() -> u64 {
+    wharf_isolate::cgroup::DEFAULT_CFS_PERIOD_US
+}
+
+/// The bounds the kernel puts on a CFS period, in microseconds.
+const CFS_PERIODS: std::ops::RangeInclusive<u64> = 1_000..=1_000_000;
+
+impl RawExecConfig {
+    /// The CFS period of a hard CPU limit, if the task asks for one.
+    pub fn hard_limit_period(&self) -> Option<u64> {
+        self.cpu_hard_limit.then_some(self.cpu_cfs_period)
+    }
 }
 
 impl RawExecConfig {
@@ -57,6 +79,12 @@ impl RawExecConfig {
         }
         if parsed.command.contains('\0') {
             return Err(DriverError::invalid_config("config.command", "contains a NUL byte"));
+        }
+        if !CFS_PERIODS.contains(&parsed.cpu_cfs_period) {
+            return Err(DriverError::invalid_config(
+                "config.cpu_cfs_period",
+                format!("{} is outside 1000 to 1000000 microseconds", parsed.cpu_cfs_period),
+            ));
         }
         if let Some(index) = parsed.args.iter().position(|a| a.contains('\0')) {
             return Err(DriverError::invalid_config(
@@ -170,6 +198,8 @@ mod tests {
                 command: "sh".into(),
                 args: vec!["-c".into(), "true".into()],
                 work_dir: Some("sub".into()),
+                cpu_hard_limit: false,
+                cpu_cfs_period: 100_000,
             }
         );
         for (config, field) in [
@@ -184,6 +214,9 @@ mod tests {
             (json!({"command": "sh", "args": ["ok", "a\u{0}"]}), "config.args[1]"),
             (json!({"command": "sh", "argv": []}), "config.argv"),
             (json!({"command": "sh", "work_dir": 1}), "config.work_dir"),
+            (json!({"command": "sh", "cpu_hard_limit": "yes"}), "config.cpu_hard_limit"),
+            (json!({"command": "sh", "cpu_cfs_period": 999}), "config.cpu_cfs_period"),
+            (json!({"command": "sh", "cpu_cfs_period": 2_000_000}), "config.cpu_cfs_period"),
         ] {
             match parse(config.clone()) {
                 Err(DriverError::InvalidConfig { field: f, .. }) => {

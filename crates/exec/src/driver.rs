@@ -9,10 +9,17 @@
 //! Signals go to the task's process group through a pidfd of its main process, opened and then
 //! checked against the recorded start time: a pid that now belongs to another process is never
 //! signalled.
+//!
+//! With a cgroup manager ([`TaskCgroups::On`]) every task runs in a cgroup of its own
+//! (module `contain`): made with the task's limits before the shim starts, joined by the task
+//! between clone and exec, killed whole at the end of a stop (so processes that left the
+//! task's group die too), read for stats and for OOM kills, adopted after an agent restart, and
+//! removed at destroy.
 
 use crate::config::{RawExecConfig, check_env, resolve_command, resolve_work_dir};
+use crate::contain::{self, TaskCgroups};
 use crate::error::ExecError;
-use crate::handle::{DRIVER_STATE_VERSION, ShimState};
+use crate::handle::{CgroupState, DRIVER_STATE_VERSION, ShimState};
 use crate::launch::{self, Watch};
 use crate::protocol::{SHIM_LOG, ShimArgs, Stage, StartReport};
 use crate::sys::{self, Pid, ProcStat};
@@ -20,6 +27,7 @@ use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 use tokio::sync::{broadcast, watch};
 use wharf_driver::{
@@ -27,6 +35,7 @@ use wharf_driver::{
     FsIsolation, Health, ResourceUsage, RunState, TASK_HANDLE_VERSION, TaskConfig, TaskHandle,
     TaskId, TaskInfo,
 };
+use wharf_isolate::TaskCgroup;
 use wharf_state::Signal;
 use wharf_state::duration::Formatted;
 
@@ -59,14 +68,18 @@ impl Default for RawExecOptions {
     }
 }
 
-/// The raw_exec driver: runs a task's command as a plain process (no isolation) under a shim
-/// that outlives the agent. Linux only (it needs pidfds, Linux 5.3 or later).
+/// The raw_exec driver: runs a task's command as a plain process (no file system isolation, the
+/// agent's user) under a shim that outlives the agent, in a cgroup of its own where the node
+/// can give one. Linux only (it needs pidfds, Linux 5.3 or later).
 #[derive(Debug)]
 pub struct RawExecDriver {
     shim: PathBuf,
     /// This boot's id, read once: it cannot change while the agent runs.
     boot_id: String,
     options: RawExecOptions,
+    cgroups: TaskCgroups,
+    /// Whether the log has said that tasks run without cgroups.
+    said_uncontained: AtomicBool,
     tasks: Mutex<HashMap<TaskId, Arc<Task>>>,
     events: broadcast::Sender<DriverEvent>,
 }
@@ -78,6 +91,8 @@ struct Task {
     name: String,
     env: BTreeMap<String, String>,
     state: ShimState,
+    /// Its cgroup, if it has one.
+    cgroup: Option<TaskCgroup>,
     exit: watch::Receiver<Option<ExitResult>>,
 }
 
@@ -106,7 +121,31 @@ impl RawExecDriver {
         let shim = options.shim_path.clone().unwrap_or_else(default_shim_path);
         let (events, _) = broadcast::channel(64);
         let boot_id = sys::boot_id().unwrap_or_default();
-        RawExecDriver { shim, boot_id, options, tasks: Mutex::default(), events }
+        RawExecDriver {
+            shim,
+            boot_id,
+            options,
+            cgroups: TaskCgroups::default(),
+            said_uncontained: AtomicBool::new(false),
+            tasks: Mutex::default(),
+            events,
+        }
+    }
+
+    /// The driver with its tasks in cgroups from `cgroups`, or as plain processes. Without
+    /// cgroups the log says so once, with the reason.
+    pub fn with_cgroups(mut self, cgroups: TaskCgroups) -> RawExecDriver {
+        if let TaskCgroups::Off { reason } = &cgroups {
+            self.said_uncontained.store(true, std::sync::atomic::Ordering::Relaxed);
+            tracing::warn!(%reason, "raw_exec runs tasks without cgroups: no limits, no OOM reports, stats from /proc");
+        }
+        self.cgroups = cgroups;
+        self
+    }
+
+    /// Whether, and under which manager, its tasks get cgroups.
+    pub fn task_cgroups(&self) -> &TaskCgroups {
+        &self.cgroups
     }
 
     /// A driver with default options and the shim at `path`.
@@ -162,6 +201,48 @@ impl RawExecDriver {
     }
 }
 
+impl RawExecDriver {
+    /// The cgroup a recovered task's handle records, taken back from the node's manager. A
+    /// task whose cgroup cannot be found runs on without one (stops then go to its process
+    /// group), which the log says.
+    fn adopt_cgroup(&self, id: &TaskId, state: &ShimState) -> Option<TaskCgroup> {
+        let recorded = state.cgroup.as_ref()?;
+        let adopted = match self.cgroups.manager() {
+            Some(cgroups) => {
+                cgroups.adopt(&id.0, state.cores().as_ref()).map_err(|e| e.to_string())
+            }
+            None => Err("cgroups are not in use now".to_owned()),
+        };
+        adopted
+            .map_err(|error| {
+                tracing::warn!(task_id = %id, cgroup = %recorded.name, %error, "cannot take back the task's cgroup");
+            })
+            .ok()
+    }
+}
+
+/// A new task's cgroup until the task is known to run: dropped before, it kills whatever
+/// joined the cgroup and removes it.
+struct CgroupGuard<'a> {
+    cgroups: &'a TaskCgroups,
+    cgroup: Option<TaskCgroup>,
+}
+
+impl CgroupGuard<'_> {
+    /// The task runs: the cgroup is its now.
+    fn keep(mut self) {
+        self.cgroup = None;
+    }
+}
+
+impl Drop for CgroupGuard<'_> {
+    fn drop(&mut self) {
+        if let (Some(cgroups), Some(cgroup)) = (self.cgroups.manager(), self.cgroup.take()) {
+            contain::discard(cgroups, &cgroup);
+        }
+    }
+}
+
 /// `wharf-shim` beside the current executable (or a bare name if that cannot be known).
 fn default_shim_path() -> PathBuf {
     std::env::current_exe()
@@ -205,7 +286,7 @@ fn start_failure(stage: Stage, errno: i32, message: String) -> DriverError {
             _ => DriverError::other(message),
         },
         Stage::WorkDir => DriverError::invalid_config("config.work_dir", message),
-        Stage::Setup => DriverError::other(message),
+        Stage::Setup | Stage::Confine => DriverError::other(message),
     }
 }
 
@@ -222,6 +303,7 @@ impl Driver for RawExecDriver {
     async fn fingerprint(&self) -> Fingerprint {
         let mut attributes = BTreeMap::new();
         attributes.insert("driver.raw_exec.shim".to_owned(), self.shim.display().to_string());
+        attributes.insert("driver.raw_exec.cgroups".to_owned(), self.cgroups.describe());
         if let Ok(release) = std::fs::read_to_string("/proc/sys/kernel/osrelease") {
             attributes.insert("kernel.release".to_owned(), release.trim().to_owned());
         }
@@ -271,6 +353,16 @@ impl Driver for RawExecDriver {
                 .map_err(io_error("create", &config.logs.dir))?;
         }
         let log = run_dir.join(SHIM_LOG);
+        // From here on, an error (or this future being dropped) drops the guard, which kills
+        // whatever joined the cgroup and removes it.
+        let cgroup = CgroupGuard {
+            cgroups: &self.cgroups,
+            cgroup: self.cgroups.cgroup_for(
+                &config,
+                raw.hard_limit_period(),
+                &self.said_uncontained,
+            )?,
+        };
         let args = ShimArgs {
             run_dir: run_dir.clone(),
             work_dir: work_dir.clone(),
@@ -280,6 +372,10 @@ impl Driver for RawExecDriver {
             log_name: name.into(),
             max_file_bytes: config.logs.max_file_bytes,
             max_files: config.logs.max_files.max(1),
+            containment: wharf_isolate::Containment {
+                cgroup: cgroup.cgroup.as_ref().map(TaskCgroup::procs_files).unwrap_or_default(),
+                ..wharf_isolate::Containment::default()
+            },
             program,
             arg0: raw.command.clone().into(),
             args: raw.args.iter().map(Into::into).collect(),
@@ -308,6 +404,10 @@ impl Driver for RawExecDriver {
             task_start_ticks,
             run_dir: run_dir.clone(),
             work_dir,
+            cgroup: cgroup.cgroup.as_ref().map(|c| CgroupState {
+                name: c.name().to_owned(),
+                cores: c.cores().map(ToString::to_string),
+            }),
         };
         let (exit_tx, exit) = watch::channel(None);
         let task = Task {
@@ -315,12 +415,18 @@ impl Driver for RawExecDriver {
             name: name.clone(),
             env: config.env.clone(),
             state: state.clone(),
+            cgroup: cgroup.cgroup.clone(),
             exit,
         };
         let span = task.span();
         let watched = launched.started().and_then(|shim_pidfd| {
-            let watch =
-                Watch { shim_pidfd, own_child: Some(shim_pid), run_dir, task: state.task() };
+            let watch = Watch {
+                shim_pidfd,
+                own_child: Some(shim_pid),
+                run_dir,
+                task: state.task(),
+                cgroup: task.cgroup.clone(),
+            };
             launch::watch(watch, exit_tx, span.clone())
         });
         if let Err(e) = watched {
@@ -329,6 +435,7 @@ impl Driver for RawExecDriver {
             launch::abandon(shim_pid);
             return Err(e.into());
         }
+        cgroup.keep();
         span.in_scope(|| tracing::info!(pid = task_pid, shim_pid = state.shim_pid, "task started"));
         self.register(config.id.clone(), task);
         Ok(TaskHandle {
@@ -357,12 +464,14 @@ impl Driver for RawExecDriver {
         if self.tasks.lock().contains_key(id) {
             return Ok(());
         }
+        let cgroup = self.adopt_cgroup(id, &state);
         let (exit_tx, exit) = watch::channel(None);
         let task = Task {
             alloc_id: handle.config.alloc_id.clone(),
             name: handle.config.task_name.clone(),
             env: handle.config.env.clone(),
             state: state.clone(),
+            cgroup,
             exit,
         };
         let span = task.span();
@@ -380,6 +489,7 @@ impl Driver for RawExecDriver {
                 own_child: None,
                 run_dir: state.run_dir.clone(),
                 task: state.task(),
+                cgroup: task.cgroup.clone(),
             };
             launch::watch(watch, exit_tx, span.clone())?;
             span.in_scope(|| tracing::info!(pid = state.task_pid, "reattached to a running task"));
@@ -389,7 +499,8 @@ impl Driver for RawExecDriver {
         }
         // The shim is gone: its exit record says how the task ended.
         match launch::read_exit_record(&state.run_dir) {
-            Ok(result) => {
+            Ok(mut result) => {
+                launch::note_oom(&mut result, task.cgroup.as_ref());
                 span.in_scope(|| {
                     tracing::info!(?result, "the task exited while the agent was away")
                 });
@@ -402,6 +513,10 @@ impl Driver for RawExecDriver {
                 // No record: the shim died, or the handle's processes are someone else's now.
                 // A main process that is still the recorded one is an orphan: kill its group.
                 let killed = same_boot && launch::kill_orphan(&state.task());
+                // Nothing of it may run on in its cgroup; no handle will own the cgroup now.
+                if let (Some(cgroups), Some(cgroup)) = (self.cgroups.manager(), &task.cgroup) {
+                    contain::discard(cgroups, cgroup);
+                }
                 span.in_scope(|| tracing::warn!(%reason, killed, "cannot recover the task"));
                 Err(DriverError::other(format!(
                     "task {id} is gone: its shim (pid {}) no longer runs and left no exit \
@@ -447,7 +562,11 @@ impl Driver for RawExecDriver {
                 ),
             );
         }
-        RawExecDriver::signal_group(&task, libc::SIGKILL)?;
+        match &task.cgroup {
+            // Everything in the cgroup, processes that left the task's group included.
+            Some(cgroup) => contain::kill_cgroup(cgroup)?,
+            None => drop(RawExecDriver::signal_group(&task, libc::SIGKILL)?),
+        }
         tokio::time::timeout(self.options.kill_grace, task.wait()).await.map(drop).map_err(|_| {
             DriverError::other(format!(
                 "task {task_id} is still there {} after SIGKILL",
@@ -467,6 +586,9 @@ impl Driver for RawExecDriver {
             self.stop_task(task_id, Duration::ZERO, Signal::Kill).await?;
         }
         self.tasks.lock().remove(task_id);
+        if let (Some(cgroups), Some(cgroup)) = (self.cgroups.manager(), &task.cgroup) {
+            contain::discard(cgroups, cgroup);
+        }
         let run_dir = &task.state.run_dir;
         match std::fs::remove_dir_all(run_dir) {
             Ok(()) => {}
@@ -490,6 +612,9 @@ impl Driver for RawExecDriver {
         attributes.insert("shim_pid".to_owned(), task.state.shim_pid.to_string());
         attributes.insert("run_dir".to_owned(), task.state.run_dir.display().to_string());
         attributes.insert("work_dir".to_owned(), task.state.work_dir.display().to_string());
+        if let Some(cgroup) = &task.cgroup {
+            attributes.insert("cgroup".to_owned(), cgroup.name().to_owned());
+        }
         Ok(TaskInfo {
             id: task_id.clone(),
             state: if exit.is_some() { RunState::Exited } else { RunState::Running },
@@ -525,7 +650,13 @@ impl Driver for RawExecDriver {
         if task.exited().is_some() {
             return Ok(ResourceUsage::default());
         }
-        Ok(crate::stats::usage(&task.state.shim()))
+        match &task.cgroup {
+            Some(cgroup) => cgroup
+                .stats()
+                .map(|stats| contain::usage(&stats))
+                .map_err(|e| DriverError::other(format!("cannot read the task's cgroup: {e}"))),
+            None => Ok(crate::stats::usage(&task.state.shim())),
+        }
     }
 
     fn events(&self) -> broadcast::Receiver<DriverEvent> {

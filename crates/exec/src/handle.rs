@@ -4,8 +4,13 @@
 //! ```json
 //! {"version": 1, "boot_id": "…", "shim_pid": 4242, "shim_start_ticks": 912345,
 //!  "task_pid": 4243, "task_start_ticks": 912346,
-//!  "run_dir": "/data/allocs/a1/web/.raw_exec/a1_web_00000000", "work_dir": "/data/allocs/a1/web"}
+//!  "run_dir": "/data/allocs/a1/web/.raw_exec/a1_web_00000000", "work_dir": "/data/allocs/a1/web",
+//!  "cgroup": {"name": "a1.web.00000000", "cores": "2"}}
 //! ```
+//!
+//! `cgroup` is there when the task runs in a cgroup of its own (version 2; version 1 handles,
+//! written before tasks had cgroups, are still read): its name, and the cores it reserved, so
+//! a restarted agent gives them to nobody else.
 //!
 //! A pid alone names whichever process holds that number now; with its start time (ticks since
 //! boot, from `/proc/<pid>/stat`) and the boot id it names one process for good. Handles are
@@ -18,9 +23,12 @@ use crate::sys::{self, Pid, ProcStat};
 use serde::{Deserialize, Serialize};
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
+use wharf_isolate::CpuSet;
 
 /// The version of [`ShimState`]'s shape.
-pub(crate) const DRIVER_STATE_VERSION: u32 = 1;
+pub(crate) const DRIVER_STATE_VERSION: u32 = 2;
+/// The oldest version still read.
+const OLDEST_DRIVER_STATE_VERSION: u32 = 1;
 
 /// The driver's part of a task handle.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,6 +50,20 @@ pub(crate) struct ShimState {
     pub(crate) run_dir: PathBuf,
     /// The task's working directory (for exec).
     pub(crate) work_dir: PathBuf,
+    /// The task's cgroup, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) cgroup: Option<CgroupState>,
+}
+
+/// What a handle records of a task's cgroup.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CgroupState {
+    /// Its name under the node's cgroup parent.
+    pub(crate) name: String,
+    /// The cores it reserved, in the kernel's list format.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) cores: Option<String>,
 }
 
 impl ShimState {
@@ -57,9 +79,11 @@ impl ShimState {
             .get("version")
             .and_then(serde_json::Value::as_u64)
             .ok_or_else(|| bad("no version in the driver state".into()))?;
-        if version != u64::from(DRIVER_STATE_VERSION) {
+        let readable = u64::from(OLDEST_DRIVER_STATE_VERSION)..=u64::from(DRIVER_STATE_VERSION);
+        if !readable.contains(&version) {
             return Err(bad(format!(
-                "driver state version {version}; this wharf reads version {DRIVER_STATE_VERSION}"
+                "driver state version {version}; this wharf reads versions \
+                 {OLDEST_DRIVER_STATE_VERSION} to {DRIVER_STATE_VERSION}"
             )));
         }
         let state = ShimState::deserialize(value).map_err(|e| bad(e.to_string()))?;
@@ -73,12 +97,20 @@ impl ShimState {
                 return Err(bad(format!("{what} {} is not absolute", dir.display())));
             }
         }
+        if let Some(cores) = state.cgroup.as_ref().and_then(|c| c.cores.as_ref()) {
+            CpuSet::parse(cores).map_err(|e| bad(format!("cgroup cores: {e}")))?;
+        }
         Ok(state)
     }
 
     /// The shim's identity.
     pub(crate) fn shim(&self) -> Identity {
         Identity { pid: Pid::new(self.shim_pid), start_ticks: self.shim_start_ticks }
+    }
+
+    /// The cores the task's cgroup reserved.
+    pub(crate) fn cores(&self) -> Option<CpuSet> {
+        CpuSet::parse(self.cgroup.as_ref()?.cores.as_deref()?).ok()
     }
 
     /// The task's main process's identity.
@@ -133,7 +165,8 @@ mod tests {
     fn good() -> serde_json::Value {
         json!({
             "version": 1, "boot_id": "b", "shim_pid": 100, "shim_start_ticks": 5,
-            "task_pid": 101, "task_start_ticks": 6, "run_dir": "/r", "work_dir": "/w"
+            "task_pid": 101, "task_start_ticks": 6, "run_dir": "/r", "work_dir": "/w",
+            "cgroup": {"name": "a.t.0", "cores": "1-2"}
         })
     }
 
@@ -147,6 +180,16 @@ mod tests {
     fn a_written_state_reads_back() {
         let state = ShimState::from_value(&good()).unwrap();
         assert_eq!(ShimState::from_value(&state.to_value()).unwrap(), state);
+        assert_eq!(state.cores().unwrap().to_string(), "1-2");
+    }
+
+    #[test]
+    fn version_1_states_without_a_cgroup_still_read() {
+        let mut old = good();
+        old["version"] = json!(1);
+        old.as_object_mut().unwrap().remove("cgroup");
+        let state = ShimState::from_value(&old).unwrap();
+        assert_eq!((state.cgroup, state.version), (None, 1));
     }
 
     #[test]
@@ -159,7 +202,10 @@ mod tests {
             (json!(null), "no version"),
             (json!("text"), "no version"),
             (json!([1, 2]), "no version"),
-            (with("version", json!(2)), "driver state version 2"),
+            (with("version", json!(3)), "driver state version 3"),
+            (with("version", json!(0)), "driver state version 0"),
+            (with("cgroup", json!({"name": "x", "cores": "a-b"})), "cgroup cores"),
+            (with("cgroup", json!({"name": "x", "more": 1})), "unknown field `more`"),
             (with("version", json!("1")), "no version"),
             (missing, "missing field `task_pid`"),
             (extra, "unknown field `surprise`"),

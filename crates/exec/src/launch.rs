@@ -23,6 +23,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::Instrument;
 use wharf_driver::ExitResult;
+use wharf_isolate::TaskCgroup;
 
 /// A shim that has been started and has not yet said whether the task runs. Dropped before
 /// [`Launched::started`] (a failed start, a timeout, or a caller that gave up on the start),
@@ -239,6 +240,8 @@ pub(crate) struct Watch {
     pub(crate) run_dir: PathBuf,
     /// The task's main process, killed (group and all) if the shim vanished without a record.
     pub(crate) task: Identity,
+    /// The task's cgroup, asked whether the kernel's OOM killer ended the task.
+    pub(crate) cgroup: Option<TaskCgroup>,
 }
 
 /// Starts watching: when the shim exits, reaps it if it is ours, reads the exit record and
@@ -249,7 +252,7 @@ pub(crate) fn watch(
     exit: watch::Sender<Option<ExitResult>>,
     span: tracing::Span,
 ) -> Result<(), ExecError> {
-    let Watch { shim_pidfd, own_child, run_dir, task } = watch;
+    let Watch { shim_pidfd, own_child, run_dir, task, cgroup } = watch;
     let pidfd =
         sys::async_fd(shim_pidfd).map_err(|source| ExecError::Sys { call: "epoll_ctl", source })?;
     tokio::spawn(
@@ -259,7 +262,10 @@ pub(crate) fn watch(
             }
             let shim_status = own_child.and_then(|pid| sys::try_reap(pid).ok().flatten());
             let result = match read_exit_record(&run_dir) {
-                Ok(result) => result,
+                Ok(mut result) => {
+                    note_oom(&mut result, cgroup.as_ref());
+                    result
+                }
                 Err(reason) => {
                     let killed = kill_orphan(&task);
                     tracing::warn!(%reason, ?shim_status, killed, "the shim left no exit record");
@@ -276,6 +282,20 @@ pub(crate) fn watch(
         .instrument(span),
     );
     Ok(())
+}
+
+/// Marks an unsuccessful exit as an OOM kill if the kernel's OOM killer killed a process of
+/// the task's cgroup. A task that outlived the kill of one of its processes and exited 0 did
+/// not fail, so it is left as it was.
+pub(crate) fn note_oom(result: &mut ExitResult, cgroup: Option<&TaskCgroup>) {
+    if result.successful() {
+        return;
+    }
+    match cgroup.map(TaskCgroup::oom_killed) {
+        Some(Ok(true)) => result.oom_killed = true,
+        Some(Err(error)) => tracing::warn!(%error, "cannot learn whether the task was OOM-killed"),
+        _ => {}
+    }
 }
 
 /// Kills the process group of a task whose shim is gone, if its main process is still the one

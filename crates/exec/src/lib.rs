@@ -24,9 +24,14 @@
 //! - `sys`: the system calls, and all of the crate's `unsafe` code but the calls into it that
 //!   carry a safety contract (the shim's entry point closes inherited descriptors).
 //!
-//! What this crate does not do: isolation (no chroot, namespaces, users or cgroups, so no
-//! resource limits and no OOM detection: `oom_killed` is always false) and persistence (the
-//! task runner stores the handle; this crate only writes into each run's directory).
+//! - `contain`: [`Containment`], the node's cgroups as the drivers use them: a cgroup per task
+//!   with its limits, kills by cgroup (this crate sends the signals, wharf-isolate writes the
+//!   cgroup files), stats and OOM kills from it, and the sweep of orphaned cgroups.
+//!
+//! What this crate does not do: file system isolation and users (raw_exec tasks see the node's
+//! files and run as the agent's user), cgroup files (wharf-isolate's) and persistence (the
+//! task runner stores the handle; this crate only writes into each run's directory). Without
+//! a cgroup manager, tasks run as plain processes: no limits, `oom_killed` always false.
 //!
 //! Environment: a task gets exactly [`wharf_driver::TaskConfig::env`], nothing inherited from
 //! the agent. A bare command is looked up in that `PATH`, or in [`config::DEFAULT_PATH`] if
@@ -43,6 +48,7 @@
 compile_error!("wharf-exec runs tasks with Linux system calls (pidfds, signalfd, subreapers)");
 
 pub mod config;
+mod contain;
 mod driver;
 mod error;
 mod exec;
@@ -55,6 +61,7 @@ mod stats;
 mod sys;
 
 pub use config::RawExecConfig;
+pub use contain::{TaskCgroups, destroy_cgroups, remove_orphan_cgroups};
 pub use driver::{DRIVER_NAME, RUNS_DIR, RawExecDriver, RawExecOptions, SHIM_NAME};
 pub use error::ExecError;
 pub use exec::OUTPUT_LIMIT;

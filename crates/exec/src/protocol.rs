@@ -10,9 +10,10 @@ use crate::sys::WaitStatus;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
+use wharf_isolate::Containment;
 
 /// The first argument of every shim command line; a shim refuses any other.
-pub(crate) const SHIM_PROTOCOL: &str = "wharf-shim-1";
+pub(crate) const SHIM_PROTOCOL: &str = "wharf-shim-2";
 /// The exit record's file name in the run directory.
 pub(crate) const EXIT_FILE: &str = "exit";
 /// The shim's own diagnostics, in the run directory.
@@ -35,6 +36,9 @@ pub(crate) struct ShimArgs {
     pub(crate) max_file_bytes: u64,
     /// Files kept per stream, the current one included (at least 1).
     pub(crate) max_files: u32,
+    /// What the task's process does to itself between its clone and exec (join its cgroup,
+    /// and for the isolated driver its user, Landlock, namespaces).
+    pub(crate) containment: Containment,
     /// The resolved program to execute.
     pub(crate) program: PathBuf,
     /// What the task sees as `argv[0]`.
@@ -54,9 +58,9 @@ impl ShimArgs {
             self.log_name.clone(),
             self.max_file_bytes.to_string().into(),
             self.max_files.to_string().into(),
-            self.program.clone().into(),
-            self.arg0.clone(),
         ];
+        out.extend(self.containment.to_args());
+        out.extend([self.program.clone().into(), self.arg0.clone()]);
         out.extend(self.args.iter().cloned());
         out
     }
@@ -81,6 +85,8 @@ impl ShimArgs {
         let log_name = next("log name")?;
         let max_file_bytes = number(next("max file bytes")?, "max file bytes")?;
         let max_files = number(next("max files")?, "max files")?;
+        let containment = Containment::parse_args(&mut args)?;
+        let mut next = |what: &str| args.next().ok_or_else(|| format!("missing argument: {what}"));
         let program = next("program")?.into();
         let arg0 = next("arg0")?;
         let rest: Vec<OsString> = args.collect();
@@ -94,6 +100,7 @@ impl ShimArgs {
             log_name,
             max_file_bytes,
             max_files: u32::try_from(max_files.max(1)).map_err(|_| "bad max files")?,
+            containment,
             program,
             arg0,
             args: rest,
@@ -108,6 +115,8 @@ pub(crate) enum Stage {
     Setup,
     /// The working directory could not be entered.
     WorkDir,
+    /// A containment step failed (joining the task's cgroup, ...).
+    Confine,
     /// The task could not be executed.
     Spawn,
 }
@@ -117,6 +126,7 @@ impl Stage {
         match self {
             Stage::Setup => "setup",
             Stage::WorkDir => "work_dir",
+            Stage::Confine => "confine",
             Stage::Spawn => "spawn",
         }
     }
@@ -167,6 +177,7 @@ impl StartReport {
                 let stage = match words.next()? {
                     "setup" => Stage::Setup,
                     "work_dir" => Stage::WorkDir,
+                    "confine" => Stage::Confine,
                     "spawn" => Stage::Spawn,
                     _ => return None,
                 };
@@ -215,6 +226,11 @@ mod tests {
             log_name: "web".into(),
             max_file_bytes: 1024,
             max_files: 3,
+            containment: Containment {
+                cgroup: vec!["/cg/a/cgroup.procs".into()],
+                no_new_privs: true,
+                ..Containment::default()
+            },
             program: "/bin/sh".into(),
             arg0: "sh".into(),
             args: vec!["-c".into(), "echo 'a b'".into(), "".into()],
@@ -224,23 +240,25 @@ mod tests {
 
     #[test]
     fn bad_shim_args_are_refused() {
-        let good: Vec<OsString> = ["wharf-shim-1", "/r", "/w", "/l", "t", "10", "2", "/p", "p"]
-            .iter()
-            .map(OsString::from)
-            .collect();
+        let good: Vec<OsString> =
+            ["wharf-shim-2", "/r", "/w", "/l", "t", "10", "2", "end", "/p", "p"]
+                .iter()
+                .map(OsString::from)
+                .collect();
         let with = |index: usize, value: &str| {
             let mut args = good.clone();
             args[index] = value.into();
             args
         };
         for (args, expected) in [
-            (with(0, "wharf-shim-9"), "this shim speaks"),
+            (with(0, "wharf-shim-1"), "this shim speaks"),
+            (with(7, "chroot"), "unknown containment"),
             (with(4, "a/b"), "bad log name"),
             (with(4, ""), "bad log name"),
             (with(5, "-1"), "bad max file bytes"),
             (with(6, "x"), "bad max files"),
             (with(6, "99999999999"), "bad max files"),
-            (good[..8].to_vec(), "missing argument: arg0"),
+            (good[..9].to_vec(), "missing argument: arg0"),
             (vec![], "missing argument: protocol"),
         ] {
             let error = ShimArgs::parse(args.clone()).unwrap_err();
@@ -256,6 +274,7 @@ mod tests {
             StartReport::Failed { stage: Stage::Spawn, errno: 2, message: "No such file".into() },
             StartReport::Failed { stage: Stage::Setup, errno: 13, message: String::new() },
             StartReport::Failed { stage: Stage::WorkDir, errno: 2, message: "gone".into() },
+            StartReport::Failed { stage: Stage::Confine, errno: 28, message: "cgroup".into() },
             StartReport::Failed { stage: Stage::Setup, errno: 0, message: "two\nlines".into() },
         ] {
             let line = report.line();

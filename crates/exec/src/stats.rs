@@ -1,4 +1,4 @@
-//! A task's resource usage, from `/proc`.
+//! A task's resource usage from `/proc`, for tasks without a cgroup.
 //!
 //! A task's processes are the shim's descendants: its main process and everything started
 //! under it, including processes that left its session or were orphaned (the shim is their
@@ -44,6 +44,6 @@ pub(crate) fn usage(shim: &Identity) -> ResourceUsage {
             + Duration::from_nanos((ticks % hz) * 1_000_000_000 / hz),
         memory_rss_bytes: pages * sys::page_size(),
         processes,
-        at: None,
+        ..ResourceUsage::default()
     }
 }

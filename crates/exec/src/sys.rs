@@ -420,6 +420,164 @@ pub(crate) fn spawn_in_new_session(
     Ok(pid)
 }
 
+/// Where a contained start failed, for the start report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ChildFailure {
+    /// The new session or the standard descriptors.
+    Setup(i32),
+    /// A containment step.
+    Contain(wharf_isolate::Failure),
+    /// The program could not be executed.
+    Exec(i32),
+}
+
+/// What the child of [`spawn_contained`] reads: prepared by the parent, so the child only makes
+/// system calls. It lives on the parent's stack, which the parent does not touch until the
+/// child has executed the program or exited.
+struct ChildArgs<'a> {
+    program: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+    stdio: [RawFd; 3],
+    confine: &'a wharf_isolate::Prepared,
+    /// Written by the child if it fails.
+    failure: std::cell::UnsafeCell<Option<ChildFailure>>,
+}
+
+/// The size of the child's stack: it makes a handful of system calls.
+const CHILD_STACK: usize = 64 * 1024;
+
+/// [`spawn_in_new_session`] with containment: the child takes `confine`'s steps (joining the
+/// task's cgroup, and whatever else a driver asks: its user, Landlock, namespaces) between its
+/// clone and its exec, so the program and everything it ever starts are contained from their
+/// first instruction. A PID namespace is made before the clone (`Prepared::before_fork`).
+///
+/// The child is a vfork-style clone (`CLONE_VM | CLONE_VFORK`, as `posix_spawn` makes it): it
+/// shares this process's memory and runs on a stack of its own while this process waits, until
+/// it has executed the program or exited. So it costs what `posix_spawn` costs, whatever this
+/// process's size, and it only makes system calls: nothing in it allocates or takes a lock.
+/// All signals are blocked around the clone, so no handler runs in the child on shared memory;
+/// the child unblocks them and puts SIGPIPE back to its default before the exec.
+pub(crate) fn spawn_contained(
+    program: &std::ffi::CStr,
+    argv: &[CString],
+    envp: &[CString],
+    stdio: [BorrowedFd<'_>; 3],
+    confine: &wharf_isolate::Prepared,
+) -> Result<i32, ChildFailure> {
+    confine.before_fork().map_err(|e| match e {
+        wharf_isolate::IsolateError::Sys { source, .. } => {
+            ChildFailure::Setup(source.raw_os_error().unwrap_or(0))
+        }
+        _ => ChildFailure::Setup(0),
+    })?;
+    let pointers = |strings: &[CString]| -> Vec<*const libc::c_char> {
+        strings.iter().map(|s| s.as_ptr()).chain(std::iter::once(std::ptr::null())).collect()
+    };
+    let (argv, envp) = (pointers(argv), pointers(envp));
+    let args = ChildArgs {
+        program: program.as_ptr(),
+        argv: argv.as_ptr(),
+        envp: envp.as_ptr(),
+        stdio: stdio.map(|fd| fd.as_raw_fd()),
+        confine,
+        failure: std::cell::UnsafeCell::new(None),
+    };
+    let mut stack = vec![0u8; CHILD_STACK];
+    // The stack grows down from its end, aligned as the ABI wants.
+    let top = (stack.as_mut_ptr() as usize + CHILD_STACK) & !15;
+
+    let mut all = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    let mut old = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: sigfillset initialises the set; sigprocmask reads it and fills `old`.
+    let blocked = unsafe {
+        libc::sigfillset(all.as_mut_ptr());
+        libc::sigprocmask(libc::SIG_SETMASK, all.as_ptr(), old.as_mut_ptr())
+    };
+    if blocked != 0 {
+        return Err(ChildFailure::Setup(io::Error::last_os_error().raw_os_error().unwrap_or(0)));
+    }
+    // SAFETY: `child_main` only reads `args` and writes its `failure` cell, then executes the
+    // program or exits; with CLONE_VFORK this thread is suspended until then, so `args`,
+    // `argv`, `envp`, `stack` and everything `confine` holds outlive the child's use of them.
+    // The stack is ours, unused by anything else, and CHILD_STACK long.
+    let pid = unsafe {
+        libc::clone(
+            child_main,
+            top as *mut libc::c_void,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            std::ptr::from_ref(&args).cast_mut().cast(),
+        )
+    };
+    let clone_error = io::Error::last_os_error();
+    // SAFETY: `old` was filled by the sigprocmask above.
+    unsafe { libc::sigprocmask(libc::SIG_SETMASK, old.as_ptr(), std::ptr::null_mut()) };
+    drop(stack);
+    if pid < 0 {
+        return Err(ChildFailure::Setup(clone_error.raw_os_error().unwrap_or(0)));
+    }
+    // SAFETY: the child has executed the program or exited (CLONE_VFORK), so nothing writes
+    // the cell any more; a volatile read, since the write happened behind the compiler's back.
+    let failure = unsafe { std::ptr::read_volatile(args.failure.get()) };
+    match failure {
+        None => Ok(pid),
+        Some(failure) => {
+            if let Some(pid) = Pid::new(pid.into()) {
+                let _ = reap_blocking(pid);
+            }
+            Err(failure)
+        }
+    }
+}
+
+/// The child of [`spawn_contained`]. System calls only: it shares the parent's memory.
+extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `ChildArgs` the parent passed, alive while the parent waits.
+    let args = unsafe { &*(arg as *const ChildArgs<'_>) };
+    let errno = || {
+        // SAFETY: reading this thread's errno.
+        unsafe { *libc::__errno_location() }
+    };
+    let fail = |failure: ChildFailure| -> libc::c_int {
+        // SAFETY: the parent reads the cell only after this child has exited.
+        unsafe {
+            std::ptr::write_volatile(args.failure.get(), Some(failure));
+            libc::_exit(127)
+        }
+    };
+    // SAFETY: setsid takes no arguments.
+    if unsafe { libc::setsid() } < 0 {
+        return fail(ChildFailure::Setup(errno()));
+    }
+    for (target, fd) in args.stdio.iter().enumerate() {
+        // SAFETY: dup2 takes plain integers; the parent keeps `fd` open until we exec. A
+        // descriptor already in place keeps its close-on-exec flag through dup2, so clear it.
+        let ret = unsafe {
+            if *fd == target as RawFd {
+                libc::fcntl(*fd, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(*fd, target as RawFd)
+            }
+        };
+        if ret < 0 {
+            return fail(ChildFailure::Setup(errno()));
+        }
+    }
+    if let Err(failure) = args.confine.apply() {
+        return fail(ChildFailure::Contain(failure));
+    }
+    let mut empty = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: resetting SIGPIPE in this child's own copy of the handler table (no
+    // CLONE_SIGHAND), then unblocking everything: sigemptyset initialises the set first.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        libc::sigemptyset(empty.as_mut_ptr());
+        libc::sigprocmask(libc::SIG_SETMASK, empty.as_ptr(), std::ptr::null_mut());
+        libc::execve(args.program, args.argv, args.envp);
+    }
+    fail(ChildFailure::Exec(errno()))
+}
+
 /// The direct children of this (single-threaded) process.
 pub(crate) fn own_children() -> Vec<i32> {
     let me = getpid();

@@ -77,6 +77,7 @@ fn options(parent: &str) -> CgroupOptions {
         pids_max: Some(64),
         reserved_cores: CpuSet::new(),
         cpu: NodeCpu { mhz_per_core: 2000 },
+        sweep_siblings: false,
     }
 }
 
@@ -271,7 +272,7 @@ fn stats_count_the_tasks_cpu_and_memory() {
     );
     assert_eq!(first_line(&mut child), "ready");
     let stats = cgroup.stats().unwrap();
-    assert!(stats.cpu_user + stats.cpu_system >= Duration::from_millis(5), "{stats:?}");
+    assert!(stats.cpu_total >= Duration::from_millis(5), "{stats:?}");
     assert!(stats.memory_max_usage >= 8 * MIB, "{stats:?}");
     assert!(stats.memory_rss > 0 && stats.processes >= 1, "{stats:?}");
     assert!(stats.measured.max_usage);
@@ -359,5 +360,67 @@ fn a_bad_parent_is_refused_with_its_reason() {
     {
         let error = Cgroups::open(options(parent)).unwrap_err().to_string();
         assert!(error.contains(reason), "{parent:?}: {error}");
+    }
+}
+
+/// The node's default layout puts each agent's parent beside the others': an agent that
+/// starts removes the empty parents of agents that were killed, and leaves the others alone.
+#[test]
+fn a_new_agent_removes_the_empty_parents_of_dead_agents_only() {
+    let group = format!("wharf-test-isolate-sweep-{}", std::process::id());
+    // Dropped last: the group's own directories, once the agents' parents are gone.
+    struct Group(Vec<PathBuf>);
+    impl Drop for Group {
+        fn drop(&mut self) {
+            for dir in &self.0 {
+                let _ = std::fs::remove_dir(dir);
+            }
+        }
+    }
+    let mut group_dirs = Group(Vec::new());
+    let open = |node: &str, sweep: bool| Scratch {
+        cgroups: Some(
+            Cgroups::open(CgroupOptions {
+                sweep_siblings: sweep,
+                ..options(&format!("{group}/{node}"))
+            })
+            .unwrap(),
+        ),
+        name: format!("{group}/{node}"),
+    };
+    let parents = |scratch: &Scratch| -> Vec<PathBuf> {
+        scratch.parents().into_iter().map(Path::to_path_buf).collect()
+    };
+    // A killed agent leaves its parent behind: made here as it would have been.
+    let mut dead = open("dead", false);
+    let dead_dirs = parents(&dead);
+    group_dirs.0 = dead_dirs.iter().filter_map(|d| d.parent()).map(Path::to_path_buf).collect();
+    dead.cgroups = None;
+    for dir in &dead_dirs {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    // A killed agent whose task still has its cgroup.
+    let mut busy = open("busy", false);
+    let task = busy.create("a1/left/00000000", &limits(&busy, 16, None)).unwrap();
+    busy.cgroups = None;
+    let live = open("live", false);
+
+    let new = open("new", true);
+    assert!(dead_dirs.iter().all(|d| !d.exists()), "the dead agent's empty parent is gone");
+    assert!(parents(&live).iter().all(|d| d.exists()), "a live agent's parent stays");
+    // A task cgroup stays, and the parent holding it: the kernel refuses to remove either.
+    // (The shared cpuset this task would join held no process, so it could go.)
+    for dir in task.dirs().into_iter().filter(|d| !d.ends_with("share")) {
+        assert!(dir.exists() && dir.parent().unwrap().exists(), "{} is gone", dir.display());
+    }
+
+    busy.restart();
+    busy.remove(&task).unwrap();
+    drop((new, live, busy));
+    for dir in &group_dirs.0 {
+        let entries = std::fs::read_dir(dir).unwrap().flatten();
+        let left: Vec<_> =
+            entries.filter(|e| e.file_type().unwrap().is_dir()).map(|e| e.path()).collect();
+        assert!(left.is_empty(), "left behind: {left:?}");
     }
 }

@@ -59,6 +59,7 @@ impl Fake {
                 pids_max: Some(100),
                 reserved_cores: CpuSet::parse("3").unwrap(),
                 cpu: NodeCpu { mhz_per_core: 2000 },
+                sweep_siblings: false,
             },
         )
     }
@@ -161,6 +162,7 @@ fn stats_and_oom_read_the_v2_files() {
         (MIB, 4096, 2 * MIB)
     );
     assert_eq!((stats.cpu_user.as_micros(), stats.cpu_system.as_micros()), (2000, 1000));
+    assert_eq!(stats.cpu_total.as_micros(), 3000);
     assert_eq!(
         (stats.cpu_periods, stats.cpu_throttled_periods, stats.cpu_throttled.as_micros()),
         (10, 4, 500)

@@ -4,6 +4,7 @@
 
 use crate::config::NodeConfig;
 use crate::metrics::{Metrics, MetricsHook};
+use crate::resources::NodeResources;
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -15,6 +16,8 @@ use wharf_alloc::{
     AllocError, AllocRunner, AllocRunnerConfig, DEFAULT_POSTSTOP_TIMEOUT, SpareDirs,
 };
 use wharf_driver::{DriverRegistry, Health};
+use wharf_exec::TaskCgroups;
+use wharf_state::resources::Amount;
 use wharf_state::{Allocation, ClientStatus, DesiredStatus, Job, SpecError, Timestamp};
 use wharf_store::{RedbStore, StateStore, StoreError, StoredAlloc};
 use wharf_task::{LogLimits, SystemClock, TaskHook, WallClock};
@@ -53,6 +56,12 @@ pub enum AgentError {
     /// The allocation refused.
     #[error(transparent)]
     Alloc(#[from] AllocError),
+    /// The allocation does not fit in what the node has free; nothing was kept of it.
+    #[error("the allocation does not fit on this node: {0}")]
+    DoesNotFit(wharf_state::resources::Shortfall),
+    /// What the node has could not be read.
+    #[error("cannot read the node's CPUs and memory: {0}")]
+    Host(#[from] wharf_isolate::IsolateError),
     /// A file operation failed.
     #[error("{path}: {source}")]
     Io {
@@ -96,6 +105,19 @@ impl Drop for IdClaim<'_> {
     }
 }
 
+/// An admitted allocation's share, held until it is managed (or its submission failed).
+struct Admitted<'a> {
+    agent: &'a Agent,
+    amount: Amount,
+}
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        let mut admitting = self.agent.admitting.lock();
+        *admitting = admitting.saturating_sub(self.amount);
+    }
+}
+
 /// The running agent.
 #[derive(Debug)]
 pub struct Agent {
@@ -111,6 +133,12 @@ pub struct Agent {
     task_hooks: Vec<Arc<dyn TaskHook>>,
     /// Ready-made allocation directories; none if the spare root cannot be used.
     spare_dirs: Option<Arc<SpareDirs>>,
+    /// What the node has, keeps, and gives allocations.
+    resources: NodeResources,
+    /// The tasks' cgroups, shared by the drivers, or why there are none.
+    cgroups: TaskCgroups,
+    /// What submissions that passed admission but are not managed yet hold.
+    admitting: parking_lot::Mutex<Amount>,
 }
 
 /// How many ready-made allocation and task directories the agent keeps.
@@ -142,8 +170,10 @@ impl Agent {
             }
         };
         let metrics = Arc::new(Metrics::default());
+        let resources = NodeResources::new(&config, &wharf_isolate::Host::detect()?);
+        let cgroups = crate::resources::task_cgroups(&config, &resources);
         let agent = Arc::new(Agent {
-            drivers: build_drivers(&config),
+            drivers: build_drivers(&config, &cgroups),
             store,
             allocs: RwLock::new(BTreeMap::new()),
             claimed: Default::default(),
@@ -153,8 +183,19 @@ impl Agent {
             spare_dirs,
             metrics,
             config,
+            resources,
+            cgroups,
+            admitting: parking_lot::Mutex::new(Amount::ZERO),
         });
         agent.restore().await?;
+        // Every task that still runs has taken its cgroup back: the others' are left by runs
+        // an earlier agent lost.
+        if let Some(cgroups) = agent.cgroups.manager() {
+            let removed = wharf_exec::remove_orphan_cgroups(cgroups);
+            if !removed.is_empty() {
+                tracing::info!(cgroups = ?removed, "removed the cgroups of tasks that are gone");
+            }
+        }
         Ok(agent)
     }
 
@@ -166,6 +207,41 @@ impl Agent {
     /// The node's drivers.
     pub fn drivers(&self) -> &DriverRegistry {
         &self.drivers
+    }
+
+    /// What the node has, keeps, and gives allocations.
+    pub fn resources(&self) -> &NodeResources {
+        &self.resources
+    }
+
+    /// The tasks' cgroups, or why there are none.
+    pub fn task_cgroups(&self) -> &TaskCgroups {
+        &self.cgroups
+    }
+
+    /// What the allocations that may still run hold between them, and how many there are.
+    pub fn allocated(&self) -> (Amount, usize) {
+        let holding: Vec<Allocation> =
+            self.list().into_iter().filter(|r| !r.is_done()).map(|r| r.alloc()).collect();
+        let held = holding
+            .iter()
+            .filter_map(|alloc| Some(self.resources.needed(alloc.job.group(&alloc.task_group)?)))
+            .sum();
+        (held, holding.len())
+    }
+
+    /// Admits an allocation of `group` if it fits in what is free, holding its share until the
+    /// returned guard drops (by then the allocation is managed and counted as such).
+    fn admit(&self, group: &wharf_state::TaskGroup) -> Result<Admitted<'_>, AgentError> {
+        let needed = self.resources.needed(group);
+        let mut admitting = self.admitting.lock();
+        let (held, _) = self.allocated();
+        let free = self.resources.allocatable().saturating_sub(held + *admitting);
+        if let Some(shortfall) = free.shortfall(&needed) {
+            return Err(AgentError::DoesNotFit(shortfall));
+        }
+        *admitting = *admitting + needed;
+        Ok(Admitted { agent: self, amount: needed })
     }
 
     async fn restore(self: &Arc<Self>) -> Result<(), AgentError> {
@@ -320,6 +396,8 @@ impl Agent {
             Claim::Taken => return Ok((alloc.id, false)),
             Claim::Ours(claim) => claim,
         };
+        // Refused before anything of it is written.
+        let _admitted = self.admit(&alloc.job.groups[0])?;
         let runner = self.new_runner(alloc.clone())?;
         // Durable before the caller hears of it (and written once: the runner knows).
         runner.persist().await?;
@@ -535,14 +613,15 @@ fn open_store(config: &NodeConfig, options: StartOptions) -> Result<RedbStore, A
     }
 }
 
-fn build_drivers(config: &NodeConfig) -> DriverRegistry {
+fn build_drivers(config: &NodeConfig, cgroups: &TaskCgroups) -> DriverRegistry {
     let mut drivers = DriverRegistry::new();
     if config.drivers.raw_exec.enabled {
         let options = wharf_exec::RawExecOptions {
             shim_path: config.drivers.raw_exec.shim_path.clone(),
             ..wharf_exec::RawExecOptions::default()
         };
-        drivers.register(Arc::new(wharf_exec::RawExecDriver::new(options)));
+        let driver = wharf_exec::RawExecDriver::new(options).with_cgroups(cgroups.clone());
+        drivers.register(Arc::new(driver));
     }
     drivers
 }

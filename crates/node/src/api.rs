@@ -121,7 +121,7 @@ impl From<AgentError> for ApiError {
         let status = match &error {
             AgentError::UnknownAlloc(_) => StatusCode::NOT_FOUND,
             AgentError::InvalidId(_) => StatusCode::BAD_REQUEST,
-            AgentError::IdTaken(_) => StatusCode::CONFLICT,
+            AgentError::IdTaken(_) | AgentError::DoesNotFit(_) => StatusCode::CONFLICT,
             AgentError::Spec(_) => StatusCode::UNPROCESSABLE_ENTITY,
             AgentError::Alloc(wharf_alloc::AllocError::UnknownTask { .. }) => StatusCode::NOT_FOUND,
             AgentError::Alloc(wharf_alloc::AllocError::Task(

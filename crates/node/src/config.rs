@@ -28,6 +28,55 @@ pub struct NodeConfig {
     pub gc: GcConfig,
     /// Task log rotation.
     pub logs: LogsConfig,
+    /// What the node offers allocations, and what it keeps for itself.
+    pub resources: ResourcesConfig,
+    /// The tasks' cgroups.
+    pub cgroups: CgroupsConfig,
+}
+
+/// The node's resources, as allocations are admitted against them (Nomad's client
+/// `cpu_total_compute`, `memory_total_mb` and `reserved` block).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ResourcesConfig {
+    /// All the node's CPU in MHz; 0: its cores times their speed, as detected.
+    pub cpu_total_compute: u64,
+    /// The node's memory in MiB; 0: as detected.
+    pub memory_total_mb: u64,
+    /// What the node keeps for itself (the agent, the system): no allocation gets it.
+    pub reserved: ReservedConfig,
+}
+
+/// What the node keeps for itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReservedConfig {
+    /// CPU in MHz.
+    pub cpu: u64,
+    /// Memory in MiB.
+    pub memory: u64,
+    /// Cores no task runs on, in the kernel's list format (`"0"`, `"0-1,4"`).
+    pub cores: String,
+}
+
+/// Task cgroups.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CgroupsConfig {
+    /// Whether tasks get cgroups where the host allows it.
+    pub enabled: bool,
+    /// The cgroup the task cgroups go under, from each hierarchy's root (`/wharf`). Default:
+    /// `wharf/<data dir>` below the agent's own cgroup, so agents with different data
+    /// directories never share one. Each agent needs its own: it removes what it does not know.
+    pub parent: Option<String>,
+    /// The most processes and threads one task may have; 0 for no limit.
+    pub pids_limit: u64,
+}
+
+impl Default for CgroupsConfig {
+    fn default() -> Self {
+        CgroupsConfig { enabled: true, parent: None, pids_limit: 8192 }
+    }
 }
 
 /// Driver settings.
@@ -83,6 +132,8 @@ impl Default for NodeConfig {
             drivers: DriversConfig::default(),
             gc: GcConfig::default(),
             logs: LogsConfig::default(),
+            resources: ResourcesConfig::default(),
+            cgroups: CgroupsConfig::default(),
         }
     }
 }
@@ -172,6 +223,16 @@ impl NodeConfig {
         if self.logs.max_files == 0 || self.logs.max_file_mb == 0 {
             return Err("logs: max_files and max_file_mb must be at least 1".into());
         }
+        wharf_isolate::CpuSet::parse(&self.resources.reserved.cores)
+            .map_err(|e| format!("resources.reserved.cores: {e}"))?;
+        if let Some(parent) = &self.cgroups.parent
+            && (parent.trim_matches('/').is_empty()
+                || parent.split('/').any(|p| p == ".." || p == "."))
+        {
+            return Err(format!(
+                "cgroups.parent: {parent:?} must name a cgroup below the root, without `.` or `..`"
+            ));
+        }
         Ok(())
     }
 
@@ -209,7 +270,10 @@ mod tests {
         let config = NodeConfig::parse(
             "data_dir = \"/srv/wharf\"\nbind = \"0.0.0.0:9000\"\ntoken = \"0123456789abcdef\"\nmax_kill_timeout = \"1m\"\n\
              [drivers.raw_exec]\nenabled = false\nshim_path = \"/opt/shim\"\n[gc]\nmax_allocs = 3\nmax_age = \"1h\"\ninterval = \"5s\"\n\
-             [logs]\nmax_files = 2\nmax_file_mb = 1\n",
+             [logs]\nmax_files = 2\nmax_file_mb = 1\n\
+             [resources]\ncpu_total_compute = 8000\nmemory_total_mb = 4096\n\
+             [resources.reserved]\ncpu = 500\nmemory = 256\ncores = \"0\"\n\
+             [cgroups]\nenabled = false\nparent = \"/wharf\"\npids_limit = 100\n",
         )
         .unwrap();
         assert_eq!(config.data_dir, PathBuf::from("/srv/wharf"));
@@ -223,6 +287,14 @@ mod tests {
             (3, Duration::from_secs(3600), Duration::from_secs(5))
         );
         assert_eq!((config.logs.max_files, config.logs.max_file_mb), (2, 1));
+        assert_eq!(
+            (config.resources.cpu_total_compute, config.resources.reserved.cores.as_str()),
+            (8000, "0")
+        );
+        assert_eq!(
+            config.cgroups,
+            CgroupsConfig { enabled: false, parent: Some("/wharf".into()), pids_limit: 100 }
+        );
     }
 
     #[test]
@@ -235,6 +307,10 @@ mod tests {
             ("bind = \"0.0.0.0:4747\"", "set `token`"),
             ("token = \"short\"", "at least 16"),
             ("[logs]\nmax_files = 0", "logs"),
+            ("[resources.reserved]\ncores = \"0-x\"", "resources.reserved.cores"),
+            ("[resources]\ncpu = 5", "unknown field `cpu`"),
+            ("[cgroups]\nparent = \"/\"", "cgroups.parent"),
+            ("[cgroups]\nparent = \"a/../b\"", "cgroups.parent"),
         ];
         for (text, phrase) in cases {
             let err = NodeConfig::parse(text).unwrap_err();

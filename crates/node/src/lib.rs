@@ -9,6 +9,7 @@
 //! - [`serve`]: serving with graceful shutdown, and the embedded agent of `wharf run`.
 //! - [`wipe`]: `wharf wipe`, a node's end when the machine it stands for is destroyed.
 //! - [`fleet`]: `wharf fleet`, a pool of agents driven by wharf-prober, and its API.
+//! - [`resources`]: what the node has and keeps, admission's totals, and the tasks' cgroups.
 //! - [`logs`], [`metrics`], [`probe`], [`client`], [`agent_file`]: what those need.
 
 pub mod agent;
@@ -21,5 +22,6 @@ pub mod fleet;
 pub mod logs;
 pub mod metrics;
 pub mod probe;
+pub mod resources;
 pub mod serve;
 pub mod wipe;

@@ -5,6 +5,7 @@
 //! killed (SIGKILL, so it cannot restart anything), every task it recorded is killed with its
 //! whole process group through the driver's forced destroy, and the directory is removed.
 //! Tasks get no kill timeout and poststop tasks do not run: a destroyed machine gets neither.
+//! The node's cgroups go too, with anything still in them.
 
 use crate::agent_file::AgentFile;
 use crate::config::NodeConfig;
@@ -36,7 +37,11 @@ pub async fn wipe(config: &NodeConfig) -> anyhow::Result<Wiped> {
     if store_path.exists() {
         let store = RedbStore::open(&store_path)?;
         let snapshot = store.load_all().await?;
-        let driver = wharf_exec::RawExecDriver::new(wharf_exec::RawExecOptions::default());
+        // The agent is dead, so its cgroups are free to take: every task's, and whatever else
+        // is left in them, is killed and removed below.
+        let task_cgroups = wipe_cgroups(config);
+        let driver = wharf_exec::RawExecDriver::new(wharf_exec::RawExecOptions::default())
+            .with_cgroups(task_cgroups.clone());
         for stored in &snapshot.allocs {
             for handle in crate::probe::task_handles(stored) {
                 // Gone already, or never started: nothing to kill.
@@ -49,6 +54,9 @@ pub async fn wipe(config: &NodeConfig) -> anyhow::Result<Wiped> {
                 }
             }
         }
+        if let Some(cgroups) = task_cgroups.manager() {
+            wharf_exec::destroy_cgroups(cgroups).context("cannot remove the node's cgroups")?;
+        }
     }
     match std::fs::remove_dir_all(data_dir) {
         Ok(()) => {}
@@ -56,4 +64,20 @@ pub async fn wipe(config: &NodeConfig) -> anyhow::Result<Wiped> {
         Err(e) => return Err(e).with_context(|| format!("cannot remove {}", data_dir.display())),
     }
     Ok(wiped)
+}
+
+/// The node's cgroups, as its agent had them (the node's configuration with the data
+/// directory as the agent saw it), so that the wipe can kill and remove them.
+fn wipe_cgroups(config: &NodeConfig) -> wharf_exec::TaskCgroups {
+    let mut config = config.clone();
+    if let Ok(canonical) = config.data_dir.canonicalize() {
+        config.data_dir = canonical;
+    }
+    match wharf_isolate::Host::detect() {
+        Ok(host) => {
+            let resources = crate::resources::NodeResources::new(&config, &host);
+            crate::resources::task_cgroups(&config, &resources)
+        }
+        Err(error) => wharf_exec::TaskCgroups::Off { reason: error.to_string() },
+    }
 }

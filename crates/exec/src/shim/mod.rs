@@ -224,13 +224,31 @@ fn spawn_task(args: &ShimArgs) -> Result<(i32, [Option<OwnedFd>; 2]), StartRepor
     let null = File::open("/dev/null").map_err(|e| setup(e, "/dev/null"))?;
     let (out_read, out_write) = sys::pipe().map_err(|e| setup(e, "pipe"))?;
     let (err_read, err_write) = sys::pipe().map_err(|e| setup(e, "pipe"))?;
-    let pid = sys::spawn_in_new_session(
-        &program,
-        &argv,
-        &envp,
-        [null.as_fd(), out_write.as_fd(), err_write.as_fd()],
-    )
-    .map_err(|e| failed(Stage::Spawn, &e, &format!("cannot run {}", args.program.display())))?;
+    let stdio = [null.as_fd(), out_write.as_fd(), err_write.as_fd()];
+    let cannot_run =
+        |e: &io::Error| failed(Stage::Spawn, e, &format!("cannot run {}", args.program.display()));
+    let pid = if args.containment.is_empty() {
+        sys::spawn_in_new_session(&program, &argv, &envp, stdio).map_err(|e| cannot_run(&e))?
+    } else {
+        // Containment steps need a child of our own between its clone and its exec.
+        let contain = |errno: i32, message: String| StartReport::Failed {
+            stage: Stage::Confine,
+            errno,
+            message,
+        };
+        let prepared = args.containment.prepare().map_err(|e| contain(0, e.to_string()))?;
+        sys::spawn_contained(&program, &argv, &envp, stdio, &prepared).map_err(|failure| {
+            match failure {
+                sys::ChildFailure::Setup(errno) => {
+                    setup(io::Error::from_raw_os_error(errno), "setsid, dup2 or namespaces")
+                }
+                sys::ChildFailure::Contain(failure) => {
+                    contain(failure.errno, failure.describe(&args.containment))
+                }
+                sys::ChildFailure::Exec(errno) => cannot_run(&io::Error::from_raw_os_error(errno)),
+            }
+        })?
+    };
     Ok((pid, [Some(out_read), Some(err_read)]))
 }
 

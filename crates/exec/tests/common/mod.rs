@@ -125,3 +125,79 @@ pub fn start_ticks(pid: i32) -> u64 {
     let fields: Vec<&str> = stat.rsplit(')').next().unwrap().split_whitespace().collect();
     fields[19].parse().unwrap()
 }
+
+/// A cgroup manager under a parent of the test's own, killed and removed when dropped, even
+/// when the test fails. The node's cores are taken to run at 2000 MHz.
+pub struct CgroupScratch {
+    cgroups: Option<std::sync::Arc<wharf_isolate::Cgroups>>,
+    parent: String,
+    pids_max: Option<u64>,
+}
+
+impl CgroupScratch {
+    pub fn new(pids_max: Option<u64>) -> CgroupScratch {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let parent = format!(
+            "wharf-test-exec-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        let cgroups = Some(std::sync::Arc::new(open_cgroups(&parent, pids_max)));
+        CgroupScratch { cgroups, parent, pids_max }
+    }
+
+    pub fn cgroups(&self) -> &std::sync::Arc<wharf_isolate::Cgroups> {
+        self.cgroups.as_ref().unwrap()
+    }
+
+    /// What an agent's restart does: the old manager goes (and its lock), a new one opens
+    /// the same parent. Every driver of the old one must be gone first.
+    pub fn restart(&mut self) {
+        let old = self.cgroups.take().unwrap();
+        assert_eq!(std::sync::Arc::strong_count(&old), 1, "the old manager is still in use");
+        drop(old);
+        self.cgroups = Some(std::sync::Arc::new(open_cgroups(&self.parent, self.pids_max)));
+    }
+
+    /// A driver whose tasks get cgroups from this manager.
+    pub fn driver(&self) -> RawExecDriver {
+        driver().with_cgroups(wharf_exec::TaskCgroups::On(self.cgroups().clone()))
+    }
+}
+
+fn open_cgroups(parent: &str, pids_max: Option<u64>) -> wharf_isolate::Cgroups {
+    wharf_isolate::Cgroups::open(wharf_isolate::CgroupOptions {
+        parent: wharf_isolate::CgroupParent::Absolute(parent.into()),
+        pids_max,
+        reserved_cores: wharf_isolate::CpuSet::new(),
+        cpu: wharf_isolate::cgroup::NodeCpu { mhz_per_core: 2000 },
+        sweep_siblings: false,
+    })
+    .unwrap_or_else(|e| {
+        panic!("these tests need writable cgroups (root on a host with cgroup v1 or v2): {e}")
+    })
+}
+
+impl Drop for CgroupScratch {
+    fn drop(&mut self) {
+        if let Some(cgroups) = &self.cgroups
+            && let Err(error) = wharf_exec::destroy_cgroups(cgroups)
+        {
+            assert!(std::thread::panicking(), "cannot clean up cgroup {}: {error}", self.parent);
+        }
+    }
+}
+
+/// The lines of `/proc/<pid>/cgroup` for the controllers wharf uses, or `None` if the process
+/// is gone.
+pub fn cgroup_lines(pid: i32) -> Option<Vec<String>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let used = ["memory", "cpu", "cpuacct", "pids", "freezer"];
+    let v1: Vec<String> = text
+        .lines()
+        .filter(|l| used.contains(&l.split(':').nth(1).unwrap_or_default()))
+        .map(str::to_owned)
+        .collect();
+    // A v2 host has one line, `0::/path`.
+    Some(if v1.is_empty() { text.lines().map(str::to_owned).collect() } else { v1 })
+}

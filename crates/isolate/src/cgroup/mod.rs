@@ -139,10 +139,17 @@ pub struct CgroupOptions {
     pub reserved_cores: CpuSet,
     /// The speed of the node's cores, for CPU quotas.
     pub cpu: NodeCpu,
+    /// Whether the parent's siblings are parents of other agents like it (the node's default
+    /// layout, `wharf/<node>`): then those that are empty and that no agent holds are removed,
+    /// what agents that were killed left.
+    pub sweep_siblings: bool,
 }
 
 /// How long a freeze may take before the kill goes ahead on what was read.
 const FREEZE_LIMIT: Duration = Duration::from_secs(1);
+/// How long a parent's lock is waited for: a process forked by the agent that held it keeps a
+/// copy of its descriptor (and so the lock) until it executes its program.
+const LOCK_LIMIT: Duration = Duration::from_millis(500);
 /// How long removal retries a cgroup whose last processes are still exiting.
 const REMOVE_LIMIT: Duration = Duration::from_secs(2);
 
@@ -216,11 +223,7 @@ impl Cgroups {
                 hierarchy.controllers.contains(&Controller::Cpuset)
                     && layout.version == Version::V1,
             )?;
-            let lock = crate::sys::open_dir(parent).map_err(IsolateError::io(parent))?;
-            if !crate::sys::try_lock_exclusive(lock.as_fd()).map_err(IsolateError::io(parent))? {
-                return Err(IsolateError::ParentInUse { path: parent.clone() });
-            }
-            locks.push(lock);
+            locks.push(lock_parent(parent)?);
             // cpuset alone in its hierarchy (v1), or v2's one hierarchy, can keep the books.
             let partitions = hierarchy.controllers.contains(&Controller::Cpuset)
                 && (layout.version == Version::V2 || hierarchy.controllers.len() == 1);
@@ -272,7 +275,33 @@ impl Cgroups {
             _locks: locks,
         };
         manager.seed_reservations()?;
+        if manager.options.sweep_siblings {
+            manager.sweep_siblings();
+        }
         Ok(manager)
+    }
+
+    /// Removes the empty parents of agents that are gone (see [`CgroupOptions::sweep_siblings`]).
+    /// A sibling some agent holds is left alone; one that still holds task cgroups cannot be
+    /// removed (the kernel refuses), and is left to its agent's return.
+    fn sweep_siblings(&self) {
+        for place in &self.places {
+            let Some(above) = place.parent.parent() else { continue };
+            let siblings = std::fs::read_dir(above).into_iter().flatten().flatten();
+            for sibling in siblings.filter(|e| e.file_type().is_ok_and(|t| t.is_dir())) {
+                let dir = sibling.path();
+                if dir == place.parent {
+                    continue;
+                }
+                let Ok(lock) = crate::sys::open_dir(&dir) else { continue };
+                if !crate::sys::try_lock_exclusive(lock.as_fd()).unwrap_or(false) {
+                    continue;
+                }
+                for empty in [dir.join(RESERVE), dir.join(SHARE), dir.clone()] {
+                    let _ = std::fs::remove_dir(empty);
+                }
+            }
+        }
     }
 
     /// Which hierarchy the host runs.
@@ -567,6 +596,21 @@ impl Cgroups {
     }
 }
 
+impl Drop for Cgroups {
+    /// An agent that leaves no task behind leaves no cgroup: an empty parent goes with it.
+    fn drop(&mut self) {
+        if !self.task_names().is_empty() {
+            return;
+        }
+        for place in &self.places {
+            for dir in [place.parent.join(RESERVE), place.parent.join(SHARE), place.parent.clone()]
+            {
+                let _ = std::fs::remove_dir(dir);
+            }
+        }
+    }
+}
+
 /// One directory of a task's cgroup.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct TaskDir {
@@ -816,6 +860,8 @@ impl TaskCgroup {
                 stats.memory_max_usage = read_number(&memory.join("memory.max_usage_in_bytes"))?;
                 stats.measured.max_usage = true;
                 let cpuacct = self.need(Controller::Cpuacct)?;
+                stats.cpu_total =
+                    Duration::from_nanos(read_number(&cpuacct.join("cpuacct.usage"))?);
                 let path = cpuacct.join("cpuacct.usage_all");
                 let (user, system) = stats::usage_all(&read_text(&path)?).ok_or_else(|| {
                     IsolateError::Unreadable { path, reason: "not `cpu user system` lines".into() }
@@ -837,6 +883,7 @@ impl TaskCgroup {
                     stats.measured.max_usage = true;
                 }
                 let micros = |key| Duration::from_micros(stats::field(&cpu_stat, key).unwrap_or(0));
+                stats.cpu_total = micros("usage_usec");
                 stats.cpu_user = micros("user_usec");
                 stats.cpu_system = micros("system_usec");
                 stats.cpu_throttled = micros("throttled_usec");
@@ -844,6 +891,23 @@ impl TaskCgroup {
         }
         Ok(stats)
     }
+}
+
+/// Locks a parent for this manager, waiting briefly for a holder that is only a child of an
+/// earlier agent on its way to exec; a lock still held after that belongs to a live agent.
+fn lock_parent(parent: &Path) -> Result<OwnedFd, IsolateError> {
+    let lock = crate::sys::open_dir(parent).map_err(IsolateError::io(parent))?;
+    let mut wait = Duration::from_millis(1);
+    let mut waited = Duration::ZERO;
+    while !crate::sys::try_lock_exclusive(lock.as_fd()).map_err(IsolateError::io(parent))? {
+        if waited >= LOCK_LIMIT {
+            return Err(IsolateError::ParentInUse { path: parent.to_owned() });
+        }
+        std::thread::sleep(wait);
+        waited += wait;
+        wait = (wait * 2).min(Duration::from_millis(100));
+    }
+    Ok(lock)
 }
 
 /// The cgroup name of a task run's id: `<alloc>/<task>/<run>` becomes `<alloc>.<task>.<run>`,

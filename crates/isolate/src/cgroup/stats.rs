@@ -6,11 +6,15 @@
 //! | cache | `memory.stat` `cache` | `memory.stat` `file` |
 //! | swap | `memory.stat` `swap` (with swap accounting) | `memory.swap.current` |
 //! | max usage | `memory.max_usage_in_bytes` | `memory.peak` (Linux 5.19) |
-//! | CPU user, system | `cpuacct.usage_all` (ns, per CPU) | `cpu.stat` `user_usec`, `system_usec` |
+//! | CPU total | `cpuacct.usage` (ns) | `cpu.stat` `usage_usec` |
+//! | CPU user, system | `cpuacct.usage_all` (per CPU) | `cpu.stat` `user_usec`, `system_usec` |
 //! | throttling | `cpu.stat` `nr_periods`, `nr_throttled`, `throttled_time` | `cpu.stat` `nr_periods`, `nr_throttled`, `throttled_usec` |
 //! | processes | `pids.current` | `pids.current` |
 //!
-//! A figure the kernel does not give is 0, and [`CgroupStats::measured`] leaves it out.
+//! A figure the kernel does not give is 0, and [`CgroupStats::measured`] leaves it out. The
+//! total CPU time is the scheduler's exact count; the split into user and system time is
+//! sampled at the scheduler's ticks (4 ms at 250 Hz), which is why they need not add up to it
+//! and why a quota is checked against the total.
 
 use std::time::Duration;
 
@@ -25,9 +29,11 @@ pub struct CgroupStats {
     pub memory_swap: u64,
     /// The most it was ever charged, in bytes.
     pub memory_max_usage: u64,
-    /// CPU time in user mode.
+    /// CPU time, user and system, as the scheduler counts it (to the nanosecond).
+    pub cpu_total: Duration,
+    /// CPU time in user mode (sampled at the scheduler's ticks, so coarser than the total).
     pub cpu_user: Duration,
-    /// CPU time in the kernel.
+    /// CPU time in the kernel (sampled at ticks, as `cpu_user`).
     pub cpu_system: Duration,
     /// CFS periods in which the task could run.
     pub cpu_periods: u64,
