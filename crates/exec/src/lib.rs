@@ -24,7 +24,7 @@
 //! - `sys`: the system calls, and all of the crate's `unsafe` code but the calls into it that
 //!   carry a safety contract (the shim's entry point closes inherited descriptors).
 //!
-//! - `contain`: [`Containment`], the node's cgroups as the drivers use them: a cgroup per task
+//! - `contain`: [`TaskCgroups`], the node's cgroups as the drivers use them: a cgroup per task
 //!   with its limits, kills by cgroup (this crate sends the signals, wharf-isolate writes the
 //!   cgroup files), stats and OOM kills from it, and the sweep of orphaned cgroups.
 //!

@@ -838,7 +838,7 @@ impl TaskCgroup {
         }
     }
 
-    /// What the task has used (see [`stats`] for where each figure comes from).
+    /// What the task has used (see [`CgroupStats`] for where each figure comes from).
     pub fn stats(&self) -> Result<CgroupStats, IsolateError> {
         let memory = self.need(Controller::Memory)?;
         let cpu = self.need(Controller::Cpu)?;

@@ -1,24 +1,25 @@
-//! A task's usage as its cgroup counts it, and the parsers of the files it comes from.
-//!
-//! | figure | v1 | v2 |
-//! |---|---|---|
-//! | RSS | `memory.stat` `rss` | `memory.stat` `anon` |
-//! | cache | `memory.stat` `cache` | `memory.stat` `file` |
-//! | swap | `memory.stat` `swap` (with swap accounting) | `memory.swap.current` |
-//! | max usage | `memory.max_usage_in_bytes` | `memory.peak` (Linux 5.19) |
-//! | CPU total | `cpuacct.usage` (ns) | `cpu.stat` `usage_usec` |
-//! | CPU user, system | `cpuacct.usage_all` (per CPU) | `cpu.stat` `user_usec`, `system_usec` |
-//! | throttling | `cpu.stat` `nr_periods`, `nr_throttled`, `throttled_time` | `cpu.stat` `nr_periods`, `nr_throttled`, `throttled_usec` |
-//! | processes | `pids.current` | `pids.current` |
-//!
-//! A figure the kernel does not give is 0, and [`CgroupStats::measured`] leaves it out. The
-//! total CPU time is the scheduler's exact count; the split into user and system time is
-//! sampled at the scheduler's ticks (4 ms at 250 Hz), which is why they need not add up to it
-//! and why a quota is checked against the total.
+//! A task's usage as its cgroup counts it ([`CgroupStats`]), and the parsers of the files it
+//! comes from.
 
 use std::time::Duration;
 
 /// What a cgroup has used.
+///
+/// | figure | v1 | v2 |
+/// |---|---|---|
+/// | RSS | `memory.stat` `rss` | `memory.stat` `anon` |
+/// | cache | `memory.stat` `cache` | `memory.stat` `file` |
+/// | swap | `memory.stat` `swap` (with swap accounting) | `memory.swap.current` |
+/// | max usage | `memory.max_usage_in_bytes` | `memory.peak` (Linux 5.19) |
+/// | CPU total | `cpuacct.usage` (ns) | `cpu.stat` `usage_usec` |
+/// | CPU user, system | `cpuacct.usage_all` (per CPU) | `cpu.stat` `user_usec`, `system_usec` |
+/// | throttling | `cpu.stat` `nr_periods`, `nr_throttled`, `throttled_time` | `cpu.stat` `nr_periods`, `nr_throttled`, `throttled_usec` |
+/// | processes | `pids.current` | `pids.current` |
+///
+/// A figure the kernel does not give is 0, and [`CgroupStats::measured`] leaves it out. The
+/// total CPU time is the scheduler's exact count; the split into user and system time is
+/// sampled at the scheduler's ticks (4 ms at 250 Hz), which is why they need not add up to it
+/// and why a quota is checked against the total.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CgroupStats {
     /// Anonymous memory (resident, not file-backed), in bytes.
