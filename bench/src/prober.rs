@@ -133,7 +133,7 @@ fn measure_pool(workers: usize, interval: Duration) -> (f64, f64) {
         let metrics = pool.metrics();
         metrics
             .lines()
-            .find_map(|l| l.strip_prefix("wharf_prober_probes{result=\"passed\"} "))
+            .find_map(|l| l.strip_prefix("wharf_prober_probes_total{result=\"passed\"} "))
             .and_then(|v| v.parse().ok())
             .unwrap_or(0.0)
     };

@@ -5,8 +5,10 @@
 //!   end-to-end tests of the fleet over a real network.
 //! - [`announce`]: starting an agent or a fleet and reading the address it announces.
 //! - [`fleet`]: a `wharf fleet` process that wipes what it leaves behind when dropped.
+//! - [`promtool`]: Prometheus' linter on a metrics text.
 
 pub mod announce;
 pub mod fleet;
 pub mod netns;
+pub mod promtool;
 pub mod sshd;

@@ -56,6 +56,9 @@ async fn submit_run_read_logs_and_stop() {
     let metrics = String::from_utf8_lossy(&metrics);
     assert!(metrics.contains("wharf_task_starts_total 1\n"), "{metrics}");
     assert!(metrics.contains("wharf_allocs{status=\"complete\"} 1\n"), "{metrics}");
+    if let Err(problems) = wharf_tests::promtool::check_metrics(&metrics) {
+        panic!("the agent's metrics fail Prometheus' linter: {problems}\nin:\n{metrics}");
+    }
     assert!(agent.terminate().success());
 }
 

@@ -170,7 +170,10 @@ async fn loopback_workers_run_allocations_and_end_with_the_fleet() {
         String::from_utf8(client.call(Method::GET, "/v1/metrics", None).await.unwrap().to_vec())
             .unwrap();
     assert!(metrics.contains("wharf_fleet_finished_total{phase=\"lost\"} 1"), "{metrics}");
-    assert!(metrics.contains("wharf_prober_instances_total"), "{metrics}");
+    assert!(metrics.contains("wharf_prober_instances{"), "{metrics}");
+    if let Err(problems) = wharf_tests::promtool::check_metrics(&metrics) {
+        panic!("the fleet's metrics fail Prometheus' linter: {problems}\nin:\n{metrics}");
+    }
 
     // A clean stop destroys the loopback instances: no agent or task of them survives.
     let instances = fleet.0.data_dir().join("instances");

@@ -9,6 +9,7 @@
 //! started (the init command may start daemons) is ended by its destroy command.
 
 use crate::ProberError;
+use crate::config::limit;
 use crate::executor::Executor;
 use crate::instance::{Instance, InstanceId, InstanceSet, Tags};
 use crate::local::LocalExecutor;
@@ -23,7 +24,7 @@ use std::time::Duration;
 pub struct LoopbackConfig {
     /// Instance directories go here.
     pub root: PathBuf,
-    /// At most this many instances; more is a quota refusal.
+    /// At most this many instances; more is a quota refusal. 0: no limit.
     pub max_instances: usize,
     /// The address instances report (an sshd on 127.0.0.1), if any.
     pub address: Option<String>,
@@ -146,7 +147,7 @@ impl InstanceSet for LoopbackInstanceSet {
                     detail: "the loopback set is shutting down".into(),
                 });
             }
-            if instances.live.len() + instances.creating >= self.config.max_instances {
+            if instances.live.len() + instances.creating >= limit(self.config.max_instances) {
                 return Err(ProberError::Quota {
                     detail: format!(
                         "the loopback set holds at most {} instances",

@@ -26,7 +26,7 @@
 
 use crate::ProberError;
 use crate::clock::{Clock, Moment};
-use crate::config::{Prepared, WorkerConfig};
+use crate::config::{Prepared, WorkerConfig, limit};
 use crate::executor::Executor;
 use crate::instance::{Instance, InstanceId, InstanceSet, Tag, Tags};
 use crate::metrics::{self, Counters, Gauges};
@@ -67,13 +67,13 @@ pub struct PoolConfig {
     pub worker: WorkerConfig,
     /// Each worker is probed this often.
     pub probe_interval: Duration,
-    /// At most this many probes run at once.
+    /// At most this many probes run at once; 0: no limit.
     pub max_concurrent_probes: usize,
     /// The instance list is read this often (by [`Pool::run`]).
     pub sync_interval: Duration,
-    /// Never more instances than this (created and creating).
+    /// Never more instances than this (created and creating); 0: no limit.
     pub max_instances: usize,
-    /// At most this many creates in flight.
+    /// At most this many creates in flight; 0: no limit.
     pub max_concurrent_creates: usize,
     /// After a quota refusal with no instances, creates wait this long.
     pub quota_error_ttl: Duration,
@@ -192,17 +192,15 @@ impl Pool {
         instances: Arc<dyn InstanceSet>,
         new_executor: NewExecutor,
     ) -> Result<Pool, ProberError> {
-        if config.probe_interval.is_zero() {
-            return Err(ProberError::Config {
-                field: "probe_interval",
-                problem: "must be more than zero".into(),
-            });
-        }
-        if config.max_concurrent_probes == 0 {
-            return Err(ProberError::Config {
-                field: "max_concurrent_probes",
-                problem: "must be at least 1".into(),
-            });
+        for (field, value) in
+            [("probe_interval", config.probe_interval), ("sync_interval", config.sync_interval)]
+        {
+            if value.is_zero() {
+                return Err(ProberError::Config {
+                    field,
+                    problem: "must be more than zero".into(),
+                });
+            }
         }
         if !(0.0..=1.0).contains(&config.brake.max_failing_share) {
             return Err(ProberError::Config {
@@ -214,7 +212,9 @@ impl Pool {
         let state = PoolState { rng: config.seed, ..PoolState::default() };
         Ok(Pool {
             shared: Arc::new(Shared {
-                probes: tokio::sync::Semaphore::new(config.max_concurrent_probes),
+                probes: tokio::sync::Semaphore::new(
+                    limit(config.max_concurrent_probes).min(tokio::sync::Semaphore::MAX_PERMITS),
+                ),
                 config,
                 worker_config,
                 clock,
@@ -304,7 +304,7 @@ impl Pool {
 
     fn at_quota_locked(&self, state: &PoolState, now: Moment) -> bool {
         let count = state.workers.len() + state.creating.len();
-        count >= self.shared.config.max_instances
+        count >= limit(self.shared.config.max_instances)
             || state.quota_until.is_some_and(|until| now < until)
             || state.quota_until_fewer.is_some_and(|n| count >= n)
     }
@@ -339,7 +339,7 @@ impl Pool {
             if let Some(until) = state.create_throttled_until.filter(|until| now < *until) {
                 return Err(held(format!("rate limited for {:?}", until.since(now))));
             }
-            if state.creating.len() >= shared.config.max_concurrent_creates {
+            if state.creating.len() >= limit(shared.config.max_concurrent_creates) {
                 return Err(held(format!("{} creates in flight", state.creating.len())));
             }
             state.creating.insert(secret.clone(), (now, instance_type.to_owned()));
@@ -409,8 +409,11 @@ impl Pool {
             .unwrap_or(IdleBehavior::Run);
         let instance_type =
             instance.tags.get(&Tag::InstanceType.key(prefix)).cloned().unwrap_or_default();
+        // An instance of a type no longer configured was left by an earlier prober: it takes no
+        // work and goes once idle. What this pool created (booting) is its own to run.
         let types = &shared.config.instance_types;
-        if !types.is_empty()
+        if initial == State::Unknown
+            && !types.is_empty()
             && !types.contains(&instance_type)
             && idle_behavior != IdleBehavior::Hold
         {
@@ -476,7 +479,7 @@ impl Pool {
             let missing: Vec<InstanceId> = state
                 .workers
                 .iter()
-                .filter(|(id, entry)| !seen.contains(*id) && entry.worker.updated_at() < threshold)
+                .filter(|(id, entry)| !seen.contains(*id) && entry.worker.updated_at() <= threshold)
                 .map(|(id, _)| id.clone())
                 .collect();
             for id in missing {
@@ -484,7 +487,10 @@ impl Pool {
                     gone.push(entry.worker);
                 }
             }
-            if state.quota_until_fewer.is_some_and(|n| state.workers.len() < n) {
+            if state
+                .quota_until_fewer
+                .is_some_and(|n| state.workers.len() + state.creating.len() < n)
+            {
                 state.quota_until_fewer = None;
             }
             if !state.loaded {
@@ -496,7 +502,7 @@ impl Pool {
             worker.executor().retarget(&instance);
             worker.sync_instance(instance);
             if worker.state() == State::Shutdown
-                && worker.destroyed_at().is_some_and(|at| now.since(at) >= timeout_shutdown)
+                && worker.destroyed_at().is_some_and(|at| now.since(at) > timeout_shutdown)
             {
                 info!(worker = %worker.id(), "instance still listed after shutdown; destroying again");
                 worker.destroy_again();

@@ -217,7 +217,7 @@ fn a_created_instance_boots_and_becomes_idle() {
     h.run_for(secs(10));
     assert_eq!(h.state_of(&id.0), State::Idle);
     assert!(changes.has_changed().unwrap(), "and of it becoming idle");
-    assert!(h.pool.metrics().contains("wharf_prober_boot_outcomes{outcome=\"success\"} 1"));
+    assert!(h.pool.metrics().contains("wharf_prober_boot_outcomes_total{outcome=\"success\"} 1"));
 }
 
 struct CreateCase {
@@ -391,7 +391,7 @@ fn sync_adopts_disowns_and_retries_destroys() {
     assert_eq!(h.pool.workers().len(), 1);
     let metrics = h.pool.metrics();
     assert!(
-        metrics.contains("wharf_prober_instances_disappeared{state=\"shutdown\"} 1"),
+        metrics.contains("wharf_prober_instances_disappeared_total{state=\"shutdown\"} 1"),
         "{metrics}"
     );
 }
@@ -589,15 +589,15 @@ fn metrics_use_the_reference_names() {
     fleet(&h, 2);
     let metrics = h.pool.metrics();
     for line in [
-        "wharf_prober_instances_total{category=\"idle\"} 2",
+        "wharf_prober_instances{category=\"idle\"} 2",
         "wharf_prober_workers{state=\"idle\"} 2",
-        "wharf_prober_boot_outcomes{outcome=\"success\"} 2",
-        "wharf_prober_boot_outcomes{outcome=\"failure\"} 0",
+        "wharf_prober_boot_outcomes_total{outcome=\"success\"} 2",
+        "wharf_prober_boot_outcomes_total{outcome=\"failure\"} 0",
         "wharf_prober_instances_run_probe_duration_seconds_count{outcome=\"success\"} 2",
         "wharf_prober_probe_age_seconds_median ",
         "wharf_prober_runners_running 0",
         "wharf_prober_fleet_brake_engaged 0",
-        "wharf_prober_probes{result=\"passed\"} 2",
+        "wharf_prober_probes_total{result=\"passed\"} 2",
     ] {
         assert!(metrics.contains(line), "missing {line:?} in\n{metrics}");
     }
@@ -608,7 +608,7 @@ fn bad_pool_configuration_is_refused() {
     type Change = fn(&mut PoolConfig);
     let cases: Vec<(Change, &str)> = vec![
         (|c| c.probe_interval = Duration::ZERO, "probe_interval: must be more than zero"),
-        (|c| c.max_concurrent_probes = 0, "max_concurrent_probes: must be at least 1"),
+        (|c| c.sync_interval = Duration::ZERO, "sync_interval: must be more than zero"),
         (
             |c| c.brake.max_failing_share = 1.5,
             "brake.max_failing_share: 1.5 is not between 0 and 1",
@@ -713,7 +713,7 @@ fn idle_workers_are_shut_down_on_their_schedule_unless_held() {
     assert_eq!(h.state_of("w-run"), State::Shutdown);
     assert_eq!(h.state_of("w-hold"), State::Idle);
     assert_eq!(h.cloud.state.lock().destroyed, [InstanceId::from("w-run")]);
-    assert!(h.pool.metrics().contains("wharf_prober_boot_outcomes{outcome=\"success\"} 2"));
+    assert!(h.pool.metrics().contains("wharf_prober_boot_outcomes_total{outcome=\"success\"} 2"));
 }
 
 /// A cloud and an executor that never answer.
@@ -766,7 +766,7 @@ fn a_silent_cloud_or_executor_cannot_hang_the_pool() {
     runtime.block_on(pool.sync()).unwrap();
     clock.advance(secs(10));
     assert_eq!(runtime.block_on(pool.probe_due()), 1);
-    assert!(pool.metrics().contains("wharf_prober_probes{result=\"failed\"} 1"));
+    assert!(pool.metrics().contains("wharf_prober_probes_total{result=\"failed\"} 1"));
     assert!(!pool.workers()[0].state.eq(&State::Shutdown));
 }
 
@@ -799,4 +799,95 @@ fn instances_of_a_type_out_of_service_are_drained_unless_held() {
     assert_eq!(cloud.destroyed, [InstanceId::from("w-gone")]);
     let tags = cloud.tag_writes.iter().find(|(id, _)| id.0 == "w-gone").map(|(_, t)| t.clone());
     assert_eq!(tags.unwrap().get("t-IdleBehavior").map(String::as_str), Some("drain"));
+}
+
+/// Arvados' `TestNodeCreateThrottle`, its last step: `MaxConcurrentInstanceCreateOps: 0`
+/// creates; so does `MaxInstances: 0`. A limit of 0 is no limit, as in Arvados'
+/// configuration, and for the probe bound too.
+#[test]
+fn zero_limits_mean_no_limit() {
+    let mut config = pool_config();
+    config.max_instances = 0;
+    config.max_concurrent_creates = 0;
+    config.max_concurrent_probes = 0;
+    let h = harness_with(config);
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    *h.cloud.gate.lock() = Some(gate.clone());
+    h.runtime.block_on(async {
+        let creates: Vec<_> = (0..5)
+            .map(|_| {
+                let pool = h.pool.clone();
+                tokio::spawn(async move { pool.create("a").await })
+            })
+            .collect();
+        // Every create reaches the cloud (none is held), however many are in flight.
+        for _ in 0..1_000 {
+            if h.cloud.state.lock().init_commands.len() == 5 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(h.cloud.state.lock().init_commands.len(), 5);
+        assert!(!h.pool.at_quota());
+        gate.add_permits(5);
+        for create in creates {
+            create.await.unwrap().unwrap();
+        }
+    });
+    h.run_for(secs(10));
+    assert_eq!(h.pool.count_workers().get(&State::Idle), Some(&5));
+}
+
+/// The type rule ("not in `instance_types`, so drain") is for instances an earlier prober
+/// left; what this pool creates runs, whether its create returned first or a list showed it.
+#[test]
+fn instances_this_pool_created_are_not_drained_for_their_type() {
+    let mut config = pool_config();
+    config.instance_types = ["small".to_owned()].into_iter().collect();
+    let h = harness_with(config);
+    let id = h.runtime.block_on(h.pool.create("big")).unwrap();
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    *h.cloud.gate.lock() = Some(gate.clone());
+    h.runtime.block_on(async {
+        let second = tokio::spawn({
+            let pool = h.pool.clone();
+            async move { pool.create("big").await }
+        });
+        h.cloud.entered.notified().await;
+        h.pool.sync().await.unwrap();
+        gate.add_permits(1);
+        second.await.unwrap().unwrap();
+    });
+    let views = h.pool.workers();
+    assert_eq!(views.len(), 2);
+    for view in views {
+        assert_eq!(view.idle_behavior, IdleBehavior::Run, "{} was created here", view.id);
+    }
+    h.run_for(secs(10));
+    assert_eq!(h.state_of(&id.0), State::Idle);
+}
+
+/// As Arvados' sync: a shut-down instance still listed is destroyed again only once more than
+/// `timeouts.shutdown` has passed, and an instance is gone once a list that began at or
+/// after its last change does not show it.
+#[test]
+fn sync_boundaries_are_strict() {
+    let h = harness();
+    h.cloud.add_listed("w-1", &[]);
+    h.runtime.block_on(h.pool.sync()).unwrap();
+    h.runtime.block_on(h.pool.kill_instance(&"w-1".into(), "test")).unwrap();
+    h.clock.advance(secs(10));
+    h.runtime.block_on(h.pool.sync()).unwrap();
+    assert_eq!(h.cloud.state.lock().destroyed.len(), 1, "not at exactly the timeout");
+    h.clock.advance(Duration::from_millis(1));
+    h.runtime.block_on(h.pool.sync()).unwrap();
+    assert_eq!(h.cloud.state.lock().destroyed.len(), 2, "after it");
+
+    // Listed by one sync, missing from the next one at the same instant: gone.
+    h.cloud.add_listed("w-2", &[]);
+    h.runtime.block_on(h.pool.sync()).unwrap();
+    assert!(h.pool.workers().iter().any(|w| w.id.0 == "w-2"));
+    h.cloud.remove_listed("w-2");
+    h.runtime.block_on(h.pool.sync()).unwrap();
+    assert!(h.pool.workers().iter().all(|w| w.id.0 != "w-2"));
 }

@@ -25,6 +25,7 @@
 
 use crate::ProberError;
 use crate::clock::{Clock, Moment};
+use crate::config::limit;
 use crate::instance::InstanceId;
 use crate::pool::Pool;
 use crate::worker::{IdleBehavior, State, WorkerView};
@@ -36,7 +37,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tracing::{debug, info, warn};
 
-/// How the scheduler places work.
+/// How the scheduler places work. A limit of 0 means no limit, as in the pool's configuration.
 #[derive(Debug, Clone)]
 pub struct SchedulerConfig {
     /// At most this many runners on one worker (those it found there count too).
@@ -53,6 +54,13 @@ pub struct SchedulerConfig {
     pub min_workers: usize,
     /// The instance type of those creates.
     pub instance_type: String,
+}
+
+impl SchedulerConfig {
+    /// Whether work refused `attempts` times may be tried again.
+    fn may_retry(&self, attempts: u32) -> bool {
+        self.max_start_attempts == 0 || attempts < self.max_start_attempts
+    }
 }
 
 impl Default for SchedulerConfig {
@@ -231,18 +239,6 @@ pub struct Scheduler {
 impl Scheduler {
     /// A scheduler over `pool`, reading time from the pool's clock.
     pub fn new(pool: Pool, config: SchedulerConfig) -> Result<Scheduler, ProberError> {
-        if config.per_worker_limit == 0 {
-            return Err(ProberError::Config {
-                field: "per_worker_limit",
-                problem: "must be at least 1".into(),
-            });
-        }
-        if config.max_start_attempts == 0 {
-            return Err(ProberError::Config {
-                field: "max_start_attempts",
-                problem: "must be at least 1".into(),
-            });
-        }
         Ok(Scheduler {
             shared: Arc::new(Shared {
                 clock: pool.clock().clone(),
@@ -288,7 +284,7 @@ impl Scheduler {
             if inner.entries.contains_key(id) {
                 return Err(refuse("that id is taken".into()));
             }
-            if inner.queue.len() >= self.shared.config.max_queued {
+            if inner.queue.len() >= limit(self.shared.config.max_queued) {
                 return Err(refuse(format!(
                     "the queue is full ({} waiting)",
                     self.shared.config.max_queued
@@ -556,7 +552,7 @@ impl Scheduler {
                     && inner.backoff.get(&v.id).is_none_or(|until| *until <= now)
             })
             .map(|v| (load.get(&v.id).map_or(0, BTreeSet::len), &v.id))
-            .filter(|(n, _)| *n < shared.config.per_worker_limit)
+            .filter(|(n, _)| *n < limit(shared.config.per_worker_limit))
             .collect();
         let mut launches = Vec::new();
         while !inner.queue.is_empty() {
@@ -566,7 +562,7 @@ impl Scheduler {
             let Some(id) = inner.queue.pop_front() else { break };
             let worker = room[slot].1.clone();
             room[slot].0 += 1;
-            if room[slot].0 >= shared.config.per_worker_limit {
+            if room[slot].0 >= limit(shared.config.per_worker_limit) {
                 room.swap_remove(slot);
             }
             let Some(entry) = inner.entries.get_mut(&id) else { continue };
@@ -663,7 +659,7 @@ impl Scheduler {
                     refused = true;
                     inner.counters.start_refusals += 1;
                     inner.backoff.insert(worker.clone(), now + shared.config.start_failure_backoff);
-                    if entry.placement.attempts >= shared.config.max_start_attempts {
+                    if !shared.config.may_retry(entry.placement.attempts) {
                         let reason = format!(
                             "refused {} times; the last time: {e}",
                             entry.placement.attempts
@@ -718,7 +714,7 @@ impl Scheduler {
             Ok(Some(line)) if line == "unknown" => {
                 // The start never arrived: it can go elsewhere.
                 info!(work = %id, %worker, "unconfirmed start never arrived; requeued");
-                if entry.placement.attempts >= shared.config.max_start_attempts {
+                if !shared.config.may_retry(entry.placement.attempts) {
                     Phase::Failed {
                         reason: format!(
                             "no start reached a worker in {} attempts",
@@ -764,7 +760,7 @@ fn finish(inner: &mut Inner, shared: &Shared, id: &str, phase: Phase) {
     entry.placement.phase = phase;
     entry.placement.finished = Some(now);
     inner.finished.push_back(id.to_owned());
-    while inner.finished.len() > shared.config.max_finished {
+    while inner.finished.len() > limit(shared.config.max_finished) {
         let Some(old) = inner.finished.pop_front() else { break };
         if inner.entries.get(&old).is_some_and(|e| e.placement.phase.is_final()) {
             inner.entries.remove(&old);

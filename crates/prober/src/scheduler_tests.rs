@@ -428,7 +428,7 @@ fn bad_submissions_are_refused_with_the_reason() {
     h.submit("a");
     assert!(refused("a").contains("taken"));
     assert!(refused("b").contains("queue is full (1 waiting)"));
-    assert!(Scheduler::new(h.pool.clone(), config(0)).is_err());
+    assert!(Scheduler::new(h.pool.clone(), config(0)).is_ok(), "a limit of 0 is no limit");
 }
 
 #[test]
@@ -446,4 +446,15 @@ fn finished_work_is_forgotten_oldest_first_beyond_the_limit() {
     let ids: Vec<String> = h.scheduler.list().into_iter().map(|p| p.id).collect();
     assert_eq!(ids.len(), 2, "{ids:?}");
     assert!(!ids.contains(&"a".to_owned()), "{ids:?}");
+}
+
+#[test]
+fn a_per_worker_limit_of_zero_is_no_limit() {
+    let h = harness(&["h1"], SchedulerConfig { per_worker_limit: 0, ..config(1) });
+    for i in 0..8 {
+        h.submit(&format!("w{i}"));
+    }
+    h.step();
+    h.probe();
+    assert_eq!(h.running_on("h1").len(), 8);
 }
