@@ -4,20 +4,36 @@
 //! allocation whose record says it runs is listed as `<id>` if one of its tasks is still alive
 //! and as `<id> stale` if none is; a store that cannot be read makes the node `broken`. It exits
 //! 0 whenever it could answer.
+//!
+//! It never hangs: an agent that accepts connections but does not answer (frozen, or stopped
+//! with SIGSTOP) gets [`AGENT_DEADLINE`], after which the store is read as if no agent ran; a
+//! store that does not answer within [`STORE_DEADLINE`] makes the node `broken`. Both together
+//! stay well under the prober's command deadline, so the prober always gets an answer.
 
 use crate::client::{Client, ClientError};
 use crate::config::NodeConfig;
 use hyper::Method;
 use std::io::Write;
+use std::time::Duration;
 use wharf_driver::{Driver, RunState, TaskHandle};
 use wharf_store::{RedbStore, StateStore, StoreError, StoredAlloc};
 
+/// How long the agent has to answer before the store is read instead.
+pub const AGENT_DEADLINE: Duration = Duration::from_secs(5);
+/// How long reading the store may take before the node is reported broken.
+pub const STORE_DEADLINE: Duration = Duration::from_secs(5);
+
 /// Prints the probe lines.
 pub async fn print(client: &Client, config: &NodeConfig) -> anyhow::Result<()> {
-    let lines = match client.call(Method::GET, "/v1/probe", None).await {
-        Ok(text) => String::from_utf8_lossy(&text).lines().map(str::to_owned).collect(),
-        Err(ClientError::Unreachable { .. }) => offline(config).await,
-        Err(other) => return Err(other.into()),
+    let asked = tokio::time::timeout(AGENT_DEADLINE, client.call(Method::GET, "/v1/probe", None));
+    let lines = match asked.await {
+        Ok(Ok(text)) => String::from_utf8_lossy(&text).lines().map(str::to_owned).collect(),
+        Ok(Err(ClientError::Unreachable { .. })) | Err(_) => {
+            tokio::time::timeout(STORE_DEADLINE, offline(config))
+                .await
+                .unwrap_or_else(|_| vec!["broken".into()])
+        }
+        Ok(Err(other)) => return Err(other.into()),
     };
     let mut out = std::io::stdout().lock();
     for line in lines {

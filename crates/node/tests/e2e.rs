@@ -209,6 +209,114 @@ async fn the_probe_lists_live_allocations_stale_ones_and_a_broken_node() {
     assert!(probe.status.success());
 }
 
+/// wharf-prober's default runner commands are wharf's own: a worker configured with them
+/// (only the program's path set) starts work on a real agent, sees it in its run probe, asks
+/// how it is doing, stops it and learns how it ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_probers_default_runner_commands_drive_a_real_agent() {
+    use std::sync::Arc;
+    use wharf_prober::*;
+    let dir = tempfile::tempdir().unwrap();
+    let agent = AgentProcess::start(dir.path(), "");
+    let executor = LocalExecutor::new("node")
+        .with_env("WHARF_ADDR", &agent.address)
+        .with_env("WHARF_TOKEN", TOKEN);
+    let config = WorkerConfig {
+        boot_probe_command: "true".into(),
+        runner: RunnerConfig { command: WHARF.into(), ..RunnerConfig::default() },
+        ..WorkerConfig::default()
+    };
+    let instance = Instance {
+        id: "node".into(),
+        address: None,
+        remote_user: "root".into(),
+        tags: Tags::new(),
+        host_key: None,
+    };
+    let worker = Worker::new(
+        WorkerSpec {
+            instance,
+            instance_type: "local".into(),
+            state: State::Booting,
+            idle_behavior: IdleBehavior::Run,
+        },
+        Arc::new(executor),
+        Arc::new(config.prepare().unwrap()),
+        Arc::new(SystemClock::new()),
+        Arc::new(Brake::default()),
+    );
+    assert_eq!(worker.probe_and_update().await, ProbeOutcome::Passed);
+    assert_eq!(worker.state(), State::Idle);
+
+    let spec = job("runner-job", "service", &sh_task("t", "exec sleep 1000"));
+    worker.start_runner("runner-job", spec.as_bytes()).await.unwrap();
+    let client = agent.client();
+    until(&client, "runner-job", "running", |d| d.state.client_status == ClientStatus::Running)
+        .await;
+    assert_eq!(worker.probe_and_update().await, ProbeOutcome::Passed);
+    assert_eq!(worker.view().running, ["runner-job"]);
+    assert_eq!(worker.runner_outcome("runner-job").await.unwrap().as_deref(), Some("running"));
+
+    assert!(worker.kill_runner("runner-job", "test"));
+    let deadline = std::time::Instant::now() + LIMIT;
+    while !worker.view().running.is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the runner was never stopped");
+        worker.kill_due().await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let outcome = worker.runner_outcome("runner-job").await.unwrap().unwrap();
+    assert!(outcome.starts_with("complete") || outcome.starts_with("failed"), "{outcome}");
+    assert_eq!(worker.runner_outcome("never-there").await.unwrap().as_deref(), Some("unknown"));
+    assert_eq!(worker.probe_and_update().await, ProbeOutcome::Passed);
+    assert_eq!(worker.state(), State::Idle);
+}
+
+/// Runs `wharf` with `args` and waits at most `limit` for it; `None` if it was still running
+/// then (it is killed).
+fn cli_within(args: &[&str], limit: Duration) -> Option<std::process::Output> {
+    let mut child = Command::new(WHARF)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Some(child.wait_with_output().unwrap())
+}
+
+/// An agent that accepts connections but never answers (stopped with SIGSTOP) does not hang
+/// the run probe: past its own deadline it answers from the store, which the frozen agent
+/// holds, so the node reports itself broken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_agent_does_not_hang_the_run_probe() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = AgentProcess::start(dir.path(), "");
+    let pid = agent.child.id().to_string();
+    let signal = |name: &str| {
+        let sent = Command::new("kill").args([name, &pid]).status().unwrap();
+        assert!(sent.success(), "kill {name} {pid}");
+    };
+    signal("-STOP");
+    let config = agent.config.display().to_string();
+    let args =
+        ["--address", &agent.address, "--token", TOKEN, "alloc", "list", "--probe", "--config"];
+    let args: Vec<&str> = args.into_iter().chain([config.as_str()]).collect();
+    let probe = cli_within(&args, Duration::from_secs(15));
+    signal("-CONT");
+    let probe = probe.expect("the probe hung on the frozen agent");
+    assert!(probe.status.success(), "{probe:?}");
+    assert_eq!(String::from_utf8_lossy(&probe.stdout), "broken\n", "{probe:?}");
+    assert!(agent.terminate().success());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_refused_clearly_and_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();

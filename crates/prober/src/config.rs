@@ -47,6 +47,11 @@ impl Default for Timeouts {
 }
 
 /// The runner on the worker: the program the run probe, start and kill commands call.
+///
+/// The defaults are wharf's own node CLI (`wharf alloc list --probe`, `wharf run --detach -
+/// --id ID` with the job spec on stdin, `wharf alloc stop --wait 1s ID`, `wharf alloc outcome
+/// ID`); crunch-run is driven with `--list`, `--detach --stdin-config`, `--kill 15` and no
+/// outcome command.
 #[derive(Debug, Clone)]
 pub struct RunnerConfig {
     /// The command when no binary is deployed (it is assumed installed), e.g. `wharf`.
@@ -57,9 +62,11 @@ pub struct RunnerConfig {
     pub directory: String,
     /// Arguments of the run probe, e.g. `alloc list --probe` or `--list`.
     pub list_args: String,
-    /// Arguments that start work in the background; the quoted id is appended.
+    /// Arguments that start work in the background, reading its payload on stdin; the quoted
+    /// id is appended.
     pub start_args: String,
-    /// Arguments that send TERM to work; the quoted id is appended.
+    /// Arguments that ask work to stop and exit 0 once it has (the quoted id is appended);
+    /// repeated every [`Timeouts::signal`] until then.
     pub kill_args: String,
     /// Arguments that print, in one line, how work that is no longer listed ended (the
     /// quoted id is appended): `unknown` if the runner never had it, else its final status
@@ -74,9 +81,9 @@ impl Default for RunnerConfig {
             binary: None,
             directory: "/var/lib/wharf-runner".into(),
             list_args: "alloc list --probe".into(),
-            start_args: "alloc start --detach".into(),
-            kill_args: "alloc kill --signal TERM".into(),
-            outcome_args: None,
+            start_args: "run --detach - --id".into(),
+            kill_args: "alloc stop --wait 1s".into(),
+            outcome_args: Some("alloc outcome".into()),
         }
     }
 }

@@ -59,6 +59,8 @@ impl Fleet {
             Some(address) => format!("--address {} ", quote("agent address", address)?),
             None => String::new(),
         };
+        // The prober's defaults are wharf's own commands; only the agent's address is added.
+        let defaults = RunnerConfig::default();
         let mut worker = WorkerConfig {
             timeouts: Timeouts {
                 booting: config.timeouts.booting,
@@ -71,13 +73,12 @@ impl Fleet {
             },
             boot_probe_command: "true".into(),
             runner: RunnerConfig {
-                command: "wharf".into(),
                 binary: Some(binary),
-                directory: "/var/lib/wharf-runner".into(),
-                list_args: format!("{agent}alloc list --probe"),
-                start_args: format!("{agent}run --detach - --id"),
-                kill_args: format!("{agent}alloc stop --wait 1s"),
-                outcome_args: Some(format!("{agent}alloc outcome")),
+                list_args: format!("{agent}{}", defaults.list_args),
+                start_args: format!("{agent}{}", defaults.start_args),
+                kill_args: format!("{agent}{}", defaults.kill_args),
+                outcome_args: defaults.outcome_args.map(|args| format!("{agent}{args}")),
+                ..defaults
             },
             command_deadline: config.command_deadline,
             ..WorkerConfig::default()
