@@ -31,7 +31,7 @@ struct Fleet(Vec<Instance>);
 
 #[async_trait::async_trait]
 impl InstanceSet for Fleet {
-    async fn create(&self, _: &str, _: &Tags, _: &str) -> Result<Instance, ProberError> {
+    async fn create(&self, _: &InstanceType, _: &Tags, _: &str) -> Result<Instance, ProberError> {
         Err(ProberError::Quota { detail: "fixed fleet".into() })
     }
     async fn list(&self) -> Result<Vec<Instance>, ProberError> {

@@ -15,7 +15,7 @@ struct Listed(Mutex<Vec<Instance>>);
 
 #[async_trait::async_trait]
 impl InstanceSet for Listed {
-    async fn create(&self, _: &str, _: &Tags, _: &str) -> Result<Instance, ProberError> {
+    async fn create(&self, _: &InstanceType, _: &Tags, _: &str) -> Result<Instance, ProberError> {
         Err(ProberError::Quota { detail: "a fixed fleet".into() })
     }
     async fn list(&self) -> Result<Vec<Instance>, ProberError> {

@@ -146,6 +146,9 @@ async fn loopback_workers_run_allocations_and_end_with_the_fleet() {
     let a = until_alloc(&client, &a.id, "a runs", |x| x.phase == "running").await;
     let b = until_alloc(&client, &b.id, "b runs", |x| x.phase == "running").await;
     assert_ne!(a.worker, b.worker, "spread over the idle workers");
+    // An operator's probe, out of turn.
+    let probe = fleet.cli(&["probe", a.worker.as_deref().unwrap()]);
+    assert!(probe.status.success(), "{probe:?}");
     let c = until_alloc(&client, &c.id, "c is queued", |x| x.phase == "queued").await;
     client.call(Method::POST, &format!("/v1/allocations/{}/stop", a.id), None).await.unwrap();
     let stopped = until_alloc(&client, &a.id, "a ends", FleetAlloc::is_final).await;
@@ -206,6 +209,8 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
     assert_eq!(status_of(unknown), StatusCode::NOT_FOUND);
     let no_worker = client.call(Method::POST, "/v1/workers/nope/hold", None).await.unwrap_err();
     assert_eq!(status_of(no_worker), StatusCode::NOT_FOUND);
+    let no_probe = client.call(Method::POST, "/v1/workers/nope/probe", None).await.unwrap_err();
+    assert_eq!(status_of(no_probe), StatusCode::NOT_FOUND);
     let bad_action = client.call(Method::POST, "/v1/workers/nope/explode", None).await.unwrap_err();
     assert_eq!(status_of(bad_action), StatusCode::BAD_REQUEST);
     let big = vec![b'#'; 2 << 20];

@@ -4,6 +4,7 @@
 //! [`ProberError`]. Cloud errors that change what the pool does next (quota, capacity, rate
 //! limits) are variants of their own, so callers match on them instead of parsing messages.
 
+use crate::capacity::{CapacityScope, HoldReason};
 use std::time::Duration;
 
 /// Everything that can go wrong probing workers and managing instances.
@@ -123,12 +124,12 @@ pub enum ProberError {
         /// The provider's message.
         detail: String,
     },
-    /// The cloud has no capacity for this instance type (or for any, when `instance_type` is
-    /// empty) right now.
-    #[error("no capacity for instance type {instance_type:?}{}", detail_suffix(.detail))]
+    /// The cloud has no capacity right now, for the instance type asked for, its quota group,
+    /// or every type, as `scope` says.
+    #[error("no capacity for {scope}{}", detail_suffix(.detail))]
     Capacity {
-        /// The instance type, or "" for every type.
-        instance_type: String,
+        /// Which creates the refusal holds.
+        scope: CapacityScope,
         /// The provider's message.
         detail: String,
     },
@@ -138,13 +139,14 @@ pub enum ProberError {
         /// How long to wait before the next call.
         retry_after: Duration,
     },
-    /// The pool holds creates back (quota or capacity learned earlier, too many in flight).
+    /// The pool holds creates back: quota or capacity learned earlier, the cloud's rate
+    /// limit, the instance limit, or too many creates in flight.
     #[error("not creating an instance of type {instance_type:?}: {reason}")]
     CreateHeld {
         /// The type asked for.
         instance_type: String,
-        /// Why: "at quota", "at capacity until ...", "4 creates in flight".
-        reason: String,
+        /// What holds it.
+        reason: HoldReason,
     },
     /// Any other failure of a cloud call.
     #[error("cloud {operation} failed: {detail}")]

@@ -12,6 +12,7 @@
 //! implementation on this host.
 
 use crate::ProberError;
+use crate::capacity::InstanceType;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -53,12 +54,13 @@ pub struct Instance {
 /// The cloud: where instances come from and go.
 #[async_trait::async_trait]
 pub trait InstanceSet: Send + Sync + fmt::Debug + 'static {
-    /// Creates an instance of `instance_type` with `tags`, running `init_command` at boot.
-    /// Refusals are [`ProberError::Quota`], [`ProberError::Capacity`] or
+    /// Creates an instance of `instance_type` (its provider type, preemptible or not) with
+    /// `tags`, running `init_command` at boot. Refusals are [`ProberError::Quota`],
+    /// [`ProberError::Capacity`] (scoped to the type, its quota group or every type) or
     /// [`ProberError::RateLimited`] where the cloud says so.
     async fn create(
         &self,
-        instance_type: &str,
+        instance_type: &InstanceType,
         tags: &Tags,
         init_command: &str,
     ) -> Result<Instance, ProberError>;

@@ -8,8 +8,10 @@
 //! for a failing boot probe, and a fleet-wide brake stops mass destruction during an outage.
 //!
 //! - [`worker`]: the per-worker state machine ([`Worker`]).
-//! - [`pool`]: the [`Pool`]: creates with throttling, sync with the instance list, the
-//!   per-worker probe schedule, the fleet brake, operator actions, metrics.
+//! - [`pool`]: the [`Pool`]: creates in the background with throttling, sync with the
+//!   instance list, the per-worker probe schedule, the fleet brake, operator actions, metrics.
+//! - [`capacity`]: instance types (provider type, preemptible, quota group) and what holds
+//!   creates back ([`HoldReason`]).
 //! - [`executor`]: the [`Executor`] seam and the [`ScriptedExecutor`] for tests;
 //!   [`ssh`] ([`SshExecutor`], on russh) and [`LocalExecutor`] (`sh -c`) implement it.
 //! - [`scheduler`]: the [`Scheduler`]: places work on the least-loaded worker with room,
@@ -25,6 +27,7 @@
 //! commands only through an [`Executor`], and prints nothing (it logs with `tracing`, with a
 //! `worker` field).
 
+pub mod capacity;
 pub mod clock;
 mod config;
 mod error;
@@ -41,6 +44,7 @@ pub mod ssh;
 mod static_set;
 pub mod worker;
 
+pub use capacity::{CapacityScope, HoldReason, InstanceType};
 pub use clock::{Clock, FakeClock, Moment, SystemClock};
 pub use config::{
     Deployment, Prepared, RunnerBinary, RunnerConfig, RunnerFile, Timeouts, WorkerConfig,
@@ -51,7 +55,7 @@ pub use executor::{Executor, Output, Reply, ScriptedExecutor};
 pub use instance::{Instance, InstanceId, InstanceSet, Tag, Tags};
 pub use local::LocalExecutor;
 pub use loopback::{LoopbackConfig, LoopbackInstanceSet};
-pub use pool::{BrakeConfig, NewExecutor, Pool, PoolConfig};
+pub use pool::{BrakeConfig, Creating, InstanceView, NewExecutor, Pool, PoolConfig};
 pub use quote::quote;
 pub use scheduler::{Phase, Placement, Scheduler, SchedulerConfig};
 pub use ssh::{SshExecutor, SshTarget};

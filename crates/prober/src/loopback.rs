@@ -9,6 +9,7 @@
 //! started (the init command may start daemons) is ended by its destroy command.
 
 use crate::ProberError;
+use crate::capacity::InstanceType;
 use crate::config::limit;
 use crate::executor::Executor;
 use crate::instance::{Instance, InstanceId, InstanceSet, Tags};
@@ -135,7 +136,7 @@ impl LoopbackInstanceSet {
 impl InstanceSet for LoopbackInstanceSet {
     async fn create(
         &self,
-        instance_type: &str,
+        instance_type: &InstanceType,
         tags: &Tags,
         init_command: &str,
     ) -> Result<Instance, ProberError> {
@@ -187,7 +188,7 @@ impl InstanceSet for LoopbackInstanceSet {
                 return Err(ProberError::Cloud { operation: "create", detail: e.to_string() });
             }
         }
-        tracing::info!(worker = %id, instance_type, "loopback instance created");
+        tracing::info!(worker = %id, instance_type = instance_type.name, "loopback instance created");
         self.instances.lock().live.insert(id, instance.clone());
         Ok(instance)
     }
@@ -257,7 +258,7 @@ mod tests {
         runtime.block_on(async {
             let create = tokio::spawn({
                 let set = set.clone();
-                async move { set.create("local", &Tags::new(), &init).await }
+                async move { set.create(&InstanceType::new("local"), &Tags::new(), &init).await }
             });
             while set.instances.lock().creating == 0 {
                 tokio::task::yield_now().await;
@@ -275,7 +276,8 @@ mod tests {
             assert!(destroy_all.await.unwrap().is_empty());
             assert!(root.join(format!("destroyed-{}", created.id.0)).exists());
             assert_eq!(instance_dirs(root), 0, "nothing of the instance is left");
-            let refused = set.create("local", &Tags::new(), "").await.unwrap_err();
+            let refused =
+                set.create(&InstanceType::new("local"), &Tags::new(), "").await.unwrap_err();
             assert!(refused.to_string().contains("shutting down"), "{refused}");
         });
     }
@@ -286,7 +288,11 @@ mod tests {
         let root = tmp.path();
         let set = set(root, "touch \"$WHARF_INSTANCE_DIR/../../cleaned\"");
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let failed = runtime.block_on(set.create("local", &Tags::new(), "touch started; exit 3"));
+        let failed = runtime.block_on(set.create(
+            &InstanceType::new("local"),
+            &Tags::new(),
+            "touch started; exit 3",
+        ));
         let error = failed.unwrap_err().to_string();
         assert!(error.contains("init command"), "{error}");
         assert!(root.join("cleaned").exists(), "the destroy command ran");

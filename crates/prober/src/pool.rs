@@ -2,12 +2,14 @@
 //!
 //! The pool owns the workers and carries out what they decide (destroy, save tags, count
 //! outcomes). Its jobs:
-//! - **Create** instances with throttling: no create while at quota (a hard `max_instances`,
-//!   or a quota refusal learned from the cloud, held until fewer instances exist or a TTL
-//!   passes), while the type (or every type) is at capacity, while the cloud's rate limit
-//!   holds, or while `max_concurrent_creates` are in flight. Each create carries a secret tag
-//!   so the instance is recognised as ours (`booting`) when a list shows it before the create
-//!   returns.
+//! - **Create** instances in the background: [`Pool::create`] returns at once, the create
+//!   shows in [`Pool::instances`] until the cloud answers, and subscribers hear how it went.
+//!   Creates are held back ([`HoldReason`](crate::HoldReason), see [`capacity`](crate::capacity))
+//!   at `max_instances`, at a quota the cloud reported (until fewer instances exist, or a TTL
+//!   passes), while the type, its quota group or every type is at capacity, while the cloud's
+//!   rate limit holds, or while `max_concurrent_creates` are in flight; when a hold ends,
+//!   subscribers hear at once. Each create carries a secret tag so the instance is recognised
+//!   as ours (`booting`) when a list shows it before the create returns.
 //! - **Sync** with the instance list: new instances become workers (`booting` if their
 //!   secret is a pending create, else `unknown`, with the idle behaviour from their tag),
 //!   known ones get their listing (address, host key) and drifted tags fixed, destroyed ones
@@ -21,10 +23,11 @@
 //!   at least `brake.min_failing`) fail their last probe, no worker is destroyed for being
 //!   unresponsive until that clears; the reason is logged and exported.
 //!
-//! Tests drive it step by step on a fake clock ([`Pool::probe_due`], [`Pool::sync`]);
-//! [`Pool::run`] is the same loop on real time.
+//! Tests drive it step by step on a fake clock ([`Pool::probe_due`], [`Pool::sync`],
+//! [`Pool::probe_now`]); [`Pool::run`] is the same loop on real time.
 
 use crate::ProberError;
+use crate::capacity::{Counts, Holds, InstanceType, Limits, Refusal};
 use crate::clock::{Clock, Moment};
 use crate::config::{Prepared, WorkerConfig, limit};
 use crate::executor::Executor;
@@ -40,7 +43,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// Makes the executor for a newly seen instance.
 pub type NewExecutor = Arc<dyn Fn(&Instance) -> Arc<dyn Executor> + Send + Sync>;
@@ -77,7 +80,8 @@ pub struct PoolConfig {
     pub max_concurrent_creates: usize,
     /// After a quota refusal with no instances, creates wait this long.
     pub quota_error_ttl: Duration,
-    /// After a capacity refusal, creates of that type (or all) wait this long.
+    /// After a capacity refusal, creates of that type (or its quota group, or all) wait this
+    /// long.
     pub capacity_error_ttl: Duration,
     /// The fleet brake.
     pub brake: BrakeConfig,
@@ -89,9 +93,11 @@ pub struct PoolConfig {
     pub seed: u64,
     /// Deadline of one cloud call (create, list, destroy, set tags).
     pub cloud_deadline: Duration,
-    /// The instance types in service; a listed instance of another type (one removed from
-    /// the configuration) is drained unless it is on hold. Empty: every type is in service.
-    pub instance_types: std::collections::BTreeSet<String>,
+    /// The instance types in service, by name: their provider types, preemptible kinds and
+    /// quota groups. A listed instance of another type (one removed from the configuration)
+    /// is drained unless it is on hold. Empty: every name is a type in service, its own
+    /// provider type, in no quota group.
+    pub instance_types: Vec<InstanceType>,
 }
 
 impl Default for PoolConfig {
@@ -110,7 +116,7 @@ impl Default for PoolConfig {
             secret_path: "/var/run/wharf-instance-secret".into(),
             seed: 0x9e37_79b9_7f4a_7c15,
             cloud_deadline: Duration::from_secs(120),
-            instance_types: std::collections::BTreeSet::new(),
+            instance_types: Vec::new(),
         }
     }
 }
@@ -127,20 +133,31 @@ struct PoolState {
     workers: HashMap<InstanceId, Entry>,
     schedule: BinaryHeap<Reverse<(Moment, u64, InstanceId)>>,
     generation: u64,
-    /// Pending creates by secret: when, and of which type.
-    creating: HashMap<String, (Moment, String)>,
+    /// Creates in flight, by the secret they carry.
+    creating: HashMap<String, PendingCreate>,
     exited: HashMap<String, Moment>,
-    quota_until: Option<Moment>,
-    quota_until_fewer: Option<usize>,
-    capacity_until: HashMap<String, Moment>,
-    create_throttled_until: Option<Moment>,
-    list_throttled_until: Option<Moment>,
+    holds: Holds,
     rng: u64,
     brake_checked: Option<Moment>,
     loaded: bool,
 }
 
+/// A create in flight.
+#[derive(Debug)]
+struct PendingCreate {
+    since: Moment,
+    instance_type: InstanceType,
+    /// The worker a list already showed for it, before the create returned.
+    listed: Option<InstanceId>,
+}
+
 impl PoolState {
+    /// Instances and creates in flight, each counted once.
+    fn counts(&self) -> Counts {
+        let creating = self.creating.values().filter(|c| c.listed.is_none()).count();
+        Counts { instances: self.workers.len(), creating }
+    }
+
     /// splitmix64: cheap, seeded, good enough for jitter.
     fn random(&mut self) -> u64 {
         self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -163,6 +180,7 @@ struct Shared {
     instances: Arc<dyn InstanceSet>,
     new_executor: NewExecutor,
     brake: Arc<Brake>,
+    limits: Limits,
     state: Mutex<PoolState>,
     counters: Mutex<Counters>,
     probes: tokio::sync::Semaphore,
@@ -208,8 +226,21 @@ impl Pool {
                 problem: format!("{} is not between 0 and 1", config.brake.max_failing_share),
             });
         }
+        let mut names = std::collections::BTreeSet::new();
+        if let Some(twice) = config.instance_types.iter().find(|it| !names.insert(&it.name)) {
+            return Err(ProberError::Config {
+                field: "instance_types",
+                problem: format!("{:?} is named twice", twice.name),
+            });
+        }
         let worker_config = Arc::new(config.worker.clone().prepare()?);
         let state = PoolState { rng: config.seed, ..PoolState::default() };
+        let limits = Limits {
+            max_instances: config.max_instances,
+            max_concurrent_creates: config.max_concurrent_creates,
+            quota_error_ttl: config.quota_error_ttl,
+            capacity_error_ttl: config.capacity_error_ttl,
+        };
         Ok(Pool {
             shared: Arc::new(Shared {
                 probes: tokio::sync::Semaphore::new(
@@ -221,6 +252,7 @@ impl Pool {
                 instances,
                 new_executor,
                 brake: Arc::new(Brake::default()),
+                limits,
                 state: Mutex::new(state),
                 counters: Mutex::new(Counters::default()),
                 changed: tokio::sync::watch::Sender::new(0),
@@ -261,6 +293,30 @@ impl Pool {
         views
     }
 
+    /// Every instance of the pool: its workers, and the creates still in flight (which have
+    /// no id yet), as Arvados' `Instances()` shows them. Workers come first, by id.
+    pub fn instances(&self) -> Vec<InstanceView> {
+        let mut views: Vec<InstanceView> =
+            self.workers().into_iter().map(InstanceView::Worker).collect();
+        let state = self.shared.state.lock();
+        let mut creating: Vec<InstanceView> = state
+            .creating
+            .values()
+            .filter(|c| c.listed.is_none())
+            .map(|c| InstanceView::Creating {
+                instance_type: c.instance_type.name.clone(),
+                since: c.since,
+            })
+            .collect();
+        drop(state);
+        creating.sort_by_key(|view| match view {
+            InstanceView::Creating { since, .. } => *since,
+            InstanceView::Worker(_) => Moment::default(),
+        });
+        views.extend(creating);
+        views
+    }
+
     /// How many workers are in each state.
     pub fn count_workers(&self) -> BTreeMap<State, usize> {
         let workers = self.worker_list();
@@ -295,58 +351,55 @@ impl Pool {
             .ok_or_else(|| ProberError::UnknownWorker(id.0.clone()))
     }
 
-    /// Whether creates are held for quota.
+    /// Whether creates are held for quota: the configured maximum, or a quota refusal of the
+    /// cloud's that still holds.
     pub fn at_quota(&self) -> bool {
         let now = self.shared.clock.now();
         let state = self.shared.state.lock();
-        self.at_quota_locked(&state, now)
+        state.holds.at_quota(state.counts(), &self.shared.limits, now)
     }
 
-    fn at_quota_locked(&self, state: &PoolState, now: Moment) -> bool {
-        let count = state.workers.len() + state.creating.len();
-        count >= limit(self.shared.config.max_instances)
-            || state.quota_until.is_some_and(|until| now < until)
-            || state.quota_until_fewer.is_some_and(|n| count >= n)
-    }
-
-    /// Whether creates of `instance_type` are held for capacity.
+    /// Whether creates of `instance_type` are held for capacity (of the type, its quota group,
+    /// or every type).
     pub fn at_capacity(&self, instance_type: &str) -> bool {
         let now = self.shared.clock.now();
-        let state = self.shared.state.lock();
-        at_capacity_locked(&state, instance_type, now)
+        let it = self.instance_type(instance_type);
+        self.shared.state.lock().holds.at_capacity(&it, now)
     }
 
-    /// Creates an instance of `instance_type`; it becomes a `booting` worker. Refused at
-    /// once ([`ProberError::CreateHeld`]) while quota, capacity, the cloud's rate limit or the
-    /// create concurrency limit holds; a quota, capacity or rate-limit refusal from the cloud
-    /// is remembered so the next creates wait.
-    pub async fn create(&self, instance_type: &str) -> Result<InstanceId, ProberError> {
+    /// The configured type named `name`; without a configured list, a type of that name.
+    pub fn instance_type(&self, name: &str) -> InstanceType {
+        self.shared
+            .config
+            .instance_types
+            .iter()
+            .find(|it| it.name == name)
+            .cloned()
+            .unwrap_or_else(|| InstanceType::new(name))
+    }
+
+    /// Starts creating an instance of `instance_type` and returns at once; the cloud call runs
+    /// in the background (on the current tokio runtime), and [`Pool::instances`] shows the
+    /// create until it ends. The instance becomes a `booting` worker: when the create returns,
+    /// or earlier if a list shows it (it carries this create's secret tag). Subscribers hear
+    /// when the create starts and when it ends.
+    ///
+    /// Refused at once with [`ProberError::CreateHeld`] while a
+    /// [`HoldReason`](crate::HoldReason) holds. A quota, capacity or rate-limit refusal from the
+    /// cloud is remembered, so later creates wait; its end wakes subscribers. The returned
+    /// [`Creating`] tells how the create ended, for callers who want to know; dropping it
+    /// leaves the create running.
+    pub fn create(&self, instance_type: &str) -> Result<Creating, ProberError> {
         let shared = &self.shared;
-        let now = shared.clock.now();
+        let it = self.instance_type(instance_type);
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| ProberError::Cloud {
+            operation: "create",
+            detail: "no tokio runtime to run the create on".into(),
+        })?;
         let secret = random_secret()?;
-        {
-            let mut state = shared.state.lock();
-            let held = |reason: String| ProberError::CreateHeld {
-                instance_type: instance_type.to_owned(),
-                reason,
-            };
-            if self.at_quota_locked(&state, now) {
-                return Err(held("at quota".into()));
-            }
-            if at_capacity_locked(&state, instance_type, now) {
-                return Err(held("at capacity".into()));
-            }
-            if let Some(until) = state.create_throttled_until.filter(|until| now < *until) {
-                return Err(held(format!("rate limited for {:?}", until.since(now))));
-            }
-            if state.creating.len() >= limit(shared.config.max_concurrent_creates) {
-                return Err(held(format!("{} creates in flight", state.creating.len())));
-            }
-            state.creating.insert(secret.clone(), (now, instance_type.to_owned()));
-        }
         let prefix = &shared.worker_config.tag_prefix;
         let mut tags = Tags::new();
-        tags.insert(Tag::InstanceType.key(prefix), instance_type.to_owned());
+        tags.insert(Tag::InstanceType.key(prefix), it.name.clone());
         tags.insert(Tag::IdleBehavior.key(prefix), IdleBehavior::Run.as_str().to_owned());
         tags.insert(Tag::InstanceSecret.key(prefix), secret.clone());
         let secret_path = crate::quote("secret path", &shared.config.secret_path)?;
@@ -354,43 +407,65 @@ impl Pool {
         if !shared.config.init_command.trim().is_empty() {
             init = format!("{init} && {}", shared.config.init_command);
         }
-        let result =
-            self.cloud("create", shared.instances.create(instance_type, &tags, &init)).await;
+        let now = shared.clock.now();
+        {
+            let mut state = shared.state.lock();
+            let counts = state.counts();
+            if let Err(reason) = state.holds.check(&it, counts, &shared.limits, now) {
+                debug!(instance_type, %reason, "create held");
+                return Err(ProberError::CreateHeld {
+                    instance_type: instance_type.to_owned(),
+                    reason,
+                });
+            }
+            let pending = PendingCreate { since: now, instance_type: it.clone(), listed: None };
+            state.creating.insert(secret.clone(), pending);
+        }
+        info!(instance_type, "creating an instance");
+        self.notify();
+        let (done, outcome) = tokio::sync::oneshot::channel();
+        let pool = self.clone();
+        runtime.spawn(async move {
+            let result = pool.finish_create(secret, it, tags, init).await;
+            let _ = done.send(result);
+        });
+        Ok(Creating { instance_type: instance_type.to_owned(), since: now, outcome })
+    }
+
+    /// The cloud call of a create, and what follows from its answer.
+    async fn finish_create(
+        &self,
+        secret: String,
+        it: InstanceType,
+        tags: Tags,
+        init: String,
+    ) -> Result<InstanceId, ProberError> {
+        let shared = &self.shared;
+        let result = self.cloud("create", shared.instances.create(&it, &tags, &init)).await;
         let now = shared.clock.now();
         let mut state = shared.state.lock();
         state.creating.remove(&secret);
-        match result {
+        let result = match result {
             Ok(instance) => {
                 let id = instance.id.clone();
                 if !state.workers.contains_key(&id) {
                     self.add_worker_locked(&mut state, instance, State::Booting, now);
                 }
-                drop(state);
-                self.notify();
                 Ok(id)
             }
-            Err(ProberError::Quota { detail }) => {
-                let n = state.workers.len() + state.creating.len();
-                if n < 1 {
-                    state.quota_until = Some(now + shared.config.quota_error_ttl);
-                } else {
-                    state.quota_until_fewer =
-                        Some(state.quota_until_fewer.map_or(n, |old| old.min(n)));
+            Err(e) => {
+                if let Some(refusal) = Refusal::of(&e) {
+                    let others = state.counts().total();
+                    state.holds.refused(&refusal, &it, others, &shared.limits, now);
                 }
-                warn!(instance_type, detail, instances = n, "quota reached; holding creates");
-                Err(ProberError::Quota { detail })
+                warn!(instance_type = it.name, error = %e, "create failed");
+                Err(e)
             }
-            Err(ProberError::Capacity { instance_type: scope, detail }) => {
-                state.capacity_until.insert(scope.clone(), now + shared.config.capacity_error_ttl);
-                warn!(instance_type, scope, detail, "no capacity; holding creates");
-                Err(ProberError::Capacity { instance_type: scope, detail })
-            }
-            Err(ProberError::RateLimited { retry_after }) => {
-                state.create_throttled_until = Some(now + retry_after);
-                Err(ProberError::RateLimited { retry_after })
-            }
-            Err(e) => Err(e),
-        }
+        };
+        drop(state);
+        // A worker appeared, or a create slot is free again.
+        self.notify();
+        result
     }
 
     fn add_worker_locked(
@@ -414,7 +489,7 @@ impl Pool {
         let types = &shared.config.instance_types;
         if initial == State::Unknown
             && !types.is_empty()
-            && !types.contains(&instance_type)
+            && !types.iter().any(|it| it.name == instance_type)
             && idle_behavior != IdleBehavior::Hold
         {
             warn!(worker = %instance.id, instance_type, "instance type is not in service; draining");
@@ -443,13 +518,13 @@ impl Pool {
     pub async fn sync(&self) -> Result<usize, ProberError> {
         let shared = &self.shared;
         let threshold = shared.clock.now();
-        if let Some(until) = shared.state.lock().list_throttled_until.filter(|u| threshold < *u) {
-            return Err(ProberError::RateLimited { retry_after: until.since(threshold) });
+        if let Some(retry_after) = shared.state.lock().holds.list_held(threshold) {
+            return Err(ProberError::RateLimited { retry_after });
         }
         let list = match self.cloud("list", shared.instances.list()).await {
             Ok(list) => list,
             Err(ProberError::RateLimited { retry_after }) => {
-                shared.state.lock().list_throttled_until = Some(threshold + retry_after);
+                shared.state.lock().holds.list_refused(retry_after, threshold);
                 return Err(ProberError::RateLimited { retry_after });
             }
             Err(e) => return Err(e),
@@ -467,11 +542,18 @@ impl Pool {
                 match state.workers.get(&instance.id) {
                     Some(entry) => known.push((entry.worker.clone(), instance.clone())),
                     None => {
-                        let ours = instance
+                        // Ours if it carries the secret of a create still in flight.
+                        let pending = instance
                             .tags
                             .get(&Tag::InstanceSecret.key(&prefix))
-                            .is_some_and(|secret| state.creating.contains_key(secret));
-                        let initial = if ours { State::Booting } else { State::Unknown };
+                            .and_then(|secret| state.creating.get_mut(secret));
+                        let initial = match pending {
+                            Some(pending) => {
+                                pending.listed = Some(instance.id.clone());
+                                State::Booting
+                            }
+                            None => State::Unknown,
+                        };
                         self.add_worker_locked(&mut state, instance.clone(), initial, now);
                     }
                 }
@@ -487,11 +569,12 @@ impl Pool {
                     gone.push(entry.worker);
                 }
             }
-            if state
-                .quota_until_fewer
-                .is_some_and(|n| state.workers.len() + state.creating.len() < n)
-            {
-                state.quota_until_fewer = None;
+            let counts = state.counts();
+            if state.holds.synced(counts) {
+                info!(
+                    instances = counts.instances,
+                    "fewer instances than at the quota refusal; creates may go on"
+                );
             }
             if !state.loaded {
                 state.loaded = true;
@@ -586,7 +669,8 @@ impl Pool {
         self.shared.state.lock().schedule.peek().map(|Reverse((due, _, _))| *due)
     }
 
-    /// Takes the workers due now off the schedule and puts them back one interval later.
+    /// Takes the workers due now off the schedule and puts them back one interval later; tells
+    /// subscribers if a create hold ended.
     fn take_due(&self) -> Vec<Arc<Worker>> {
         let shared = &self.shared;
         let now = shared.clock.now();
@@ -614,7 +698,13 @@ impl Pool {
             state.schedule.push(Reverse((next, generation, id)));
             due.push(worker);
         }
+        let holds_ended = state.holds.take_ended(now);
         drop(state);
+        if holds_ended {
+            // A scheduler waiting to create hears of it now, not at the next sync.
+            info!("a create hold ended");
+            self.notify();
+        }
         self.update_brake(now, Duration::from_secs(1));
         due
     }
@@ -747,7 +837,9 @@ impl Pool {
             }
             self.spawn_due();
             let now = shared.clock.now();
-            let wake = self.next_due().map_or(next_sync, |due| due.min(next_sync));
+            let hold_ends = self.shared.state.lock().holds.next_end();
+            let wake =
+                [self.next_due(), hold_ends].into_iter().flatten().fold(next_sync, Moment::min);
             let wait = wake.since(now).clamp(Duration::from_millis(1), Duration::from_secs(1));
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
@@ -760,6 +852,14 @@ impl Pool {
     pub fn stop(&self) {
         self.shared.stopping.store(true, Ordering::Release);
         self.shared.stop.notify_waiters();
+    }
+
+    /// Looks after worker `id` now, as its turn on the schedule would: shuts it down if it is
+    /// idle too long, sends kill signals that are due, and probes it. For operators (a worker
+    /// just fixed by hand) and tests. Its scheduled probes go on as before.
+    pub async fn probe_now(&self, id: &InstanceId) -> Result<ProbeOutcome, ProberError> {
+        let worker = self.worker(id)?;
+        Ok(self.tend(worker).await)
     }
 
     /// Sets a worker's idle behaviour (saved in its tags); `drain` shuts an idle one down.
@@ -877,10 +977,83 @@ impl Pool {
     }
 }
 
-fn at_capacity_locked(state: &PoolState, instance_type: &str, now: Moment) -> bool {
-    [instance_type, ""]
-        .iter()
-        .any(|key| state.capacity_until.get(*key).is_some_and(|until| now < *until))
+/// One instance of the pool, as [`Pool::instances`] shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InstanceView {
+    /// A create in flight: the cloud has not answered, and no list has shown it yet.
+    Creating {
+        /// The type asked for.
+        instance_type: String,
+        /// When the create began.
+        since: Moment,
+    },
+    /// A worker.
+    Worker(WorkerView),
+}
+
+impl InstanceView {
+    /// The instance id; `None` for a create in flight.
+    pub fn id(&self) -> Option<&InstanceId> {
+        match self {
+            InstanceView::Creating { .. } => None,
+            InstanceView::Worker(view) => Some(&view.id),
+        }
+    }
+
+    /// The instance type.
+    pub fn instance_type(&self) -> &str {
+        match self {
+            InstanceView::Creating { instance_type, .. } => instance_type,
+            InstanceView::Worker(view) => &view.instance_type,
+        }
+    }
+
+    /// The worker's state; `booting` for a create in flight.
+    pub fn state(&self) -> State {
+        match self {
+            InstanceView::Creating { .. } => State::Booting,
+            InstanceView::Worker(view) => view.state,
+        }
+    }
+
+    /// The idle behaviour; `run` for a create in flight.
+    pub fn idle_behavior(&self) -> IdleBehavior {
+        match self {
+            InstanceView::Creating { .. } => IdleBehavior::Run,
+            InstanceView::Worker(view) => view.idle_behavior,
+        }
+    }
+}
+
+/// A create [`Pool::create`] began: what it is, and how it ends.
+#[derive(Debug)]
+pub struct Creating {
+    instance_type: String,
+    since: Moment,
+    outcome: tokio::sync::oneshot::Receiver<Result<InstanceId, ProberError>>,
+}
+
+impl Creating {
+    /// The type asked for.
+    pub fn instance_type(&self) -> &str {
+        &self.instance_type
+    }
+
+    /// When the create began.
+    pub fn since(&self) -> Moment {
+        self.since
+    }
+
+    /// Waits for the cloud's answer: the new instance's id, or why the create failed (the
+    /// pool has logged it and learned from it already).
+    pub async fn finished(self) -> Result<InstanceId, ProberError> {
+        self.outcome.await.unwrap_or_else(|_| {
+            Err(ProberError::Cloud {
+                operation: "create",
+                detail: "the create was abandoned: its runtime shut down".into(),
+            })
+        })
+    }
 }
 
 /// 20 random bytes as hex, from the kernel.

@@ -23,7 +23,7 @@ fn secs(s: u64) -> Duration {
 enum CreateReply {
     Ok,
     Quota,
-    Capacity(&'static str),
+    Capacity(CapacityScope),
     RateLimited(Duration),
 }
 
@@ -42,7 +42,8 @@ struct FakeCloud {
     state: Mutex<CloudState>,
     /// When set, a create waits here after the instance appears in the list.
     gate: Mutex<Option<Arc<tokio::sync::Semaphore>>>,
-    entered: tokio::sync::Notify,
+    /// Destroyed instances leave the list at once (else they stay, as a slow cloud's do).
+    vanish_on_destroy: std::sync::atomic::AtomicBool,
 }
 
 impl FakeCloud {
@@ -66,7 +67,7 @@ impl FakeCloud {
 impl InstanceSet for FakeCloud {
     async fn create(
         &self,
-        instance_type: &str,
+        instance_type: &InstanceType,
         tags: &Tags,
         init_command: &str,
     ) -> Result<Instance, ProberError> {
@@ -80,8 +81,8 @@ impl InstanceSet for FakeCloud {
             CreateReply::Quota => return Err(ProberError::Quota { detail: "quota".into() }),
             CreateReply::Capacity(scope) => {
                 return Err(ProberError::Capacity {
-                    instance_type: scope.into(),
-                    detail: format!("no {instance_type}"),
+                    scope,
+                    detail: format!("no {}", instance_type.name),
                 });
             }
             CreateReply::RateLimited(retry_after) => {
@@ -103,7 +104,6 @@ impl InstanceSet for FakeCloud {
         };
         let gate = self.gate.lock().clone();
         if let Some(gate) = gate {
-            self.entered.notify_one();
             let _ = gate.acquire().await;
         }
         Ok(instance)
@@ -114,7 +114,11 @@ impl InstanceSet for FakeCloud {
     }
 
     async fn destroy(&self, id: &InstanceId) -> Result<(), ProberError> {
-        self.state.lock().destroyed.push(id.clone());
+        let mut state = self.state.lock();
+        state.destroyed.push(id.clone());
+        if self.vanish_on_destroy.load(Ordering::Relaxed) {
+            state.live.retain(|i| &i.id != id);
+        }
         Ok(())
     }
 
@@ -179,6 +183,11 @@ fn harness() -> Harness {
 }
 
 impl Harness {
+    /// Creates an instance and waits for the cloud's answer.
+    fn create(&self, instance_type: &str) -> Result<InstanceId, ProberError> {
+        self.runtime.block_on(async { self.pool.create(instance_type)?.finished().await })
+    }
+
     fn script(&self, id: &str) -> ScriptedExecutor {
         self.executors.lock().get(id).cloned().unwrap()
     }
@@ -202,7 +211,7 @@ impl Harness {
 fn a_created_instance_boots_and_becomes_idle() {
     let h = harness();
     let mut changes = h.pool.subscribe();
-    let id = h.runtime.block_on(h.pool.create("small")).unwrap();
+    let id = h.create("small").unwrap();
     assert!(changes.has_changed().unwrap(), "a subscriber hears of the new worker");
     changes.mark_unchanged();
     assert_eq!(h.state_of(&id.0), State::Booting);
@@ -254,19 +263,19 @@ fn create_throttling_table() {
         },
         CreateCase {
             name: "capacity refusal holds that type only",
-            replies: vec![CreateReply::Capacity("a")],
+            replies: vec![CreateReply::Capacity(CapacityScope::InstanceType)],
             creates: vec![("a", Err("no capacity")), ("b", ok), ("a", Err("at capacity"))],
             wait_before_last: secs(10),
         },
         CreateCase {
             name: "capacity refusal for every type holds all",
-            replies: vec![CreateReply::Capacity("")],
+            replies: vec![CreateReply::Capacity(CapacityScope::AllTypes)],
             creates: vec![("a", Err("no capacity")), ("b", Err("at capacity"))],
             wait_before_last: secs(10),
         },
         CreateCase {
             name: "capacity hold expires",
-            replies: vec![CreateReply::Capacity("a")],
+            replies: vec![CreateReply::Capacity(CapacityScope::InstanceType)],
             creates: vec![("a", Err("no capacity")), ("a", ok)],
             wait_before_last: secs(61),
         },
@@ -293,7 +302,7 @@ fn create_throttling_table() {
             if i == last {
                 h.clock.advance(case.wait_before_last);
             }
-            let got = h.runtime.block_on(h.pool.create(instance_type));
+            let got = h.create(instance_type);
             match (want, got) {
                 (Ok(()), Ok(_)) => {}
                 (Err(text), Err(e)) => {
@@ -310,9 +319,13 @@ fn a_hard_instance_limit_holds_creates() {
     let mut config = pool_config();
     config.max_instances = 1;
     let h = harness_with(config);
-    h.runtime.block_on(h.pool.create("a")).unwrap();
-    let err = h.runtime.block_on(h.pool.create("a")).unwrap_err();
-    assert_eq!(err.to_string(), "not creating an instance of type \"a\": at quota");
+    h.create("a").unwrap();
+    let err = h.create("a").unwrap_err();
+    assert_eq!(err.to_string(), "not creating an instance of type \"a\": at max instances (1)");
+    assert!(matches!(
+        err,
+        ProberError::CreateHeld { reason: HoldReason::MaxInstances { limit: 1 }, .. }
+    ));
     assert!(h.pool.at_quota());
 }
 
@@ -321,14 +334,25 @@ fn quota_hold_clears_when_a_sync_sees_fewer_instances() {
     let h = harness();
     h.cloud.state.lock().replies = vec![CreateReply::Ok, CreateReply::Ok, CreateReply::Quota];
     for _ in 0..2 {
-        h.runtime.block_on(h.pool.create("a")).unwrap();
+        h.create("a").unwrap();
     }
-    assert!(h.runtime.block_on(h.pool.create("a")).is_err());
+    assert!(h.create("a").is_err());
     assert!(h.pool.at_quota());
     h.cloud.remove_listed("i-1");
     h.clock.advance(secs(1));
     h.runtime.block_on(h.pool.sync()).unwrap();
     assert!(!h.pool.at_quota());
+}
+
+/// Lets the background creates run until the cloud has received `creates` of them in all.
+async fn cloud_saw(cloud: &FakeCloud, creates: usize) {
+    for _ in 0..10_000 {
+        if cloud.state.lock().init_commands.len() >= creates {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("the cloud never saw {creates} creates");
 }
 
 #[test]
@@ -337,28 +361,33 @@ fn creates_in_flight_are_bounded_and_a_listed_pending_create_is_booting() {
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
     *h.cloud.gate.lock() = Some(gate.clone());
     h.runtime.block_on(async {
-        let first = tokio::spawn({
-            let pool = h.pool.clone();
-            async move { pool.create("a").await }
-        });
-        h.cloud.entered.notified().await;
-        let second = tokio::spawn({
-            let pool = h.pool.clone();
-            async move { pool.create("a").await }
-        });
-        h.cloud.entered.notified().await;
-        // Two creates in flight: the third is held.
-        let err = h.pool.create("a").await.unwrap_err();
-        assert!(err.to_string().contains("2 creates in flight"), "{err}");
-        // A sync lists the pending instances: recognised by their secret, so booting.
+        let first = h.pool.create("a").unwrap();
+        let second = h.pool.create("a").unwrap();
+        // Two creates in flight: the third is held, and says why.
+        let err = h.pool.create("a").unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ProberError::CreateHeld { reason: HoldReason::CreatesInFlight { limit: 2 }, .. }
+            ),
+            "{err}"
+        );
+        cloud_saw(&h.cloud, 2).await;
+        let pending: Vec<State> = h.pool.instances().iter().map(InstanceView::state).collect();
+        assert_eq!(pending, [State::Booting, State::Booting]);
+        assert!(h.pool.instances().iter().all(|i| i.id().is_none()), "no id yet");
+        // A sync lists the pending instances: recognised by their secret, so booting, and
+        // shown once each.
         h.pool.sync().await.unwrap();
         let states: Vec<State> = h.pool.workers().iter().map(|w| w.state).collect();
         assert_eq!(states, [State::Booting, State::Booting]);
+        assert!(h.pool.instances().iter().all(|i| i.id().is_some()), "each shown once");
         gate.add_permits(2);
-        first.await.unwrap().unwrap();
-        second.await.unwrap().unwrap();
+        first.finished().await.unwrap();
+        second.finished().await.unwrap();
     });
     assert_eq!(h.pool.workers().len(), 2);
+    assert_eq!(h.pool.instances().len(), 2);
 }
 
 #[test]
@@ -674,7 +703,8 @@ fn loopback_instances_boot_deploy_and_run_end_to_end() {
     let clock = Arc::new(FakeClock::new(Moment::from_origin(secs(1))));
     let pool = Pool::new(config, clock.clone(), set.clone(), new_executor).unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let id = runtime.block_on(pool.create("local")).unwrap();
+    let create = |pool: &Pool| runtime.block_on(async { pool.create("local")?.finished().await });
+    let id = create(&pool).unwrap();
     let dir = set.dir(&id);
     assert_eq!(std::fs::read_to_string(dir.join("secret")).unwrap().len(), 40);
     std::fs::write(dir.join("work"), "wharf-1\n").unwrap();
@@ -685,8 +715,8 @@ fn loopback_instances_boot_deploy_and_run_end_to_end() {
     assert_eq!(view.running, ["wharf-1"]);
     assert_eq!(std::fs::read_dir(&runner_dir).unwrap().count(), 1, "one deployed binary");
     // Quota of the loopback set.
-    let second = runtime.block_on(pool.create("local")).unwrap();
-    let err = runtime.block_on(pool.create("local")).unwrap_err();
+    let second = create(&pool).unwrap();
+    let err = create(&pool).unwrap_err();
     assert!(matches!(err, ProberError::Quota { .. } | ProberError::CreateHeld { .. }), "{err}");
     // Destroying runs the destroy command first; one that fails keeps the instance (and its
     // directory) for the next attempt.
@@ -722,7 +752,7 @@ struct Silent;
 
 #[async_trait::async_trait]
 impl InstanceSet for Silent {
-    async fn create(&self, _: &str, _: &Tags, _: &str) -> Result<Instance, ProberError> {
+    async fn create(&self, _: &InstanceType, _: &Tags, _: &str) -> Result<Instance, ProberError> {
         std::future::pending().await
     }
     async fn list(&self) -> Result<Vec<Instance>, ProberError> {
@@ -755,7 +785,7 @@ fn a_silent_cloud_or_executor_cannot_hang_the_pool() {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
     let err = runtime.block_on(pool.sync()).unwrap_err();
     assert_eq!(err.to_string(), "list call on worker cloud did not finish within 50ms");
-    let err = runtime.block_on(pool.create("a")).unwrap_err();
+    let err = runtime.block_on(async { pool.create("a")?.finished().await }).unwrap_err();
     assert!(matches!(err, ProberError::Timeout { .. }), "{err}");
 
     // An executor that ignores its deadlines: the probe is abandoned at the pool's bound.
@@ -773,7 +803,7 @@ fn a_silent_cloud_or_executor_cannot_hang_the_pool() {
 #[test]
 fn instances_of_a_type_out_of_service_are_drained_unless_held() {
     let mut config = pool_config();
-    config.instance_types = ["small".to_owned()].into_iter().collect();
+    config.instance_types = vec![InstanceType::new("small")];
     let h = harness_with(config);
     h.cloud.add_listed("w-small", &[("t-InstanceType", "small")]);
     h.cloud.add_listed("w-gone", &[("t-InstanceType", "retired")]);
@@ -801,41 +831,48 @@ fn instances_of_a_type_out_of_service_are_drained_unless_held() {
     assert_eq!(tags.unwrap().get("t-IdleBehavior").map(String::as_str), Some("drain"));
 }
 
-/// Arvados' `TestNodeCreateThrottle`, its last step: `MaxConcurrentInstanceCreateOps: 0`
-/// creates; so does `MaxInstances: 0`. A limit of 0 is no limit, as in Arvados'
-/// configuration, and for the probe bound too.
+/// Arvados' `TestNodeCreateThrottle`: with `max_concurrent_creates` creates in flight the next
+/// one is held (and says why); a limit of 0 is no limit, as `MaxConcurrentInstanceCreateOps: 0`
+/// and `MaxInstances: 0` are in Arvados' configuration. The probe bound takes 0 the same way.
 #[test]
-fn zero_limits_mean_no_limit() {
-    let mut config = pool_config();
-    config.max_instances = 0;
-    config.max_concurrent_creates = 0;
-    config.max_concurrent_probes = 0;
-    let h = harness_with(config);
-    let gate = Arc::new(tokio::sync::Semaphore::new(0));
-    *h.cloud.gate.lock() = Some(gate.clone());
-    h.runtime.block_on(async {
-        let creates: Vec<_> = (0..5)
-            .map(|_| {
-                let pool = h.pool.clone();
-                tokio::spawn(async move { pool.create("a").await })
-            })
-            .collect();
-        // Every create reaches the cloud (none is held), however many are in flight.
-        for _ in 0..1_000 {
-            if h.cloud.state.lock().init_commands.len() == 5 {
-                break;
+fn node_create_throttle() {
+    // (max_concurrent_creates, creates that start before one is held)
+    for (limit, started) in [(1, 1), (2, 2), (0, 5)] {
+        let mut config = pool_config();
+        config.max_concurrent_creates = limit;
+        config.max_instances = 0;
+        config.max_concurrent_probes = 0;
+        let h = harness_with(config);
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        *h.cloud.gate.lock() = Some(gate.clone());
+        h.runtime.block_on(async {
+            let mut creates = Vec::new();
+            for _ in 0..started {
+                creates.push(h.pool.create("a").unwrap());
             }
-            tokio::task::yield_now().await;
-        }
-        assert_eq!(h.cloud.state.lock().init_commands.len(), 5);
-        assert!(!h.pool.at_quota());
-        gate.add_permits(5);
-        for create in creates {
-            create.await.unwrap().unwrap();
-        }
-    });
-    h.run_for(secs(10));
-    assert_eq!(h.pool.count_workers().get(&State::Idle), Some(&5));
+            assert_eq!(h.pool.instances().len(), started, "limit {limit}");
+            if limit > 0 {
+                let err = h.pool.create("a").unwrap_err();
+                assert!(
+                    matches!(
+                        err,
+                        ProberError::CreateHeld {
+                            reason: HoldReason::CreatesInFlight { limit: l }, ..
+                        } if l == limit
+                    ),
+                    "limit {limit}: {err}"
+                );
+            }
+            cloud_saw(&h.cloud, started).await;
+            assert!(!h.pool.at_quota());
+            gate.add_permits(started);
+            for create in creates {
+                create.finished().await.unwrap();
+            }
+        });
+        h.run_for(secs(10));
+        assert_eq!(h.pool.count_workers().get(&State::Idle), Some(&started), "limit {limit}");
+    }
 }
 
 /// The type rule ("not in `instance_types`, so drain") is for instances an earlier prober
@@ -843,20 +880,17 @@ fn zero_limits_mean_no_limit() {
 #[test]
 fn instances_this_pool_created_are_not_drained_for_their_type() {
     let mut config = pool_config();
-    config.instance_types = ["small".to_owned()].into_iter().collect();
+    config.instance_types = vec![InstanceType::new("small")];
     let h = harness_with(config);
-    let id = h.runtime.block_on(h.pool.create("big")).unwrap();
+    let id = h.create("big").unwrap();
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
     *h.cloud.gate.lock() = Some(gate.clone());
     h.runtime.block_on(async {
-        let second = tokio::spawn({
-            let pool = h.pool.clone();
-            async move { pool.create("big").await }
-        });
-        h.cloud.entered.notified().await;
+        let second = h.pool.create("big").unwrap();
+        cloud_saw(&h.cloud, 2).await;
         h.pool.sync().await.unwrap();
         gate.add_permits(1);
-        second.await.unwrap().unwrap();
+        second.finished().await.unwrap();
     });
     let views = h.pool.workers();
     assert_eq!(views.len(), 2);
@@ -890,4 +924,296 @@ fn sync_boundaries_are_strict() {
     h.cloud.remove_listed("w-2");
     h.runtime.block_on(h.pool.sync()).unwrap();
     assert!(h.pool.workers().iter().all(|w| w.id.0 != "w-2"));
+}
+
+fn of_type<'a>(views: &'a [InstanceView], instance_type: &str) -> Vec<&'a InstanceView> {
+    views.iter().filter(|v| v.instance_type() == instance_type).collect()
+}
+
+fn typed(name: &str, provider_type: &str, preemptible: bool, group: &str) -> InstanceType {
+    InstanceType {
+        name: name.into(),
+        provider_type: provider_type.into(),
+        preemptible,
+        quota_group: Some(group.into()),
+    }
+}
+
+/// Arvados' `TestCreateUnallocShutdown`: creates show in `instances()` before the cloud
+/// answers; the init command stores the secret, then runs the configured one; hold refuses a
+/// shutdown; booting workers shut down on request and leave with the list; run puts a held
+/// worker back, and drain shuts it down at once. Subscribers hear of each.
+#[test]
+fn create_unalloc_shutdown() {
+    let mut config = pool_config();
+    config.instance_types = vec![
+        typed("a1s", "a1.small", false, "a"),
+        typed("a2m", "a2.medium", false, "a"),
+        typed("a2l", "a2.large", false, "a"),
+    ];
+    config.max_concurrent_creates = 0;
+    config.init_command = "echo 'instance init command goes here'".into();
+    let h = harness_with(config);
+    h.cloud.vanish_on_destroy.store(true, Ordering::Relaxed);
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    *h.cloud.gate.lock() = Some(gate.clone());
+    let mut notify = h.pool.subscribe();
+    let mut notify2 = h.pool.subscribe();
+    let count = |t: &str| of_type(&h.pool.instances(), t).len();
+    assert!(h.pool.instances().is_empty());
+    h.runtime.block_on(async {
+        for t in ["a2m", "a1s", "a2m", "a2l"] {
+            h.pool.create(t).unwrap();
+        }
+        // Shown before the cloud answers.
+        assert_eq!((count("a1s"), count("a2m"), count("a2l")), (1, 2, 1));
+        cloud_saw(&h.cloud, 4).await;
+        gate.add_permits(4);
+        for _ in 0..1_000 {
+            if h.pool.workers().len() == 4 {
+                break;
+            }
+            tokio::time::timeout(Duration::from_secs(5), notify.changed()).await.unwrap().unwrap();
+        }
+    });
+    assert_eq!(h.pool.workers().len(), 4);
+    let init = h.cloud.state.lock().init_commands[0].clone();
+    let secret = init
+        .strip_prefix("umask 0177 && printf %s ")
+        .and_then(|rest| {
+            rest.strip_suffix(
+                " >/var/run/wharf-instance-secret && echo 'instance init command goes here'",
+            )
+        })
+        .unwrap_or_else(|| panic!("{init}"));
+    assert!(secret.len() == 40 && secret.bytes().all(|b| b.is_ascii_hexdigit()), "{init}");
+
+    // Admin hold: a shutdown is refused, and instances() says hold.
+    let held = of_type(&h.pool.instances(), "a2l")[0].id().unwrap().clone();
+    h.runtime.block_on(h.pool.set_idle_behavior(&held, IdleBehavior::Hold)).unwrap();
+    let refused = h.runtime.block_on(h.pool.shutdown(&held)).unwrap_err();
+    assert!(matches!(refused, ProberError::NotAllowed { .. }), "{refused}");
+    assert_eq!(of_type(&h.pool.instances(), "a2l")[0].idle_behavior(), IdleBehavior::Hold);
+
+    // Both a2m workers, then the a1s one: shut down, gone at the next sync.
+    for (n, t) in [(1, "a2m"), (0, "a2m"), (0, "a1s")] {
+        let id = of_type(&h.pool.instances(), t)[0].id().unwrap().clone();
+        notify2.mark_unchanged();
+        h.runtime.block_on(h.pool.shutdown(&id)).unwrap();
+        assert!(notify2.has_changed().unwrap(), "subscribers hear of the shutdown");
+        h.clock.advance(secs(1));
+        h.runtime.block_on(h.pool.sync()).unwrap();
+        assert_eq!(count(t), n);
+    }
+    assert_eq!(count("a1s"), 0);
+
+    // Back in service, then drained: shut down at once (it is not busy).
+    h.runtime.block_on(h.pool.set_idle_behavior(&held, IdleBehavior::Run)).unwrap();
+    assert_eq!(of_type(&h.pool.instances(), "a2l")[0].idle_behavior(), IdleBehavior::Run);
+    h.runtime.block_on(h.pool.set_idle_behavior(&held, IdleBehavior::Drain)).unwrap();
+    assert_eq!(of_type(&h.pool.instances(), "a2l")[0].state(), State::Shutdown);
+    h.clock.advance(secs(1));
+    h.runtime.block_on(h.pool.sync()).unwrap();
+    assert!(h.pool.instances().is_empty());
+}
+
+/// Arvados' `TestInstanceQuotaGroup`: a capacity refusal scoped to a quota group holds every
+/// type of the group (not its preemptible group); one scoped to a type holds that provider
+/// type of that kind (preemptible) only.
+#[test]
+fn instance_quota_group() {
+    let mut config = pool_config();
+    config.instance_types = vec![
+        typed("A1", "a1", false, "a"),
+        typed("A1p", "a1", true, "a-p"),
+        typed("A2", "a2", false, "a"),
+        typed("B3", "b3", false, "b"),
+        typed("B3p", "b3", true, "b-p"),
+        typed("B4", "b4", false, "b"),
+        typed("B4p", "b4", true, "b-p"),
+    ];
+    let h = harness_with(config);
+    h.cloud.state.lock().replies = vec![
+        CreateReply::Capacity(CapacityScope::QuotaGroup),
+        CreateReply::Capacity(CapacityScope::InstanceType),
+    ];
+    let err = h.create("A1").unwrap_err();
+    assert!(matches!(err, ProberError::Capacity { scope: CapacityScope::QuotaGroup, .. }));
+    assert!(h.pool.at_capacity("A1"));
+    let err = h.create("B4p").unwrap_err();
+    assert!(matches!(err, ProberError::Capacity { scope: CapacityScope::InstanceType, .. }));
+    assert!(h.pool.at_capacity("B4p"));
+    for (t, held) in [
+        ("A1", true),
+        ("A1p", false),
+        ("A2", true),
+        ("B3", false),
+        ("B3p", false),
+        ("B4", false),
+        ("B4p", true),
+    ] {
+        assert_eq!(h.pool.at_capacity(t), held, "{t}");
+    }
+    for (t, created) in [
+        ("A2", false),
+        ("B3", true),
+        ("B3p", true),
+        ("B4", true),
+        ("B4p", false),
+        ("A2", false),
+        ("A1", false),
+        ("A1p", true),
+    ] {
+        let got = h.create(t);
+        assert_eq!(got.is_ok(), created, "{t}: {got:?}");
+        if let Err(e) = got {
+            assert!(
+                matches!(e, ProberError::CreateHeld { reason: HoldReason::Capacity { .. }, .. }),
+                "{t}: {e}"
+            );
+        }
+    }
+}
+
+/// Arvados' `TestResumeAfterRestart`: a new pool on the same cloud finds the instances of the
+/// one before it; a worker put on hold stays on hold, and one whose type was removed from the
+/// configuration is drained.
+#[test]
+fn resume_after_restart() {
+    let mut config = pool_config();
+    config.instance_types =
+        ["type1", "type2", "type3", "type4"].iter().map(|t| InstanceType::new(t)).collect();
+    config.max_concurrent_creates = 0;
+    let h = harness_with(config.clone());
+    for t in ["type1", "type1", "type2", "type4"] {
+        h.create(t).unwrap();
+    }
+    h.run_for(secs(10));
+    let views = h.pool.instances();
+    assert!(views.iter().all(|v| v.state() == State::Idle), "{views:?}");
+    let held = of_type(&views, "type2")[0].id().unwrap().clone();
+    h.runtime.block_on(h.pool.set_idle_behavior(&held, IdleBehavior::Hold)).unwrap();
+    let saved = h.cloud.state.lock().live.iter().find(|i| i.id == held).unwrap().tags.clone();
+    assert_eq!(saved.get("t-IdleBehavior").map(String::as_str), Some("hold"));
+    h.pool.stop();
+
+    // A new pool, with type4 gone from the configuration.
+    config.instance_types.retain(|t| t.name != "type4");
+    let executors = h.executors.clone();
+    let new_executor: NewExecutor = Arc::new(move |instance: &Instance| {
+        let script = ScriptedExecutor::new(&instance.id.0);
+        script.exact(BOOT, Reply::ok(""));
+        script.exact(LIST, Reply::ok(""));
+        executors.lock().insert(instance.id.0.clone(), script.clone());
+        Arc::new(script) as Arc<dyn Executor>
+    });
+    let pool2 = Pool::new(config, h.clock.clone(), h.cloud.clone(), new_executor).unwrap();
+    h.runtime.block_on(pool2.sync()).unwrap();
+    for _ in 0..10 {
+        h.clock.advance(secs(1));
+        h.runtime.block_on(pool2.probe_due());
+    }
+    let views = pool2.instances();
+    assert_eq!(views.len(), 4, "{views:?}");
+    for view in &views {
+        let want = match view.instance_type() {
+            "type2" => IdleBehavior::Hold,
+            "type4" => IdleBehavior::Drain,
+            _ => IdleBehavior::Run,
+        };
+        assert_eq!(view.idle_behavior(), want, "{view:?}");
+    }
+    assert_eq!(of_type(&views, "type2")[0].id(), Some(&held));
+}
+
+/// Arvados' `TestDrain`: only a worker whose idle behaviour is run takes work.
+#[test]
+fn drain() {
+    let h = harness();
+    fleet(&h, 3);
+    for (id, behavior, started) in [
+        ("w-0", IdleBehavior::Hold, false),
+        ("w-1", IdleBehavior::Drain, false),
+        ("w-2", IdleBehavior::Run, true),
+    ] {
+        let id = InstanceId::from(id);
+        h.script(&id.0).containing(" run --detach - --id ", Reply::ok(""));
+        h.runtime.block_on(h.pool.set_idle_behavior(&id, behavior)).unwrap();
+        let result = h.runtime.block_on(h.pool.start_runner(&id, "testcontainer", b"{}"));
+        assert_eq!(result.is_ok(), started, "{behavior}: {result:?}");
+        if let Err(e) = result {
+            assert!(matches!(e, ProberError::NotAllowed { .. }), "{e}");
+        }
+    }
+}
+
+/// Arvados' `TestRateLimitError`, through the pool: when a rate-limit, quota or capacity hold
+/// ends, subscribers hear at once (at the pool's next step), not at the next sync.
+#[test]
+fn hold_offs_wake_subscribers_when_they_end() {
+    // (the cloud's refusal, how long it holds creates)
+    let cases = [
+        (CreateReply::RateLimited(secs(5)), secs(5)),
+        (CreateReply::Quota, secs(60)),
+        (CreateReply::Capacity(CapacityScope::InstanceType), secs(60)),
+    ];
+    for (reply, hold) in cases {
+        let h = harness();
+        h.cloud.state.lock().replies = vec![reply.clone()];
+        let mut changes = h.pool.subscribe();
+        h.create("a").unwrap_err();
+        assert!(h.create("a").is_err(), "{reply:?} holds");
+        changes.mark_unchanged();
+        h.clock.advance(hold - Duration::from_millis(1));
+        h.runtime.block_on(h.pool.probe_due());
+        assert!(!changes.has_changed().unwrap(), "{reply:?}: still held");
+        h.clock.advance(Duration::from_millis(1));
+        h.runtime.block_on(h.pool.probe_due());
+        assert!(changes.has_changed().unwrap(), "{reply:?}: subscribers hear the hold ended");
+        h.create("a").unwrap();
+    }
+}
+
+/// The same on real time, with the pool's own loop: the subscriber hears when a 300 ms rate
+/// limit ends, long before the next sync (a minute away).
+#[test]
+fn a_rate_limit_wakes_subscribers_on_real_time() {
+    let cloud = Arc::new(FakeCloud::default());
+    cloud.state.lock().replies = vec![CreateReply::RateLimited(Duration::from_millis(300))];
+    let new_executor: NewExecutor =
+        Arc::new(|i: &Instance| Arc::new(ScriptedExecutor::new(&i.id.0)) as Arc<dyn Executor>);
+    let config = PoolConfig { sync_interval: secs(60), ..pool_config() };
+    let pool = Pool::new(config, Arc::new(SystemClock::new()), cloud, new_executor).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let running = tokio::spawn({
+            let pool = pool.clone();
+            async move { pool.run().await }
+        });
+        let mut changes = pool.subscribe();
+        let err = pool.create("a").unwrap().finished().await.unwrap_err();
+        assert!(matches!(err, ProberError::RateLimited { .. }), "{err}");
+        assert!(pool.create("a").is_err(), "held");
+        changes.borrow_and_update();
+        tokio::time::timeout(Duration::from_secs(10), changes.changed())
+            .await
+            .expect("no word of the end of the hold")
+            .unwrap();
+        pool.create("a").unwrap().finished().await.unwrap();
+        pool.stop();
+        running.await.unwrap();
+    });
+}
+
+#[test]
+fn probe_now_probes_a_worker_out_of_turn() {
+    let h = harness();
+    fleet(&h, 2);
+    h.script("w-1").exact(LIST, Reply::ok("zzzzz-1\n"));
+    let outcome = h.runtime.block_on(h.pool.probe_now(&"w-1".into())).unwrap();
+    assert_eq!(outcome, ProbeOutcome::Passed);
+    assert_eq!(h.state_of("w-1"), State::Running);
+    assert_eq!(h.state_of("w-0"), State::Idle);
+    let err = h.runtime.block_on(h.pool.probe_now(&"nope".into())).unwrap_err();
+    assert!(matches!(err, ProberError::UnknownWorker(_)), "{err}");
 }

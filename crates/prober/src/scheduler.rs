@@ -27,7 +27,7 @@ use crate::ProberError;
 use crate::clock::{Clock, Moment};
 use crate::config::limit;
 use crate::instance::InstanceId;
-use crate::pool::Pool;
+use crate::pool::{InstanceView, Pool};
 use crate::worker::{IdleBehavior, State, WorkerView};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -440,8 +440,16 @@ impl Scheduler {
     fn decide(&self) -> Decisions {
         let shared = &self.shared;
         let now = shared.clock.now();
-        let views: HashMap<InstanceId, WorkerView> =
-            shared.pool.workers().into_iter().map(|v| (v.id.clone(), v)).collect();
+        let mut creating = 0;
+        let mut views: HashMap<InstanceId, WorkerView> = HashMap::new();
+        for instance in shared.pool.instances() {
+            match instance {
+                InstanceView::Worker(view) => {
+                    views.insert(view.id.clone(), view);
+                }
+                InstanceView::Creating { .. } => creating += 1,
+            }
+        }
         let mut decisions = Decisions::default();
         let mut inner = shared.inner.lock();
         let inner = &mut *inner;
@@ -573,7 +581,8 @@ impl Scheduler {
         }
         decisions.launches = launches;
 
-        let live = views.values().filter(|v| v.state != State::Shutdown).count();
+        // Creates in flight count: they become workers.
+        let live = views.values().filter(|v| v.state != State::Shutdown).count() + creating;
         decisions.creates = shared.config.min_workers.saturating_sub(live);
         inner.backoff.retain(|_, until| *until > now);
         if changed {
@@ -606,18 +615,19 @@ impl Scheduler {
                 }
             }));
         }
+        // Creates return at once; the pool runs them and tells its subscribers how they went.
         for _ in 0..decisions.creates {
-            let scheduler = self.clone();
-            spawn(Box::pin(async move {
-                let shared = &scheduler.shared;
-                match shared.pool.create(&shared.config.instance_type).await {
-                    Ok(id) => info!(worker = %id, "created a worker to keep the minimum"),
-                    Err(ProberError::CreateHeld { reason, .. }) => {
-                        debug!(reason, "create held");
-                    }
-                    Err(e) => warn!(error = %e, "cannot create a worker"),
+            match self.shared.pool.create(&self.shared.config.instance_type) {
+                Ok(_) => info!("creating a worker to keep the minimum"),
+                Err(ProberError::CreateHeld { reason, .. }) => {
+                    debug!(%reason, "create held");
+                    break;
                 }
-            }));
+                Err(e) => {
+                    warn!(error = %e, "cannot create a worker");
+                    break;
+                }
+            }
         }
     }
 

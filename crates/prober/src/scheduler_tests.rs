@@ -458,3 +458,55 @@ fn a_per_worker_limit_of_zero_is_no_limit() {
     h.probe();
     assert_eq!(h.running_on("h1").len(), 8);
 }
+
+/// A cloud whose creates wait until released, counting them.
+#[derive(Debug, Default)]
+struct SlowCloud {
+    creates: std::sync::atomic::AtomicUsize,
+    release: tokio::sync::Notify,
+}
+
+#[async_trait::async_trait]
+impl InstanceSet for SlowCloud {
+    async fn create(&self, _: &InstanceType, _: &Tags, _: &str) -> Result<Instance, ProberError> {
+        self.creates.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.release.notified().await;
+        Err(ProberError::Quota { detail: "released".into() })
+    }
+    async fn list(&self) -> Result<Vec<Instance>, ProberError> {
+        Ok(Vec::new())
+    }
+    async fn destroy(&self, _: &InstanceId) -> Result<(), ProberError> {
+        Ok(())
+    }
+    async fn set_tags(&self, _: &InstanceId, _: &Tags) -> Result<(), ProberError> {
+        Ok(())
+    }
+}
+
+/// Creates return at once and count toward `min_workers` while in flight: steps taken while
+/// the cloud is slow ask for no more.
+#[test]
+fn creates_in_flight_count_toward_the_minimum() {
+    let cloud = Arc::new(SlowCloud::default());
+    let new_executor: NewExecutor =
+        Arc::new(|i: &Instance| Arc::new(ScriptedExecutor::new(&i.id.0)) as Arc<dyn Executor>);
+    let pool_config =
+        PoolConfig { max_concurrent_creates: 0, cloud_deadline: secs(1), ..PoolConfig::default() };
+    let clock = Arc::new(FakeClock::new(Moment::from_origin(secs(1))));
+    let pool = Pool::new(pool_config, clock, cloud.clone(), new_executor).unwrap();
+    let scheduler =
+        Scheduler::new(pool.clone(), SchedulerConfig { min_workers: 2, ..config(1) }).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        for _ in 0..3 {
+            scheduler.step().await;
+            for _ in 0..10 {
+                tokio::task::yield_now().await;
+            }
+        }
+        assert_eq!(cloud.creates.load(std::sync::atomic::Ordering::SeqCst), 2);
+        assert_eq!(pool.instances().len(), 2, "both shown while in flight");
+        cloud.release.notify_waiters();
+    });
+}

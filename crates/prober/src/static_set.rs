@@ -11,6 +11,7 @@
 //! its first probe, and a dispatcher that already wrote that work off can stop it there.
 
 use crate::ProberError;
+use crate::capacity::{CapacityScope, InstanceType};
 use crate::clock::{Clock, Moment};
 use crate::instance::{Instance, InstanceId, InstanceSet, Tags};
 use parking_lot::Mutex;
@@ -119,14 +120,15 @@ impl StaticInstanceSet {
 impl InstanceSet for StaticInstanceSet {
     async fn create(
         &self,
-        instance_type: &str,
+        instance_type: &InstanceType,
         _tags: &Tags,
         _init_command: &str,
     ) -> Result<Instance, ProberError> {
         Err(ProberError::Capacity {
-            instance_type: String::new(),
+            scope: CapacityScope::AllTypes,
             detail: format!(
-                "a static set cannot create instances (asked for {instance_type:?}); add hosts to its list"
+                "a static set cannot create instances (asked for {:?}); add hosts to its list",
+                instance_type.name
             ),
         })
     }
@@ -212,7 +214,7 @@ mod tests {
         set.set_tags(&"a".into(), &tags).await.unwrap();
         assert_eq!(set.list().await.unwrap()[0].tags, tags);
         assert!(matches!(
-            set.create("any", &Tags::new(), "").await,
+            set.create(&InstanceType::new("any"), &Tags::new(), "").await,
             Err(ProberError::Capacity { .. })
         ));
         set.destroy(&"a".into()).await.unwrap();

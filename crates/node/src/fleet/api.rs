@@ -8,7 +8,7 @@
 //! | `GET /v1/allocations/{id}[?after=V&wait=10s]` | one; waits for a version after `V` |
 //! | `POST /v1/allocations/{id}/stop` | cancel it if queued, stop it if running |
 //! | `GET /v1/workers` | every worker: state, idle behaviour, probes, allocations |
-//! | `POST /v1/workers/{id}/{hold,drain,run,kill}` | operator actions |
+//! | `POST /v1/workers/{id}/{hold,drain,run,kill,probe}` | operator actions (`probe`: now) |
 //! | `GET /v1/metrics` | the pool's and the scheduler's metrics (Prometheus) |
 
 use super::Fleet;
@@ -239,11 +239,12 @@ async fn worker_action(
     let id = InstanceId(id);
     let result = match action.as_str() {
         "kill" => fleet.pool().kill_instance(&id, "killed through the fleet API").await,
+        "probe" => fleet.pool().probe_now(&id).await.map(drop),
         other => match IdleBehavior::parse(other) {
             Some(behavior) => fleet.set_idle_behavior(&id, behavior).await,
             None => {
                 return Err(ApiError::bad_request(format!(
-                    "unknown action {other:?}: use hold, drain, run or kill"
+                    "unknown action {other:?}: use hold, drain, run, kill or probe"
                 )));
             }
         },

@@ -77,6 +77,11 @@ pub enum FleetCommand {
         /// The worker.
         worker: String,
     },
+    /// Probe a worker now rather than at its turn (after fixing it by hand, say).
+    Probe {
+        /// The worker.
+        worker: String,
+    },
 }
 
 /// Runs `wharf fleet` with `args`.
@@ -171,6 +176,7 @@ pub async fn run(args: FleetArgs, token: Option<String>, json: bool) -> anyhow::
         FleetCommand::Drain { worker } => worker_action(worker, "drain").await,
         FleetCommand::Run { worker } => worker_action(worker, "run").await,
         FleetCommand::Kill { worker } => worker_action(worker, "kill").await,
+        FleetCommand::Probe { worker } => worker_action(worker, "probe").await,
     }
 }
 
