@@ -7,7 +7,8 @@
 //! defects fixed: every command has a deadline, an unknown worker with work is never destroyed
 //! for a failing boot probe, and a fleet-wide brake stops mass destruction during an outage.
 //!
-//! - [`worker`]: the per-worker state machine ([`Worker`]).
+//! - [`worker`]: the per-worker state machine: its pure decisions on a [`Record`]
+//!   ([`worker::record`]), and the [`Worker`] that runs its commands.
 //! - [`pool`]: the [`Pool`]: creates in the background with throttling, sync with the
 //!   instance list, the per-worker probe schedule, the fleet brake, operator actions, metrics.
 //! - [`capacity`]: instance types (provider type, preemptible, quota group) and what holds
@@ -61,7 +62,8 @@ pub use scheduler::{Phase, Placement, Scheduler, SchedulerConfig};
 pub use ssh::{SshExecutor, SshTarget};
 pub use static_set::{StaticConfig, StaticHost, StaticInstanceSet};
 pub use worker::{
-    BootOutcome, Brake, Effect, IdleBehavior, ProbeOutcome, State, Worker, WorkerSpec, WorkerView,
+    BootOutcome, Brake, Effect, IdleBehavior, Kill, ProbeOutcome, ProbeReport, Record, Rules,
+    RunReport, Runner, State, Worker, WorkerSpec, WorkerView,
 };
 
 #[cfg(test)]

@@ -1381,3 +1381,591 @@ fn a_sync_with_an_unchanged_listing_does_not_void_a_probe_in_flight() {
     let view = h.worker.view();
     assert_eq!((view.state, view.running), (State::Running, vec!["zzzzz-1".to_owned()]));
 }
+
+/// One row of Arvados' `TestProbeAndUpdate`.
+struct Trial {
+    comment: &'static str,
+    /// How long ago the worker appeared, was last probed, busy and changed.
+    age: Duration,
+    state: State,
+    running: bool,
+    starting: bool,
+    boot: Reply,
+    deploy: Reply,
+    run: Reply,
+    run_deployed: Reply,
+    deploy_runner: Option<&'static [u8]>,
+    expect_stdin: &'static [u8],
+    expect_state: State,
+    expect_running: usize,
+}
+
+impl Default for Trial {
+    /// As Arvados' zero values: every command succeeds, the run probe lists nothing.
+    fn default() -> Trial {
+        Trial {
+            comment: "",
+            age: Duration::ZERO,
+            state: State::Unknown,
+            running: false,
+            starting: false,
+            boot: Reply::ok(""),
+            deploy: Reply::ok(""),
+            run: Reply::ok(""),
+            run_deployed: Reply::ok(""),
+            deploy_runner: None,
+            expect_stdin: b"",
+            expect_state: State::Unknown,
+            expect_running: 0,
+        }
+    }
+}
+
+/// Arvados' `TestProbeAndUpdate` (worker_test.go), every row, through the public API: a worker
+/// built on a record of the trial's age and runners, probed once over a scripted executor. A
+/// boot timeout of a minute, a probe timeout of a second.
+///
+/// The one difference in the setup: after copying the runner, wharf checks its sha256 on the
+/// worker, so the script answers that check with "absent" before the copy and the right
+/// hash after it (Arvados' stub executor fails its md5 check every time and never checks again).
+#[test]
+fn probe_and_update() {
+    use State::*;
+    let fail = || Reply::fail(1, "command failed\n");
+    let container = || Reply::ok("zzzzz-dz642-abcdefghijklmno\n");
+    let boot_timeout = MIN;
+    let probe_timeout = secs(1);
+    let elf: &'static [u8] = b"ELF";
+    let trials = vec![
+        Trial {
+            comment: "Unknown, probes fail",
+            boot: fail(),
+            run: fail(),
+            expect_state: Unknown,
+            ..Trial::default()
+        },
+        Trial {
+            comment: "Unknown, boot probe fails, but one container is running",
+            boot: fail(),
+            run: container(),
+            expect_state: Unknown,
+            expect_running: 1,
+            ..Trial::default()
+        },
+        Trial {
+            comment: "Unknown, boot probe fails, previously running container has exited",
+            running: true,
+            boot: fail(),
+            expect_state: Unknown,
+            expect_running: 0,
+            ..Trial::default()
+        },
+        Trial {
+            comment: "Unknown, boot timeout exceeded, boot probe fails",
+            age: boot_timeout + secs(1),
+            boot: fail(),
+            run: fail(),
+            expect_state: Shutdown,
+            ..Trial::default()
+        },
+        Trial {
+            comment: "Unknown, boot timeout exceeded, boot probe succeeds but crunch-run fails",
+            age: boot_timeout * 2,
+            run: fail(),
+            expect_state: Shutdown,
+            ..Trial::default()
+        },
+        Trial {
+            comment: "Unknown, boot timeout exceeded, boot probe fails but crunch-run succeeds",
+            age: boot_timeout * 2,
+            boot: fail(),
+            expect_state: Shutdown,
+            ..Trial::default()
+        },
+        Trial {
+            comment: "Unknown, boot timeout exceeded, boot probe fails but container is running",
+            age: boot_timeout * 2,
+            boot: fail(),
+            run: container(),
+            expect_state: Unknown,
+            expect_running: 1,
+            ..Trial::default()
+        },
+        Trial {
+            comment: "Unknown, boot probe fails, deployRunner succeeds, container is running",
+            boot: fail(),
+            run: fail(),
+            run_deployed: container(),
+            deploy_runner: Some(elf),
+            expect_stdin: elf,
+            expect_state: Unknown,
+            expect_running: 1,
+            ..Trial::default()
+        },
+        Trial {
+            comment: "Unknown, boot timeout exceeded, boot probe fails but deployRunner succeeds and container is running",
+            age: boot_timeout * 2,
+            boot: fail(),
+            run: fail(),
+            run_deployed: container(),
+            deploy_runner: Some(elf),
+            expect_stdin: elf,
+            expect_state: Unknown,
+            expect_running: 1,
+            ..Trial::default()
+        },
+        Trial {
+            comment: "Unknown, boot timeout exceeded, boot probe fails but deployRunner succeeds and no container is running",
+            age: boot_timeout * 2,
+            boot: fail(),
+            run: fail(),
+            deploy_runner: Some(elf),
+            expect_stdin: elf,
+            expect_state: Shutdown,
+            ..Trial::default()
+        },
+        Trial {
+            comment: "Booting, boot probe fails, run probe fails",
+            state: Booting,
+            boot: fail(),
+            run: fail(),
+            expect_state: Booting,
+            ..Trial::default()
+        },
+        Trial {
+            comment: "Booting, boot probe fails, run probe succeeds (but isn't expected to be called)",
+            state: Booting,
+            boot: fail(),
+            expect_state: Booting,
+            ..Trial::default()
+        },
+        Trial {
+            comment: "Booting, boot probe succeeds, run probe fails",
+            state: Booting,
+            run: fail(),
+            expect_state: Booting,
+            ..Trial::default()
+        },
+        Trial {
+            comment: "Booting, boot probe succeeds, run probe succeeds",
+            state: Booting,
+            expect_state: Idle,
+            ..Trial::default()
+        },
+        Trial {
+            comment: "Booting, boot probe succeeds, run probe succeeds, container is running",
+            state: Booting,
+            run: container(),
+            expect_state: Running,
+            expect_running: 1,
+            ..Trial::default()
+        },
+        Trial {
+            comment: "Booting, boot timeout exceeded",
+            state: Booting,
+            age: boot_timeout * 2,
+            run: fail(),
+            expect_state: Shutdown,
+            ..Trial::default()
+        },
+        Trial {
+            comment: "Idle, probe timeout exceeded, one container running",
+            state: Idle,
+            age: probe_timeout * 2,
+            run: container(),
+            expect_state: Running,
+            expect_running: 1,
+            ..Trial::default()
+        },
+        Trial {
+            comment: "Idle, probe timeout exceeded, one container running, probe fails",
+            state: Idle,
+            age: probe_timeout * 2,
+            running: true,
+            run: fail(),
+            expect_state: Shutdown,
+            expect_running: 1,
+            ..Trial::default()
+        },
+        Trial {
+            comment: "Idle, probe timeout exceeded, nothing running, probe fails",
+            state: Idle,
+            age: probe_timeout * 2,
+            run: fail(),
+            expect_state: Shutdown,
+            ..Trial::default()
+        },
+        Trial {
+            comment: "Running, one container still running",
+            state: Running,
+            running: true,
+            run: container(),
+            expect_state: Running,
+            expect_running: 1,
+            ..Trial::default()
+        },
+        Trial {
+            comment: "Running, container has exited",
+            state: Running,
+            running: true,
+            expect_state: Idle,
+            expect_running: 0,
+            ..Trial::default()
+        },
+        Trial {
+            comment: "Running, probe timeout exceeded, nothing running, new container being started",
+            state: Running,
+            age: probe_timeout * 2,
+            starting: true,
+            expect_state: Running,
+            ..Trial::default()
+        },
+        Trial {
+            comment: "Booting, boot probe succeeds, deployRunner succeeds, run probe succeeds",
+            state: Booting,
+            deploy_runner: Some(elf),
+            expect_stdin: elf,
+            run: fail(),
+            run_deployed: container(),
+            expect_running: 1,
+            expect_state: Running,
+            ..Trial::default()
+        },
+        Trial {
+            comment: "Booting, boot probe succeeds, deployRunner fails",
+            state: Booting,
+            deploy_runner: Some(elf),
+            deploy: fail(),
+            expect_stdin: elf,
+            expect_state: Booting,
+            ..Trial::default()
+        },
+        Trial {
+            comment: "Booting, boot probe succeeds, deployRunner skipped, run probe succeeds",
+            state: Booting,
+            deploy_runner: None,
+            deploy: fail(),
+            expect_state: Idle,
+            ..Trial::default()
+        },
+    ];
+    assert_eq!(trials.len(), 25, "every row of the reference's table");
+    let runtime = rt();
+    for (index, trial) in trials.into_iter().enumerate() {
+        let name = format!("trial {index}: {}", trial.comment);
+        let config = WorkerConfig {
+            timeouts: Timeouts {
+                booting: boot_timeout,
+                probe: probe_timeout,
+                ..Timeouts::default()
+            },
+            boot_probe_command: "bootprobe".into(),
+            runner: RunnerConfig {
+                command: "crunch-run".into(),
+                binary: trial.deploy_runner.map(|bytes| RunnerBinary::Bytes(Arc::from(bytes))),
+                directory: "/var/run/arvados".into(),
+                list_args: "--list".into(),
+                ..RunnerConfig::default()
+            },
+            cluster_prefix: "zzzzz-".into(),
+            ..WorkerConfig::default()
+        }
+        .prepare()
+        .unwrap();
+        let script = ScriptedExecutor::new("w1");
+        script.exact("bootprobe", trial.boot);
+        script.exact("crunch-run --list", trial.run);
+        script.containing("cat >\"$tmp\"", trial.deploy);
+        if let Some(deployment) = config.deployment() {
+            let path = quote("p", &deployment.path).unwrap();
+            script.exact(&format!("{path} --list"), trial.run_deployed);
+            let hash = format!("{}  {}\n", deployment.sha256, deployment.path);
+            script.on(
+                Match::Exact(format!("sha256sum {path}")),
+                [Reply::fail(1, "No such file or directory"), Reply::ok(&hash)],
+            );
+        }
+        let clock = Arc::new(FakeClock::new(Moment::from_origin(secs(100_000))));
+        let spec = WorkerSpec {
+            instance: Instance {
+                id: "w1".into(),
+                address: Some("10.0.0.1:22".into()),
+                remote_user: "root".into(),
+                tags: Tags::new(),
+                host_key: None,
+            },
+            instance_type: "small".into(),
+            state: trial.state,
+            idle_behavior: IdleBehavior::Run,
+        };
+        let mut record = Record::new(spec, clock.now() - trial.age);
+        if trial.running {
+            record.add_running("zzzzz-dz642-abcdefghijklmno");
+        }
+        if trial.starting {
+            record.starting.insert("zzzzz-dz642-bcdefghijklmnop".into(), Runner::default());
+        }
+        let worker = Worker::with_record(
+            record,
+            Arc::new(script.clone()),
+            Arc::new(config),
+            clock,
+            Arc::new(Brake::default()),
+        );
+        runtime.block_on(worker.probe_and_update());
+        let record = worker.record();
+        assert_eq!(record.state, trial.expect_state, "{name}");
+        assert_eq!(record.running.len(), trial.expect_running, "{name}");
+        let stdin: Vec<u8> = script.calls().into_iter().flat_map(|call| call.stdin).collect();
+        assert_eq!(stdin, trial.expect_stdin, "{name}");
+    }
+}
+
+/// The probe's decision alone, as a table: a record, what the probe found, and the time; the
+/// new record and the effects. No executor, no runtime.
+#[test]
+fn after_probe_table() {
+    use IdleBehavior::{Drain, Hold, Run};
+    use State::*;
+    let timeouts = Timeouts { booting: 10 * MIN, probe: 10 * MIN, ..Timeouts::default() };
+    let now = Moment::from_origin(secs(100_000));
+    let listed = |ids: &[&str], broken: bool, stale: &[&str]| RunReport {
+        result: Ok(crate::runner_list::RunnerList {
+            running: ids.iter().map(|s| (*s).to_owned()).collect(),
+            stale: stale.iter().map(|s| (*s).to_owned()).collect(),
+            broken,
+            ..Default::default()
+        }),
+        took: secs(1),
+    };
+    let failed = || RunReport { result: Err("unreachable".into()), took: secs(20) };
+
+    /// A case: how the record is set up, what the probe found, and what must follow.
+    struct Case {
+        name: &'static str,
+        state: State,
+        idle: IdleBehavior,
+        /// Last success this long before the probe started.
+        probed_ago: Duration,
+        running: &'static [&'static str],
+        booted: bool,
+        contacted: bool,
+        run: Option<RunReport>,
+        brake: bool,
+        /// The record changed while the probe ran.
+        raced: bool,
+        /// The probe started this long before it ended.
+        took: Duration,
+        want_state: State,
+        want_idle: IdleBehavior,
+        want_running: &'static [&'static str],
+        want_effects: &'static [Fx],
+        want_outcome: ProbeOutcome,
+    }
+    let case = |name, state, run| Case {
+        name,
+        state,
+        idle: Run,
+        probed_ago: secs(10),
+        running: &[],
+        booted: state.is_booted(),
+        contacted: false,
+        run,
+        brake: false,
+        raced: false,
+        took: secs(1),
+        want_state: state,
+        want_idle: Run,
+        want_running: &[],
+        want_effects: &[],
+        want_outcome: ProbeOutcome::Passed,
+    };
+    let cases = vec![
+        Case {
+            want_effects: &[Fx::Ready, Fx::Success],
+            booted: true,
+            contacted: true,
+            want_state: Idle,
+            ..case(
+                "booting, both probes pass: idle, ready, success",
+                Booting,
+                Some(listed(&[], false, &[])),
+            )
+        },
+        Case {
+            want_state: Running,
+            want_running: &["zzzzz-1"],
+            ..case(
+                "idle, a runner listed: adopted, running",
+                Idle,
+                Some(listed(&["zzzzz-1"], false, &[])),
+            )
+        },
+        Case {
+            running: &["zzzzz-1"],
+            want_state: Idle,
+            want_effects: &[Fx::Exited],
+            ..case(
+                "running, nothing listed: the runner ended",
+                Running,
+                Some(listed(&[], false, &[])),
+            )
+        },
+        Case {
+            running: &["zzzzz-1"],
+            raced: true,
+            want_state: Running,
+            want_running: &["zzzzz-1"],
+            ..case(
+                "changed while probing: runners left alone",
+                Running,
+                Some(listed(&[], false, &[])),
+            )
+        },
+        Case {
+            probed_ago: 10 * MIN - secs(1),
+            want_outcome: ProbeOutcome::Failed,
+            ..case("idle, fails just under the probe timeout: kept", Idle, Some(failed()))
+        },
+        Case {
+            probed_ago: 10 * MIN,
+            want_state: Shutdown,
+            want_effects: &[Fx::Destroy],
+            want_outcome: ProbeOutcome::Failed,
+            ..case("idle, fails at the probe timeout: shut down", Idle, Some(failed()))
+        },
+        Case {
+            // The last success was 9 min 50 s before the probe started, which took 30 s.
+            probed_ago: 10 * MIN - secs(10),
+            took: secs(30),
+            want_outcome: ProbeOutcome::Failed,
+            ..case("judged from the probe's start, not its end: kept", Idle, Some(failed()))
+        },
+        Case {
+            probed_ago: 11 * MIN,
+            brake: true,
+            want_outcome: ProbeOutcome::Failed,
+            ..case("past the probe timeout, brake engaged: kept", Idle, Some(failed()))
+        },
+        Case {
+            probed_ago: 11 * MIN,
+            idle: Hold,
+            want_idle: Hold,
+            want_outcome: ProbeOutcome::Failed,
+            ..case("past the probe timeout, hold: kept", Idle, Some(failed()))
+        },
+        Case {
+            probed_ago: 11 * MIN,
+            want_state: Shutdown,
+            want_effects: &[Fx::Destroy, Fx::Failure],
+            want_outcome: ProbeOutcome::Failed,
+            ..case("booting past the boot timeout: shut down, boot failed", Booting, None)
+        },
+        Case {
+            probed_ago: 11 * MIN,
+            want_running: &["zzzzz-1"],
+            ..case(
+                "unknown, boot failing, work listed past the timeout: kept",
+                Unknown,
+                Some(listed(&["zzzzz-1"], false, &[])),
+            )
+        },
+        Case {
+            want_state: Shutdown,
+            want_idle: Drain,
+            // The boot outcome was counted as a failure: shutting down adds no second one.
+            want_effects: &[Fx::Failure, Fx::Tags, Fx::Destroy],
+            ..case("idle reports broken: drained, shut down", Idle, Some(listed(&[], true, &[])))
+        },
+        Case {
+            idle: Hold,
+            want_idle: Hold,
+            ..case("hold reports broken: left alone", Idle, Some(listed(&[], true, &[])))
+        },
+        Case {
+            ..case("a first stale lock is not broken", Idle, Some(listed(&[], false, &["zzzzz-9"])))
+        },
+    ];
+    for case in cases {
+        let spec = WorkerSpec {
+            instance: Instance {
+                id: "w1".into(),
+                address: None,
+                remote_user: "root".into(),
+                tags: Tags::new(),
+                host_key: None,
+            },
+            instance_type: "small".into(),
+            state: case.state,
+            idle_behavior: case.idle,
+        };
+        let started = now - case.took;
+        let mut record = Record::new(spec, started - case.probed_ago);
+        for id in case.running {
+            record.add_running(id);
+        }
+        let mut report = ProbeReport::start(&record, started);
+        report.booted = case.booted;
+        report.contacted = case.contacted;
+        report.run = case.run;
+        if case.raced {
+            record.updated = started + secs(1);
+        }
+        let rules = Rules { timeouts: &timeouts, tag_prefix: "t-", brake_engaged: case.brake };
+        let mut fx = Vec::new();
+        let outcome = record.after_probe(report, now, &rules, &mut fx);
+        let name = case.name;
+        assert_eq!(outcome, case.want_outcome, "{name}");
+        assert_eq!(record.state, case.want_state, "{name}");
+        assert_eq!(record.idle_behavior, case.want_idle, "{name}");
+        let running: Vec<&str> = record.running.keys().map(String::as_str).collect();
+        assert_eq!(running, case.want_running, "{name}");
+        assert_eq!(kinds(&fx), case.want_effects, "{name}");
+        if outcome == ProbeOutcome::Passed && !case.raced {
+            assert_eq!(record.probed, now, "{name}: a pass is a success at its end");
+        }
+    }
+}
+
+/// As Arvados (#20471): the last runner is the one this prober last started; one found
+/// running stands in only while it has started none.
+#[test]
+fn the_last_runner_is_the_last_one_started_here() {
+    let timeouts = Timeouts::default();
+    let rules = Rules { timeouts: &timeouts, tag_prefix: "t-", brake_engaged: false };
+    let spec = WorkerSpec {
+        instance: Instance {
+            id: "w1".into(),
+            address: None,
+            remote_user: "root".into(),
+            tags: Tags::new(),
+            host_key: None,
+        },
+        instance_type: "small".into(),
+        state: State::Idle,
+        idle_behavior: IdleBehavior::Run,
+    };
+    let mut now = Moment::from_origin(secs(1_000));
+    let mut record = Record::new(spec, now);
+    let mut fx = Vec::new();
+    let mut probe = |record: &mut Record, now: Moment, ids: &[&str]| {
+        let mut report = ProbeReport::start(record, now);
+        report.run = Some(RunReport {
+            result: Ok(crate::runner_list::RunnerList {
+                running: ids.iter().map(|s| (*s).to_owned()).collect(),
+                ..Default::default()
+            }),
+            took: Duration::ZERO,
+        });
+        record.after_probe(report, now, &rules, &mut fx);
+    };
+    probe(&mut record, now, &["zzzzz-found"]);
+    assert_eq!(record.last_runner.as_deref(), Some("zzzzz-found"));
+    let generation = record.begin_start("zzzzz-mine", &mut Vec::new()).unwrap();
+    now = now + secs(1);
+    record.start_ended("zzzzz-mine", generation, now);
+    assert_eq!(record.last_runner.as_deref(), Some("zzzzz-mine"));
+    now = now + secs(10);
+    probe(&mut record, now, &["zzzzz-found", "zzzzz-mine"]);
+    assert_eq!(record.last_runner.as_deref(), Some("zzzzz-mine"));
+}
