@@ -111,6 +111,43 @@ fn a_hung_command_is_cut_at_its_deadline_and_the_connection_survives() {
     assert_eq!(exec.dials(), 1);
 }
 
+/// Whether process `pid` has ended (a zombie has).
+fn ended(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| stat.contains(") Z "))
+}
+
+#[test]
+fn a_command_cut_at_its_deadline_leaves_nothing_running_on_the_worker() {
+    let sshd = sshd();
+    let runtime = rt();
+    let exec = executor(&sshd, Some(&sshd.host_key), &sshd.client_key);
+    let shell = sshd.scratch().join("shell.pid");
+    let child = sshd.scratch().join("child.pid");
+    // A hung probe: the shell waits on a child that never ends.
+    let command =
+        format!("echo $$ > {}; sleep 600 & echo $! > {}; wait", shell.display(), child.display());
+    let err =
+        runtime.block_on(exec.execute(&command, b"", Duration::from_millis(500))).unwrap_err();
+    assert!(matches!(err, ProberError::Timeout { .. }), "{err}");
+    let pid = |file: &std::path::Path| -> u32 {
+        std::fs::read_to_string(file).unwrap().trim().parse().unwrap()
+    };
+    let (shell, child) = (pid(&shell), pid(&child));
+    #[allow(clippy::disallowed_methods)] // a bound on a real process ending
+    let deadline = Instant::now() + 10 * SECOND;
+    #[allow(clippy::disallowed_methods)]
+    while !(ended(shell) && ended(child)) {
+        assert!(Instant::now() < deadline, "the command (pid {shell}, child {child}) still runs");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The connection is still good for the next command.
+    assert_eq!(
+        runtime.block_on(exec.execute("echo ok", b"", 10 * SECOND)).unwrap().stdout,
+        b"ok\n"
+    );
+    assert_eq!(exec.dials(), 1);
+}
+
 /// Every descendant of `pid`.
 fn descendants(pid: u32) -> Vec<u32> {
     let mut found = Vec::new();

@@ -11,14 +11,16 @@
 //! is ever accepted on first use.
 //!
 //! Every call has a deadline covering the dial, the handshake, authentication and the command;
-//! at the deadline the channel is closed and [`ProberError::Timeout`] returned.
+//! at the deadline the command is stopped on the worker (TERM, then KILL, to its process
+//! group), the channel is closed and [`ProberError::Timeout`] returned.
 
 use crate::ProberError;
 use crate::executor::{Executor, MAX_OUTPUT, Output};
+use crate::quote::quote;
 use parking_lot::Mutex;
-use russh::ChannelMsg;
 use russh::client::{self, Handle};
 use russh::keys::{HashAlg, PrivateKey, PrivateKeyWithHashAlg, PublicKey, PublicKeyOrCertificate};
+use russh::{ChannelMsg, ChannelReadHalf, ChannelWriteHalf, Sig};
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -263,8 +265,9 @@ impl SshExecutor {
             worker: self.worker.clone(),
             detail: format!("running {command:?}: {e}"),
         };
+        let guarded = with_remote_deadline(command, deadline);
         let io = async {
-            write.exec(true, command).await.map_err(exec_error)?;
+            write.exec(true, guarded).await.map_err(exec_error)?;
             let send = async {
                 if !stdin.is_empty() {
                     write.data(stdin).await?;
@@ -307,14 +310,72 @@ impl SshExecutor {
         match tokio::time::timeout_at(deadline, io).await {
             Ok(result) => result.map_err(Attempt::Failed),
             Err(_) => {
-                // Best effort, and bounded: tell the server we are done with the channel.
-                let _ = tokio::time::timeout(Duration::from_secs(1), write.close()).await;
+                self.stop_remote(&write, &mut read, command).await;
                 Err(Attempt::Failed(ProberError::Timeout {
                     worker: self.worker.clone(),
                     what: format!("command {command:?}"),
                     deadline: Duration::ZERO,
                 }))
             }
+        }
+    }
+}
+
+impl SshExecutor {
+    /// Stops a command that overran its deadline, so that a hung probe does not stay on the
+    /// worker (closing the channel alone leaves it running: sshd only closes its pipes). The
+    /// remote `timeout` (see [`with_remote_deadline`]) ends it at about this moment; this adds
+    /// what the connection can carry: TERM to the command's process group (an SSH `signal`
+    /// request, which OpenSSH's sshd delivers with `killpg`, though not for root logins, which
+    /// it serves without privilege separation), then KILL if it has not exited within a
+    /// second; TERM first, because `sudo` passes TERM on to its command but cannot pass KILL.
+    /// Then the channel is closed. Every step is bounded, so a connection that no longer
+    /// answers costs a few seconds at most.
+    async fn stop_remote(
+        &self,
+        write: &ChannelWriteHalf<client::Msg>,
+        read: &mut ChannelReadHalf,
+        command: &str,
+    ) {
+        const STEP: Duration = Duration::from_secs(1);
+        for signal in [Sig::TERM, Sig::KILL] {
+            let name = format!("{signal:?}");
+            if !matches!(tokio::time::timeout(STEP, write.signal(signal)).await, Ok(Ok(()))) {
+                tracing::debug!(worker = %self.worker, command, "cannot signal the overrunning command");
+                break;
+            }
+            if tokio::time::timeout(STEP, exited(read)).await.is_ok() {
+                tracing::debug!(worker = %self.worker, command, signal = name, "stopped the overrunning command");
+                break;
+            }
+        }
+        let _ = tokio::time::timeout(STEP, write.close()).await;
+    }
+}
+
+/// `command` under a deadline enforced on the worker itself, so that it ends there even if
+/// the connection that carried it is gone by then: `timeout` (coreutils or busybox) sends TERM
+/// to the command's whole process group at the deadline (rounded up to a second) and KILL a
+/// second later. On a worker without `timeout` the command runs as it is.
+fn with_remote_deadline(command: &str, deadline: tokio::time::Instant) -> String {
+    let Ok(quoted) = quote("command", command) else { return command.to_owned() };
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    let seconds = left.as_secs() + u64::from(left.subsec_nanos() > 0);
+    format!(
+        "if command -v timeout >/dev/null 2>&1; then exec timeout -k 1 {} sh -c {quoted}; \
+         else exec sh -c {quoted}; fi",
+        seconds.max(1)
+    )
+}
+
+/// Returns once the channel says its command exited, or closes.
+async fn exited(read: &mut ChannelReadHalf) {
+    while let Some(message) = read.wait().await {
+        if matches!(
+            message,
+            ChannelMsg::ExitStatus { .. } | ChannelMsg::ExitSignal { .. } | ChannelMsg::Close
+        ) {
+            return;
         }
     }
 }
