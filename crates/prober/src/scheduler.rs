@@ -19,9 +19,12 @@
 //! - work a probe finds that the scheduler did not start (a restart of the dispatcher) is
 //!   adopted as running, so nothing is started twice and nothing is killed by mistake.
 //!
-//! Every decision is made in [`Scheduler::step`] from a snapshot of the workers, so tests drive
-//! it step by step on a fake clock with scripted workers; [`Scheduler::run`] is the same on
-//! real time.
+//! The placement decision is pure: the scheduler's books and a snapshot of the pool (its
+//! workers, its creates in flight, the time) go in; the starts, the questions, the stops and
+//! the creates come out, with the books updated, and are tested as a table. [`Scheduler::step`]
+//! takes the snapshot, decides under one short lock and carries the decisions out, so tests
+//! also drive it step by step on a fake clock with scripted workers; [`Scheduler::run`] is the
+//! same on real time.
 
 use crate::ProberError;
 use crate::clock::{Clock, Moment};
@@ -193,8 +196,10 @@ struct Counters {
     start_latency_count: u64,
 }
 
+/// The scheduler's books: every piece of work it knows, the queue, and the workers backing
+/// off after a refused start. [`Books::decide`] is the pure decision over them.
 #[derive(Debug, Default)]
-struct Inner {
+pub(crate) struct Books {
     entries: HashMap<String, Entry>,
     queue: VecDeque<String>,
     finished: VecDeque<String>,
@@ -204,19 +209,25 @@ struct Inner {
 
 /// A start the scheduler decided on.
 #[derive(Debug)]
-struct Launch {
-    id: String,
-    worker: InstanceId,
+pub(crate) struct Launch {
+    pub(crate) id: String,
+    pub(crate) worker: InstanceId,
     payload: Arc<[u8]>,
 }
 
 /// What one step decided, to be carried out outside the lock.
 #[derive(Debug, Default)]
-struct Decisions {
-    launches: Vec<Launch>,
-    ask: Vec<(String, InstanceId)>,
-    stop: Vec<String>,
-    creates: usize,
+pub(crate) struct Decisions {
+    /// Work to start, and where.
+    pub(crate) launches: Vec<Launch>,
+    /// Work a worker no longer lists: ask it how that ended.
+    pub(crate) ask: Vec<(String, InstanceId)>,
+    /// Work written off that a worker still runs: stop it.
+    pub(crate) stop: Vec<String>,
+    /// Workers to create, to keep the minimum.
+    pub(crate) creates: usize,
+    /// A placement changed: subscribers should hear of it.
+    pub(crate) changed: bool,
 }
 
 #[derive(Debug)]
@@ -224,7 +235,7 @@ struct Shared {
     pool: Pool,
     clock: Arc<dyn Clock>,
     config: SchedulerConfig,
-    inner: Mutex<Inner>,
+    inner: Mutex<Books>,
     wake: tokio::sync::Notify,
     changed: tokio::sync::watch::Sender<u64>,
     stopping: AtomicBool,
@@ -330,6 +341,7 @@ impl Scheduler {
     /// Stops work: queued work is cancelled, started work is killed on its worker (and ends
     /// as the runner reports once the probes stop listing it). Final work is left as it is.
     pub async fn stop(&self, id: &str, reason: &str) -> Result<Placement, ProberError> {
+        let now = self.shared.clock.now();
         let running = {
             let mut inner = self.shared.inner.lock();
             let inner = &mut *inner;
@@ -338,7 +350,7 @@ impl Scheduler {
             match entry.placement.phase {
                 Phase::Queued => {
                     inner.queue.retain(|queued| queued != id);
-                    finish(inner, &self.shared, id, Phase::Cancelled);
+                    inner.finish(id, Phase::Cancelled, now, &self.shared.config);
                     false
                 }
                 Phase::Starting { .. } | Phase::Running { .. } => true,
@@ -436,156 +448,13 @@ impl Scheduler {
         out
     }
 
-    /// Looks at every worker and every piece of work, and decides what to do.
+    /// Looks at every worker and every piece of work, and decides what to do: a snapshot of
+    /// the pool and the time go into [`Books::decide`], which is pure.
     fn decide(&self) -> Decisions {
         let shared = &self.shared;
-        let now = shared.clock.now();
-        let mut creating = 0;
-        let mut views: HashMap<InstanceId, WorkerView> = HashMap::new();
-        for instance in shared.pool.instances() {
-            match instance {
-                InstanceView::Worker(view) => {
-                    views.insert(view.id.clone(), view);
-                }
-                InstanceView::Creating { .. } => creating += 1,
-            }
-        }
-        let mut decisions = Decisions::default();
-        let mut inner = shared.inner.lock();
-        let inner = &mut *inner;
-        let mut changed = false;
-
-        // Work believed running: still listed, gone with its worker, or ended.
-        let running: Vec<(String, InstanceId)> = inner
-            .entries
-            .values()
-            .filter_map(|e| match &e.placement.phase {
-                Phase::Running { worker } => Some((e.placement.id.clone(), worker.clone())),
-                _ => None,
-            })
-            .collect();
-        for (id, worker) in running {
-            let lost = match views.get(&worker) {
-                None => Some(format!("worker {worker} disappeared")),
-                Some(view) if view.state == State::Shutdown => {
-                    Some(format!("worker {worker} was shut down"))
-                }
-                Some(_) => None,
-            };
-            if let Some(reason) = lost {
-                warn!(work = %id, %worker, reason, "work lost");
-                finish(inner, shared, &id, Phase::Lost { worker, reason });
-                changed = true;
-                continue;
-            }
-            let view = &views[&worker];
-            let Some(entry) = inner.entries.get_mut(&id) else { continue };
-            if view.running.contains(&id) {
-                if !entry.placement.confirmed {
-                    entry.placement.confirmed = true;
-                    entry.placement.started.get_or_insert(now);
-                    changed = true;
-                }
-            } else if !view.starting.contains(&id) && !entry.asking {
-                entry.asking = true;
-                decisions.ask.push((id, worker));
-            }
-        }
-
-        // Work the workers run that is not (or no longer) ours to run.
-        for view in views.values().filter(|v| v.state != State::Shutdown) {
-            for id in &view.running {
-                match inner.entries.get_mut(id) {
-                    None => {
-                        info!(work = %id, worker = %view.id, "adopting work found running");
-                        let placement = Placement {
-                            id: id.clone(),
-                            phase: Phase::Running { worker: view.id.clone() },
-                            submitted: now,
-                            started: Some(now),
-                            finished: None,
-                            attempts: 0,
-                            adopted: true,
-                            confirmed: true,
-                        };
-                        let entry = Entry { placement, payload: Arc::from([]), asking: false };
-                        inner.entries.insert(id.clone(), entry);
-                        inner.counters.adopted += 1;
-                        changed = true;
-                    }
-                    Some(entry) => match &entry.placement.phase {
-                        Phase::Lost { .. } | Phase::Cancelled | Phase::Failed { .. } => {
-                            decisions.stop.push(id.clone());
-                        }
-                        Phase::Queued => {
-                            // Its start was thought lost, but it arrived after all.
-                            info!(work = %id, worker = %view.id, "queued work found running");
-                            inner.queue.retain(|queued| queued != id);
-                            entry.placement.phase = Phase::Running { worker: view.id.clone() };
-                            entry.placement.confirmed = true;
-                            entry.placement.started.get_or_insert(now);
-                            changed = true;
-                        }
-                        Phase::Running { worker } | Phase::Starting { worker }
-                            if *worker != view.id =>
-                        {
-                            warn!(work = %id, worker = %view.id, placed_on = %worker, "work runs on a worker it was not placed on");
-                        }
-                        _ => {}
-                    },
-                }
-            }
-        }
-
-        // Room on each worker that takes work. A worker counts every start through it as
-        // running until a probe says otherwise, so its view is the load, plus the starts
-        // decided but not yet begun; work it no longer lists has ended and takes no room.
-        let mut load: HashMap<&InstanceId, BTreeSet<&str>> = HashMap::new();
-        for view in views.values() {
-            let ids = load.entry(&view.id).or_default();
-            ids.extend(view.running.iter().chain(&view.starting).map(String::as_str));
-        }
-        for entry in inner.entries.values() {
-            if let Phase::Starting { worker } = &entry.placement.phase
-                && let Some(ids) = load.get_mut(worker)
-            {
-                ids.insert(&entry.placement.id);
-            }
-        }
-        let mut room: Vec<(usize, &InstanceId)> = views
-            .values()
-            .filter(|v| {
-                matches!(v.state, State::Idle | State::Running)
-                    && v.idle_behavior == IdleBehavior::Run
-                    && inner.backoff.get(&v.id).is_none_or(|until| *until <= now)
-            })
-            .map(|v| (load.get(&v.id).map_or(0, BTreeSet::len), &v.id))
-            .filter(|(n, _)| *n < limit(shared.config.per_worker_limit))
-            .collect();
-        let mut launches = Vec::new();
-        while !inner.queue.is_empty() {
-            let Some((slot, _)) = room.iter().enumerate().min_by(|a, b| a.1.cmp(b.1)) else {
-                break;
-            };
-            let Some(id) = inner.queue.pop_front() else { break };
-            let worker = room[slot].1.clone();
-            room[slot].0 += 1;
-            if room[slot].0 >= limit(shared.config.per_worker_limit) {
-                room.swap_remove(slot);
-            }
-            let Some(entry) = inner.entries.get_mut(&id) else { continue };
-            entry.placement.phase = Phase::Starting { worker: worker.clone() };
-            entry.placement.attempts += 1;
-            launches.push(Launch { id, worker, payload: entry.payload.clone() });
-            changed = true;
-        }
-        decisions.launches = launches;
-
-        // Creates in flight count: they become workers.
-        let live = views.values().filter(|v| v.state != State::Shutdown).count() + creating;
-        decisions.creates = shared.config.min_workers.saturating_sub(live);
-        inner.backoff.retain(|_, until| *until > now);
-        if changed {
+        let snapshot = Snapshot::of(&shared.pool, shared.clock.now());
+        let decisions = shared.inner.lock().decide(&snapshot, &shared.config);
+        if decisions.changed {
             self.notify();
         }
         decisions
@@ -674,7 +543,7 @@ impl Scheduler {
                             "refused {} times; the last time: {e}",
                             entry.placement.attempts
                         );
-                        finish(inner, shared, &id, Phase::Failed { reason });
+                        inner.finish(&id, Phase::Failed { reason }, now, &shared.config);
                     } else {
                         entry.placement.phase = Phase::Queued;
                         inner.queue.push_front(id.clone());
@@ -684,7 +553,12 @@ impl Scheduler {
                 Err(e @ (ProberError::Unquotable { .. } | ProberError::UnknownWorker(_))) => {
                     entry.placement.phase = Phase::Queued;
                     if matches!(e, ProberError::Unquotable { .. }) {
-                        finish(inner, shared, &id, Phase::Failed { reason: e.to_string() });
+                        inner.finish(
+                            &id,
+                            Phase::Failed { reason: e.to_string() },
+                            now,
+                            &shared.config,
+                        );
                     } else {
                         entry.placement.attempts -= 1;
                         inner.queue.push_front(id.clone());
@@ -708,6 +582,7 @@ impl Scheduler {
     async fn ask_outcome(&self, id: String, worker: InstanceId) {
         let shared = &self.shared;
         let answer = shared.pool.runner_outcome(&worker, &id).await;
+        let now = shared.clock.now();
         let mut guard = shared.inner.lock();
         let inner = &mut *guard;
         let Some(entry) = inner.entries.get_mut(&id) else { return };
@@ -756,24 +631,228 @@ impl Scheduler {
             },
         };
         info!(work = %id, phase = phase.name(), "work finished");
-        finish(inner, shared, &id, phase);
+        inner.finish(&id, phase, now, &shared.config);
         drop(guard);
         self.notify();
     }
 }
 
-/// Puts work in a final phase, and forgets the oldest finished work beyond the limit.
-fn finish(inner: &mut Inner, shared: &Shared, id: &str, phase: Phase) {
-    let now = shared.clock.now();
-    let Some(entry) = inner.entries.get_mut(id) else { return };
-    *inner.counters.finished.entry(phase.name()).or_insert(0) += 1;
-    entry.placement.phase = phase;
-    entry.placement.finished = Some(now);
-    inner.finished.push_back(id.to_owned());
-    while inner.finished.len() > limit(shared.config.max_finished) {
-        let Some(old) = inner.finished.pop_front() else { break };
-        if inner.entries.get(&old).is_some_and(|e| e.placement.phase.is_final()) {
-            inner.entries.remove(&old);
+/// What the scheduler sees of the pool at one moment: every worker, the creates in flight,
+/// and the time.
+#[derive(Debug, Clone)]
+pub(crate) struct Snapshot {
+    pub(crate) workers: HashMap<InstanceId, WorkerView>,
+    pub(crate) creating: usize,
+    pub(crate) now: Moment,
+}
+
+impl Snapshot {
+    fn of(pool: &Pool, now: Moment) -> Snapshot {
+        let mut snapshot = Snapshot { workers: HashMap::new(), creating: 0, now };
+        for instance in pool.instances() {
+            match instance {
+                InstanceView::Worker(view) => {
+                    snapshot.workers.insert(view.id.clone(), view);
+                }
+                InstanceView::Creating { .. } => snapshot.creating += 1,
+            }
         }
+        snapshot
+    }
+}
+
+impl Books {
+    /// Decides, from a snapshot of the pool, what to start where, whom to ask how work
+    /// ended, what to stop and how many workers to create; updates the books to match. Pure:
+    /// the snapshot carries the time, and the caller carries the decisions out.
+    pub(crate) fn decide(&mut self, snapshot: &Snapshot, config: &SchedulerConfig) -> Decisions {
+        let Snapshot { workers: views, creating, now } = snapshot;
+        let (now, creating) = (*now, *creating);
+        let mut decisions = Decisions::default();
+        let mut changed = false;
+
+        // Work believed running: still listed, gone with its worker, or ended.
+        let running: Vec<(String, InstanceId)> = self
+            .entries
+            .values()
+            .filter_map(|e| match &e.placement.phase {
+                Phase::Running { worker } => Some((e.placement.id.clone(), worker.clone())),
+                _ => None,
+            })
+            .collect();
+        for (id, worker) in running {
+            let lost = match views.get(&worker) {
+                None => Some(format!("worker {worker} disappeared")),
+                Some(view) if view.state == State::Shutdown => {
+                    Some(format!("worker {worker} was shut down"))
+                }
+                Some(_) => None,
+            };
+            if let Some(reason) = lost {
+                warn!(work = %id, %worker, reason, "work lost");
+                self.finish(&id, Phase::Lost { worker, reason }, now, config);
+                changed = true;
+                continue;
+            }
+            let view = &views[&worker];
+            let Some(entry) = self.entries.get_mut(&id) else { continue };
+            if view.running.contains(&id) {
+                if !entry.placement.confirmed {
+                    entry.placement.confirmed = true;
+                    entry.placement.started.get_or_insert(now);
+                    changed = true;
+                }
+            } else if !view.starting.contains(&id) && !entry.asking {
+                entry.asking = true;
+                decisions.ask.push((id, worker));
+            }
+        }
+
+        // Work the workers run that is not (or no longer) ours to run.
+        for view in views.values().filter(|v| v.state != State::Shutdown) {
+            for id in &view.running {
+                match self.entries.get_mut(id) {
+                    None => {
+                        info!(work = %id, worker = %view.id, "adopting work found running");
+                        let placement = Placement {
+                            id: id.clone(),
+                            phase: Phase::Running { worker: view.id.clone() },
+                            submitted: now,
+                            started: Some(now),
+                            finished: None,
+                            attempts: 0,
+                            adopted: true,
+                            confirmed: true,
+                        };
+                        let entry = Entry { placement, payload: Arc::from([]), asking: false };
+                        self.entries.insert(id.clone(), entry);
+                        self.counters.adopted += 1;
+                        changed = true;
+                    }
+                    Some(entry) => match &entry.placement.phase {
+                        Phase::Lost { .. } | Phase::Cancelled | Phase::Failed { .. } => {
+                            decisions.stop.push(id.clone());
+                        }
+                        Phase::Queued => {
+                            // Its start was thought lost, but it arrived after all.
+                            info!(work = %id, worker = %view.id, "queued work found running");
+                            self.queue.retain(|queued| queued != id);
+                            entry.placement.phase = Phase::Running { worker: view.id.clone() };
+                            entry.placement.confirmed = true;
+                            entry.placement.started.get_or_insert(now);
+                            changed = true;
+                        }
+                        Phase::Running { worker } | Phase::Starting { worker }
+                            if *worker != view.id =>
+                        {
+                            warn!(work = %id, worker = %view.id, placed_on = %worker, "work runs on a worker it was not placed on");
+                        }
+                        _ => {}
+                    },
+                }
+            }
+        }
+
+        // Room on each worker that takes work. A worker counts every start through it as
+        // running until a probe says otherwise, so its view is the load, plus the starts
+        // decided but not yet begun; work it no longer lists has ended and takes no room.
+        let mut load: HashMap<&InstanceId, BTreeSet<&str>> = HashMap::new();
+        for view in views.values() {
+            let ids = load.entry(&view.id).or_default();
+            ids.extend(view.running.iter().chain(&view.starting).map(String::as_str));
+        }
+        for entry in self.entries.values() {
+            if let Phase::Starting { worker } = &entry.placement.phase
+                && let Some(ids) = load.get_mut(worker)
+            {
+                ids.insert(&entry.placement.id);
+            }
+        }
+        let mut room: Vec<(usize, &InstanceId)> = views
+            .values()
+            .filter(|v| {
+                matches!(v.state, State::Idle | State::Running)
+                    && v.idle_behavior == IdleBehavior::Run
+                    && self.backoff.get(&v.id).is_none_or(|until| *until <= now)
+            })
+            .map(|v| (load.get(&v.id).map_or(0, BTreeSet::len), &v.id))
+            .filter(|(n, _)| *n < limit(config.per_worker_limit))
+            .collect();
+        let mut launches = Vec::new();
+        while !self.queue.is_empty() {
+            let Some((slot, _)) = room.iter().enumerate().min_by(|a, b| a.1.cmp(b.1)) else {
+                break;
+            };
+            let Some(id) = self.queue.pop_front() else { break };
+            let worker = room[slot].1.clone();
+            room[slot].0 += 1;
+            if room[slot].0 >= limit(config.per_worker_limit) {
+                room.swap_remove(slot);
+            }
+            let Some(entry) = self.entries.get_mut(&id) else { continue };
+            entry.placement.phase = Phase::Starting { worker: worker.clone() };
+            entry.placement.attempts += 1;
+            launches.push(Launch { id, worker, payload: entry.payload.clone() });
+            changed = true;
+        }
+        decisions.launches = launches;
+
+        // Creates in flight count: they become workers.
+        let live = views.values().filter(|v| v.state != State::Shutdown).count() + creating;
+        decisions.creates = config.min_workers.saturating_sub(live);
+        self.backoff.retain(|_, until| *until > now);
+        decisions.changed = changed;
+        decisions
+    }
+
+    /// Puts work in a final phase, and forgets the oldest finished work beyond the limit.
+    fn finish(&mut self, id: &str, phase: Phase, now: Moment, config: &SchedulerConfig) {
+        let Some(entry) = self.entries.get_mut(id) else { return };
+        *self.counters.finished.entry(phase.name()).or_insert(0) += 1;
+        entry.placement.phase = phase;
+        entry.placement.finished = Some(now);
+        self.finished.push_back(id.to_owned());
+        while self.finished.len() > limit(config.max_finished) {
+            let Some(old) = self.finished.pop_front() else { break };
+            if self.entries.get(&old).is_some_and(|e| e.placement.phase.is_final()) {
+                self.entries.remove(&old);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+impl Books {
+    /// Books holding `work` in these phases; queued work is queued in this order.
+    pub(crate) fn holding(work: &[(&str, Phase)], now: Moment) -> Books {
+        let mut books = Books::default();
+        for (id, phase) in work {
+            let placement = Placement {
+                id: (*id).to_owned(),
+                phase: phase.clone(),
+                submitted: now,
+                started: None,
+                finished: None,
+                attempts: 0,
+                adopted: false,
+                confirmed: false,
+            };
+            if *phase == Phase::Queued {
+                books.queue.push_back((*id).to_owned());
+            }
+            let entry = Entry { placement, payload: Arc::from(&b"spec"[..]), asking: false };
+            books.entries.insert((*id).to_owned(), entry);
+        }
+        books
+    }
+
+    /// Where work `id` is.
+    pub(crate) fn phase(&self, id: &str) -> Option<Phase> {
+        self.entries.get(id).map(|e| e.placement.phase.clone())
+    }
+
+    /// Makes `worker` take no work until `until`, as after a refused start.
+    pub(crate) fn back_off(&mut self, worker: &str, until: Moment) {
+        self.backoff.insert(worker.into(), until);
     }
 }

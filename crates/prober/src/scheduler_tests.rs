@@ -510,3 +510,162 @@ fn creates_in_flight_count_toward_the_minimum() {
         cloud.release.notify_waiters();
     });
 }
+
+/// A worker as the scheduler sees it.
+fn worker_view(id: &str, state: State, idle: IdleBehavior, running: &[&str]) -> WorkerView {
+    WorkerView {
+        id: id.into(),
+        address: None,
+        instance_type: String::new(),
+        state,
+        idle_behavior: idle,
+        running: running.iter().map(|s| (*s).to_owned()).collect(),
+        starting: Vec::new(),
+        last_runner: None,
+        probe_age: Duration::ZERO,
+        idle_for: Duration::ZERO,
+        last_probe_failed: false,
+        last_error: None,
+    }
+}
+
+/// The scheduler's decision alone, as a table: its books and a snapshot of the pool in;
+/// starts, questions, stops, creates and the new phases out. No pool, no runtime.
+#[test]
+fn decide_table() {
+    use crate::scheduler::{Books, Snapshot};
+    use IdleBehavior::{Hold, Run};
+    use State::{Booting, Idle, Running, Shutdown};
+    let now = Moment::from_origin(secs(1_000));
+    let lost =
+        |worker: &str, reason: &str| Phase::Lost { worker: worker.into(), reason: reason.into() };
+    /// A case: the work (id and phase), the workers, creates in flight, and what must follow.
+    struct Case {
+        name: &'static str,
+        work: Vec<(&'static str, Phase)>,
+        workers: Vec<WorkerView>,
+        creating: usize,
+        backoff: Option<&'static str>,
+        config: SchedulerConfig,
+        launches: &'static [(&'static str, &'static str)],
+        asks: &'static [&'static str],
+        stops: &'static [&'static str],
+        creates: usize,
+        phases: Vec<(&'static str, Phase)>,
+    }
+    let case = |name| Case {
+        name,
+        work: Vec::new(),
+        workers: Vec::new(),
+        creating: 0,
+        backoff: None,
+        config: config(2),
+        launches: &[],
+        asks: &[],
+        stops: &[],
+        creates: 0,
+        phases: Vec::new(),
+    };
+    let starting = |w: &str| Phase::Starting { worker: w.into() };
+    let cases = vec![
+        Case {
+            work: vec![("a", Phase::Queued)],
+            workers: vec![worker_view("w1", Idle, Run, &[])],
+            launches: &[("a", "w1")],
+            phases: vec![("a", starting("w1"))],
+            ..case("queued work goes to an idle worker")
+        },
+        Case {
+            work: vec![("a", Phase::Queued), ("b", Phase::Queued)],
+            workers: vec![
+                worker_view("w1", Running, Run, &["x"]),
+                worker_view("w2", Idle, Run, &[]),
+            ],
+            launches: &[("a", "w2"), ("b", "w1")],
+            ..case("the least loaded first, then the next")
+        },
+        Case {
+            work: vec![("a", Phase::Queued)],
+            workers: vec![worker_view("w1", Running, Run, &["x", "y"])],
+            phases: vec![("a", Phase::Queued)],
+            ..case("no room anywhere: stays queued")
+        },
+        Case {
+            work: vec![("a", Phase::Queued)],
+            workers: vec![
+                worker_view("w1", Idle, Hold, &[]),
+                worker_view("w2", Booting, Run, &[]),
+                worker_view("w3", Shutdown, Run, &[]),
+            ],
+            phases: vec![("a", Phase::Queued)],
+            ..case("held, booting and shut-down workers take none")
+        },
+        Case {
+            work: vec![("a", Phase::Queued)],
+            workers: vec![worker_view("w1", Idle, Run, &[])],
+            backoff: Some("w1"),
+            phases: vec![("a", Phase::Queued)],
+            ..case("a worker backing off after a refusal takes none")
+        },
+        Case {
+            work: vec![("a", running("w1"))],
+            workers: vec![worker_view("w1", Idle, Run, &[])],
+            asks: &["a"],
+            phases: vec![("a", running("w1"))],
+            ..case("running work no longer listed: its worker is asked how it ended")
+        },
+        Case {
+            work: vec![("a", running("w1")), ("b", running("w2"))],
+            workers: vec![worker_view("w1", Shutdown, Run, &["a"])],
+            phases: vec![
+                ("a", lost("w1", "worker w1 was shut down")),
+                ("b", lost("w2", "worker w2 disappeared")),
+            ],
+            ..case("work on a shut-down or vanished worker is lost")
+        },
+        Case {
+            work: vec![("a", lost("w1", "gone"))],
+            workers: vec![worker_view("w1", Running, Run, &["a"])],
+            stops: &["a"],
+            ..case("lost work found running again is stopped")
+        },
+        Case {
+            work: vec![("a", Phase::Queued)],
+            workers: vec![worker_view("w1", Running, Run, &["a", "z"])],
+            phases: vec![("a", running("w1")), ("z", running("w1"))],
+            ..case("queued work found running runs there; unknown work is adopted")
+        },
+        Case {
+            workers: vec![worker_view("w1", Idle, Run, &[]), worker_view("w2", Shutdown, Run, &[])],
+            creating: 1,
+            config: SchedulerConfig { min_workers: 3, ..config(2) },
+            creates: 1,
+            ..case("the minimum counts live workers and creates in flight")
+        },
+    ];
+    for case in cases {
+        let name = case.name;
+        let mut books = Books::holding(&case.work, now);
+        if let Some(worker) = case.backoff {
+            books.back_off(worker, now + secs(10));
+        }
+        let snapshot = Snapshot {
+            workers: case.workers.into_iter().map(|v| (v.id.clone(), v)).collect(),
+            creating: case.creating,
+            now,
+        };
+        let decisions = books.decide(&snapshot, &case.config);
+        let launches: Vec<(String, String)> =
+            decisions.launches.iter().map(|l| (l.id.clone(), l.worker.0.clone())).collect();
+        let want: Vec<(String, String)> =
+            case.launches.iter().map(|(i, w)| ((*i).to_owned(), (*w).to_owned())).collect();
+        assert_eq!(launches, want, "{name}: launches");
+        let asks: Vec<&str> = decisions.ask.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(asks, case.asks, "{name}: asks");
+        assert_eq!(decisions.stop, case.stops, "{name}: stops");
+        assert_eq!(decisions.creates, case.creates, "{name}: creates");
+        for (id, phase) in case.phases {
+            assert_eq!(books.phase(id), Some(phase), "{name}: {id}");
+        }
+    }
+}
