@@ -3,9 +3,8 @@
 //! Each worker is driven through `unknown`, `booting`, `idle`, `running` and `shutdown`, with
 //! the idle behaviours `run`, `hold` and `drain`, by probing it over an [`Executor`]: a boot
 //! probe, a deployment of the runner binary, and a run probe that lists the work on it in the
-//! runner-list grammar. The behaviour matches Arvados' dispatch-cloud worker, with three of its
-//! defects fixed: every command has a deadline, an unknown worker with work is never destroyed
-//! for a failing boot probe, and a fleet-wide brake stops mass destruction during an outage.
+//! runner-list grammar. The behaviour matches Arvados' dispatch-cloud worker, with its
+//! defects fixed (see the differences below).
 //!
 //! - [`worker`]: the per-worker state machine: its pure decisions on a [`Record`]
 //!   ([`worker::record`]), and the [`Worker`] that runs its commands.
@@ -27,6 +26,35 @@
 //! agent. This crate depends on no other wharf crate, reads time only through [`Clock`], runs
 //! commands only through an [`Executor`], and prints nothing (it logs with `tracing`, with a
 //! `worker` field).
+//!
+//! # Where it differs from Arvados, on purpose
+//!
+//! Arvados' own worker, pool and throttle tests, ported, pass here. What differs, and why:
+//!
+//! - **Probe deadlines.** Arvados runs probe commands with no deadline: a hung command or SSH
+//!   handshake stops that worker's probing for good, and its probe timeout never fires. Here
+//!   every command has one ([`WorkerConfig::command_deadline`], `deploy_deadline`); a command
+//!   cut off counts as a failed probe, and is stopped on the worker too (under the worker's
+//!   own `timeout`, and by TERM and KILL over the channel), so hung probes do not pile up.
+//! - **The fleet brake.** Arvados judges each worker alone, so a network outage or a broken
+//!   key destroys every worker once the probe timeout passes. Here no worker is shut down for
+//!   being unresponsive while more than [`BrakeConfig::max_failing_share`] (and at least
+//!   `min_failing`) of the booted workers fail at once; the reason is logged and exported.
+//! - **sha256 for the runner binary.** Arvados names and checks the deployed binary by md5
+//!   and writes it in place. Here it is `runner~<sha256>`, written to a temp file, checked,
+//!   renamed into place and checked again: md5 no longer guards integrity, and a copy cut off
+//!   halfway must never sit at the path the check trusts.
+//! - **An unknown worker with work is never shut down** for a failing boot probe or for its
+//!   age (Arvados' main branch does, after the boot timeout, losing the work it runs).
+//! - **Probe scheduling** is per worker, each at its own interval, with a bound on probes in
+//!   flight, instead of one loop at a global rate whose passes stretch with the fleet.
+//! - **Creates in flight**: at `max_concurrent_creates`, creates wait until one ends (and
+//!   subscribers hear when it does) rather than for a fixed 5 s; an instance a list shows
+//!   before its create returns counts once, not twice.
+//! - **Quota groups** come from the configuration ([`InstanceType::quota_group`]) rather than
+//!   from the driver.
+//! - **Metric names** end in `_total` for counters and not for gauges, as Prometheus' linter
+//!   asks (`boot_outcomes_total`, `instances`).
 
 pub mod capacity;
 pub mod clock;
