@@ -381,27 +381,6 @@ fn agent_address_flag_environment_and_file() {
     }
 }
 
-/// Runs `wharf` with `args` against `agent`, and gives up (failing the test) after [`LIMIT`]:
-/// for commands that would hang if the agent did.
-fn cli_within(agent: &AgentProcess, args: &[&str]) -> Output {
-    let mut child = std::process::Command::new(WHARF)
-        .args(["--address", &agent.address, "--token", TOKEN])
-        .args(args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + LIMIT;
-    while child.try_wait().unwrap().is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("wharf {args:?} hung: {:?}", child.wait_with_output());
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    child.wait_with_output().unwrap()
-}
-
 /// A task that swaps its log files for links (to a file it wants the agent to read for it),
 /// or plants a FIFO among them, gets a clear refusal from the API and from `wharf alloc
 /// logs`, never the file's content and never a hang.
@@ -444,7 +423,7 @@ async fn log_files_are_read_without_following_links() {
             if follow {
                 args.push("--follow");
             }
-            let logs = cli_within(&agent, &args);
+            let logs = agent.cli_within(&args);
             assert_eq!(logs.status.code(), Some(3), "{args:?}: {logs:?}");
             assert_eq!(stdout(&logs), "", "{args:?}: nothing is printed");
             assert_eq!(stderr(&logs), format!("wharf: {want}\n"), "{args:?}");

@@ -347,6 +347,22 @@ impl Holds {
     }
 }
 
+/// A type of the tables: its name, provider type, kind and quota group.
+#[cfg(test)]
+pub(crate) fn typed(
+    name: &str,
+    provider_type: &str,
+    preemptible: bool,
+    group: &str,
+) -> InstanceType {
+    InstanceType {
+        name: name.into(),
+        provider_type: provider_type.into(),
+        preemptible,
+        quota_group: Some(group.into()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -364,15 +380,6 @@ mod tests {
 
     fn counts(instances: usize, creating: usize) -> Counts {
         Counts { instances, creating }
-    }
-
-    fn typed(name: &str, provider_type: &str, preemptible: bool, group: &str) -> InstanceType {
-        InstanceType {
-            name: name.into(),
-            provider_type: provider_type.into(),
-            preemptible,
-            quota_group: Some(group.into()),
-        }
     }
 
     /// Arvados' `TestRateLimitError` (throttle_test.go): no hold at first; a rate limit holds

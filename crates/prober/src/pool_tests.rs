@@ -930,14 +930,7 @@ fn of_type<'a>(views: &'a [InstanceView], instance_type: &str) -> Vec<&'a Instan
     views.iter().filter(|v| v.instance_type() == instance_type).collect()
 }
 
-fn typed(name: &str, provider_type: &str, preemptible: bool, group: &str) -> InstanceType {
-    InstanceType {
-        name: name.into(),
-        provider_type: provider_type.into(),
-        preemptible,
-        quota_group: Some(group.into()),
-    }
-}
+use crate::capacity::typed;
 
 /// Arvados' `TestCreateUnallocShutdown`: creates show in `instances()` before the cloud
 /// answers; the init command stores the secret, then runs the configured one; hold refuses a

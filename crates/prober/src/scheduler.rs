@@ -175,6 +175,22 @@ pub struct Placement {
     pub confirmed: bool,
 }
 
+impl Placement {
+    /// Work `id`, submitted at `now` and queued.
+    fn queued(id: &str, now: Moment) -> Placement {
+        Placement {
+            id: id.to_owned(),
+            phase: Phase::Queued,
+            submitted: now,
+            started: None,
+            finished: None,
+            attempts: 0,
+            adopted: false,
+            confirmed: false,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Entry {
     placement: Placement,
@@ -301,16 +317,7 @@ impl Scheduler {
                     self.shared.config.max_queued
                 )));
             }
-            let placement = Placement {
-                id: id.to_owned(),
-                phase: Phase::Queued,
-                submitted: now,
-                started: None,
-                finished: None,
-                attempts: 0,
-                adopted: false,
-                confirmed: false,
-            };
+            let placement = Placement::queued(id, now);
             inner.entries.insert(
                 id.to_owned(),
                 Entry { placement: placement.clone(), payload: payload.into(), asking: false },
@@ -715,14 +722,11 @@ impl Books {
                     None => {
                         info!(work = %id, worker = %view.id, "adopting work found running");
                         let placement = Placement {
-                            id: id.clone(),
                             phase: Phase::Running { worker: view.id.clone() },
-                            submitted: now,
                             started: Some(now),
-                            finished: None,
-                            attempts: 0,
                             adopted: true,
                             confirmed: true,
+                            ..Placement::queued(id, now)
                         };
                         let entry = Entry { placement, payload: Arc::from([]), asking: false };
                         self.entries.insert(id.clone(), entry);
@@ -827,16 +831,7 @@ impl Books {
     pub(crate) fn holding(work: &[(&str, Phase)], now: Moment) -> Books {
         let mut books = Books::default();
         for (id, phase) in work {
-            let placement = Placement {
-                id: (*id).to_owned(),
-                phase: phase.clone(),
-                submitted: now,
-                started: None,
-                finished: None,
-                attempts: 0,
-                adopted: false,
-                confirmed: false,
-            };
+            let placement = Placement { phase: phase.clone(), ..Placement::queued(id, now) };
             if *phase == Phase::Queued {
                 books.queue.push_back((*id).to_owned());
             }

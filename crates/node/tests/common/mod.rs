@@ -75,6 +75,27 @@ impl AgentProcess {
             .output()
             .unwrap()
     }
+
+    /// Runs `wharf` with `args` against this agent, and gives up (failing the test) after
+    /// [`LIMIT`]: for commands that would hang if the agent did.
+    pub fn cli_within(&self, args: &[&str]) -> std::process::Output {
+        let mut child = Command::new(WHARF)
+            .args(["--address", &self.address, "--token", TOKEN])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + LIMIT;
+        while child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("wharf {args:?} hung: {:?}", child.wait_with_output());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        child.wait_with_output().unwrap()
+    }
 }
 
 impl Drop for AgentProcess {
