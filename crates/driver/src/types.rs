@@ -140,6 +140,9 @@ pub enum FsIsolation {
     Chroot,
     /// Tasks run in their own image.
     Image,
+    /// Tasks see only the paths opened ("unveiled") to them, as Nomad's exec2 driver does with
+    /// Landlock.
+    Unveil,
 }
 
 /// Whether a driver can run tasks here.

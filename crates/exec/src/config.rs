@@ -59,21 +59,7 @@ impl RawExecConfig {
     pub fn parse(
         config: &serde_json::Map<String, serde_json::Value>,
     ) -> Result<RawExecConfig, DriverError> {
-        let value = serde_json::Value::Object(config.clone());
-        let parsed: RawExecConfig = serde_path_to_error::deserialize(value).map_err(|e| {
-            let path = e.path().to_string();
-            let message = e.into_inner().to_string();
-            // A missing or unknown field is reported at the level that holds it; name it.
-            let named = ["missing field `", "unknown field `"]
-                .iter()
-                .find_map(|prefix| message.strip_prefix(prefix)?.split('`').next());
-            let field = match (named, path.as_str()) {
-                (Some(name), ".") => format!("config.{name}"),
-                (_, ".") => "config".to_owned(),
-                (_, path) => format!("config.{path}"),
-            };
-            DriverError::invalid_config(field, message)
-        })?;
+        let parsed: RawExecConfig = deserialize_block(config)?;
         if parsed.command.trim().is_empty() {
             return Err(DriverError::invalid_config("config.command", "must not be empty"));
         }
@@ -94,6 +80,27 @@ impl RawExecConfig {
         }
         Ok(parsed)
     }
+}
+
+/// Reads a `config` block into `T`; the error names the field (`config.args[1]`), and a
+/// missing or unknown field by its own name rather than the block's.
+pub(crate) fn deserialize_block<T: serde::de::DeserializeOwned>(
+    config: &serde_json::Map<String, serde_json::Value>,
+) -> Result<T, DriverError> {
+    let value = serde_json::Value::Object(config.clone());
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let message = e.into_inner().to_string();
+        let named = ["missing field `", "unknown field `"]
+            .iter()
+            .find_map(|prefix| message.strip_prefix(prefix)?.split('`').next());
+        let field = match (named, path.as_str()) {
+            (Some(name), ".") => format!("config.{name}"),
+            (_, ".") => "config".to_owned(),
+            (_, path) => format!("config.{path}"),
+        };
+        DriverError::invalid_config(field, message)
+    })
 }
 
 /// Checks a task's environment: names must be non-empty without `=` or NUL, values without NUL.

@@ -355,13 +355,23 @@ impl Journal {
     }
 
     fn sweep(&mut self, path: &Path) -> Result<usize, IsolateError> {
+        let gone: Vec<u32> = self
+            .leases
+            .iter()
+            .filter(|(_, owner)| {
+                matches!(std::fs::symlink_metadata(owner), Err(e) if e.kind() == io::ErrorKind::NotFound)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        if gone.is_empty() {
+            return Ok(0);
+        }
+        // Reading every process's ids costs a file per process: only when there is a
+        // candidate.
         let live = ids_in_use();
         let mut ended = Vec::new();
-        for (id, owner) in &self.leases {
-            let gone = matches!(std::fs::symlink_metadata(owner), Err(e) if e.kind() == io::ErrorKind::NotFound);
-            if gone && !live.contains(id) {
-                ended.extend_from_slice(format!("- {id}\n").as_bytes());
-            }
+        for id in gone.into_iter().filter(|id| !live.contains(id)) {
+            ended.extend_from_slice(format!("- {id}\n").as_bytes());
         }
         let count = ended.iter().filter(|b| **b == b'\n').count();
         if count > 0 {

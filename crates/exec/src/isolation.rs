@@ -1,0 +1,631 @@
+//! The `exec` driver's isolation: the node's settings ([`ExecOptions`], as exec2's plugin
+//! config), a task's `config` block ([`ExecConfig`]: raw_exec's fields plus `unveil`,
+//! `pid_mode`, `ipc_mode`), and, per start, the task's workload user, directories and
+//! [`Containment`] (wharf-isolate makes every containment system call; this module decides
+//! what to ask for).
+//!
+//! What a task under `exec` may reach (Landlock rules):
+//!
+//! | path | rights |
+//! |---|---|
+//! | the node's defaults ([`landlock::default_unveils`]), if `unveil_defaults` | mostly `rx` and `r`, skipped where missing |
+//! | the node's `unveil_paths` | as given; must exist |
+//! | the task directory | everything but removing or renaming directories |
+//! | each directory in it when the task starts (`local/`, `secrets/`, ...), except `logs/` and the driver's run records | everything |
+//! | the allocation directory | everything |
+//! | the task's `unveil` entries, if `unveil_by_task` | as given; must exist |
+//!
+//! The rule on the task directory itself lacks `REMOVE_DIR` so that the task cannot move
+//! `logs/`, `secrets/` or the driver's run records (`.raw_exec/`) aside and put something else
+//! in their place: the shim and the agent, running as root, write and read there. Files
+//! directly in the task directory are the task's to create, change and delete.
+//!
+//! Directories: the task directory and its subdirectories (as above) are handed to the
+//! workload user (`lchown`, never following links), the task directory is made private to it
+//! (mode 0700), and the allocation directory and its subdirectories are made writable by every
+//! task of the allocation, each its own files only (mode 1777, as `/tmp`).
+//!
+//! Environment: the task's, plus `HOME` (the task directory) and `TMPDIR` (its `local/`, or
+//! the task directory) when the task does not set them, since the usual fallbacks (the
+//! password database, `/tmp`) are out of reach.
+
+use crate::config::{RawExecConfig, deserialize_block};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use wharf_driver::{DriverError, Health, TaskConfig};
+use wharf_isolate::landlock::{self, Access, Mode, Rule, Unveil};
+use wharf_isolate::namespace::Namespaces;
+use wharf_isolate::users::{self, Ugid, UgidRange, UserPool};
+use wharf_isolate::{Containment, IsolateError};
+
+/// The name job specs use for the isolated driver.
+pub const EXEC_DRIVER_NAME: &str = "exec";
+
+/// Whether a task gets a namespace of its own, as Nomad's exec driver names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NamespaceMode {
+    /// A namespace of the task's own.
+    Private,
+    /// The node's.
+    Host,
+}
+
+impl NamespaceMode {
+    fn private(self) -> bool {
+        self == NamespaceMode::Private
+    }
+}
+
+/// The node's settings for the `exec` driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecOptions {
+    /// The journal of workload-user leases (by default `<data_dir>/workload-users`).
+    pub users_file: PathBuf,
+    /// The ids workload users are taken from.
+    pub users: UgidRange,
+    /// Open the system paths of [`landlock::default_unveils`] to every task.
+    pub unveil_defaults: bool,
+    /// More paths for every task.
+    pub unveil_paths: Vec<Unveil>,
+    /// Let tasks name paths of their own (`config.unveil`). exec2 defaults this to false;
+    /// wharf to true, because whoever may submit jobs may also use raw_exec, which runs them
+    /// as root. A node that turns raw_exec off to contain its submitters turns this off too.
+    pub unveil_by_task: bool,
+    /// A task's PID namespace when its config does not say.
+    pub default_pid_mode: NamespaceMode,
+    /// A task's IPC namespace when its config does not say.
+    pub default_ipc_mode: NamespaceMode,
+}
+
+impl ExecOptions {
+    /// The defaults, with the lease journal at `users_file`: Nomad's range 80,000 to 89,999,
+    /// the default paths, tasks may unveil, private PID and IPC namespaces (as Nomad's exec
+    /// driver).
+    pub fn new(users_file: impl Into<PathBuf>) -> ExecOptions {
+        ExecOptions {
+            users_file: users_file.into(),
+            users: UgidRange::DEFAULT,
+            unveil_defaults: true,
+            unveil_paths: Vec::new(),
+            unveil_by_task: true,
+            default_pid_mode: NamespaceMode::Private,
+            default_ipc_mode: NamespaceMode::Private,
+        }
+    }
+}
+
+/// An `exec` task's `config` block.
+///
+/// | field | meaning |
+/// |---|---|
+/// | `command`, `args`, `work_dir` | as for raw_exec ([`RawExecConfig`]) |
+/// | `unveil` | more paths for this task, `"<mode>:<path>"` with a mode of `r`, `w`, `x`, `c` (exec2's form); needs the node's `unveil_by_task` |
+/// | `pid_mode`, `ipc_mode` | `"private"` or `"host"`; default: the node's |
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecConfig {
+    /// The fields raw_exec reads.
+    pub process: RawExecConfig,
+    /// The task's own paths.
+    pub unveil: Vec<Unveil>,
+    /// Its PID namespace, if it chooses.
+    pub pid_mode: Option<NamespaceMode>,
+    /// Its IPC namespace, if it chooses.
+    pub ipc_mode: Option<NamespaceMode>,
+}
+
+/// The fields `exec` reads beyond raw_exec's.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IsolationFields {
+    #[serde(default)]
+    unveil: Vec<String>,
+    #[serde(default)]
+    pid_mode: Option<NamespaceMode>,
+    #[serde(default)]
+    ipc_mode: Option<NamespaceMode>,
+}
+
+impl ExecConfig {
+    /// Reads and checks a `config` block; the error names the field (`config.unveil[1]`).
+    pub fn parse(
+        config: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<ExecConfig, DriverError> {
+        let mut process = config.clone();
+        let mut own = serde_json::Map::new();
+        for field in ["unveil", "pid_mode", "ipc_mode"] {
+            if let Some(value) = process.remove(field) {
+                own.insert(field.to_owned(), value);
+            }
+        }
+        let process = RawExecConfig::parse(&process)?;
+        let fields: IsolationFields = deserialize_block(&own)?;
+        let unveil = fields
+            .unveil
+            .iter()
+            .enumerate()
+            .map(|(index, entry)| {
+                Unveil::parse(entry).map_err(|e| {
+                    let reason = match e {
+                        IsolateError::Unveil { reason, .. } => reason,
+                        other => other.to_string(),
+                    };
+                    DriverError::invalid_config(format!("config.unveil[{index}]"), reason)
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ExecConfig { process, unveil, pid_mode: fields.pid_mode, ipc_mode: fields.ipc_mode })
+    }
+}
+
+/// The `exec` driver's isolation state: its settings and the node's workload users.
+#[derive(Debug)]
+pub(crate) struct Isolation {
+    options: ExecOptions,
+    /// Opened on first use, and again after a failure (a journal that could not be opened is
+    /// reported by the fingerprint and each start until it can be).
+    pool: parking_lot::Mutex<Option<Arc<UserPool>>>,
+}
+
+/// What a start needs from the isolation: the containment, and the environment to add.
+#[derive(Debug)]
+pub(crate) struct Contained {
+    pub(crate) containment: Containment,
+    pub(crate) user: Ugid,
+    pub(crate) env: BTreeMap<String, String>,
+}
+
+impl Isolation {
+    pub(crate) fn new(options: ExecOptions) -> Isolation {
+        Isolation { options, pool: parking_lot::Mutex::new(None) }
+    }
+
+    pub(crate) fn options(&self) -> &ExecOptions {
+        &self.options
+    }
+
+    /// The node's workload users, opening the journal if it is not open yet.
+    pub(crate) fn pool(&self) -> Result<Arc<UserPool>, IsolateError> {
+        let mut pool = self.pool.lock();
+        if let Some(pool) = &*pool {
+            return Ok(pool.clone());
+        }
+        let opened = Arc::new(UserPool::open(&self.options.users_file, self.options.users)?);
+        *pool = Some(opened.clone());
+        Ok(opened)
+    }
+
+    /// What this node offers the driver now.
+    pub(crate) fn probe(&self) -> Probe {
+        Probe {
+            root: users::running_as_root(),
+            landlock: landlock::abi().map_err(|e| e.to_string()),
+            namespaces: Namespaces { pid: true, ipc: true }
+                .check_supported()
+                .map_err(|e| e.to_string()),
+            users: self.pool().map(|pool| pool.range()).map_err(|e| e.to_string()),
+            unveil_paths: self.options.unveil_paths.iter().try_for_each(|u| {
+                std::fs::metadata(&u.path).map(drop).map_err(|e| format!("{u}: {e}"))
+            }),
+        }
+    }
+
+    /// The node settings as fingerprint attributes.
+    pub(crate) fn attributes(&self, attributes: &mut BTreeMap<String, String>) {
+        let options = &self.options;
+        attributes
+            .insert("driver.exec.unveil.defaults".into(), options.unveil_defaults.to_string());
+        attributes.insert("driver.exec.unveil.tasks".into(), options.unveil_by_task.to_string());
+        attributes.insert(
+            "driver.exec.users".into(),
+            format!("{}-{}", options.users.min(), options.users.max()),
+        );
+    }
+
+    /// Gets a task ready to start under containment: checks its `unveil` entries, leases its
+    /// workload user, prepares its directories (module docs) and builds its [`Containment`].
+    /// `runs_dir` is the driver's directory of run records in the task directory, made here
+    /// (owned by root) so that the task never gets to make it first.
+    pub(crate) fn prepare(
+        &self,
+        config: &TaskConfig,
+        exec: &ExecConfig,
+        runs_dir: &Path,
+    ) -> Result<Contained, DriverError> {
+        if !exec.unveil.is_empty() && !self.options.unveil_by_task {
+            return Err(DriverError::invalid_config(
+                "config.unveil",
+                "this node does not let tasks unveil paths (drivers.exec.unveil_by_task = false)",
+            ));
+        }
+        for (index, unveil) in exec.unveil.iter().enumerate() {
+            if let Err(e) = std::fs::metadata(&unveil.path) {
+                return Err(DriverError::invalid_config(
+                    format!("config.unveil[{index}]"),
+                    format!("{}: {e}", unveil.path.display()),
+                ));
+            }
+        }
+        let pool = self.pool().map_err(|e| {
+            DriverError::other(format!("the workload-user journal cannot be used: {e}"))
+        })?;
+        let user = pool.acquire(&config.task_dir).map_err(|e| match e {
+            // Tasks end and allocations are collected: a later start may find one free.
+            IsolateError::UsersExhausted { .. } => DriverError::Retryable { reason: e.to_string() },
+            e => DriverError::other(e),
+        })?;
+        let subdirs = self.prepare_dirs(config, runs_dir, user).map_err(DriverError::other)?;
+
+        let mut rules = Vec::new();
+        if self.options.unveil_defaults {
+            rules.extend(landlock::default_unveils().iter().map(|u| u.rule(true)));
+        }
+        rules.extend(self.options.unveil_paths.iter().map(|u| u.rule(false)));
+        rules.push(Rule::new(&config.task_dir, Mode::ALL.access().without(Access::REMOVE_DIR)));
+        rules.extend(subdirs.into_iter().map(|dir| Rule::new(dir, Mode::ALL.access())));
+        rules.push(Rule::new(&config.alloc_dir, Mode::ALL.access()));
+        rules.extend(exec.unveil.iter().map(|u| u.rule(false)));
+        let namespaces = Namespaces {
+            pid: exec.pid_mode.unwrap_or(self.options.default_pid_mode).private(),
+            ipc: exec.ipc_mode.unwrap_or(self.options.default_ipc_mode).private(),
+        };
+        let containment =
+            Containment { user: Some(user), no_new_privs: true, landlock: Some(rules), namespaces };
+
+        let mut env = BTreeMap::new();
+        if !config.env.contains_key("HOME") {
+            env.insert("HOME".to_owned(), config.task_dir.display().to_string());
+        }
+        if !config.env.contains_key("TMPDIR") {
+            let local = config.task_dir.join("local");
+            let tmp = if local.is_dir() { local } else { config.task_dir.clone() };
+            env.insert("TMPDIR".to_owned(), tmp.display().to_string());
+        }
+        Ok(Contained { containment, user, env })
+    }
+
+    /// Makes the run-records directory, hands the task directory and its subdirectories to
+    /// `user`, opens the allocation directory to all of the allocation's tasks; returns the
+    /// subdirectories the task may manage in full.
+    fn prepare_dirs(
+        &self,
+        config: &TaskConfig,
+        runs_dir: &Path,
+        user: Ugid,
+    ) -> Result<Vec<PathBuf>, IsolateError> {
+        let io = |path: &Path| {
+            let path = path.to_owned();
+            move |source| IsolateError::Io { path, source }
+        };
+        // The task reaches its directories by absolute paths, as its workload user: every
+        // directory above them must let others through.
+        for dir in config.task_dir.ancestors().skip(1) {
+            let mode = std::fs::metadata(dir).map_err(io(dir))?.permissions().mode();
+            if mode & 0o001 == 0 {
+                return Err(IsolateError::Io {
+                    path: dir.to_owned(),
+                    source: std::io::Error::other(format!(
+                        "workload users cannot pass through it (mode {:o}); make it 0711 or 0755",
+                        mode & 0o7777
+                    )),
+                });
+            }
+        }
+        match std::fs::create_dir(runs_dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(io(runs_dir)(e)),
+            _ => {}
+        }
+        let logs =
+            std::path::absolute(&config.logs.dir).unwrap_or_else(|_| config.logs.dir.clone());
+        let subdirs: Vec<PathBuf> = real_subdirs(&config.task_dir)
+            .map_err(io(&config.task_dir))?
+            .into_iter()
+            .filter(|dir| dir != runs_dir && *dir != logs)
+            .collect();
+        let mut owned: Vec<&Path> = vec![&config.task_dir];
+        owned.extend(subdirs.iter().map(PathBuf::as_path));
+        users::hand_over(&owned, user)?;
+        set_mode(&config.task_dir, 0o700).map_err(io(&config.task_dir))?;
+        if config.alloc_dir.is_dir() {
+            let mut shared = vec![config.alloc_dir.clone()];
+            shared.extend(real_subdirs(&config.alloc_dir).map_err(io(&config.alloc_dir))?);
+            for dir in &shared {
+                set_mode(dir, 0o1777).map_err(io(dir))?;
+            }
+        }
+        Ok(subdirs)
+    }
+}
+
+/// What a node offers the `exec` driver, as [`Isolation::probe`] finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Probe {
+    /// Whether the agent runs as root.
+    pub(crate) root: bool,
+    /// The Landlock ABI, or why there is none.
+    pub(crate) landlock: Result<u32, String>,
+    /// Whether PID, mount and IPC namespaces can be made.
+    pub(crate) namespaces: Result<(), String>,
+    /// The workload users' range, or why their journal cannot be used.
+    pub(crate) users: Result<UgidRange, String>,
+    /// Whether the node's `unveil_paths` all exist.
+    pub(crate) unveil_paths: Result<(), String>,
+}
+
+impl Probe {
+    /// The driver's health, following exec2's fingerprint: what the kernel or the agent's
+    /// privileges lack is `Undetected` (this node cannot run it at all), what a setting or a
+    /// file breaks is `Unhealthy` (fixable here).
+    pub(crate) fn judge(&self) -> (Health, String) {
+        let lacking = if !self.root {
+            Some("exec needs root: it switches each task to a workload user".to_owned())
+        } else if let Err(reason) = &self.landlock {
+            Some(reason.clone())
+        } else {
+            self.namespaces.as_ref().err().cloned()
+        };
+        if let Some(reason) = lacking {
+            return (Health::Undetected, reason);
+        }
+        if let Err(reason) = &self.users {
+            return (
+                Health::Unhealthy,
+                format!("the workload-user journal cannot be used: {reason}"),
+            );
+        }
+        if let Err(reason) = &self.unveil_paths {
+            return (Health::Unhealthy, format!("a node unveil path cannot be used: {reason}"));
+        }
+        let abi = self.landlock.as_ref().map_or(0, |abi| *abi);
+        (Health::Healthy, format!("exec: ready (Landlock ABI {abi})"))
+    }
+}
+
+/// The directories directly in `dir` (not symbolic links to directories).
+fn real_subdirs(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut subdirs = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            subdirs.push(entry.path());
+        }
+    }
+    Ok(subdirs)
+}
+
+/// Sets `path`'s permission bits to `mode` unless they are already.
+fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
+    let meta = std::fs::symlink_metadata(path)?;
+    if meta.permissions().mode() & 0o7777 != mode && meta.is_dir() {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse(value: serde_json::Value) -> Result<ExecConfig, DriverError> {
+        ExecConfig::parse(value.as_object().unwrap())
+    }
+
+    #[test]
+    fn exec_configs_parse_or_name_the_bad_field() {
+        let config = parse(json!({
+            "command": "cat", "args": ["/etc/passwd"], "unveil": ["r:/etc/passwd"],
+            "pid_mode": "host", "ipc_mode": "private"
+        }))
+        .unwrap();
+        assert_eq!(config.process.command, "cat");
+        assert_eq!(config.unveil, [Unveil::parse("r:/etc/passwd").unwrap()]);
+        assert_eq!(config.pid_mode, Some(NamespaceMode::Host));
+        assert_eq!(config.ipc_mode, Some(NamespaceMode::Private));
+        let plain = parse(json!({"command": "env"})).unwrap();
+        assert_eq!((plain.unveil.len(), plain.pid_mode, plain.ipc_mode), (0, None, None));
+        for (config, field) in [
+            (json!({}), "config.command"),
+            (json!({"command": "env", "unveil": "r:/etc"}), "config.unveil"),
+            (json!({"command": "env", "unveil": ["r:/etc", "/etc"]}), "config.unveil[1]"),
+            (json!({"command": "env", "unveil": ["q:/etc"]}), "config.unveil[0]"),
+            (json!({"command": "env", "unveil": ["r:etc"]}), "config.unveil[0]"),
+            (json!({"command": "env", "pid_mode": "shared"}), "config.pid_mode"),
+            (json!({"command": "env", "ipc_mode": 1}), "config.ipc_mode"),
+            (json!({"command": "env", "user": "root"}), "config.user"),
+        ] {
+            match parse(config.clone()) {
+                Err(DriverError::InvalidConfig { field: f, .. }) => {
+                    assert_eq!(f, field, "{config}")
+                }
+                other => panic!("{config}: {other:?}"),
+            }
+        }
+    }
+
+    /// exec2's `Test_doFingerprint_*`: not root, a missing kernel feature, then what breaks
+    /// on this node, each named.
+    #[test]
+    fn the_fingerprint_names_what_is_missing() {
+        let ready = Probe {
+            root: true,
+            landlock: Ok(7),
+            namespaces: Ok(()),
+            users: Ok(UgidRange::DEFAULT),
+            unveil_paths: Ok(()),
+        };
+        let cases = [
+            (ready.clone(), Health::Healthy, "exec: ready (Landlock ABI 7)"),
+            (Probe { root: false, ..ready.clone() }, Health::Undetected, "exec needs root"),
+            (
+                Probe {
+                    landlock: Err("Landlock is not built into this kernel".into()),
+                    ..ready.clone()
+                },
+                Health::Undetected,
+                "Landlock is not built into this kernel",
+            ),
+            (
+                Probe { namespaces: Err("pid namespaces: max 0".into()), ..ready.clone() },
+                Health::Undetected,
+                "pid namespaces",
+            ),
+            (
+                Probe {
+                    users: Err("/d/workload-users: Permission denied".into()),
+                    ..ready.clone()
+                },
+                Health::Unhealthy,
+                "the workload-user journal cannot be used: /d/workload-users",
+            ),
+            (
+                Probe { unveil_paths: Err("r:/srv: No such file".into()), ..ready.clone() },
+                Health::Unhealthy,
+                "a node unveil path cannot be used: r:/srv",
+            ),
+            // Without root, the rest is not even looked at.
+            (
+                Probe { root: false, users: Err("x".into()), ..ready.clone() },
+                Health::Undetected,
+                "exec needs root",
+            ),
+        ];
+        for (probe, health, reason) in cases {
+            let (h, description) = probe.judge();
+            assert_eq!(h, health, "{probe:?}");
+            assert!(description.starts_with(reason), "{probe:?}: {description}");
+        }
+    }
+
+    /// A task directory laid out as the task runner makes it, under a searchable root.
+    fn task_config(root: &Path, driver_config: serde_json::Value) -> TaskConfig {
+        std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let task_dir = root.join("a1/web");
+        for dir in
+            ["a1/alloc/data", "a1/alloc/logs", "a1/web/local", "a1/web/secrets", "a1/web/logs"]
+        {
+            std::fs::create_dir_all(root.join(dir)).unwrap();
+        }
+        TaskConfig {
+            id: wharf_driver::TaskId::new("a1", "web", 1),
+            alloc_id: "a1".into(),
+            job_id: "j".into(),
+            group: "g".into(),
+            task_name: "web".into(),
+            env: BTreeMap::from([("HOME".to_owned(), "/set/by/the/task".to_owned())]),
+            alloc_dir: root.join("a1/alloc"),
+            logs: wharf_driver::LogConfig {
+                dir: task_dir.join("logs"),
+                max_files: 2,
+                max_file_bytes: 1024,
+            },
+            task_dir,
+            resources: Default::default(),
+            driver_config: driver_config.as_object().cloned().unwrap(),
+        }
+    }
+
+    #[test]
+    fn a_start_hands_the_task_its_directories_and_nothing_of_the_drivers() {
+        use std::os::unix::fs::MetadataExt;
+        assert!(users::running_as_root(), "this test changes owners: run it as root");
+        let root = tempfile::tempdir().unwrap();
+        let config =
+            task_config(root.path(), json!({"command": "env", "unveil": ["r:/etc/passwd"]}));
+        let task_dir = config.task_dir.clone();
+        // A link an earlier run left: neither followed nor given a rule.
+        std::os::unix::fs::symlink("/etc", task_dir.join("etc-link")).unwrap();
+        let mut options = ExecOptions::new(root.path().join("workload-users"));
+        options.users = UgidRange::new(1_900_000_200, 1_900_000_209).unwrap();
+        options.default_pid_mode = NamespaceMode::Host;
+        let isolation = Isolation::new(options);
+        let exec = ExecConfig::parse(&config.driver_config).unwrap();
+        let runs = task_dir.join(crate::RUNS_DIR);
+        let contained = isolation.prepare(&config, &exec, &runs).unwrap();
+
+        let user = contained.user.get();
+        assert!((1_900_000_200..=1_900_000_209).contains(&user));
+        let meta = |path: &Path| std::fs::symlink_metadata(path).unwrap();
+        for (path, uid, mode) in [
+            (task_dir.clone(), user, 0o700),
+            (task_dir.join("local"), user, 0o755),
+            (task_dir.join("secrets"), user, 0o755),
+            (task_dir.join("logs"), 0, 0o755),
+            (runs.clone(), 0, 0o755),
+            (config.alloc_dir.clone(), 0, 0o1777),
+            (config.alloc_dir.join("data"), 0, 0o1777),
+        ] {
+            let m = meta(&path);
+            assert_eq!((m.uid(), m.mode() & 0o7777), (uid, mode), "{}", path.display());
+        }
+        assert_eq!(meta(Path::new("/etc")).uid(), 0);
+
+        let containment = &contained.containment;
+        assert_eq!(containment.user, Some(contained.user));
+        assert!(containment.no_new_privs);
+        assert_eq!(containment.namespaces, Namespaces { pid: false, ipc: true });
+        let rules = containment.landlock.as_ref().unwrap();
+        let rule = |path: &Path| rules.iter().find(|r| r.path == path).map(|r| r.access);
+        assert_eq!(rule(&task_dir), Some(Mode::ALL.access().without(Access::REMOVE_DIR)));
+        assert_eq!(rule(&task_dir.join("local")), Some(Mode::ALL.access()));
+        assert_eq!(rule(&task_dir.join("secrets")), Some(Mode::ALL.access()));
+        assert_eq!(rule(&config.alloc_dir), Some(Mode::ALL.access()));
+        assert_eq!(rule(Path::new("/etc/passwd")), Some(Mode::READ.access()));
+        assert_eq!(rule(Path::new("/usr/bin")), Some(Mode::READ_EXECUTE.access()));
+        for private in [task_dir.join("logs"), runs, task_dir.join("etc-link"), "/tmp".into()] {
+            assert_eq!(rule(&private), None, "{}", private.display());
+        }
+        assert_eq!(
+            contained.env,
+            BTreeMap::from([("TMPDIR".to_owned(), task_dir.join("local").display().to_string())])
+        );
+
+        // The next run of the same task gets the same user.
+        let again = isolation.prepare(&config, &exec, &task_dir.join(crate::RUNS_DIR)).unwrap();
+        assert_eq!(again.user, contained.user);
+    }
+
+    #[test]
+    fn starts_that_cannot_be_contained_say_why() {
+        assert!(users::running_as_root(), "this test changes owners: run it as root");
+        let root = tempfile::tempdir().unwrap();
+        let config = task_config(root.path(), json!({"command": "env"}));
+        let runs = config.task_dir.join(crate::RUNS_DIR);
+        let prepare = |options: ExecOptions, unveil: &[&str]| {
+            let mut exec = ExecConfig::parse(&config.driver_config).unwrap();
+            exec.unveil = unveil.iter().map(|u| Unveil::parse(u).unwrap()).collect();
+            Isolation::new(options).prepare(&config, &exec, &runs)
+        };
+        let options = ExecOptions::new(root.path().join("workload-users"));
+        let refused = ExecOptions { unveil_by_task: false, ..options.clone() };
+        for (options, unveil, field, reason) in [
+            (refused, &["r:/etc"][..], "config.unveil", "unveil_by_task = false"),
+            (
+                options.clone(),
+                &["r:/etc", "r:/nonexistent"][..],
+                "config.unveil[1]",
+                "/nonexistent",
+            ),
+        ] {
+            match prepare(options, unveil) {
+                Err(DriverError::InvalidConfig { field: f, reason: r }) => {
+                    assert_eq!(f, field);
+                    assert!(r.contains(reason), "{r}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        let no_journal = ExecOptions::new(root.path().join("missing/workload-users"));
+        let error = prepare(no_journal, &[]).unwrap_err().to_string();
+        assert!(error.contains("workload-user journal cannot be used"), "{error}");
+
+        // A directory above the task's that workload users cannot pass through.
+        std::fs::set_permissions(root.path().join("a1"), std::fs::Permissions::from_mode(0o700))
+            .unwrap();
+        let error = prepare(options, &[]).unwrap_err().to_string();
+        assert!(error.contains("workload users cannot pass through it (mode 700)"), "{error}");
+    }
+}
