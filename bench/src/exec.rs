@@ -321,7 +321,7 @@ async fn many_tasks(driver: &Arc<RawExecDriver>, root: &Path, run: usize, tasks:
     Many { start_seconds, stop_seconds, shims_private_mib, agent_kib_per_task }
 }
 
-fn percentile(samples: &[f64], p: f64) -> f64 {
+pub(crate) fn percentile(samples: &[f64], p: f64) -> f64 {
     let mut sorted = samples.to_vec();
     sorted.sort_by(f64::total_cmp);
     if sorted.is_empty() {

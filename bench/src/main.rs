@@ -11,6 +11,7 @@ mod alloc;
 mod exec;
 mod fleet;
 mod heap;
+mod isolated;
 mod node;
 mod peers;
 mod prober;
@@ -52,7 +53,7 @@ fn main() -> ExitCode {
             "--only" => only = args.next(),
             other => {
                 eprintln!(
-                    "unknown argument {other:?}; usage: wharf-bench [--quick] [--out FILE] [--only store|alloc|exec|node|fleet|prober]"
+                    "unknown argument {other:?}; usage: wharf-bench [--quick] [--out FILE] [--only store|alloc|exec|isolated|node|fleet|prober]"
                 );
                 return ExitCode::from(2);
             }
@@ -71,6 +72,9 @@ fn main() -> ExitCode {
     }
     if wanted("exec") {
         rows.extend(exec::run(effort));
+    }
+    if wanted("isolated") {
+        rows.extend(isolated::run(effort));
     }
     if wanted("node") {
         rows.extend(node::run(effort));

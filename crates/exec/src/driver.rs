@@ -20,6 +20,7 @@ use crate::config::{RawExecConfig, check_env, resolve_command, resolve_work_dir}
 use crate::contain::{self, TaskCgroups};
 use crate::error::ExecError;
 use crate::handle::{CgroupState, DRIVER_STATE_VERSION, ShimState};
+use crate::isolation::{EXEC_DRIVER_NAME, ExecConfig, Isolation};
 use crate::launch::{self, Watch};
 use crate::protocol::{SHIM_LOG, ShimArgs, Stage, StartReport};
 use crate::sys::{self, Pid, ProcStat};
@@ -45,6 +46,10 @@ pub const DRIVER_NAME: &str = "raw_exec";
 pub const SHIM_NAME: &str = "wharf-shim";
 /// The directory, inside a task directory, that holds one run directory per run.
 pub const RUNS_DIR: &str = ".raw_exec";
+/// The directory beside the task directories (in the allocation's directory) where the `exec`
+/// driver keeps the run directories of each task, `<EXEC_RUNS_DIR>/<task>/<run>`: out of the
+/// reach of the tasks, which write their own directories as workload users.
+pub const EXEC_RUNS_DIR: &str = ".exec";
 
 /// How the driver runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,6 +85,8 @@ pub struct RawExecDriver {
     cgroups: TaskCgroups,
     /// Whether the log has said that tasks run without cgroups.
     said_uncontained: AtomicBool,
+    /// Set for the isolated `exec` driver ([`crate::ExecDriver`]): each task contained.
+    isolation: Option<Isolation>,
     tasks: Mutex<HashMap<TaskId, Arc<Task>>>,
     events: broadcast::Sender<DriverEvent>,
 }
@@ -127,6 +134,7 @@ impl RawExecDriver {
             options,
             cgroups: TaskCgroups::default(),
             said_uncontained: AtomicBool::new(false),
+            isolation: None,
             tasks: Mutex::default(),
             events,
         }
@@ -137,7 +145,11 @@ impl RawExecDriver {
     pub fn with_cgroups(mut self, cgroups: TaskCgroups) -> RawExecDriver {
         if let TaskCgroups::Off { reason } = &cgroups {
             self.said_uncontained.store(true, std::sync::atomic::Ordering::Relaxed);
-            tracing::warn!(%reason, "raw_exec runs tasks without cgroups: no limits, no OOM reports, stats from /proc");
+            if self.isolation.is_some() {
+                tracing::warn!(%reason, "exec has no cgroups for its tasks and refuses to start them");
+            } else {
+                tracing::warn!(%reason, "raw_exec runs tasks without cgroups: no limits, no OOM reports, stats from /proc");
+            }
         }
         self.cgroups = cgroups;
         self
@@ -146,6 +158,12 @@ impl RawExecDriver {
     /// Whether, and under which manager, its tasks get cgroups.
     pub fn task_cgroups(&self) -> &TaskCgroups {
         &self.cgroups
+    }
+
+    /// The same driver, containing each task as `isolation` says: the `exec` driver.
+    pub(crate) fn with_isolation(mut self, isolation: Isolation) -> RawExecDriver {
+        self.isolation = Some(isolation);
+        self
     }
 
     /// A driver with default options and the shim at `path`.
@@ -190,10 +208,24 @@ impl RawExecDriver {
             return Ok(false);
         };
         match sys::pidfd_kill_group(&pidfd, pid, signal) {
-            Ok(()) => Ok(true),
-            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(false),
-            Err(source) => Err(ExecError::Sys { call: "kill", source }.into()),
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(false),
+            Err(source) => return Err(ExecError::Sys { call: "kill", source }.into()),
         }
+        // The first process of a PID namespace gets only the signals it has a handler for:
+        // one it neither catches nor ignores, and whose default is to end the process, would
+        // be dropped, where any other process would die of it. So it dies as others would.
+        if task.state.pid_namespace
+            && sys::ends_by_default(signal)
+            && sys::SignalDisposition::read(pid.get()).is_some_and(|d| !d.handles(signal))
+        {
+            match sys::pidfd_signal(&pidfd, libc::SIGKILL) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                Err(source) => return Err(ExecError::Sys { call: "kill", source }.into()),
+            }
+        }
+        Ok(true)
     }
 
     fn register(&self, id: TaskId, task: Task) {
@@ -251,8 +283,17 @@ fn default_shim_path() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(SHIM_NAME))
 }
 
-/// A run's directory: `<task_dir>/.raw_exec/<task id with anything odd replaced by '_'>`.
-fn run_dir(config: &TaskConfig) -> PathBuf {
+/// A run's directory: `<task_dir>/.raw_exec/<run>` for raw_exec, and for the isolated driver
+/// `<task_dir>/../.exec/<task>/<run>`, where `<run>` is the task id with anything odd
+/// replaced by `_`.
+fn run_dir(config: &TaskConfig, isolated: bool) -> Result<PathBuf, DriverError> {
+    let runs = match (isolated, config.task_dir.parent()) {
+        (false, _) => config.task_dir.join(RUNS_DIR),
+        (true, Some(parent)) => parent.join(EXEC_RUNS_DIR).join(&config.task_name),
+        (true, None) => {
+            return Err(DriverError::invalid_config("task_dir", "exec cannot run a task in /"));
+        }
+    };
     let name: String = config
         .id
         .0
@@ -260,7 +301,7 @@ fn run_dir(config: &TaskConfig) -> PathBuf {
         .take(200)
         .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
         .collect();
-    config.task_dir.join(RUNS_DIR).join(if name.is_empty() { "_".into() } else { name })
+    Ok(runs.join(if name.is_empty() { "_".into() } else { name }))
 }
 
 fn io_error(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> ExecError {
@@ -293,17 +334,26 @@ fn start_failure(stage: Stage, errno: i32, message: String) -> DriverError {
 #[async_trait::async_trait]
 impl Driver for RawExecDriver {
     fn name(&self) -> &str {
-        DRIVER_NAME
+        if self.isolation.is_some() { EXEC_DRIVER_NAME } else { DRIVER_NAME }
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { send_signals: true, exec: true, fs_isolation: FsIsolation::None }
+        match self.isolation {
+            // A command run inside the task would have to be contained as the task is.
+            Some(_) => {
+                Capabilities { send_signals: true, exec: false, fs_isolation: FsIsolation::Unveil }
+            }
+            None => {
+                Capabilities { send_signals: true, exec: true, fs_isolation: FsIsolation::None }
+            }
+        }
     }
 
     async fn fingerprint(&self) -> Fingerprint {
         let mut attributes = BTreeMap::new();
-        attributes.insert("driver.raw_exec.shim".to_owned(), self.shim.display().to_string());
-        attributes.insert("driver.raw_exec.cgroups".to_owned(), self.cgroups.describe());
+        let name = self.name();
+        attributes.insert(format!("driver.{name}.shim"), self.shim.display().to_string());
+        attributes.insert(format!("driver.{name}.cgroups"), self.cgroups.describe());
         if let Ok(release) = std::fs::read_to_string("/proc/sys/kernel/osrelease") {
             attributes.insert("kernel.release".to_owned(), release.trim().to_owned());
         }
@@ -316,6 +366,18 @@ impl Driver for RawExecDriver {
             .and_then(sys::pidfd_open)
         {
             (Health::Unhealthy, format!("pidfds do not work here (Linux 5.3 or later needed): {e}"))
+        } else if let Some(isolation) = &self.isolation {
+            isolation.attributes(&mut attributes);
+            let probe = isolation.probe();
+            if let Ok(abi) = &probe.landlock {
+                attributes.insert("driver.exec.landlock_abi".to_owned(), abi.to_string());
+            }
+            match (probe.judge(), &self.cgroups) {
+                ((Health::Healthy, _), TaskCgroups::Off { reason }) => {
+                    (Health::Unhealthy, format!("exec needs a cgroup for every task: {reason}"))
+                }
+                (verdict, _) => verdict,
+            }
         } else {
             (Health::Healthy, "raw_exec: ready".to_owned())
         };
@@ -326,11 +388,20 @@ impl Driver for RawExecDriver {
         &self,
         config: &serde_json::Map<String, serde_json::Value>,
     ) -> Result<(), DriverError> {
-        RawExecConfig::parse(config).map(drop)
+        match self.isolation {
+            Some(_) => ExecConfig::parse(config).map(drop),
+            None => RawExecConfig::parse(config).map(drop),
+        }
     }
 
     async fn start_task(&self, config: TaskConfig) -> Result<TaskHandle, DriverError> {
-        let raw = RawExecConfig::parse(&config.driver_config)?;
+        let (raw, exec) = match self.isolation {
+            Some(_) => {
+                let exec = ExecConfig::parse(&config.driver_config)?;
+                (exec.process.clone(), Some(exec))
+            }
+            None => (RawExecConfig::parse(&config.driver_config)?, None),
+        };
         check_env(&config.env)?;
         let name = &config.task_name;
         if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']) {
@@ -347,12 +418,17 @@ impl Driver for RawExecDriver {
 
         // Each system call here shows in the start latency: the shim makes the run directory
         // (after it has reported the start), the agent only checks the log directory.
-        let run_dir = run_dir(&config);
+        let run_dir = run_dir(&config, self.isolation.is_some())?;
         if !config.logs.dir.is_dir() {
             std::fs::create_dir_all(&config.logs.dir)
                 .map_err(io_error("create", &config.logs.dir))?;
         }
         let log = run_dir.join(SHIM_LOG);
+        // The exec driver's workload user, directories and containment (module `isolation`).
+        let contained = match (&self.isolation, &exec) {
+            (Some(isolation), Some(exec)) => Some(isolation.prepare(&config, exec)?),
+            _ => None,
+        };
         // From here on, an error (or this future being dropped) drops the guard, which kills
         // whatever joined the cgroup and removes it.
         let cgroup = CgroupGuard {
@@ -362,6 +438,21 @@ impl Driver for RawExecDriver {
                 raw.hard_limit_period(),
                 &self.said_uncontained,
             )?,
+        };
+        if contained.is_some() && cgroup.cgroup.is_none() {
+            return Err(DriverError::other(format!(
+                "exec needs a cgroup for every task, and this node cannot give one ({})",
+                self.cgroups.describe()
+            )));
+        }
+        let user = contained.as_ref().map(|c| c.user.get());
+        let (containment, env) = match contained {
+            Some(contained) => {
+                let mut env = config.env.clone();
+                env.extend(contained.env);
+                (contained.containment, env)
+            }
+            None => (wharf_isolate::Containment::default(), config.env.clone()),
         };
         let args = ShimArgs {
             run_dir: run_dir.clone(),
@@ -374,7 +465,7 @@ impl Driver for RawExecDriver {
             max_files: config.logs.max_files.max(1),
             containment: wharf_isolate::Containment {
                 cgroup: cgroup.cgroup.as_ref().map(TaskCgroup::procs_files).unwrap_or_default(),
-                ..wharf_isolate::Containment::default()
+                ..containment
             },
             program,
             arg0: raw.command.clone().into(),
@@ -383,7 +474,7 @@ impl Driver for RawExecDriver {
 
         // From here on, an error (or this future being dropped) drops `launched`, which makes
         // the shim kill its task, if it started one, and reaps the shim.
-        let launched = launch::spawn_shim(&self.shim, &args, &config.env)?;
+        let launched = launch::spawn_shim(&self.shim, &args, &env)?;
         let shim_pid = launched.pid();
         // The shim is our unreaped child: its /proc entry is there even if it has exited.
         let shim_start_ticks = ProcStat::read(shim_pid.get()).map_or(0, |s| s.start_ticks);
@@ -392,7 +483,16 @@ impl Driver for RawExecDriver {
                 StartReport::Started { pid, start_ticks } => (pid, start_ticks),
                 StartReport::Failed { stage, errno, message } => {
                     launched.reap_failed().await;
-                    return Err(start_failure(stage, errno, message));
+                    return Err(match (&self.isolation, stage, errno) {
+                        (Some(_), Stage::Spawn, libc::EACCES) => DriverError::invalid_config(
+                            "config.command",
+                            format!(
+                                "{message}: under exec a program must be executable by the \
+                                 task's workload user and lie in a path unveiled with x"
+                            ),
+                        ),
+                        _ => start_failure(stage, errno, message),
+                    });
                 }
             };
         let state = ShimState {
@@ -408,6 +508,8 @@ impl Driver for RawExecDriver {
                 name: c.name().to_owned(),
                 cores: c.cores().map(ToString::to_string),
             }),
+            user,
+            pid_namespace: args.containment.namespaces.pid,
         };
         let (exit_tx, exit) = watch::channel(None);
         let task = Task {
@@ -440,7 +542,7 @@ impl Driver for RawExecDriver {
         self.register(config.id.clone(), task);
         Ok(TaskHandle {
             version: TASK_HANDLE_VERSION,
-            driver: DRIVER_NAME.to_owned(),
+            driver: self.name().to_owned(),
             config,
             driver_state: state.to_value(),
         })
@@ -448,7 +550,7 @@ impl Driver for RawExecDriver {
 
     async fn recover_task(&self, handle: &TaskHandle) -> Result<(), DriverError> {
         let id = handle.id();
-        if handle.driver != DRIVER_NAME {
+        if handle.driver != self.name() {
             return Err(ExecError::BadHandle {
                 reason: format!("it was made by driver {:?}", handle.driver),
             }
@@ -615,6 +717,9 @@ impl Driver for RawExecDriver {
         if let Some(cgroup) = &task.cgroup {
             attributes.insert("cgroup".to_owned(), cgroup.name().to_owned());
         }
+        if let Some(user) = task.state.user {
+            attributes.insert("user".to_owned(), user.to_string());
+        }
         Ok(TaskInfo {
             id: task_id.clone(),
             state: if exit.is_some() { RunState::Exited } else { RunState::Running },
@@ -638,6 +743,12 @@ impl Driver for RawExecDriver {
         command: &[String],
         timeout: Duration,
     ) -> Result<ExecResult, DriverError> {
+        if self.isolation.is_some() {
+            return Err(DriverError::Unsupported {
+                driver: EXEC_DRIVER_NAME.to_owned(),
+                operation: "exec",
+            });
+        }
         let task = self.task(task_id)?;
         if task.exited().is_some() {
             return Err(DriverError::other(format!("task {task_id} has exited")));

@@ -10,7 +10,10 @@
 //!
 //! `cgroup` is there when the task runs in a cgroup of its own (version 2; version 1 handles,
 //! written before tasks had cgroups, are still read): its name, and the cores it reserved, so
-//! a restarted agent gives them to nobody else.
+//! a restarted agent gives them to nobody else. `user` is there for an `exec` task: the
+//! workload user it runs as (its lease is kept by wharf-isolate's journal, not here);
+//! `pid_namespace` when the task is pid 1 of a namespace of its own, whose signals the driver
+//! then completes (see `RawExecDriver::signal_group`).
 //!
 //! A pid alone names whichever process holds that number now; with its start time (ticks since
 //! boot, from `/proc/<pid>/stat`) and the boot id it names one process for good. Handles are
@@ -53,6 +56,12 @@ pub(crate) struct ShimState {
     /// The task's cgroup, if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) cgroup: Option<CgroupState>,
+    /// The workload user (uid and gid) an `exec` task runs as.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) user: Option<u32>,
+    /// Whether the task's main process is the first of a PID namespace of its own.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) pid_namespace: bool,
 }
 
 /// What a handle records of a task's cgroup.

@@ -11,14 +11,16 @@
 //! | the node's defaults ([`landlock::default_unveils`]), if `unveil_defaults` | mostly `rx` and `r`, skipped where missing |
 //! | the node's `unveil_paths` | as given; must exist |
 //! | the task directory | everything but removing or renaming directories |
-//! | each directory in it when the task starts (`local/`, `secrets/`, ...), except `logs/` and the driver's run records | everything |
+//! | each directory in it when the task starts (`local/`, `secrets/`, ...), except `logs/` | everything |
 //! | the allocation directory | everything |
 //! | the task's `unveil` entries, if `unveil_by_task` | as given; must exist |
 //!
 //! The rule on the task directory itself lacks `REMOVE_DIR` so that the task cannot move
-//! `logs/`, `secrets/` or the driver's run records (`.raw_exec/`) aside and put something else
-//! in their place: the shim and the agent, running as root, write and read there. Files
-//! directly in the task directory are the task's to create, change and delete.
+//! `logs/` or `secrets/` aside and put something else in their place: the shim and the agent,
+//! running as root, write and read there. Files directly in the task directory are the task's
+//! to create, change and delete. The driver's run records (exit records, the shim's
+//! diagnostics) are kept beside the task directory, where the task cannot reach
+//! (`../.exec/<task>/`, see [`crate::EXEC_RUNS_DIR`]).
 //!
 //! Directories: the task directory and its subdirectories (as above) are handed to the
 //! workload user (`lchown`, never following links), the task directory is made private to it
@@ -183,10 +185,6 @@ impl Isolation {
         Isolation { options, pool: parking_lot::Mutex::new(None) }
     }
 
-    pub(crate) fn options(&self) -> &ExecOptions {
-        &self.options
-    }
-
     /// The node's workload users, opening the journal if it is not open yet.
     pub(crate) fn pool(&self) -> Result<Arc<UserPool>, IsolateError> {
         let mut pool = self.pool.lock();
@@ -227,13 +225,10 @@ impl Isolation {
 
     /// Gets a task ready to start under containment: checks its `unveil` entries, leases its
     /// workload user, prepares its directories (module docs) and builds its [`Containment`].
-    /// `runs_dir` is the driver's directory of run records in the task directory, made here
-    /// (owned by root) so that the task never gets to make it first.
     pub(crate) fn prepare(
         &self,
         config: &TaskConfig,
         exec: &ExecConfig,
-        runs_dir: &Path,
     ) -> Result<Contained, DriverError> {
         if !exec.unveil.is_empty() && !self.options.unveil_by_task {
             return Err(DriverError::invalid_config(
@@ -257,7 +252,7 @@ impl Isolation {
             IsolateError::UsersExhausted { .. } => DriverError::Retryable { reason: e.to_string() },
             e => DriverError::other(e),
         })?;
-        let subdirs = self.prepare_dirs(config, runs_dir, user).map_err(DriverError::other)?;
+        let subdirs = self.prepare_dirs(config, user).map_err(DriverError::other)?;
 
         let mut rules = Vec::new();
         if self.options.unveil_defaults {
@@ -266,14 +261,21 @@ impl Isolation {
         rules.extend(self.options.unveil_paths.iter().map(|u| u.rule(false)));
         rules.push(Rule::new(&config.task_dir, Mode::ALL.access().without(Access::REMOVE_DIR)));
         rules.extend(subdirs.into_iter().map(|dir| Rule::new(dir, Mode::ALL.access())));
-        rules.push(Rule::new(&config.alloc_dir, Mode::ALL.access()));
+        // A driver used without an alloc runner may have no allocation directory.
+        rules.push(Rule { if_exists: true, ..Rule::new(&config.alloc_dir, Mode::ALL.access()) });
         rules.extend(exec.unveil.iter().map(|u| u.rule(false)));
         let namespaces = Namespaces {
             pid: exec.pid_mode.unwrap_or(self.options.default_pid_mode).private(),
             ipc: exec.ipc_mode.unwrap_or(self.options.default_ipc_mode).private(),
         };
-        let containment =
-            Containment { user: Some(user), no_new_privs: true, landlock: Some(rules), namespaces };
+        let containment = Containment {
+            // Joined as the driver's cgroup for the task says.
+            cgroup: Vec::new(),
+            user: Some(user),
+            no_new_privs: true,
+            landlock: Some(rules),
+            namespaces,
+        };
 
         let mut env = BTreeMap::new();
         if !config.env.contains_key("HOME") {
@@ -287,15 +289,10 @@ impl Isolation {
         Ok(Contained { containment, user, env })
     }
 
-    /// Makes the run-records directory, hands the task directory and its subdirectories to
-    /// `user`, opens the allocation directory to all of the allocation's tasks; returns the
-    /// subdirectories the task may manage in full.
-    fn prepare_dirs(
-        &self,
-        config: &TaskConfig,
-        runs_dir: &Path,
-        user: Ugid,
-    ) -> Result<Vec<PathBuf>, IsolateError> {
+    /// Hands the task directory and its subdirectories to `user`, opens the allocation
+    /// directory to all of the allocation's tasks; returns the subdirectories the task may
+    /// manage in full.
+    fn prepare_dirs(&self, config: &TaskConfig, user: Ugid) -> Result<Vec<PathBuf>, IsolateError> {
         let io = |path: &Path| {
             let path = path.to_owned();
             move |source| IsolateError::Io { path, source }
@@ -314,16 +311,12 @@ impl Isolation {
                 });
             }
         }
-        match std::fs::create_dir(runs_dir) {
-            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(io(runs_dir)(e)),
-            _ => {}
-        }
         let logs =
             std::path::absolute(&config.logs.dir).unwrap_or_else(|_| config.logs.dir.clone());
         let subdirs: Vec<PathBuf> = real_subdirs(&config.task_dir)
             .map_err(io(&config.task_dir))?
             .into_iter()
-            .filter(|dir| dir != runs_dir && *dir != logs)
+            .filter(|dir| *dir != logs)
             .collect();
         let mut owned: Vec<&Path> = vec![&config.task_dir];
         owned.extend(subdirs.iter().map(PathBuf::as_path));
@@ -543,8 +536,7 @@ mod tests {
         options.default_pid_mode = NamespaceMode::Host;
         let isolation = Isolation::new(options);
         let exec = ExecConfig::parse(&config.driver_config).unwrap();
-        let runs = task_dir.join(crate::RUNS_DIR);
-        let contained = isolation.prepare(&config, &exec, &runs).unwrap();
+        let contained = isolation.prepare(&config, &exec).unwrap();
 
         let user = contained.user.get();
         assert!((1_900_000_200..=1_900_000_209).contains(&user));
@@ -554,7 +546,6 @@ mod tests {
             (task_dir.join("local"), user, 0o755),
             (task_dir.join("secrets"), user, 0o755),
             (task_dir.join("logs"), 0, 0o755),
-            (runs.clone(), 0, 0o755),
             (config.alloc_dir.clone(), 0, 0o1777),
             (config.alloc_dir.join("data"), 0, 0o1777),
         ] {
@@ -575,7 +566,7 @@ mod tests {
         assert_eq!(rule(&config.alloc_dir), Some(Mode::ALL.access()));
         assert_eq!(rule(Path::new("/etc/passwd")), Some(Mode::READ.access()));
         assert_eq!(rule(Path::new("/usr/bin")), Some(Mode::READ_EXECUTE.access()));
-        for private in [task_dir.join("logs"), runs, task_dir.join("etc-link"), "/tmp".into()] {
+        for private in [task_dir.join("logs"), task_dir.join("etc-link"), "/tmp".into()] {
             assert_eq!(rule(&private), None, "{}", private.display());
         }
         assert_eq!(
@@ -584,7 +575,7 @@ mod tests {
         );
 
         // The next run of the same task gets the same user.
-        let again = isolation.prepare(&config, &exec, &task_dir.join(crate::RUNS_DIR)).unwrap();
+        let again = isolation.prepare(&config, &exec).unwrap();
         assert_eq!(again.user, contained.user);
     }
 
@@ -593,11 +584,10 @@ mod tests {
         assert!(users::running_as_root(), "this test changes owners: run it as root");
         let root = tempfile::tempdir().unwrap();
         let config = task_config(root.path(), json!({"command": "env"}));
-        let runs = config.task_dir.join(crate::RUNS_DIR);
         let prepare = |options: ExecOptions, unveil: &[&str]| {
             let mut exec = ExecConfig::parse(&config.driver_config).unwrap();
             exec.unveil = unveil.iter().map(|u| Unveil::parse(u).unwrap()).collect();
-            Isolation::new(options).prepare(&config, &exec, &runs)
+            Isolation::new(options).prepare(&config, &exec)
         };
         let options = ExecOptions::new(root.path().join("workload-users"));
         let refused = ExecOptions { unveil_by_task: false, ..options.clone() };

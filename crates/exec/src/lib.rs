@@ -1,5 +1,5 @@
 //! The raw_exec driver: tasks as plain processes, each under a tiny shim that outlives the
-//! agent.
+//! agent; and the isolated `exec` driver, the same mechanism with each task contained.
 //!
 //! ```text
 //! agent (RawExecDriver) --posix_spawn--> wharf-shim --posix_spawn+setsid--> task process group
@@ -27,11 +27,17 @@
 //! - `contain`: [`TaskCgroups`], the node's cgroups as the drivers use them: a cgroup per task
 //!   with its limits, kills by cgroup (this crate sends the signals, wharf-isolate writes the
 //!   cgroup files), stats and OOM kills from it, and the sweep of orphaned cgroups.
+//! - `isolation` and `isolated`: the `exec` driver ([`ExecDriver`], after Nomad's exec2): a
+//!   [`RawExecDriver`] that leases each task a workload user, hands it its directories, and
+//!   asks the shim's child to contain it (cgroup, user, `no_new_privs`, Landlock, PID and IPC
+//!   namespaces) with a [`wharf_isolate::Containment`]; its config block ([`ExecConfig`]) and
+//!   node settings ([`ExecOptions`]).
 //!
-//! What this crate does not do: file system isolation and users (raw_exec tasks see the node's
-//! files and run as the agent's user), cgroup files (wharf-isolate's) and persistence (the
-//! task runner stores the handle; this crate only writes into each run's directory). Without
-//! a cgroup manager, tasks run as plain processes: no limits, `oom_killed` always false.
+//! What this crate does not do: the containment system calls and cgroup files (wharf-isolate's;
+//! raw_exec tasks see the node's files and run as the agent's user) and persistence (the task
+//! runner stores the handle; this crate only writes into each run's directory). Without a
+//! cgroup manager, raw_exec tasks run as plain processes (no limits, `oom_killed` always
+//! false) and `exec` starts none.
 //!
 //! Environment: a task gets exactly [`wharf_driver::TaskConfig::env`], nothing inherited from
 //! the agent. A bare command is looked up in that `PATH`, or in [`config::DEFAULT_PATH`] if
@@ -53,6 +59,7 @@ mod driver;
 mod error;
 mod exec;
 mod handle;
+mod isolated;
 mod isolation;
 mod launch;
 pub mod process;
@@ -63,7 +70,8 @@ mod sys;
 
 pub use config::RawExecConfig;
 pub use contain::{TaskCgroups, destroy_cgroups, remove_orphan_cgroups};
-pub use driver::{DRIVER_NAME, RUNS_DIR, RawExecDriver, RawExecOptions, SHIM_NAME};
+pub use driver::{DRIVER_NAME, EXEC_RUNS_DIR, RUNS_DIR, RawExecDriver, RawExecOptions, SHIM_NAME};
 pub use error::ExecError;
 pub use exec::OUTPUT_LIMIT;
+pub use isolated::ExecDriver;
 pub use isolation::{EXEC_DRIVER_NAME, ExecConfig, ExecOptions, NamespaceMode};

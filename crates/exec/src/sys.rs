@@ -664,6 +664,54 @@ impl ProcStat {
     }
 }
 
+/// Whether a signal's default action ends the process (terminate, or dump core): every
+/// signal but those that are ignored or stop by default.
+pub(crate) fn ends_by_default(signal: i32) -> bool {
+    signal > 0
+        && !matches!(
+            signal,
+            libc::SIGCHLD
+                | libc::SIGCONT
+                | libc::SIGURG
+                | libc::SIGWINCH
+                | libc::SIGSTOP
+                | libc::SIGTSTP
+                | libc::SIGTTIN
+                | libc::SIGTTOU
+        )
+}
+
+/// Which signals a process catches and ignores (`SigCgt`, `SigIgn` of `/proc/<pid>/status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SignalDisposition {
+    caught: u64,
+    ignored: u64,
+}
+
+impl SignalDisposition {
+    /// Reads the text of `/proc/<pid>/status`.
+    pub(crate) fn parse(status: &str) -> Option<SignalDisposition> {
+        let mask = |name: &str| {
+            let line = status.lines().find_map(|l| l.strip_prefix(name))?;
+            u64::from_str_radix(line.trim(), 16).ok()
+        };
+        Some(SignalDisposition { caught: mask("SigCgt:")?, ignored: mask("SigIgn:")? })
+    }
+
+    /// Reads `/proc/<pid>/status`; `None` if the process is gone.
+    pub(crate) fn read(pid: i32) -> Option<SignalDisposition> {
+        SignalDisposition::parse(&fs::read_to_string(format!("/proc/{pid}/status")).ok()?)
+    }
+
+    /// Whether the process has a handler for `signal` or ignores it.
+    pub(crate) fn handles(&self, signal: i32) -> bool {
+        let Some(bit) = u32::try_from(signal - 1).ok().and_then(|b| 1u64.checked_shl(b)) else {
+            return false;
+        };
+        (self.caught | self.ignored) & bit != 0
+    }
+}
+
 /// Every process id in `/proc`.
 pub(crate) fn all_pids() -> impl Iterator<Item = i32> {
     fs::read_dir("/proc")
@@ -724,6 +772,25 @@ mod tests {
         // SAFETY: `limit` is a valid, writable rlimit for the call.
         assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) }, 0);
         assert_eq!(raise_fd_limit().unwrap(), limit.rlim_max);
+    }
+
+    #[test]
+    fn signal_dispositions_read_from_proc_status() {
+        let status = "Name:\tsh\nSigBlk:\t0000000000000000\nSigIgn:\t0000000000000004\n\
+                      SigCgt:\t0000000000010002\n";
+        let disposition = SignalDisposition::parse(status).unwrap();
+        // SIGINT (2) caught, SIGQUIT (3) ignored, SIGCHLD (17) caught; SIGTERM (15) neither.
+        for (signal, handled) in [(2, true), (3, true), (17, true), (15, false), (9, false)] {
+            assert_eq!(disposition.handles(signal), handled, "{signal}");
+        }
+        assert!(!disposition.handles(0) && !disposition.handles(99));
+        assert_eq!(SignalDisposition::parse("Name:\tsh\n"), None);
+        assert!(ends_by_default(libc::SIGTERM) && ends_by_default(libc::SIGHUP));
+        assert!(!ends_by_default(libc::SIGCHLD) && !ends_by_default(libc::SIGTSTP));
+        assert!(!ends_by_default(0));
+        // This test process: Rust ignores SIGPIPE.
+        let me = SignalDisposition::read(getpid()).unwrap();
+        assert!(me.handles(libc::SIGPIPE));
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //!
 //! In the child, in this order: the task's cgroup joined (so everything the task ever starts
 //! is counted, limited and killed with it; a process that dropped its privileges could no
-//! longer move itself), private namespaces (and the task's `/proc`), the Landlock
+//! longer move itself), private namespaces (and, if it can reach `/proc`, a `/proc` of its
+//! own), the Landlock
 //! ruleset built from the rules (paths opened as root, in the task's mount namespace), no
 //! supplementary groups, the workload user's gid and uid (which drops every capability),
 //! `no_new_privs`, and last the ruleset enforced. [`Prepared::apply`] allocates nothing and
@@ -26,7 +27,7 @@ use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// How one task is contained. The default contains nothing.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -172,6 +173,7 @@ impl Containment {
             }
         };
         Ok(Prepared {
+            own_proc: reaches_proc(self.landlock.as_deref()),
             cgroup,
             user: self.user,
             no_new_privs: self.no_new_privs || landlock.is_some(),
@@ -179,6 +181,14 @@ impl Containment {
             namespaces: self.namespaces,
         })
     }
+}
+
+/// Whether a task under these Landlock rules (`None`: no Landlock) can reach `/proc`, and so
+/// needs one of its own in a private PID namespace.
+fn reaches_proc(rules: Option<&[Rule]>) -> bool {
+    rules.is_none_or(|rules| {
+        rules.iter().any(|r| r.path == Path::new("/") || r.path.starts_with("/proc"))
+    })
 }
 
 /// `rule=<access in hex>,<if-exists|must-exist>,<path>`, after the `rule=`.
@@ -212,6 +222,8 @@ pub struct Prepared {
     no_new_privs: bool,
     landlock: Option<PreparedLandlock>,
     namespaces: Namespaces,
+    /// Whether a PID namespace comes with a `/proc` of its own (a mount namespace).
+    own_proc: bool,
 }
 
 #[derive(Debug)]
@@ -255,15 +267,15 @@ impl Prepared {
             let step = Step::JoinCgroup(u32::try_from(index).unwrap_or(u32::MAX));
             sys::write_once(procs.as_fd(), b"0").map_err(fail(step))?;
         }
-        let flags = self.namespaces.child_flags();
+        let flags = self.namespaces.child_flags(self.own_proc);
         if flags != 0 {
             sys::unshare(flags).map_err(fail(Step::Namespaces))?;
         }
-        if self.namespaces.pid {
-            // The PID namespace is made before the fork, so the task must be its pid 1.
-            if std::process::id() != 1 {
-                return Err(Failure { step: Step::Namespaces, errno: libc::EINVAL });
-            }
+        // The PID namespace is made before the fork, so the task must be its pid 1.
+        if self.namespaces.pid && std::process::id() != 1 {
+            return Err(Failure { step: Step::Namespaces, errno: libc::EINVAL });
+        }
+        if self.namespaces.pid && self.own_proc {
             sys::make_mounts_slave().map_err(fail(Step::MountSlave))?;
             sys::mount_proc().map_err(fail(Step::MountProc))?;
         }
@@ -484,6 +496,17 @@ mod tests {
             let mut args = args.into_iter().map(OsString::from);
             let error = Containment::parse_args(&mut args).unwrap_err();
             assert!(error.contains(reason), "{error}");
+        }
+    }
+
+    #[test]
+    fn only_a_task_that_can_reach_proc_gets_its_own() {
+        let rule = |path: &str| Rule::new(path, Access::READ_FILE);
+        assert!(reaches_proc(None));
+        assert!(!reaches_proc(Some(&[])));
+        assert!(!reaches_proc(Some(&[rule("/usr/bin"), rule("/procfs"), rule("/etc")])));
+        for path in ["/", "/proc", "/proc/self/status"] {
+            assert!(reaches_proc(Some(&[rule("/usr"), rule(path)])), "{path}");
         }
     }
 

@@ -4,18 +4,21 @@
 //! A PID namespace applies to the children of the process that makes it, so the shim makes it
 //! just before it forks the task (`crate::Prepared::before_fork`): the task is the namespace's
 //! first process, its pid 1. Like any pid 1 it receives only the signals it has a handler for
-//! (the kernel's rule for init), so a program that does not handle its kill signal is stopped
-//! by the SIGKILL that ends the kill timeout; and when it exits, the kernel kills everything
-//! left in its namespace. The task also gets a mount namespace of its own, whose mounts are
-//! slaves of the host's (an unmount on the host reaches it, its own mounts never reach the
-//! host), with a `/proc` that shows its namespace; nothing else in it changes.
+//! (the kernel's rule for init; a driver that signals it makes up for that), and when it
+//! exits, the kernel kills everything left in its namespace.
+//!
+//! A task that can reach `/proc` (no Landlock, or a rule for `/`, `/proc` or below) also gets
+//! a mount namespace of its own, whose mounts are slaves of the host's (an unmount on the host
+//! reaches it, its own mounts never reach the host), with a `/proc` that shows its namespace;
+//! nothing else in it changes. A task that cannot reach `/proc` does without: the mount
+//! namespace would cost every start its copy of the host's mounts for nothing.
 
 use crate::IsolateError;
 
 /// Which private namespaces a task gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Namespaces {
-    /// A PID namespace (with a mount namespace for its `/proc`).
+    /// A PID namespace (with a mount namespace for its `/proc`, if it can reach `/proc`).
     pub pid: bool,
     /// An IPC namespace.
     pub ipc: bool,
@@ -23,10 +26,10 @@ pub struct Namespaces {
 
 impl Namespaces {
     /// The flags for `unshare` in the task's own process (the PID namespace is made before the
-    /// fork; its mount namespace after, by the task).
-    pub(crate) fn child_flags(self) -> libc::c_int {
+    /// fork; the mount namespace for its own `/proc`, if `own_proc`, after, by the task).
+    pub(crate) fn child_flags(self, own_proc: bool) -> libc::c_int {
         let mut flags = 0;
-        if self.pid {
+        if self.pid && own_proc {
             flags |= libc::CLONE_NEWNS;
         }
         if self.ipc {

@@ -436,8 +436,12 @@ fn ids_in_use() -> HashSet<u32> {
 /// these paths with a link must not be able to aim this at another file.
 pub fn hand_over(paths: &[&Path], user: Ugid) -> Result<(), IsolateError> {
     for path in paths {
-        std::os::unix::fs::lchown(path, Some(user.0), Some(user.0))
-            .map_err(|source| IsolateError::Io { path: path.to_path_buf(), source })?;
+        let io = |source| IsolateError::Io { path: path.to_path_buf(), source };
+        // A task's next run finds them its own already: a look is cheaper than a change.
+        let meta = std::fs::symlink_metadata(path).map_err(io)?;
+        if (meta.uid(), meta.gid()) != (user.0, user.0) {
+            std::os::unix::fs::lchown(path, Some(user.0), Some(user.0)).map_err(io)?;
+        }
     }
     Ok(())
 }

@@ -30,6 +30,20 @@ fn a_private_pid_namespace_makes_the_task_pid_1_and_hides_every_other_process() 
 }
 
 #[test]
+fn a_landlocked_task_that_cannot_reach_proc_needs_no_proc_of_its_own() {
+    require_root();
+    let containment = Containment {
+        landlock: Some(defaults()),
+        namespaces: Namespaces { pid: true, ipc: true },
+        user: Some(test_user(21)),
+        ..Containment::default()
+    };
+    let outcome = run(&containment, &["/bin/sh", "-c", "echo $$; ls /proc"], &[]);
+    assert_eq!(outcome.stdout, "1\n", "{outcome:?}");
+    assert!(outcome.stderr.contains("Permission denied"), "{outcome:?}");
+}
+
+#[test]
 fn everything_in_a_pid_namespace_dies_with_its_first_process() {
     require_root();
     // The task leaves a daemon behind (setsid plus double fork, its output elsewhere) and

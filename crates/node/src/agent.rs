@@ -615,13 +615,24 @@ fn open_store(config: &NodeConfig, options: StartOptions) -> Result<RedbStore, A
 
 fn build_drivers(config: &NodeConfig, cgroups: &TaskCgroups) -> DriverRegistry {
     let mut drivers = DriverRegistry::new();
+    // Both drivers run tasks under the same shim.
+    let options = wharf_exec::RawExecOptions {
+        shim_path: config.drivers.raw_exec.shim_path.clone(),
+        ..wharf_exec::RawExecOptions::default()
+    };
     if config.drivers.raw_exec.enabled {
-        let options = wharf_exec::RawExecOptions {
-            shim_path: config.drivers.raw_exec.shim_path.clone(),
-            ..wharf_exec::RawExecOptions::default()
-        };
-        let driver = wharf_exec::RawExecDriver::new(options).with_cgroups(cgroups.clone());
+        let driver = wharf_exec::RawExecDriver::new(options.clone()).with_cgroups(cgroups.clone());
         drivers.register(Arc::new(driver));
+    }
+    if config.drivers.exec.enabled {
+        match config.drivers.exec.options(&config.data_dir) {
+            Ok(exec) => {
+                let driver =
+                    wharf_exec::ExecDriver::new(options, exec).with_cgroups(cgroups.clone());
+                drivers.register(Arc::new(driver));
+            }
+            Err(error) => tracing::error!(%error, "the exec driver is not available"),
+        }
     }
     drivers
 }

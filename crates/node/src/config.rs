@@ -85,6 +85,80 @@ impl Default for CgroupsConfig {
 pub struct DriversConfig {
     /// The raw_exec driver (plain processes).
     pub raw_exec: RawExecConfig,
+    /// The isolated exec driver (each task contained, as Nomad's exec2).
+    pub exec: ExecDriverConfig,
+}
+
+/// The isolated exec driver's settings (as exec2's plugin config, with Nomad's client names
+/// for the workload users' range). It uses raw_exec's shim.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ExecDriverConfig {
+    /// Whether tasks may use it (it still needs root, Landlock and cgroups to be healthy).
+    pub enabled: bool,
+    /// The lowest id of workload users.
+    pub dynamic_user_min: u32,
+    /// The highest id of workload users.
+    pub dynamic_user_max: u32,
+    /// The journal of workload-user leases; default `<data_dir>/workload-users`. Agents on one
+    /// host that share a range must share this file.
+    pub users_file: Option<PathBuf>,
+    /// Open the system's programs, libraries and a few common files to every task.
+    pub unveil_defaults: bool,
+    /// More paths for every task, as `"<mode>:<path>"` (`"r:/etc/passwd"`).
+    pub unveil_paths: Vec<String>,
+    /// Whether tasks may open paths of their own (`config.unveil`).
+    pub unveil_by_task: bool,
+    /// A task's PID namespace unless its config says: `private` or `host`.
+    pub default_pid_mode: wharf_exec::NamespaceMode,
+    /// A task's IPC namespace unless its config says: `private` or `host`.
+    pub default_ipc_mode: wharf_exec::NamespaceMode,
+}
+
+impl Default for ExecDriverConfig {
+    fn default() -> Self {
+        let defaults = wharf_exec::ExecOptions::new("");
+        ExecDriverConfig {
+            enabled: true,
+            dynamic_user_min: defaults.users.min(),
+            dynamic_user_max: defaults.users.max(),
+            users_file: None,
+            unveil_defaults: defaults.unveil_defaults,
+            unveil_paths: Vec::new(),
+            unveil_by_task: defaults.unveil_by_task,
+            default_pid_mode: defaults.default_pid_mode,
+            default_ipc_mode: defaults.default_ipc_mode,
+        }
+    }
+}
+
+impl ExecDriverConfig {
+    /// The driver's options for a node whose data directory is `data_dir`; the error names the
+    /// setting.
+    pub fn options(&self, data_dir: &Path) -> Result<wharf_exec::ExecOptions, String> {
+        let users =
+            wharf_isolate::users::UgidRange::new(self.dynamic_user_min, self.dynamic_user_max)
+                .map_err(|e| format!("drivers.exec.dynamic_user_min/max: {e}"))?;
+        let unveil_paths = self
+            .unveil_paths
+            .iter()
+            .enumerate()
+            .map(|(index, entry)| {
+                wharf_isolate::landlock::Unveil::parse(entry)
+                    .map_err(|e| format!("drivers.exec.unveil_paths[{index}]: {e}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let users_file = self.users_file.clone().unwrap_or_else(|| data_dir.join("workload-users"));
+        Ok(wharf_exec::ExecOptions {
+            users_file,
+            users,
+            unveil_defaults: self.unveil_defaults,
+            unveil_paths,
+            unveil_by_task: self.unveil_by_task,
+            default_pid_mode: self.default_pid_mode,
+            default_ipc_mode: self.default_ipc_mode,
+        })
+    }
 }
 
 /// raw_exec settings.
@@ -223,6 +297,7 @@ impl NodeConfig {
         if self.logs.max_files == 0 || self.logs.max_file_mb == 0 {
             return Err("logs: max_files and max_file_mb must be at least 1".into());
         }
+        self.drivers.exec.options(&self.data_dir)?;
         wharf_isolate::CpuSet::parse(&self.resources.reserved.cores)
             .map_err(|e| format!("resources.reserved.cores: {e}"))?;
         if let Some(parent) = &self.cgroups.parent
@@ -263,6 +338,27 @@ mod tests {
         let defaults = NodeConfig::default();
         assert_eq!(defaults.bind.to_string(), "127.0.0.1:4747");
         assert!(defaults.drivers.raw_exec.enabled);
+        let exec = defaults.drivers.exec.options(Path::new("/data")).unwrap();
+        assert_eq!(exec, wharf_exec::ExecOptions::new("/data/workload-users"));
+    }
+
+    #[test]
+    fn the_exec_driver_can_be_configured() {
+        let config = NodeConfig::parse(
+            "[drivers.exec]\nenabled = false\ndynamic_user_min = 200000\ndynamic_user_max = 200999\n\
+             users_file = \"/run/wharf-users\"\nunveil_defaults = false\n\
+             unveil_paths = [\"r:/etc/passwd\", \"rwc:/srv\"]\nunveil_by_task = false\n\
+             default_pid_mode = \"host\"\ndefault_ipc_mode = \"host\"\n",
+        )
+        .unwrap();
+        assert!(!config.drivers.exec.enabled);
+        let options = config.drivers.exec.options(&config.data_dir).unwrap();
+        assert_eq!((options.users.min(), options.users.max()), (200_000, 200_999));
+        assert_eq!(options.users_file, PathBuf::from("/run/wharf-users"));
+        assert_eq!(options.unveil_paths.len(), 2);
+        assert!(!options.unveil_defaults && !options.unveil_by_task);
+        assert_eq!(options.default_pid_mode, wharf_exec::NamespaceMode::Host);
+        assert_eq!(options.default_ipc_mode, wharf_exec::NamespaceMode::Host);
     }
 
     #[test]
@@ -311,6 +407,10 @@ mod tests {
             ("[resources]\ncpu = 5", "unknown field `cpu`"),
             ("[cgroups]\nparent = \"/\"", "cgroups.parent"),
             ("[cgroups]\nparent = \"a/../b\"", "cgroups.parent"),
+            ("[drivers.exec]\ndynamic_user_min = 0", "drivers.exec.dynamic_user_min/max"),
+            ("[drivers.exec]\ndynamic_user_max = 10", "drivers.exec.dynamic_user_min/max"),
+            ("[drivers.exec]\nunveil_paths = [\"/etc\"]", "drivers.exec.unveil_paths[0]"),
+            ("[drivers.exec]\ndefault_pid_mode = \"shared\"", "drivers.exec.default_pid_mode"),
         ];
         for (text, phrase) in cases {
             let err = NodeConfig::parse(text).unwrap_err();

@@ -201,3 +201,40 @@ pub fn cgroup_lines(pid: i32) -> Option<Vec<String>> {
     // A v2 host has one line, `0::/path`.
     Some(if v1.is_empty() { text.lines().map(str::to_owned).collect() } else { v1 })
 }
+
+impl CgroupScratch {
+    /// An `exec` driver whose tasks get cgroups from this manager.
+    pub fn exec_driver(&self, options: wharf_exec::ExecOptions) -> wharf_exec::ExecDriver {
+        let raw = wharf_exec::RawExecOptions {
+            shim_path: Some(SHIM.into()),
+            ..wharf_exec::RawExecOptions::default()
+        };
+        wharf_exec::ExecDriver::new(raw, options)
+            .with_cgroups(wharf_exec::TaskCgroups::On(self.cgroups().clone()))
+    }
+}
+
+/// `exec` settings for a test: its journal under `root`, and workload users from a range of
+/// its own (`n` tells tests apart), so tests running side by side never share a uid.
+pub fn exec_options(root: &Path, n: u32) -> wharf_exec::ExecOptions {
+    let mut options = wharf_exec::ExecOptions::new(root.join("workload-users"));
+    let min = 1_900_100_000 + n * 100;
+    options.users = wharf_isolate::users::UgidRange::new(min, min + 99).unwrap();
+    options
+}
+
+/// A temporary directory that workload users can pass through (mode 0755), as a node's data
+/// directory must be.
+pub fn searchable_tempdir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+/// Makes a FIFO at `path` that any user may open.
+pub fn mkfifo_for_anyone(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    mkfifo(path);
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).unwrap();
+}

@@ -1,0 +1,386 @@
+//! The isolated `exec` driver with real processes, real cgroups and real time: what a task can
+//! and cannot reach, the user it runs as, its namespaces and limits, and what survives an agent
+//! restart. The cases follow exec2's own tests: `TestFunctional_cases` in `plugin/driver_test.go`
+//! (users, `/etc/passwd` with and without unveiled paths, writes to the task, alloc and secrets
+//! directories, programs that cannot be run, `id`, the PID namespace, `TMPDIR`) and its
+//! `Test_doFingerprint_*` (here: the fingerprint without cgroups).
+//!
+//! Ordering never relies on sleeping: a task tells the test it reached a point by writing to a
+//! FIFO, and every wait is bounded.
+
+mod common;
+
+use common::*;
+use std::os::unix::fs::MetadataExt;
+use std::time::Duration;
+use tokio::time::timeout;
+use wharf_driver::{Driver, DriverError, ExitResult, FsIsolation, Health, TaskConfig, TaskHandle};
+use wharf_exec::{ExecDriver, TaskCgroups};
+use wharf_isolate::landlock::Unveil;
+use wharf_state::Signal;
+use wharf_state::spec::Resources;
+
+async fn wait(driver: &ExecDriver, handle: &TaskHandle) -> ExitResult {
+    timeout(LIMIT, driver.wait_task(handle.id())).await.expect("the task never exited").unwrap()
+}
+
+/// Runs `script` under `sh` to its end; returns how it ended and its stdout and stderr.
+async fn run(driver: &ExecDriver, config: TaskConfig) -> (ExitResult, String, String) {
+    let handle = driver.start_task(config).await.unwrap();
+    let exit = wait(driver, &handle).await;
+    let read = |stream: &str| {
+        let file = format!("{}.{stream}.0", handle.config.task_name);
+        std::fs::read_to_string(handle.config.logs.dir.join(file)).unwrap_or_default()
+    };
+    // The shim has exited: the output is all in the files.
+    let (stdout, stderr) = (read("stdout"), read("stderr"));
+    driver.destroy_task(handle.id(), false).await.unwrap();
+    (exit, stdout, stderr)
+}
+
+fn user_of(handle: &TaskHandle) -> u32 {
+    handle.driver_state["user"].as_u64().unwrap() as u32
+}
+
+fn unveiled(mut config: TaskConfig, entries: &[&str]) -> TaskConfig {
+    config.driver_config.insert("unveil".into(), serde_json::json!(entries));
+    config
+}
+
+/// exec2's "dynamic user" and "id dynamic": a uid of the range, no other group, no account;
+/// `HOME` and `TMPDIR` in the task's directory ("use TMPDIR").
+#[tokio::test]
+async fn a_task_runs_as_a_workload_user_of_the_range() {
+    let scratch = CgroupScratch::new(Some(64));
+    let root = searchable_tempdir();
+    let options = exec_options(root.path(), 1);
+    let range = options.users;
+    let driver = scratch.exec_driver(options);
+    let script = "id; echo home=$HOME; mktemp";
+    let config = shell(root.path(), "who", script);
+    let task_dir = config.task_dir.clone();
+    // As the task runner lays it out.
+    for dir in ["local", "secrets"] {
+        std::fs::create_dir(task_dir.join(dir)).unwrap();
+    }
+    let handle = driver.start_task(config).await.unwrap();
+    let user = user_of(&handle);
+    assert!(range.contains(user), "{user} is not in {range:?}");
+    let info = driver.inspect_task(handle.id()).await.unwrap();
+    assert_eq!(info.attributes["user"], user.to_string());
+    assert_eq!(wait(&driver, &handle).await, ExitResult::code(0));
+    let stdout = std::fs::read_to_string(task_dir.join("logs/who.stdout.0")).unwrap();
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[0], format!("uid={user} gid={user} groups={user}"));
+    assert_eq!(lines[1], format!("home={}", task_dir.display()));
+    assert!(
+        lines[2].starts_with(&format!("{}/tmp.", task_dir.join("local").display())),
+        "{stdout}"
+    );
+    // Its directory is its own and private to it; the driver's are root's.
+    let meta = std::fs::metadata(&task_dir).unwrap();
+    assert_eq!((meta.uid(), meta.gid(), meta.mode() & 0o777), (user, user, 0o700));
+    for own in ["local", "secrets"] {
+        assert_eq!(std::fs::metadata(task_dir.join(own)).unwrap().uid(), user, "{own}");
+    }
+    assert_eq!(std::fs::metadata(task_dir.join("logs")).unwrap().uid(), 0);
+    // The driver's run records are beside the task directory, out of its reach.
+    let runs = root.path().join(".exec/who");
+    assert_eq!(std::fs::metadata(&runs).unwrap().uid(), 0);
+    assert!(std::fs::read_dir(&runs).unwrap().count() == 1, "one run");
+    driver.destroy_task(handle.id(), false).await.unwrap();
+    assert!(std::fs::read_dir(&runs).unwrap().count() == 0, "its records go with it");
+}
+
+/// The canary test of the issue, with exec2's "write to task/alloc/secrets directory" cases: a
+/// task writes its own directories and reads what is unveiled to it, and nothing else: not
+/// another task's directory, not the agent's data directory, not `/tmp`, not `/etc/passwd`.
+#[tokio::test]
+async fn a_task_reaches_its_own_directories_and_unveiled_paths_only() {
+    let scratch = CgroupScratch::new(Some(64));
+    let root = searchable_tempdir();
+    let driver = scratch.exec_driver(exec_options(root.path(), 2));
+    // Canaries, each readable by any user, so only Landlock stands in the way.
+    let sibling = task_dir(root.path(), "sibling");
+    let canaries = [
+        sibling.join("canary"),
+        root.path().join("state.canary"),
+        std::env::temp_dir().join(format!("wharf-canary-{}", std::process::id())),
+    ];
+    for canary in &canaries {
+        std::fs::write(canary, "secret").unwrap();
+    }
+    let unveiled_file = root.path().join("shared/readme");
+    std::fs::create_dir_all(unveiled_file.parent().unwrap()).unwrap();
+    std::fs::write(&unveiled_file, "for every task").unwrap();
+
+    let mut script = String::from("set -u\n");
+    for canary in &canaries {
+        script += &format!("cat {} && echo LEAK\n", canary.display());
+    }
+    script += "cat /etc/passwd && echo LEAK\n";
+    script += "ls / >/dev/null && echo LEAK\n";
+    script += &format!("cat {}; echo\n", unveiled_file.display());
+    script += "echo mine > $WHARF_TASK_DIR/note && cat $WHARF_TASK_DIR/note\n";
+    script += "echo shared > $WHARF_ALLOC_DIR/data/note && cat $WHARF_ALLOC_DIR/data/note\n";
+    script += "echo hush > $WHARF_SECRETS_DIR/key && cat $WHARF_SECRETS_DIR/key\n";
+    script += "echo sneak > $WHARF_TASK_DIR/logs/fake.stdout.0 || echo logs-refused\n";
+    script += "mv $WHARF_TASK_DIR/logs $WHARF_TASK_DIR/moved || echo move-refused\n";
+    let mut config = unveiled(
+        shell(root.path(), "canary", &script),
+        &[&format!("r:{}", unveiled_file.display())],
+    );
+    let alloc = config.alloc_dir.clone();
+    std::fs::create_dir_all(alloc.join("data")).unwrap();
+    config.env.insert("WHARF_TASK_DIR".into(), config.task_dir.display().to_string());
+    config.env.insert("WHARF_ALLOC_DIR".into(), alloc.display().to_string());
+    let secrets = config.task_dir.join("secrets");
+    std::fs::create_dir_all(&secrets).unwrap();
+    config.env.insert("WHARF_SECRETS_DIR".into(), secrets.display().to_string());
+
+    let (exit, stdout, stderr) = run(&driver, config).await;
+    assert_eq!(exit, ExitResult::code(0), "{stderr}");
+    assert!(!stdout.contains("LEAK"), "{stdout}");
+    assert_eq!(stdout, "for every task\nmine\nshared\nhush\nlogs-refused\nmove-refused\n");
+    assert_eq!(stderr.matches("Permission denied").count(), 7, "{stderr}");
+    for canary in &canaries[2..] {
+        std::fs::remove_file(canary).unwrap();
+    }
+}
+
+/// exec2's `/etc/passwd` cases: denied with the defaults, readable once the node or the task
+/// unveils it, and a task's own paths refused where the node does not allow them.
+#[tokio::test]
+async fn etc_passwd_is_out_of_reach_until_the_node_or_the_task_unveils_it() {
+    let scratch = CgroupScratch::new(Some(64));
+    let root = searchable_tempdir();
+    let read = |name: &str| shell(root.path(), name, "cat /etc/passwd");
+
+    let driver = scratch.exec_driver(exec_options(root.path(), 3));
+    let (exit, _, stderr) = run(&driver, read("defaults")).await;
+    assert_eq!(exit, ExitResult::code(1));
+    assert!(stderr.contains("cat: /etc/passwd: Permission denied"), "{stderr}");
+    let (exit, stdout, _) = run(&driver, unveiled(read("by-task"), &["r:/etc/passwd"])).await;
+    assert_eq!(exit, ExitResult::code(0));
+    assert!(stdout.starts_with("root:x:0:0:"), "{stdout}");
+
+    let mut node = exec_options(root.path(), 4);
+    node.users_file = root.path().join("node-users");
+    node.unveil_paths = vec![Unveil::parse("r:/etc/passwd").unwrap()];
+    node.unveil_by_task = false;
+    let driver = scratch.exec_driver(node);
+    let (exit, stdout, _) = run(&driver, read("by-node")).await;
+    assert_eq!(exit, ExitResult::code(0));
+    assert!(stdout.starts_with("root:x:0:0:"), "{stdout}");
+    match driver.start_task(unveiled(read("refused"), &["r:/etc/hosts"])).await {
+        Err(DriverError::InvalidConfig { field, reason }) => {
+            assert_eq!(field, "config.unveil");
+            assert!(reason.contains("unveil_by_task = false"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// exec2's "execute non-existent program", "execute non-executable file" and "run 'env'
+/// without default paths": each refused at the start, naming `config.command`.
+#[tokio::test]
+async fn programs_out_of_reach_are_refused_naming_the_command() {
+    let scratch = CgroupScratch::new(Some(64));
+    let root = searchable_tempdir();
+    let tools = root.path().join("tools");
+    std::fs::create_dir(&tools).unwrap();
+    std::fs::copy("/usr/bin/true", tools.join("true")).unwrap();
+    let driver = scratch.exec_driver(exec_options(root.path(), 5));
+    let command = |name: &str, command: &str| {
+        config(root.path(), name, serde_json::json!({ "command": command }))
+    };
+    let mut bare = exec_options(root.path(), 6);
+    bare.users_file = root.path().join("bare-users");
+    bare.unveil_defaults = false;
+    let bare = scratch.exec_driver(bare);
+    for (driver, config, reason) in [
+        (&driver, command("missing", "/usr/bin/doesnotexist"), "does not exist"),
+        (&driver, command("hidden", &tools.join("true").display().to_string()), "unveiled with x"),
+        (&bare, command("bare", "/usr/bin/env"), "unveiled with x"),
+    ] {
+        match driver.start_task(config).await {
+            Err(DriverError::InvalidConfig { field, reason: r }) => {
+                assert_eq!(field, "config.command");
+                assert!(r.contains(reason), "{r}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // Unveiled with x, the same program runs.
+    let allowed = unveiled(
+        command("allowed", &tools.join("true").display().to_string()),
+        &[&format!("rx:{}", tools.display())],
+    );
+    assert_eq!(run(&driver, allowed).await.0, ExitResult::code(0));
+}
+
+/// exec2's "pid namespace": the task is pid 1 of its own namespace, unless it asks for the
+/// host's.
+#[tokio::test]
+async fn a_task_is_pid_1_of_its_own_namespace_unless_it_asks_for_the_hosts() {
+    let scratch = CgroupScratch::new(Some(64));
+    let root = searchable_tempdir();
+    let driver = scratch.exec_driver(exec_options(root.path(), 7));
+    let (_, stdout, _) = run(&driver, shell(root.path(), "private", "echo $$")).await;
+    assert_eq!(stdout, "1\n");
+    let mut host = shell(root.path(), "host", "echo $$");
+    host.driver_config.insert("pid_mode".into(), "host".into());
+    let (_, stdout, _) = run(&driver, host).await;
+    assert_ne!(stdout, "1\n");
+}
+
+/// The issue's signal test: a task cannot signal another task's processes, whether it can see
+/// them (host PID namespace: another uid, another Landlock domain) or not (its own).
+#[tokio::test]
+async fn a_task_cannot_signal_another_tasks_processes() {
+    let scratch = CgroupScratch::new(Some(64));
+    let root = searchable_tempdir();
+    let driver = scratch.exec_driver(exec_options(root.path(), 8));
+    let victim = driver.start_task(shell(root.path(), "victim", "exec sleep 60")).await.unwrap();
+    let pid = victim.driver_state["task_pid"].as_i64().unwrap();
+    for (pid_mode, refusal) in [("host", "Operation not permitted"), ("private", "No such process")]
+    {
+        let mut attacker =
+            shell(root.path(), &format!("attacker-{pid_mode}"), &format!("kill -9 {pid}"));
+        attacker.driver_config.insert("pid_mode".into(), pid_mode.into());
+        let (exit, _, stderr) = run(&driver, attacker).await;
+        assert_ne!(exit, ExitResult::code(0), "{pid_mode}: {stderr}");
+        assert!(stderr.contains(refusal), "{pid_mode}: {stderr}");
+    }
+    assert!(alive(pid as i32), "the victim still runs");
+    driver.stop_task(victim.id(), Duration::from_secs(5), Signal::Kill).await.unwrap();
+    driver.destroy_task(victim.id(), false).await.unwrap();
+}
+
+/// A restarted agent keeps every live task's workload user: a new task gets another one, a
+/// task that runs again gets its own back.
+#[tokio::test]
+async fn workload_users_survive_an_agent_restart() {
+    let mut scratch = CgroupScratch::new(Some(64));
+    let root = searchable_tempdir();
+    let driver = scratch.exec_driver(exec_options(root.path(), 9));
+    let long = driver.start_task(shell(root.path(), "long", "exec sleep 60")).await.unwrap();
+    let first = user_of(&long);
+    drop(driver);
+    scratch.restart();
+
+    let driver = scratch.exec_driver(exec_options(root.path(), 9));
+    driver.recover_task(&long).await.unwrap();
+    let other = driver.start_task(shell(root.path(), "other", "exit 0")).await.unwrap();
+    assert_ne!(user_of(&other), first);
+    assert_eq!(wait(&driver, &other).await, ExitResult::code(0));
+    driver.destroy_task(other.id(), false).await.unwrap();
+
+    driver.stop_task(long.id(), Duration::from_secs(5), Signal::Kill).await.unwrap();
+    driver.destroy_task(long.id(), false).await.unwrap();
+    // The same task's next run.
+    let mut again = shell(root.path(), "long", "exit 0");
+    again.id = wharf_driver::TaskId::new("a1", "long", 1);
+    let handle = driver.start_task(again).await.unwrap();
+    assert_eq!(user_of(&handle), first);
+    assert_eq!(wait(&driver, &handle).await, ExitResult::code(0));
+    driver.destroy_task(handle.id(), false).await.unwrap();
+}
+
+/// The cgroup limits hold under `exec` as under raw_exec: past its memory, the task is
+/// OOM-killed and reported so.
+#[tokio::test]
+async fn an_exec_task_past_its_memory_limit_is_reported_oom_killed() {
+    let scratch = CgroupScratch::new(Some(64));
+    let root = searchable_tempdir();
+    let driver = scratch.exec_driver(exec_options(root.path(), 10));
+    let mut config = shell(root.path(), "hungry", "tail /dev/zero");
+    config.resources = Resources { cpu: 100, memory: 16, memory_max: None, cores: 0 };
+    let handle = driver.start_task(config).await.unwrap();
+    let exit = wait(&driver, &handle).await;
+    assert!(exit.oom_killed, "{exit:?}");
+    driver.destroy_task(handle.id(), false).await.unwrap();
+}
+
+#[tokio::test]
+async fn the_fingerprint_and_the_starts_need_cgroups() {
+    let scratch = CgroupScratch::new(Some(64));
+    let root = searchable_tempdir();
+    let driver = scratch.exec_driver(exec_options(root.path(), 11));
+    assert_eq!(driver.name(), "exec");
+    let capabilities = driver.capabilities();
+    assert_eq!((capabilities.exec, capabilities.fs_isolation), (false, FsIsolation::Unveil));
+    let fingerprint = driver.fingerprint().await;
+    assert_eq!(fingerprint.health, Health::Healthy, "{}", fingerprint.description);
+    assert!(fingerprint.attributes.contains_key("driver.exec.landlock_abi"));
+    assert_eq!(fingerprint.attributes["driver.exec.unveil.tasks"], "true");
+
+    let raw = wharf_exec::RawExecOptions { shim_path: Some(SHIM.into()), ..Default::default() };
+    let off = TaskCgroups::Off { reason: "cgroups are read-only here".into() };
+    let without = ExecDriver::new(raw, exec_options(root.path(), 11)).with_cgroups(off);
+    let fingerprint = without.fingerprint().await;
+    assert_eq!(fingerprint.health, Health::Unhealthy);
+    assert!(fingerprint.description.contains("cgroups are read-only here"), "{fingerprint:?}");
+    let error = without.start_task(shell(root.path(), "nocg", "true")).await.unwrap_err();
+    assert!(error.to_string().contains("exec needs a cgroup for every task"), "{error}");
+}
+
+#[tokio::test]
+async fn exec_inside_a_task_is_not_offered_and_configs_are_checked() {
+    let scratch = CgroupScratch::new(Some(64));
+    let root = searchable_tempdir();
+    let driver = scratch.exec_driver(exec_options(root.path(), 12));
+    let handle = driver.start_task(shell(root.path(), "idle", "exec sleep 60")).await.unwrap();
+    match driver.exec_task(handle.id(), &["true".into()], Duration::from_secs(5)).await {
+        Err(DriverError::Unsupported { driver, operation }) => {
+            assert_eq!((driver.as_str(), operation), ("exec", "exec"));
+        }
+        other => panic!("{other:?}"),
+    }
+    driver.stop_task(handle.id(), Duration::from_secs(5), Signal::Kill).await.unwrap();
+    driver.destroy_task(handle.id(), false).await.unwrap();
+
+    let check = |value: serde_json::Value| driver.validate_config(value.as_object().unwrap());
+    assert_eq!(check(serde_json::json!({"command": "env", "unveil": ["r:/etc"]})), Ok(()));
+    for (value, field) in [
+        (serde_json::json!({"command": "env", "unveil": ["/etc"]}), "config.unveil[0]"),
+        (serde_json::json!({"command": "env", "ipc_mode": "shared"}), "config.ipc_mode"),
+    ] {
+        match check(value) {
+            Err(DriverError::InvalidConfig { field: f, .. }) => assert_eq!(f, field),
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+/// As pid 1 of its namespace a task would drop a SIGTERM it has no handler for, and a stop
+/// would wait out the whole kill timeout; the driver ends it as the signal would end any other
+/// process. A task that traps the signal still gets it.
+#[tokio::test]
+async fn a_stop_ends_a_pid_1_task_as_it_would_any_other_process() {
+    let scratch = CgroupScratch::new(Some(64));
+    let root = searchable_tempdir();
+    let driver = scratch.exec_driver(exec_options(root.path(), 13));
+    let kill_timeout = Duration::from_secs(600);
+
+    let plain = driver.start_task(shell(root.path(), "plain", "exec sleep 600")).await.unwrap();
+    let stopped = timeout(LIMIT, driver.stop_task(plain.id(), kill_timeout, Signal::Term)).await;
+    stopped.expect("the stop waited for the kill timeout").unwrap();
+    assert_eq!(wait(&driver, &plain).await, ExitResult::signalled(libc::SIGKILL));
+    driver.destroy_task(plain.id(), false).await.unwrap();
+
+    let alloc = root.path().join("alloc");
+    std::fs::create_dir_all(&alloc).unwrap();
+    let fifo = alloc.join("trapped");
+    mkfifo_for_anyone(&fifo);
+    let script = format!(
+        "trap 'echo bye; exit 7' TERM; echo ready > {}; while :; do sleep 0.1; done",
+        fifo.display()
+    );
+    let trapping = driver.start_task(shell(root.path(), "trapping", &script)).await.unwrap();
+    assert_eq!(read_fifo(&fifo).trim(), "ready");
+    let stopped = timeout(LIMIT, driver.stop_task(trapping.id(), kill_timeout, Signal::Term)).await;
+    stopped.expect("the trapped TERM never ended it").unwrap();
+    assert_eq!(wait(&driver, &trapping).await, ExitResult::code(7));
+    driver.destroy_task(trapping.id(), false).await.unwrap();
+}
