@@ -14,8 +14,9 @@ use crate::client::{Client, ClientError};
 use crate::config::NodeConfig;
 use hyper::Method;
 use std::io::Write;
+use std::sync::Arc;
 use std::time::Duration;
-use wharf_driver::{Driver, RunState, TaskHandle};
+use wharf_driver::{DriverRegistry, RunState, TaskHandle};
 use wharf_store::{RedbStore, StateStore, StoreError, StoredAlloc};
 
 /// How long the agent has to answer before the store is read instead.
@@ -52,6 +53,26 @@ pub(crate) fn task_handles(stored: &StoredAlloc) -> impl Iterator<Item = TaskHan
     })
 }
 
+/// The task drivers that read the handles a stopped agent left (the probe and the wipe), each
+/// handle by the driver that made it, whether or not the configuration still enables it.
+pub(crate) fn handle_readers(
+    config: &NodeConfig,
+    cgroups: wharf_exec::TaskCgroups,
+) -> DriverRegistry {
+    // Both drivers run tasks under the same shim.
+    let options = wharf_exec::RawExecOptions {
+        shim_path: config.drivers.raw_exec.shim_path.clone(),
+        ..Default::default()
+    };
+    let mut drivers = DriverRegistry::new();
+    if let Ok(exec) = config.drivers.exec.options(&config.data_dir) {
+        let driver = wharf_exec::ExecDriver::new(options.clone(), exec);
+        drivers.register(Arc::new(driver.with_cgroups(cgroups.clone())));
+    }
+    drivers.register(Arc::new(wharf_exec::RawExecDriver::new(options).with_cgroups(cgroups)));
+    drivers
+}
+
 /// The probe lines read from the store, with no agent running.
 pub async fn offline(config: &NodeConfig) -> Vec<String> {
     let path = config.store_path();
@@ -67,10 +88,7 @@ pub async fn offline(config: &NodeConfig) -> Vec<String> {
         Ok(snapshot) => snapshot,
         Err(_) => return vec!["broken".into()],
     };
-    let driver = wharf_exec::RawExecDriver::new(wharf_exec::RawExecOptions {
-        shim_path: config.drivers.raw_exec.shim_path.clone(),
-        ..Default::default()
-    });
+    let drivers = handle_readers(config, wharf_exec::TaskCgroups::default());
     let mut lines = Vec::new();
     for stored in snapshot.allocs {
         let states: Vec<_> = stored.tasks.values().filter_map(|t| t.state.clone()).collect();
@@ -81,6 +99,7 @@ pub async fn offline(config: &NodeConfig) -> Vec<String> {
         }
         let mut alive = false;
         for handle in task_handles(&stored) {
+            let Some(driver) = drivers.get(&handle.driver) else { continue };
             if driver.recover_task(&handle).await.is_ok()
                 && driver
                     .inspect_task(handle.id())

@@ -11,7 +11,6 @@ use crate::agent_file::AgentFile;
 use crate::config::NodeConfig;
 use anyhow::Context;
 use std::time::Duration;
-use wharf_driver::Driver;
 use wharf_store::{RedbStore, StateStore};
 
 /// What a wipe did.
@@ -40,10 +39,10 @@ pub async fn wipe(config: &NodeConfig) -> anyhow::Result<Wiped> {
         // The agent is dead, so its cgroups are free to take: every task's, and whatever else
         // is left in them, is killed and removed below.
         let task_cgroups = wipe_cgroups(config);
-        let driver = wharf_exec::RawExecDriver::new(wharf_exec::RawExecOptions::default())
-            .with_cgroups(task_cgroups.clone());
+        let drivers = crate::probe::handle_readers(config, task_cgroups.clone());
         for stored in &snapshot.allocs {
             for handle in crate::probe::task_handles(stored) {
+                let Some(driver) = drivers.get(&handle.driver) else { continue };
                 // Gone already, or never started: nothing to kill.
                 if driver.recover_task(&handle).await.is_ok() {
                     driver

@@ -203,7 +203,10 @@ async fn the_probe_lists_live_allocations_stale_ones_and_a_broken_node() {
 
     // A node with no healthy driver cannot take work.
     let dir = tempfile::tempdir().unwrap();
-    let broken = AgentProcess::start(dir.path(), "[drivers.raw_exec]\nenabled = false\n");
+    let broken = AgentProcess::start(
+        dir.path(),
+        "[drivers.raw_exec]\nenabled = false\n[drivers.exec]\nenabled = false\n",
+    );
     let probe = broken.cli(&["alloc", "list", "--probe"]);
     assert_eq!(String::from_utf8_lossy(&probe.stdout), "broken\n", "{probe:?}");
     assert!(probe.status.success());

@@ -1,6 +1,7 @@
 //! The isolated `exec` driver through the real agent: registered as `exec`, healthy on this
-//! host, and a job's task contained end to end (its own user, its directories only), then
-//! again after the agent is killed and started over.
+//! host, and a job's task contained end to end (its own user, its directories only), seen
+//! live by the probe while the agent is down, and reattached after the agent is killed and
+//! started over.
 
 // Real processes on the real clock: these tests start programs and measure bounds in real time.
 #![allow(clippy::disallowed_methods)]
@@ -10,6 +11,7 @@ mod common;
 use common::*;
 use hyper::Method;
 use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
 use wharf_state::ClientStatus;
 
 fn exec_task(name: &str, script: &str) -> String {
@@ -47,8 +49,16 @@ async fn an_exec_task_runs_contained_through_the_agent_and_keeps_its_user_across
         std::fs::read_to_string(&stdout).is_ok_and(|s| s.contains("refused"))
     });
 
-    // Killed and started over, the agent reattaches, and a new task gets another user.
+    // Killed, the agent leaves the task running: the probe, reading the store, sees it live.
     let (data_dir, config) = agent.kill9();
+    let offline = Command::new(WHARF)
+        .args(["--address", "127.0.0.1:9", "alloc", "list", "--probe", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&offline.stdout), format!("{id}\n"), "{offline:?}");
+
+    // Started over, the agent reattaches, and a new task gets another user.
     let agent = AgentProcess::launch(data_dir, config);
     let client = agent.client();
     until(&client, &id, "reattached", |d| d.state.client_status == ClientStatus::Running).await;
