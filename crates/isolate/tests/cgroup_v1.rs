@@ -46,6 +46,10 @@ impl std::ops::Deref for Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
+        // A restart that failed left no manager: a new one cleans up, once the lock is free.
+        if self.cgroups.is_none() {
+            self.cgroups = Cgroups::open(options(&self.name)).ok();
+        }
         if let Some(cgroups) = &self.cgroups
             && let Err(error) = cgroups.destroy_all(&mut sigkill)
         {

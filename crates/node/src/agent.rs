@@ -5,6 +5,7 @@
 use crate::config::NodeConfig;
 use crate::metrics::{Metrics, MetricsHook};
 use crate::resources::NodeResources;
+use crate::usage::{CgroupsStatus, NodeStatus};
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -546,8 +547,48 @@ impl Agent {
         (!healthy).then(|| "no healthy driver".to_owned())
     }
 
-    /// The Prometheus text for `/v1/metrics`.
-    pub fn metrics_text(&self) -> String {
+    /// What the node has, keeps, gives and has left, and its drivers' health (`GET /v1/node`).
+    pub async fn node_status(&self) -> NodeStatus {
+        let (allocated, allocations) = self.allocated();
+        let resources = &self.resources;
+        let mut drivers = BTreeMap::new();
+        for name in self.drivers.names() {
+            if let Some(driver) = self.drivers.get(name) {
+                drivers.insert(name.to_owned(), driver.fingerprint().await);
+            }
+        }
+        NodeStatus {
+            cpu: crate::usage::NodeCpu {
+                cores: resources.cores,
+                mhz_per_core: resources.mhz_per_core,
+                total_mhz: resources.total.cpu_mhz,
+            },
+            memory_mb: resources.total.memory_mb,
+            reserved: resources.reserved,
+            reserved_cores: resources.reserved_cores.clone(),
+            allocated,
+            allocations,
+            free: resources.allocatable().saturating_sub(allocated),
+            cgroups: CgroupsStatus::of(&self.cgroups),
+            drivers,
+        }
+    }
+
+    /// The Prometheus text for `/v1/metrics`: the agent's counters, the node's resources, and
+    /// every running task's usage.
+    pub async fn metrics_text(&self) -> String {
+        let mut usages = Vec::new();
+        for runner in self.list().into_iter().filter(|r| !r.is_done()) {
+            for (task, usage) in runner.usage().await.tasks {
+                usages.push((runner.id().to_owned(), task, usage));
+            }
+        }
+        let mut labelled = crate::usage::node_series(&self.node_status().await);
+        labelled.extend(crate::usage::task_series(&usages));
+        self.counters_text(labelled)
+    }
+
+    fn counters_text(&self, mut labelled: Vec<crate::metrics::Labelled<'static>>) -> String {
         let mut by_status: BTreeMap<&'static str, f64> =
             ["pending", "running", "complete", "failed", "lost"]
                 .into_iter()
@@ -563,6 +604,15 @@ impl Agent {
             };
             *by_status.entry(status).or_default() += 1.0;
         }
+        labelled.insert(
+            0,
+            (
+                "wharf_allocs",
+                "Allocations on this node by client status.",
+                "gauge",
+                by_status.into_iter().map(|(s, n)| (format!("status=\"{s}\""), n)).collect(),
+            ),
+        );
         let stats = self.store.stats();
         self.metrics.render(
             &[
@@ -585,12 +635,7 @@ impl Agent {
                     stats.commit_micros as f64 / 1e6,
                 ),
             ],
-            &[(
-                "wharf_allocs",
-                "Allocations on this node by client status.",
-                "gauge",
-                by_status.into_iter().map(|(s, n)| (format!("status=\"{s}\""), n)).collect(),
-            )],
+            &labelled,
         )
     }
 }

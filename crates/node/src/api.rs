@@ -11,6 +11,8 @@
 //! | `POST /v1/allocations/{id}/signal` | `{"signal": "SIGHUP", "task": "web"}` (no task: all) |
 //! | `POST /v1/allocations/{id}/exec` | `{"task": "web", "command": [...], "timeout": "30s"}` |
 //! | `GET /v1/allocations/{id}/logs/{task}?stream=stderr&offset=N&tail=N&follow=true` | output (403 if a log file is not a regular file of the log directory: see `logs`) |
+//! | `GET /v1/allocations/{id}/stats` | each running task's CPU, memory and processes, and their sum (`usage::AllocStats`) |
+//! | `GET /v1/node` | the node's CPU and memory, what it keeps, what allocations hold, what is free, cgroups, drivers (`usage::NodeStatus`) |
 //! | `GET /v1/probe` | the runner-list protocol, as text |
 //! | `GET /v1/metrics` | Prometheus text |
 //!
@@ -46,6 +48,8 @@ pub fn router(agent: Arc<Agent>) -> Router {
         .route("/v1/allocations/{id}/signal", post(signal))
         .route("/v1/allocations/{id}/exec", post(exec))
         .route("/v1/allocations/{id}/logs/{task}", get(logs))
+        .route("/v1/allocations/{id}/stats", get(stats))
+        .route("/v1/node", get(node))
         .route("/v1/probe", get(probe))
         .route("/v1/metrics", get(metrics))
         .route_layer(axum::middleware::from_fn_with_state(agent.clone(), require_token));
@@ -570,6 +574,18 @@ async fn logs(
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response()))
 }
 
+async fn stats(
+    State(agent): State<Arc<Agent>>,
+    Path(id): Path<String>,
+) -> ApiResult<axum::Json<crate::usage::AllocStats>> {
+    let runner = agent.get(&id)?;
+    Ok(axum::Json(crate::usage::AllocStats::from(&runner.usage().await)))
+}
+
+async fn node(State(agent): State<Arc<Agent>>) -> axum::Json<crate::usage::NodeStatus> {
+    axum::Json(agent.node_status().await)
+}
+
 async fn probe(State(agent): State<Arc<Agent>>) -> String {
     let mut text = agent.probe().await.join("\n");
     if !text.is_empty() {
@@ -579,7 +595,8 @@ async fn probe(State(agent): State<Arc<Agent>>) -> String {
 }
 
 async fn metrics(State(agent): State<Arc<Agent>>) -> Response {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], agent.metrics_text()).into_response()
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], agent.metrics_text().await)
+        .into_response()
 }
 
 #[cfg(test)]

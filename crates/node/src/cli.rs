@@ -160,6 +160,9 @@ enum Command {
     /// Inspect and control allocations.
     #[command(subcommand)]
     Alloc(AllocCommand),
+    /// Inspect the node.
+    #[command(subcommand)]
+    Node(NodeCommand),
     /// Run a fleet of agents (`wharf fleet`), or talk to one (`wharf fleet submit ...`).
     Fleet(crate::fleet::cli::FleetArgs),
     /// Kill the agent of --data-dir and every task it ran, and delete the directory: what
@@ -169,6 +172,13 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum NodeCommand {
+    /// Show the node's CPU and memory, what it keeps for itself, what allocations hold, what
+    /// is free, how tasks are contained, and each driver's health.
+    Status,
 }
 
 /// How `wharf agent` combines its sources of settings.
@@ -353,8 +363,21 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Alloc(command) => {
             alloc(&client, command, data_dir, cli.json).await.map(|()| ExitCode::SUCCESS)
         }
+        Command::Node(NodeCommand::Status) => node_status(&client, cli.json).await,
     };
     result.unwrap_or_else(|error| fail(exit_code(&error), &describe(&error)))
+}
+
+/// `wharf node status`.
+async fn node_status(client: &Client, json: bool) -> anyhow::Result<ExitCode> {
+    let status: crate::usage::NodeStatus =
+        client.json(Method::GET, ApiPath::v1(["node"]), None).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&status)?);
+    } else {
+        print!("{}", crate::usage::node_text(&status));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 pub(crate) fn init_logs(json: bool) {
@@ -670,10 +693,24 @@ async fn alloc(
             let id = resolve(client, &id).await?;
             let detail: AllocDetail =
                 client.json(Method::GET, ApiPath::v1(["allocations", &id]), None).await?;
+            // What its running tasks use; an allocation that is done has none.
+            let stats: Option<crate::usage::AllocStats> = if detail.done {
+                None
+            } else {
+                let path = ApiPath::v1(["allocations", &id, "stats"]);
+                Some(client.json(Method::GET, path, None).await?)
+            };
             if json {
-                println!("{}", serde_json::to_string_pretty(&detail)?);
+                let mut value = serde_json::to_value(&detail)?;
+                value["stats"] = serde_json::to_value(&stats)?;
+                println!("{}", serde_json::to_string_pretty(&value)?);
             } else {
                 print_status(&detail);
+                if let Some(stats) = stats.filter(|s| !s.tasks.is_empty()) {
+                    println!();
+                    println!("Resources:");
+                    print!("{}", crate::usage::stats_text(&stats));
+                }
             }
             Ok(())
         }

@@ -9,7 +9,8 @@
 //! - [`serve`]: serving with graceful shutdown, and the embedded agent of `wharf run`.
 //! - [`wipe`]: `wharf wipe`, a node's end when the machine it stands for is destroyed.
 //! - [`fleet`]: `wharf fleet`, a pool of agents driven by wharf-prober, and its API.
-//! - [`resources`]: what the node has and keeps, admission's totals, and the tasks' cgroups.
+//! - [`resources`]: what the node has and keeps, admission's totals, and the tasks' cgroups;
+//!   [`usage`]: how the node's resources and tasks' usage are shown (API, CLI, metrics).
 //! - [`logs`], [`metrics`], [`probe`], [`client`], [`agent_file`]: what those need.
 
 pub mod agent;
@@ -24,4 +25,5 @@ pub mod metrics;
 pub mod probe;
 pub mod resources;
 pub mod serve;
+pub mod usage;
 pub mod wipe;

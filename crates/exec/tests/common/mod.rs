@@ -165,21 +165,30 @@ impl CgroupScratch {
     }
 }
 
-fn open_cgroups(parent: &str, pids_max: Option<u64>) -> wharf_isolate::Cgroups {
-    wharf_isolate::Cgroups::open(wharf_isolate::CgroupOptions {
+fn options(parent: &str, pids_max: Option<u64>) -> wharf_isolate::CgroupOptions {
+    wharf_isolate::CgroupOptions {
         parent: wharf_isolate::CgroupParent::Absolute(parent.into()),
         pids_max,
         reserved_cores: wharf_isolate::CpuSet::new(),
         cpu: wharf_isolate::cgroup::NodeCpu { mhz_per_core: 2000 },
         sweep_siblings: false,
-    })
-    .unwrap_or_else(|e| {
+    }
+}
+
+fn open_cgroups(parent: &str, pids_max: Option<u64>) -> wharf_isolate::Cgroups {
+    wharf_isolate::Cgroups::open(options(parent, pids_max)).unwrap_or_else(|e| {
         panic!("these tests need writable cgroups (root on a host with cgroup v1 or v2): {e}")
     })
 }
 
 impl Drop for CgroupScratch {
     fn drop(&mut self) {
+        // A restart that failed left no manager: a new one cleans up, once the lock is free.
+        if self.cgroups.is_none() {
+            self.cgroups = wharf_isolate::Cgroups::open(options(&self.parent, self.pids_max))
+                .ok()
+                .map(std::sync::Arc::new);
+        }
         if let Some(cgroups) = &self.cgroups
             && let Err(error) = wharf_exec::destroy_cgroups(cgroups)
         {

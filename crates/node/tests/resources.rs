@@ -1,0 +1,300 @@
+//! The node's resources end to end, through the `wharf` binary on this host's real cgroups:
+//! admission (an allocation too large is refused with 409 and nothing is kept), the node
+//! fingerprint (`GET /v1/node`, `wharf node status`), task stats from the cgroup (API, CLI,
+//! metrics), an OOM kill in a task's state and events, and task cgroups kept across an
+//! agent's SIGKILL and restart and gone after destroy.
+//!
+//! Each agent here gets a cgroup parent of its own (`[cgroups] parent`), which a guard kills
+//! and removes once the test is over, whatever happened.
+
+// Real processes on the real clock: the tests start and kill agents.
+#![allow(clippy::disallowed_methods)]
+
+mod common;
+
+use common::*;
+use hyper::Method;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use wharf_node::api::AllocSummary;
+use wharf_node::client::{ApiPath, Client, ClientError};
+use wharf_node::usage::{AllocStats, NodeStatus};
+use wharf_state::{ClientStatus, TaskEventKind, TaskStatus};
+
+/// A cgroup parent for one test's agents, killed and removed when dropped.
+struct CgroupParent {
+    name: String,
+}
+
+impl CgroupParent {
+    fn new() -> CgroupParent {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "wharf-test-node-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        CgroupParent { name }
+    }
+
+    /// The agent config lines that put its tasks' cgroups here.
+    fn config(&self) -> String {
+        format!("[cgroups]\nparent = \"/{}\"\npids_limit = 256\n", self.name)
+    }
+
+    /// The directory of the task cgroup `name` in the `controller` hierarchy.
+    fn task_dir(&self, controller: &str, name: &str) -> PathBuf {
+        Path::new("/sys/fs/cgroup").join(controller).join(&self.name).join(name)
+    }
+
+    /// The task cgroups under the parent (from the memory hierarchy).
+    fn tasks(&self) -> Vec<String> {
+        let dir = Path::new("/sys/fs/cgroup/memory").join(&self.name);
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+impl Drop for CgroupParent {
+    fn drop(&mut self) {
+        let options = wharf_isolate::CgroupOptions {
+            parent: wharf_isolate::CgroupParent::Absolute(self.name.clone()),
+            pids_max: None,
+            reserved_cores: wharf_isolate::CpuSet::new(),
+            cpu: wharf_isolate::cgroup::NodeCpu { mhz_per_core: 1000 },
+            sweep_siblings: false,
+        };
+        let cleaned = wharf_isolate::Cgroups::open(options)
+            .map_err(|e| e.to_string())
+            .and_then(|cgroups| wharf_exec::destroy_cgroups(&cgroups).map_err(|e| e.to_string()));
+        if let Err(error) = cleaned {
+            assert!(std::thread::panicking(), "cannot clean up cgroup {}: {error}", self.name);
+        }
+    }
+}
+
+fn task(name: &str, script: &str, extra: &str) -> String {
+    format!("{}{extra}", sh_task(name, script))
+}
+
+async fn node_status(client: &Client) -> NodeStatus {
+    client.json(Method::GET, ApiPath::v1(["node"]), None).await.unwrap()
+}
+
+/// The case: a job asking for more memory than the node has free is refused with 409
+/// and a message naming the shortfall, and nothing of it is kept, even across a restart.
+#[tokio::test]
+async fn an_allocation_too_large_for_the_node_is_refused_and_nothing_is_kept() {
+    let cgroups = CgroupParent::new();
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "{}[resources]\nmemory_total_mb = 2048\n[resources.reserved]\nmemory = 1024\n",
+        cgroups.config()
+    );
+    let agent = AgentProcess::start(dir.path(), &config);
+    let client = agent.client();
+    let node = node_status(&client).await;
+    assert_eq!((node.memory_mb, node.reserved.memory_mb, node.free.memory_mb), (2048, 1024, 1024));
+
+    let big = job("big", "batch", &task("t", "exit 0", "resources = { memory = 4096 }\n"));
+    match submit(&client, &big).await {
+        Err(ClientError::Api { status, message }) => {
+            assert_eq!(status.as_u16(), 409, "{message}");
+            assert!(message.contains("needs 4096 MB memory, 1024 MB free"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // The CLI says so and exits 2, as for any request the agent rejects.
+    let spec = dir.path().join("big.toml");
+    std::fs::write(&spec, &big).unwrap();
+    let out = agent.cli(&["run", "--detach", spec.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("needs 4096 MB memory, 1024 MB free"),
+        "{out:?}"
+    );
+
+    // What fits is accepted, and holds its share until it is done.
+    let fits =
+        job("fits", "service", &task("t", "exec sleep 600", "resources = { memory = 1000 }\n"));
+    let id = submit(&client, &fits).await.unwrap();
+    let node = node_status(&client).await;
+    assert_eq!((node.allocated.memory_mb, node.free.memory_mb, node.allocations), (1000, 24, 1));
+    let more =
+        job("more", "service", &task("t", "exec sleep 600", "resources = { memory = 100 }\n"));
+    match submit(&client, &more).await {
+        Err(ClientError::Api { status, message }) => {
+            assert_eq!(status.as_u16(), 409);
+            assert!(message.contains("needs 100 MB memory, 24 MB free"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    client.call(Method::POST, ApiPath::v1(["allocations", &id, "stop"]), None).await.unwrap();
+    until(&client, &id, "stopped", |d| d.done).await;
+    assert_eq!(node_status(&client).await.allocated.memory_mb, 0);
+
+    // Nothing of the refused ones was written: a restarted agent knows only the one that ran.
+    let (data_dir, config) = agent.kill9();
+    assert!(
+        !data_dir
+            .join("allocs")
+            .read_dir()
+            .unwrap()
+            .flatten()
+            .any(|e| { e.file_name().to_string_lossy() != id })
+    );
+    let agent = AgentProcess::launch(data_dir, config);
+    let allocs: Vec<AllocSummary> =
+        agent.client().json(Method::GET, ApiPath::v1(["allocations"]), None).await.unwrap();
+    assert_eq!(allocs.iter().map(|a| a.id.as_str()).collect::<Vec<_>>(), [id.as_str()]);
+}
+
+/// `GET /v1/node` and `wharf node status`: totals, the reservation, cgroups, drivers.
+#[tokio::test]
+async fn the_node_reports_its_resources_cgroups_and_drivers() {
+    let cgroups = CgroupParent::new();
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "{}[resources]\ncpu_total_compute = 4000\n[resources.reserved]\ncpu = 500\n",
+        cgroups.config()
+    );
+    let agent = AgentProcess::start(dir.path(), &config);
+    let node = node_status(&agent.client()).await;
+    assert_eq!(node.cpu.total_mhz, 4000);
+    assert_eq!(node.reserved.cpu_mhz, 500);
+    assert_eq!(node.free.cpu_mhz, 3500);
+    assert!(node.memory_mb > 0 && node.cpu.cores >= 1, "{node:?}");
+    assert!(node.cgroups.enabled, "{:?}", node.cgroups);
+    assert_eq!(node.cgroups.version.as_deref(), Some("v1"));
+    assert!(node.cgroups.parents.iter().all(|p| p.ends_with(&cgroups.name)), "{:?}", node.cgroups);
+    let raw_exec = &node.drivers["raw_exec"];
+    assert_eq!(raw_exec.health, wharf_driver::Health::Healthy, "{raw_exec:?}");
+
+    let out = agent.cli(&["node", "status"]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    for line in
+        ["= 4000 MHz", "Reserved   = 500 MHz CPU", "Cgroups    = v1 under", "raw_exec     healthy"]
+    {
+        assert!(text.contains(line), "{line:?} missing from:\n{text}");
+    }
+    let out = agent.cli(&["--json", "node", "status"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["free"]["cpu_mhz"], 3500);
+}
+
+/// A task's usage comes from its cgroup, in the API, `wharf alloc status` and the metrics.
+#[tokio::test]
+async fn task_stats_come_from_the_cgroup() {
+    let cgroups = CgroupParent::new();
+    let dir = tempfile::tempdir().unwrap();
+    let agent = AgentProcess::start(dir.path(), &cgroups.config());
+    let client = agent.client();
+    // 8 MiB held, then waiting; its pid file says it got there.
+    let script =
+        "x=$(head -c 8388608 /dev/zero | tr '\\0' a); echo $$ > \"$WHARF_TASK_DIR/pid\"; sleep 600";
+    let id = submit(&client, &job("stats", "service", &task("t", script, ""))).await.unwrap();
+    read_pid(&dir.path().join(format!("data/allocs/{id}/t/pid")));
+
+    let stats: AllocStats =
+        client.json(Method::GET, ApiPath::v1(["allocations", &id, "stats"]), None).await.unwrap();
+    let usage = &stats.tasks["t"];
+    assert_eq!(usage.source, wharf_driver::UsageSource::Cgroup);
+    assert!(usage.memory.max_usage_bytes >= 8 << 20, "{usage:?}");
+    assert!(usage.cpu.total_seconds > 0.0 && usage.processes >= 1, "{usage:?}");
+    assert_eq!(stats.total.memory.max_usage_bytes, usage.memory.max_usage_bytes);
+
+    let out = agent.cli(&["alloc", "status", &id]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Resources:") && text.contains("MAX MiB"), "{text}");
+
+    let metrics = String::from_utf8(
+        client.call(Method::GET, ApiPath::v1(["metrics"]), None).await.unwrap().to_vec(),
+    )
+    .unwrap();
+    let line =
+        format!("wharf_task_memory_bytes{{alloc_id=\"{id}\",task=\"t\",kind=\"max_usage\"}}");
+    assert!(metrics.lines().any(|l| l.starts_with(&line)), "no {line} in:\n{metrics}");
+    assert!(metrics.contains("wharf_node_memory_bytes{state=\"free\"}"), "{metrics}");
+
+    client.call(Method::POST, ApiPath::v1(["allocations", &id, "stop"]), None).await.unwrap();
+    until(&client, &id, "stopped", |d| d.done).await;
+}
+
+/// The case: a task that allocates past its `memory` is OOM-killed, and both its state
+/// and its events say so.
+#[tokio::test]
+async fn an_oom_killed_task_says_so_in_its_state_and_events() {
+    let cgroups = CgroupParent::new();
+    let dir = tempfile::tempdir().unwrap();
+    let agent = AgentProcess::start(dir.path(), &cgroups.config());
+    let client = agent.client();
+    let hungry =
+        task("t", "tail /dev/zero", "resources = { memory = 32 }\nrestart = { attempts = 0 }\n");
+    let id = submit(&client, &job("hungry", "batch", &hungry)).await.unwrap();
+    let detail = until(&client, &id, "dead", |d| d.done).await;
+    assert_eq!(detail.state.client_status, ClientStatus::Failed);
+    let state = &detail.state.task_states["t"];
+    assert_eq!(state.status, TaskStatus::Dead);
+    assert!(state.failed);
+    let oom = state.events.iter().find_map(|e| match &e.kind {
+        kind @ TaskEventKind::Terminated { oom_killed: true, .. } => Some(kind.clone()),
+        _ => None,
+    });
+    let oom = oom.unwrap_or_else(|| panic!("no OOM kill in {:?}", state.events));
+    assert_eq!(oom.title(), "OOM Killed");
+    assert!(oom.to_string().contains("OOM Killed: true"), "{oom}");
+    let out = agent.cli(&["alloc", "status", &id]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("OOM Killed"), "{out:?}");
+    // The run is over: its cgroup is gone.
+    assert_eq!(cgroups.tasks(), Vec::<String>::new());
+}
+
+/// The case: after the agent is killed with SIGKILL and started again, the tasks keep
+/// their cgroups (the same ones, adopted, not swept), and once they are destroyed no cgroup is
+/// left.
+#[tokio::test]
+async fn task_cgroups_survive_an_agent_sigkill_and_none_is_left_after_destroy() {
+    let cgroups = CgroupParent::new();
+    let dir = tempfile::tempdir().unwrap();
+    let agent = AgentProcess::start(dir.path(), &cgroups.config());
+    let client = agent.client();
+    let script = "echo $$ > \"$WHARF_TASK_DIR/pid\"; sleep 600 & wait";
+    let id = submit(&client, &job("keep", "service", &task("t", script, ""))).await.unwrap();
+    let pid = read_pid(&dir.path().join(format!("data/allocs/{id}/t/pid")));
+    let names = cgroups.tasks();
+    assert_eq!(names.len(), 1, "{names:?}");
+    let procs = cgroups.task_dir("freezer", &names[0]).join("cgroup.procs");
+    let members = || std::fs::read_to_string(&procs).unwrap_or_default();
+    assert!(members().lines().any(|l| l == pid.to_string()), "{}", members());
+
+    let (data_dir, config) = agent.kill9();
+    assert!(alive(pid));
+    assert_eq!(cgroups.tasks(), names, "the cgroup outlives the agent");
+    let agent = AgentProcess::launch(data_dir, config);
+    let client = agent.client();
+    until(&client, &id, "reattached", |d| {
+        d.state.task_states["t"].events.iter().any(|e| e.kind == TaskEventKind::Reattached)
+    })
+    .await;
+    assert_eq!(cgroups.tasks(), names, "the same cgroup, adopted, not swept");
+    assert!(members().lines().any(|l| l == pid.to_string()));
+    let stats: AllocStats =
+        client.json(Method::GET, ApiPath::v1(["allocations", &id, "stats"]), None).await.unwrap();
+    assert_eq!(stats.tasks["t"].source, wharf_driver::UsageSource::Cgroup);
+
+    client.call(Method::POST, ApiPath::v1(["allocations", &id, "stop"]), None).await.unwrap();
+    until(&client, &id, "stopped", |d| d.done).await;
+    eventually("the task's cgroup is removed", || cgroups.tasks().is_empty());
+    assert!(!alive(pid));
+    // A clean shutdown with nothing left running leaves no cgroup at all.
+    assert!(agent.terminate().success());
+    assert!(!Path::new("/sys/fs/cgroup/memory").join(&cgroups.name).exists());
+}
