@@ -176,7 +176,7 @@ pub(crate) fn settle() {
     let _ = std::process::Command::new("sync").status();
 }
 
-fn task(root: &Path, name: &str, command: &str, args: &[&str]) -> TaskConfig {
+pub(crate) fn task(root: &Path, name: &str, command: &str, args: &[&str]) -> TaskConfig {
     let dir = root.join(name);
     std::fs::create_dir_all(dir.join("logs")).unwrap();
     TaskConfig {
@@ -230,7 +230,7 @@ fn bare_spawn_latencies(starts: usize) -> Vec<f64> {
         .collect()
 }
 
-async fn finish(driver: &RawExecDriver, handle: &TaskHandle) {
+pub(crate) async fn finish(driver: &RawExecDriver, handle: &TaskHandle) {
     driver.wait_task(handle.id()).await.unwrap();
     driver.destroy_task(handle.id(), true).await.unwrap();
 }

@@ -8,6 +8,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr, clippy::disallowed_methods)]
 
 mod alloc;
+mod cgroups;
 mod exec;
 mod fleet;
 mod heap;
@@ -53,7 +54,7 @@ fn main() -> ExitCode {
             "--only" => only = args.next(),
             other => {
                 eprintln!(
-                    "unknown argument {other:?}; usage: wharf-bench [--quick] [--out FILE] [--only store|alloc|exec|isolated|node|fleet|prober]"
+                    "unknown argument {other:?}; usage: wharf-bench [--quick] [--out FILE] [--only store|alloc|exec|isolated|cgroups|node|fleet|prober]"
                 );
                 return ExitCode::from(2);
             }
@@ -75,6 +76,9 @@ fn main() -> ExitCode {
     }
     if wanted("isolated") {
         rows.extend(isolated::run(effort));
+    }
+    if wanted("cgroups") {
+        rows.extend(cgroups::run(effort));
     }
     if wanted("node") {
         rows.extend(node::run(effort));

@@ -173,9 +173,19 @@ fn stats_and_oom_read_the_v2_files() {
     fake.write(&format!("{dir}/memory.events"), "low 0\nhigh 0\nmax 9\noom 2\noom_kill 1\n");
     assert!(cgroup.oom_killed().unwrap());
 
+    // Figures are read afresh each time, from the files kept open.
+    fake.write(&format!("{dir}/pids.current"), "5\n");
+    assert_eq!(cgroup.stats().unwrap().processes, 5);
+
     // Before Linux 5.19 there is no memory.peak: max usage is not measured.
-    std::fs::remove_file(fake.path(&format!("{dir}/memory.peak"))).unwrap();
-    let stats = cgroup.stats().unwrap();
+    let older =
+        cgroups.create("a1/web/00000009", &cgroups.limits(&resources(64, None, 0), None)).unwrap();
+    let dir = "wharf/share/a1.web.00000009";
+    for file in ["memory.stat", "memory.swap.current", "cpu.stat", "pids.current"] {
+        let source = fake.read(&format!("wharf/share/a1.web.00000001/{file}"));
+        fake.write(&format!("{dir}/{file}"), &source);
+    }
+    let stats = older.stats().unwrap();
     assert!(!stats.measured.max_usage && stats.memory_max_usage == 0);
 }
 

@@ -49,6 +49,7 @@ use std::collections::HashSet;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Which cgroup hierarchy a host runs.
@@ -415,6 +416,7 @@ impl Cgroups {
     /// Removes a task's cgroup once its processes are gone (retrying briefly while the last
     /// ones exit), and gives back its cores. Removing one that is gone already succeeds.
     pub fn remove(&self, task: &TaskCgroup) -> Result<(), IsolateError> {
+        task.files.close();
         self.remove_dirs(task)?;
         self.release_cores(&task.name);
         self.live.lock().remove(&task.name);
@@ -532,6 +534,7 @@ impl Cgroups {
             kill_file: self.kill_file,
             dirs,
             cores,
+            files: Arc::default(),
         }
     }
 
@@ -621,14 +624,64 @@ struct TaskDir {
     owned: bool,
 }
 
-/// One task run's cgroup.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One task run's cgroup. Clones share the files they keep open.
+#[derive(Debug, Clone)]
 pub struct TaskCgroup {
     name: String,
     version: Version,
     kill_file: bool,
     dirs: Vec<TaskDir>,
     cores: Option<CpuSet>,
+    files: Arc<OpenFiles>,
+}
+
+/// The files a task's stats and OOM record are read from, kept open once read: opening a
+/// cgroup file again costs ten to thirty times reading it again (the lookups through kernfs),
+/// and a metrics scrape reads every running task's. Closed when the cgroup is removed.
+#[derive(Debug, Default)]
+struct OpenFiles(Mutex<Vec<(PathBuf, std::fs::File)>>);
+
+impl OpenFiles {
+    /// The whole of `path` as the kernel writes it now.
+    fn read(&self, path: &Path) -> Result<String, IsolateError> {
+        use std::os::unix::fs::FileExt;
+        let mut files = self.0.lock();
+        let index = match files.iter().position(|(p, _)| p == path) {
+            Some(index) => index,
+            None => {
+                let file = std::fs::File::open(path).map_err(IsolateError::io(path))?;
+                files.push((path.to_owned(), file));
+                files.len() - 1
+            }
+        };
+        let file = &files[index].1;
+        // Reading from offset 0 makes the kernel write the file afresh.
+        let mut bytes = Vec::with_capacity(1024);
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = file.read_at(&mut chunk, bytes.len() as u64).map_err(IsolateError::io(path))?;
+            if n == 0 {
+                break;
+            }
+            bytes.extend_from_slice(&chunk[..n]);
+        }
+        String::from_utf8(bytes).map_err(|_| IsolateError::Unreadable {
+            path: path.to_owned(),
+            reason: "not text".into(),
+        })
+    }
+
+    fn number(&self, path: &Path) -> Result<u64, IsolateError> {
+        let text = self.read(path)?;
+        stats::number(&text).ok_or_else(|| IsolateError::Unreadable {
+            path: path.to_owned(),
+            reason: format!("{:?} is not a number", text.trim()),
+        })
+    }
+
+    fn close(&self) {
+        self.0.lock().clear();
+    }
 }
 
 impl TaskCgroup {
@@ -825,14 +878,14 @@ impl TaskCgroup {
         let memory = self.need(Controller::Memory)?;
         match self.version {
             Version::V1 => {
-                let control = read_text(&memory.join("memory.oom_control"))?;
+                let control = self.files.read(&memory.join("memory.oom_control"))?;
                 match stats::field(&control, "oom_kill") {
                     Some(kills) => Ok(kills > 0),
-                    None => Ok(read_number(&memory.join("memory.failcnt"))? > 0),
+                    None => Ok(self.files.number(&memory.join("memory.failcnt"))? > 0),
                 }
             }
             Version::V2 => {
-                let events = read_text(&memory.join("memory.events"))?;
+                let events = self.files.read(&memory.join("memory.events"))?;
                 Ok(stats::field(&events, "oom_kill").unwrap_or(0) > 0)
             }
         }
@@ -844,9 +897,9 @@ impl TaskCgroup {
         let cpu = self.need(Controller::Cpu)?;
         let pids = self.need(Controller::Pids)?;
         let mut stats = CgroupStats::default();
-        let memory_stat = read_text(&memory.join("memory.stat"))?;
-        let cpu_stat = read_text(&cpu.join("cpu.stat"))?;
-        stats.processes = read_number(&pids.join("pids.current"))?;
+        let memory_stat = self.files.read(&memory.join("memory.stat"))?;
+        let cpu_stat = self.files.read(&cpu.join("cpu.stat"))?;
+        stats.processes = self.files.number(&pids.join("pids.current"))?;
         stats.cpu_periods = stats::field(&cpu_stat, "nr_periods").unwrap_or(0);
         stats.cpu_throttled_periods = stats::field(&cpu_stat, "nr_throttled").unwrap_or(0);
         match self.version {
@@ -857,15 +910,20 @@ impl TaskCgroup {
                     stats.memory_swap = swap;
                     stats.measured.swap = true;
                 }
-                stats.memory_max_usage = read_number(&memory.join("memory.max_usage_in_bytes"))?;
+                stats.memory_max_usage =
+                    self.files.number(&memory.join("memory.max_usage_in_bytes"))?;
                 stats.measured.max_usage = true;
                 let cpuacct = self.need(Controller::Cpuacct)?;
                 stats.cpu_total =
-                    Duration::from_nanos(read_number(&cpuacct.join("cpuacct.usage"))?);
+                    Duration::from_nanos(self.files.number(&cpuacct.join("cpuacct.usage"))?);
                 let path = cpuacct.join("cpuacct.usage_all");
-                let (user, system) = stats::usage_all(&read_text(&path)?).ok_or_else(|| {
-                    IsolateError::Unreadable { path, reason: "not `cpu user system` lines".into() }
-                })?;
+                let (user, system) =
+                    stats::usage_all(&self.files.read(&path)?).ok_or_else(|| {
+                        IsolateError::Unreadable {
+                            path,
+                            reason: "not `cpu user system` lines".into(),
+                        }
+                    })?;
                 stats.cpu_user = Duration::from_nanos(user);
                 stats.cpu_system = Duration::from_nanos(system);
                 stats.cpu_throttled =
@@ -874,11 +932,11 @@ impl TaskCgroup {
             Version::V2 => {
                 stats.memory_rss = stats::field(&memory_stat, "anon").unwrap_or(0);
                 stats.memory_cache = stats::field(&memory_stat, "file").unwrap_or(0);
-                if let Ok(swap) = read_number(&memory.join("memory.swap.current")) {
+                if let Ok(swap) = self.files.number(&memory.join("memory.swap.current")) {
                     stats.memory_swap = swap;
                     stats.measured.swap = true;
                 }
-                if let Ok(peak) = read_number(&memory.join("memory.peak")) {
+                if let Ok(peak) = self.files.number(&memory.join("memory.peak")) {
                     stats.memory_max_usage = peak;
                     stats.measured.max_usage = true;
                 }
@@ -1022,14 +1080,6 @@ fn enable_controllers(base: &Path, dir: &Path, offered: &str) -> Result<(), Isol
 
 fn read_text(path: &Path) -> Result<String, IsolateError> {
     std::fs::read_to_string(path).map_err(IsolateError::io(path))
-}
-
-fn read_number(path: &Path) -> Result<u64, IsolateError> {
-    let text = read_text(path)?;
-    stats::number(&text).ok_or_else(|| IsolateError::Unreadable {
-        path: path.to_owned(),
-        reason: format!("{:?} is not a number", text.trim()),
-    })
 }
 
 fn write(path: &Path, value: &str) -> Result<(), IsolateError> {

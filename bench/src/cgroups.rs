@@ -1,0 +1,187 @@
+//! Cgroup scenarios: a raw_exec start with a cgroup (against the same start without one, in the
+//! same run), reading the stats of a thousand running tasks from their cgroups, and stopping a
+//! thousand tasks by cgroup.
+//!
+//! Real tasks in real cgroups, under a parent of the bench's own that is removed at the end.
+//! On a host where cgroups cannot be written the scenarios are skipped, with the reason.
+
+use crate::Effort;
+use crate::exec::{finish, percentile, settle, shim, task};
+use crate::report::{Better, Row};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use wharf_driver::{Driver, TaskHandle};
+use wharf_exec::{RawExecDriver, TaskCgroups};
+use wharf_isolate::{CgroupOptions, CgroupParent, Cgroups, CpuSet};
+use wharf_state::Signal;
+
+const FULL_STARTS: usize = 1_000;
+const FULL_TASKS: usize = 1_000;
+/// Starts in flight at once when the many tasks start.
+const CONCURRENCY: usize = 16;
+
+pub(crate) fn run(effort: Effort) -> Vec<Row> {
+    let shim = match shim() {
+        Ok(shim) => shim,
+        Err(message) => {
+            eprintln!("cgroup scenarios skipped: {message}");
+            return Vec::new();
+        }
+    };
+    let host = match wharf_isolate::Host::detect() {
+        Ok(host) => host,
+        Err(e) => {
+            eprintln!("cgroup scenarios skipped: {e}");
+            return Vec::new();
+        }
+    };
+    let options = CgroupOptions {
+        parent: CgroupParent::Absolute(format!("wharf-bench-{}", std::process::id())),
+        pids_max: Some(4096),
+        reserved_cores: CpuSet::new(),
+        cpu: wharf_isolate::cgroup::NodeCpu { mhz_per_core: host.mhz_per_core },
+        sweep_siblings: false,
+    };
+    let cgroups = match Cgroups::open(options) {
+        Ok(cgroups) => Arc::new(cgroups),
+        Err(e) => {
+            eprintln!("cgroup scenarios skipped: {e}");
+            return Vec::new();
+        }
+    };
+    if let Err(e) = RawExecDriver::raise_fd_limit() {
+        eprintln!("cannot raise the descriptor limit: {e}");
+    }
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let contained =
+        Arc::new(RawExecDriver::with_shim(&shim).with_cgroups(TaskCgroups::On(cgroups.clone())));
+    let plain = RawExecDriver::with_shim(&shim)
+        .with_cgroups(TaskCgroups::Off { reason: "the bench's baseline".into() });
+    let (mut start, mut start_plain, mut stats, mut stop) = (vec![], vec![], vec![], vec![]);
+    for run in 0..effort.runs {
+        let scratch = crate::scratch::dir("wharf-bench-cgroups");
+        let root = scratch.as_path();
+        settle();
+        let (with, without) = runtime.block_on(async {
+            let mut with = Vec::new();
+            let mut without = Vec::new();
+            // Interleaved, so both see the same machine.
+            for i in 0..effort.scaled(FULL_STARTS) {
+                without.push(
+                    start_ms(&plain, task(root, &format!("plain{run}-{i}"), "/bin/true", &[]))
+                        .await,
+                );
+                with.push(
+                    start_ms(&contained, task(root, &format!("cg{run}-{i}"), "/bin/true", &[]))
+                        .await,
+                );
+            }
+            (with, without)
+        });
+        start.push(percentile(&with, 0.5));
+        start_plain.push(percentile(&without, 0.5));
+
+        let tasks = effort.scaled(FULL_TASKS);
+        let (stats_ms, stop_s) = runtime.block_on(many_tasks(&contained, root, run, tasks));
+        stats.push(stats_ms);
+        stop.push(stop_s);
+    }
+    drop(contained);
+    if let Err(e) = wharf_exec::destroy_cgroups(&cgroups) {
+        eprintln!("cannot remove the bench's cgroups: {e}");
+    }
+    let tasks = effort.scaled(FULL_TASKS);
+    let full = tasks == FULL_TASKS;
+    vec![
+        Row {
+            name: "cgroups: raw_exec start-to-running latency with a cgroup, p50".into(),
+            unit: "ms",
+            better: Better::Lower,
+            samples: start,
+            baseline: Some(("the same start without a cgroup".into(), start_plain)),
+            target: Some("≤ 1.5 ms".into()),
+        },
+        Row {
+            name: format!("cgroups: stats of {tasks} running tasks, read from their cgroups"),
+            unit: "ms",
+            better: Better::Lower,
+            samples: stats,
+            baseline: None,
+            target: full.then(|| "≤ 50 ms".into()),
+        },
+        Row {
+            name: format!(
+                "cgroups: stop {tasks} tasks by cgroup (all at once, until every shim is gone)"
+            ),
+            unit: "s",
+            better: Better::Lower,
+            samples: stop,
+            baseline: None,
+            target: full.then(|| "≤ 0.3 s".into()),
+        },
+    ]
+}
+
+/// Milliseconds from the call to `start_task` until it returns (the task runs); the task is
+/// then waited for and destroyed, cgroup and all, outside the timing.
+async fn start_ms(driver: &RawExecDriver, config: wharf_driver::TaskConfig) -> f64 {
+    let started = Instant::now();
+    let handle = driver.start_task(config).await.unwrap();
+    let elapsed = started.elapsed().as_secs_f64() * 1000.0;
+    finish(driver, &handle).await;
+    elapsed
+}
+
+/// Starts `tasks` sleep tasks in cgroups, then times reading every one's stats (one after the
+/// other, as a metrics scrape does) and stopping them all at once by cgroup.
+async fn many_tasks(
+    driver: &Arc<RawExecDriver>,
+    root: &std::path::Path,
+    run: usize,
+    tasks: usize,
+) -> (f64, f64) {
+    let configs: Vec<_> =
+        (0..tasks).map(|i| task(root, &format!("many{run}-{i}"), "sleep", &["600"])).collect();
+    let mut lanes = Vec::new();
+    for lane in configs.chunks(tasks.div_ceil(CONCURRENCY)) {
+        let (driver, lane) = (driver.clone(), lane.to_vec());
+        lanes.push(tokio::spawn(async move {
+            let mut handles = Vec::with_capacity(lane.len());
+            for config in lane {
+                handles.push(driver.start_task(config).await.unwrap());
+            }
+            handles
+        }));
+    }
+    let mut handles: Vec<TaskHandle> = Vec::with_capacity(tasks);
+    for lane in lanes {
+        handles.extend(lane.await.unwrap());
+    }
+
+    let started = Instant::now();
+    for handle in &handles {
+        let usage = driver.task_stats(handle.id()).await.unwrap();
+        assert_eq!(usage.source, wharf_driver::UsageSource::Cgroup);
+    }
+    let stats_ms = started.elapsed().as_secs_f64() * 1000.0;
+
+    let started = Instant::now();
+    let stops: Vec<_> = handles
+        .iter()
+        .map(|h| {
+            let (driver, id) = (driver.clone(), h.id().clone());
+            tokio::spawn(async move {
+                driver.stop_task(&id, Duration::ZERO, Signal::Kill).await.unwrap();
+            })
+        })
+        .collect();
+    for stop in stops {
+        stop.await.unwrap();
+    }
+    let stop_s = started.elapsed().as_secs_f64();
+    for handle in &handles {
+        finish(driver, handle).await;
+    }
+    (stats_ms, stop_s)
+}
