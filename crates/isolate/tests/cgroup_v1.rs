@@ -370,7 +370,7 @@ fn a_bad_parent_is_refused_with_its_reason() {
 /// The node's default layout puts each agent's parent beside the others': an agent that
 /// starts removes the empty parents of agents that were killed, and leaves the others alone.
 #[test]
-fn a_new_agent_removes_the_empty_parents_of_dead_agents_only() {
+fn a_new_agent_sweeps_what_dead_agents_left_but_not_running_tasks() {
     let group = format!("wharf-test-isolate-sweep-{}", std::process::id());
     // Dropped last: the group's own directories, once the agents' parents are gone.
     struct Group(Vec<PathBuf>);
@@ -403,22 +403,32 @@ fn a_new_agent_removes_the_empty_parents_of_dead_agents_only() {
     for dir in &dead_dirs {
         std::fs::create_dir_all(dir).unwrap();
     }
-    // A killed agent whose task still has its cgroup.
+    // A killed agent whose task still runs in its cgroup; and one whose task ended while it
+    // was gone, which left an empty cgroup.
     let mut busy = open("busy", false);
     let task = busy.create("a1/left/00000000", &limits(&busy, 16, None)).unwrap();
+    let mut child = spawn_in(&task, "echo up; sleep 60");
+    assert_eq!(first_line(&mut child), "up");
     busy.cgroups = None;
+    let mut idle = open("idle", false);
+    let ended = idle.create("a1/ended/00000000", &limits(&idle, 16, None)).unwrap();
+    let idle_dirs = parents(&idle);
+    idle.cgroups = None;
     let live = open("live", false);
 
     let new = open("new", true);
     assert!(dead_dirs.iter().all(|d| !d.exists()), "the dead agent's empty parent is gone");
+    assert!(ended.dirs().iter().all(|d| !d.exists()), "an empty task cgroup is gone");
+    assert!(idle_dirs.iter().all(|d| !d.exists()), "and its parent with it");
     assert!(parents(&live).iter().all(|d| d.exists()), "a live agent's parent stays");
-    // A task cgroup stays, and the parent holding it: the kernel refuses to remove either.
-    // (The shared cpuset this task would join held no process, so it could go.)
-    for dir in task.dirs().into_iter().filter(|d| !d.ends_with("share")) {
+    // A task cgroup with a process in it stays, and the parent holding it.
+    for dir in task.dirs() {
         assert!(dir.exists() && dir.parent().unwrap().exists(), "{} is gone", dir.display());
     }
 
     busy.restart();
+    task.kill_all(&mut sigkill).unwrap();
+    wait(&mut child);
     busy.remove(&task).unwrap();
     drop((new, live, busy));
     for dir in &group_dirs.0 {

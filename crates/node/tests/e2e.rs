@@ -175,9 +175,14 @@ async fn the_probe_lists_live_allocations_stale_ones_and_a_broken_node() {
     };
     let (live_pid, gone_pid) = (pid(&live), pid(&gone));
     let (data_dir, config) = agent.kill9();
+    // The task's parent is its shim, which records the exit once the task is gone: until it
+    // has exited too, the task's end is not known and the probe rightly lists it as running.
+    let stat = std::fs::read_to_string(format!("/proc/{gone_pid}/stat")).unwrap();
+    let shim: i32 =
+        stat.rsplit(')').next().unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
     let killed = Command::new("kill").args(["-KILL", &gone_pid.to_string()]).status().unwrap();
     assert!(killed.success());
-    eventually("the task is gone", || !alive(gone_pid));
+    eventually("the task and its shim are gone", || !alive(gone_pid) && !alive(shim));
     let offline = Command::new(WHARF)
         .args(["--address", "127.0.0.1:9", "alloc", "list", "--probe", "--config"])
         .arg(&config)

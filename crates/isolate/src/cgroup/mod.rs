@@ -141,8 +141,8 @@ pub struct CgroupOptions {
     /// The speed of the node's cores, for CPU quotas.
     pub cpu: NodeCpu,
     /// Whether the parent's siblings are parents of other agents like it (the node's default
-    /// layout, `wharf/<node>`): then those that are empty and that no agent holds are removed,
-    /// what agents that were killed left.
+    /// layout, `wharf/<node>`): then what killed agents left in those no agent holds is removed
+    /// (task cgroups without processes, and the parents once empty).
     pub sweep_siblings: bool,
 }
 
@@ -282,9 +282,10 @@ impl Cgroups {
         Ok(manager)
     }
 
-    /// Removes the empty parents of agents that are gone (see [`CgroupOptions::sweep_siblings`]).
-    /// A sibling some agent holds is left alone; one that still holds task cgroups cannot be
-    /// removed (the kernel refuses), and is left to its agent's return.
+    /// Removes what agents that are gone left of their parents (see
+    /// [`CgroupOptions::sweep_siblings`]): their task cgroups that hold no process, and the
+    /// parents once empty. A sibling some agent holds is left alone; task cgroups with
+    /// processes in them stay (the kernel refuses to remove them), for their agent's return.
     fn sweep_siblings(&self) {
         for place in &self.places {
             let Some(above) = place.parent.parent() else { continue };
@@ -297,6 +298,16 @@ impl Cgroups {
                 let Ok(lock) = crate::sys::open_dir(&dir) else { continue };
                 if !crate::sys::try_lock_exclusive(lock.as_fd()).unwrap_or(false) {
                     continue;
+                }
+                // Its tasks' cgroups that hold no process (the kernel refuses to remove the
+                // others: tasks that outlived their agent, for it to take back), then the rest.
+                for holder in [dir.clone(), dir.join(SHARE), dir.join(RESERVE)] {
+                    let entries = std::fs::read_dir(&holder).into_iter().flatten().flatten();
+                    for entry in entries {
+                        if entry.file_name().to_str().is_some_and(is_task_name) {
+                            let _ = std::fs::remove_dir(entry.path());
+                        }
+                    }
                 }
                 for empty in [dir.join(RESERVE), dir.join(SHARE), dir.clone()] {
                     let _ = std::fs::remove_dir(empty);
