@@ -268,6 +268,10 @@ async fn task_cgroups_survive_an_agent_sigkill_and_none_is_left_after_destroy() 
     let client = agent.client();
     let script = "echo $$ > \"$WHARF_TASK_DIR/pid\"; sleep 600 & wait";
     let id = submit(&client, &job("keep", "service", &task("t", script, ""))).await.unwrap();
+    // Running is published once the run's handle is durable: before that, a restarted agent
+    // would not know the run, and would sweep its cgroup with it as an orphan's.
+    until(&client, &id, "running", |d| d.state.task_states["t"].status == TaskStatus::Running)
+        .await;
     let pid = read_pid(&dir.path().join(format!("data/allocs/{id}/t/pid")));
     let names = cgroups.tasks();
     assert_eq!(names.len(), 1, "{names:?}");
