@@ -294,26 +294,25 @@ impl Pool {
     }
 
     /// Every instance of the pool: its workers, and the creates still in flight (which have
-    /// no id yet), as Arvados' `Instances()` shows them. Workers come first, by id.
+    /// no id yet), as Arvados' `Instances()` shows them. Workers come first, by id, then the
+    /// creates, oldest first.
     pub fn instances(&self) -> Vec<InstanceView> {
         let mut views: Vec<InstanceView> =
             self.workers().into_iter().map(InstanceView::Worker).collect();
         let state = self.shared.state.lock();
-        let mut creating: Vec<InstanceView> = state
+        let mut creating: Vec<(Moment, String)> = state
             .creating
             .values()
             .filter(|c| c.listed.is_none())
-            .map(|c| InstanceView::Creating {
-                instance_type: c.instance_type.name.clone(),
-                since: c.since,
-            })
+            .map(|c| (c.since, c.instance_type.name.clone()))
             .collect();
         drop(state);
-        creating.sort_by_key(|view| match view {
-            InstanceView::Creating { since, .. } => *since,
-            InstanceView::Worker(_) => Moment::default(),
-        });
-        views.extend(creating);
+        creating.sort();
+        views.extend(
+            creating
+                .into_iter()
+                .map(|(since, instance_type)| InstanceView::Creating { instance_type, since }),
+        );
         views
     }
 
