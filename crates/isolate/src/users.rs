@@ -19,7 +19,7 @@
 //!
 //! The journal is a text file, one line per change, appended with a single `write` under an
 //! exclusive `flock`; every operation first reads what others appended, so agents on one host
-//! may share a file (and a range). Opening compacts a journal that has grown well past its
+//! may share a file (and a range). Each sweep compacts a journal that has grown well past its
 //! live leases (a new file renamed over the old; others notice the new inode and reread it):
 //!
 //! ```text
@@ -128,13 +128,7 @@ impl UserPool {
     pub fn open(path: &Path, range: UgidRange) -> Result<UserPool, IsolateError> {
         let journal = Journal::open(path)?;
         let pool = UserPool { path: path.to_owned(), range, journal: Mutex::new(journal) };
-        pool.locked(|journal, path| {
-            journal.sweep(path)?;
-            if journal.lines > 2 * journal.leases.len() + COMPACT_SLACK {
-                journal.compact(path)?;
-            }
-            Ok(())
-        })?;
+        pool.locked(|journal, path| journal.sweep(path).map(drop))?;
         Ok(pool)
     }
 
@@ -354,7 +348,17 @@ impl Journal {
         (start..=range.max).chain(range.min..start).find(|id| !self.leases.contains_key(id))
     }
 
+    /// Ends the leases whose directories are gone and whose uids no process runs as, then
+    /// compacts the journal if it has grown well past its live leases; returns how many ended.
     fn sweep(&mut self, path: &Path) -> Result<usize, IsolateError> {
+        let ended = self.end_gone_leases(path)?;
+        if self.lines > 2 * self.leases.len() + COMPACT_SLACK {
+            self.compact(path)?;
+        }
+        Ok(ended)
+    }
+
+    fn end_gone_leases(&mut self, path: &Path) -> Result<usize, IsolateError> {
         let gone: Vec<u32> = self
             .leases
             .iter()

@@ -182,7 +182,7 @@ fn two_agents_sharing_a_journal_never_hand_out_one_uid_twice() {
 }
 
 #[test]
-fn opening_compacts_a_long_journal_and_others_follow_the_new_file() {
+fn a_sweep_compacts_a_long_journal_and_others_follow_the_new_file() {
     let setup = Setup::new();
     let other = setup.pool(1, 10_000);
     let pool = setup.pool(1, 10_000);
@@ -192,18 +192,20 @@ fn opening_compacts_a_long_journal_and_others_follow_the_new_file() {
     let keep = pool.acquire(&setup.owner("keep")).unwrap();
     std::fs::remove_dir_all(setup.dir.path().join("allocs")).unwrap();
     let keep_owner = setup.owner("keep");
-    assert_eq!(pool.sweep().unwrap(), 200);
     let before = std::fs::metadata(setup.journal()).unwrap();
-    drop(pool);
-    let pool = setup.pool(1, 10_000);
+    assert_eq!(pool.sweep().unwrap(), 200);
     let after = std::fs::metadata(setup.journal()).unwrap();
     assert_ne!(before.ino(), after.ino(), "a new file");
     assert!(after.len() < before.len() / 10, "{} -> {} bytes", before.len(), after.len());
     assert_eq!(pool.leases().unwrap(), [(keep, keep_owner.clone())]);
-    // A pool opened before the compaction reads the new file.
-    assert_eq!(other.leases().unwrap(), [(keep, keep_owner)]);
+    // A pool opened before the compaction reads the new file, and so does a new one.
+    assert_eq!(other.leases().unwrap(), [(keep, keep_owner.clone())]);
     let fresh = other.acquire(&setup.owner("fresh")).unwrap();
     assert!(pool.leases().unwrap().iter().any(|(u, _)| *u == fresh));
+    drop(pool);
+    let reopened = setup.pool(1, 10_000);
+    assert_eq!(reopened.leases().unwrap().len(), 2);
+    assert_eq!(std::fs::metadata(setup.journal()).unwrap().ino(), after.ino(), "nothing to do");
 }
 
 #[test]
