@@ -367,17 +367,7 @@ impl Driver for RawExecDriver {
         {
             (Health::Unhealthy, format!("pidfds do not work here (Linux 5.3 or later needed): {e}"))
         } else if let Some(isolation) = &self.isolation {
-            isolation.attributes(&mut attributes);
-            let probe = isolation.probe();
-            if let Ok(abi) = &probe.landlock {
-                attributes.insert("driver.exec.landlock_abi".to_owned(), abi.to_string());
-            }
-            match (probe.judge(), &self.cgroups) {
-                ((Health::Healthy, _), TaskCgroups::Off { reason }) => {
-                    (Health::Unhealthy, format!("exec needs a cgroup for every task: {reason}"))
-                }
-                (verdict, _) => verdict,
-            }
+            isolation.fingerprint(&mut attributes, &self.cgroups)
         } else {
             (Health::Healthy, "raw_exec: ready".to_owned())
         };

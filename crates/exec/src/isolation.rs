@@ -31,6 +31,7 @@
 //! the task directory) when the task does not set them, since the usual fallbacks (the
 //! password database, `/tmp`) are out of reach.
 
+use crate::TaskCgroups;
 use crate::config::{RawExecConfig, deserialize_block};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -197,7 +198,7 @@ impl Isolation {
     }
 
     /// What this node offers the driver now.
-    pub(crate) fn probe(&self) -> Probe {
+    fn probe(&self) -> Probe {
         Probe {
             root: users::running_as_root(),
             landlock: landlock::abi().map_err(|e| e.to_string()),
@@ -211,8 +212,13 @@ impl Isolation {
         }
     }
 
-    /// The node settings as fingerprint attributes.
-    pub(crate) fn attributes(&self, attributes: &mut BTreeMap<String, String>) {
+    /// Whether tasks can be contained here, and why not; what was found goes into
+    /// `attributes`. Tasks under `exec` need a cgroup each, which `cgroups` tells.
+    pub(crate) fn fingerprint(
+        &self,
+        attributes: &mut BTreeMap<String, String>,
+        cgroups: &TaskCgroups,
+    ) -> (Health, String) {
         let options = &self.options;
         attributes
             .insert("driver.exec.unveil.defaults".into(), options.unveil_defaults.to_string());
@@ -221,6 +227,16 @@ impl Isolation {
             "driver.exec.users".into(),
             format!("{}-{}", options.users.min(), options.users.max()),
         );
+        let probe = self.probe();
+        if let Ok(abi) = &probe.landlock {
+            attributes.insert("driver.exec.landlock_abi".into(), abi.to_string());
+        }
+        match (probe.judge(), cgroups) {
+            ((Health::Healthy, _), TaskCgroups::Off { reason }) => {
+                (Health::Unhealthy, format!("exec needs a cgroup for every task: {reason}"))
+            }
+            (verdict, _) => verdict,
+        }
     }
 
     /// Gets a task ready to start under containment: checks its `unveil` entries, leases its
