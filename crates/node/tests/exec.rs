@@ -73,3 +73,30 @@ async fn an_exec_task_runs_contained_through_the_agent_and_keeps_its_user_across
     assert!(stop.status.success(), "{stop:?}");
     assert!(agent.terminate().success());
 }
+
+/// `examples/isolated.toml` runs as its comments say, and shows what it can and cannot reach.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_isolated_example_runs_and_shows_what_its_task_cannot_reach() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let agent = AgentProcess::start(dir.path(), "");
+    let client = agent.client();
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/isolated.toml");
+    let spec = std::fs::read_to_string(example).unwrap();
+    let id = submit(&client, &spec).await.unwrap();
+    let done = until(&client, &id, "done", |d| d.done).await;
+    assert_eq!(done.state.client_status, ClientStatus::Complete, "{done:?}");
+    let logs = agent.cli(&["alloc", "logs", &id, "probe"]);
+    let out = String::from_utf8_lossy(&logs.stdout);
+    let line = |label: &str| {
+        out.lines().find(|l| l.starts_with(label)).unwrap_or_else(|| panic!("{label}: {out}"))
+    };
+    assert!(line("who:").contains("uid=8"), "{out}");
+    assert!(line("my pid:").starts_with("my pid:     1 "), "{out}");
+    assert!(line("unveiled:").contains("PRETTY_NAME") || line("unveiled:").contains("NAME"));
+    for denied in ["data dir:", "passwd:", "tmp:"] {
+        assert!(line(denied).contains("Permission denied"), "{out}");
+    }
+    assert_eq!(line("task dir:"), "task dir:   wrote local/hello.txt");
+    assert!(agent.terminate().success());
+}
