@@ -260,16 +260,25 @@ mod tests {
                 let set = set.clone();
                 async move { set.create(&InstanceType::new("local"), &Tags::new(), &init).await }
             });
-            while set.instances.lock().creating == 0 {
-                tokio::task::yield_now().await;
-            }
+            // Bounded waits for each side to reach its point, so a broken set fails the test
+            // instead of hanging it.
+            let limit = Duration::from_secs(30);
+            let began = async {
+                while set.instances.lock().creating == 0 {
+                    tokio::task::yield_now().await;
+                }
+            };
+            tokio::time::timeout(limit, began).await.expect("the create never began");
             let destroy_all = tokio::spawn({
                 let set = set.clone();
                 async move { set.destroy_all().await }
             });
-            for _ in 0..16 {
-                tokio::task::yield_now().await;
-            }
+            let closed = async {
+                while !set.instances.lock().closed {
+                    tokio::task::yield_now().await;
+                }
+            };
+            tokio::time::timeout(limit, closed).await.expect("destroy_all never closed the set");
             assert!(!destroy_all.is_finished(), "it waits for the create under way");
             std::fs::write(&go, "").unwrap();
             let created = create.await.unwrap().unwrap();
