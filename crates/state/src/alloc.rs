@@ -66,6 +66,21 @@ pub fn check_alloc_id(id: &str) -> Result<(), InvalidAllocId> {
 }
 
 impl Allocation {
+    /// Allocation `id` of `job`'s group `task_group`, to run, at modify index 0 and in no
+    /// deployment. Later updates carry a larger `modify_index`.
+    ///
+    /// The id becomes a directory name and a store key: [`check_alloc_id`] says whether it can.
+    pub fn new(id: impl Into<String>, job: Job, task_group: impl Into<String>) -> Allocation {
+        Allocation {
+            id: id.into(),
+            job,
+            task_group: task_group.into(),
+            desired_status: DesiredStatus::Run,
+            modify_index: 0,
+            deployment_id: None,
+        }
+    }
+
     /// The task group this allocation runs.
     pub fn group(&self) -> Result<&TaskGroup, MissingGroup> {
         self.job.group(&self.task_group).ok_or_else(|| MissingGroup {

@@ -1,18 +1,9 @@
-//! The wharf state model: what a user asks to run and what the node knows about it.
+#![doc = include_str!("../README.md")]
 //!
-//! This crate is plain data plus pure functions. It does no I/O, reads no clock (callers pass
-//! [`Timestamp`]s in) and knows nothing of tokio, redb or processes: the store persists these
-//! types, the task and alloc runners change them, the API shows them.
-//!
-//! - [`spec`]: jobs, task groups and tasks; parsing and validating job spec files.
-//! - [`alloc`]: allocations, their client status and how it is derived from task states.
-//! - [`task_state`]: a task's state and its typed event history.
-//! - [`resources`]: what an allocation needs of a node, and whether it fits (admission).
-//! - [`duration`], [`signal`], [`time`]: the small value types the others are written in.
-//!
-//! Every type that derives serde is a compatibility boundary: it is written to the store and
-//! sent over the API. Such records are stamped with [`FORMAT_VERSION`] by whoever writes them,
-//! and a change to their shape bumps it.
+//! Modules: [`spec`] (jobs, groups, tasks, parsing), [`alloc`] (allocations, client status),
+//! [`task_state`] (a task's state and events), [`resources`] (what an allocation needs of a
+//! node, and whether it fits), and the value types [`duration`], [`signal`] and [`time`]. What
+//! a user needs is re-exported here.
 
 pub mod alloc;
 pub mod duration;
@@ -28,11 +19,15 @@ pub use alloc::{
 };
 pub use signal::Signal;
 pub use spec::{
-    Job, JobType, Lifecycle, LifecycleHook, RestartMode, RestartPolicy, SpecError, Stage, Task,
-    TaskGroup,
+    Job, JobType, Lifecycle, LifecycleHook, Resources, RestartMode, RestartOverrides,
+    RestartPolicy, SpecError, Stage, Task, TaskGroup, parse_json, parse_toml,
 };
 pub use task_state::{TaskEvent, TaskEventKind, TaskState, TaskStatus};
 pub use time::Timestamp;
+
+/// The JSON crate of this crate's API (a task's driver `config` block is a JSON object), so
+/// that callers build values with the same version: `wharf_state::serde_json::json!`.
+pub use serde_json;
 
 /// The version of the serialised form of this crate's types.
 ///

@@ -356,6 +356,68 @@ impl RestartOverrides {
 }
 
 impl Task {
+    /// A main task called `name`, run by `driver`, with an empty `config` block and Nomad's
+    /// defaults for the rest (a 5s kill timeout, SIGINT, the job type's restart policy).
+    ///
+    /// ```
+    /// use wharf_state::{LifecycleHook, Task};
+    ///
+    /// let init = Task::new("init", "raw_exec")
+    ///     .with_config("command", "/bin/sh")
+    ///     .with_config("args", ["-c", "echo ready"])
+    ///     .with_lifecycle(LifecycleHook::Prestart, false);
+    /// assert_eq!(init.config["args"][1], "echo ready");
+    /// ```
+    pub fn new(name: impl Into<String>, driver: impl Into<String>) -> Task {
+        Task {
+            name: name.into(),
+            driver: driver.into(),
+            config: serde_json::Map::new(),
+            env: BTreeMap::new(),
+            leader: false,
+            lifecycle: None,
+            kill_timeout: DEFAULT_KILL_TIMEOUT,
+            kill_signal: DEFAULT_KILL_SIGNAL,
+            restart: RestartOverrides::default(),
+            resources: Resources::default(),
+        }
+    }
+
+    /// Sets `key` of the driver's `config` block.
+    pub fn with_config(
+        mut self,
+        key: impl Into<String>,
+        value: impl Into<serde_json::Value>,
+    ) -> Task {
+        self.config.insert(key.into(), value.into());
+        self
+    }
+
+    /// Sets an environment variable.
+    pub fn with_env(mut self, name: impl Into<String>, value: impl Into<String>) -> Task {
+        self.env.insert(name.into(), value.into());
+        self
+    }
+
+    /// Makes it the group's leader: when it dies, the other tasks are killed.
+    pub fn as_leader(mut self) -> Task {
+        self.leader = true;
+        self
+    }
+
+    /// Attaches it to a lifecycle stage instead of running it as a main task.
+    pub fn with_lifecycle(mut self, hook: LifecycleHook, sidecar: bool) -> Task {
+        self.lifecycle = Some(Lifecycle { hook, sidecar });
+        self
+    }
+
+    /// Sets the restart settings the task's own block would (unset fields come from the group
+    /// and the job type).
+    pub fn with_restart(mut self, restart: RestartOverrides) -> Task {
+        self.restart = restart;
+        self
+    }
+
     /// The task's place in the group's start order.
     pub fn stage(&self) -> Stage {
         match self.lifecycle {
@@ -377,7 +439,32 @@ impl Task {
     }
 }
 
+impl TaskGroup {
+    /// A group called `name` with `tasks`, in start order as a spec file lists them.
+    pub fn new(name: impl Into<String>, tasks: impl IntoIterator<Item = Task>) -> TaskGroup {
+        TaskGroup {
+            name: name.into(),
+            restart: RestartOverrides::default(),
+            tasks: tasks.into_iter().collect(),
+        }
+    }
+}
+
 impl Job {
+    /// A job with one group, as a spec file holds. It is not validated: call
+    /// [`Job::validate`] before trusting a job built from outside input.
+    ///
+    /// ```
+    /// use wharf_state::{Job, JobType, Task, TaskGroup};
+    ///
+    /// let job = Job::new("hello", JobType::Batch, TaskGroup::new("web", [Task::new("main", "mock")]));
+    /// job.validate()?;
+    /// # Ok::<(), wharf_state::SpecError>(())
+    /// ```
+    pub fn new(id: impl Into<String>, job_type: JobType, group: TaskGroup) -> Job {
+        Job { id: id.into(), job_type, groups: vec![group] }
+    }
+
     /// The group named `name`, if the job has it.
     pub fn group(&self, name: &str) -> Option<&TaskGroup> {
         self.groups.iter().find(|g| g.name == name)
