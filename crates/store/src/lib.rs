@@ -1,31 +1,24 @@
-//! Durable state for wharf: everything the node must remember across its own restarts.
-//!
-//! Callers see the [`StateStore`] trait and nothing of the engine behind it. Two
-//! implementations:
-//! - [`RedbStore`], the default: one redb file, written by a dedicated thread that commits
-//!   concurrent writes together ("group commit"), so a burst of task events costs one fsync,
-//!   not one each. A write returns only once it is durable.
-//! - [`MemoryStore`], for tests of the crates above; it can be told to fail.
-//!
-//! What is stored (the same split as Nomad's client state DB): allocations, their deployment
-//! status, and per task its [`TaskState`] and an opaque "local state" blob (driver handle and
-//! hook state) that only the task runner interprets. [`StateStore::load_all`] returns all of it
-//! for restore, and reports records it cannot read instead of failing as a whole or dropping
-//! them silently.
+#![doc = include_str!("../README.md")]
 //!
 //! This crate is the only one that knows redb. redb is synchronous, so every call into it runs
 //! on the writer thread or on tokio's blocking pool, never on an async worker thread.
 
 mod error;
+#[cfg(feature = "redb")]
 pub mod fault;
 mod memory;
 mod record;
+#[cfg(feature = "redb")]
 mod redb_store;
 
 pub use error::{Cause, StoreError};
 pub use memory::MemoryStore;
 pub use record::DecodeError;
+#[cfg(feature = "redb")]
 pub use redb_store::{RedbStore, SCHEMA_VERSION, StoreOptions, StoreStats};
+
+/// The attribute that implementations of [`StateStore`] put on their `impl` block.
+pub use async_trait::async_trait;
 
 use std::collections::BTreeMap;
 use wharf_state::{Allocation, DeploymentStatus, TaskState};
