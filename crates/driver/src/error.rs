@@ -33,6 +33,15 @@ pub enum DriverError {
         /// What happened.
         reason: String,
     },
+    /// Something the driver was asked to read is not what it wrote (a task can write in its
+    /// own directories), so it refuses to read it.
+    #[error("refusing to read {what}: {reason}")]
+    Refused {
+        /// What, such as `web.stdout.0 in the log directory of task "web"`.
+        what: String,
+        /// What it is instead.
+        reason: String,
+    },
     /// Anything else. Fatal when starting a task.
     #[error("{reason}")]
     Other {
@@ -50,6 +59,11 @@ impl DriverError {
     /// Shorthand for [`DriverError::Other`].
     pub fn other(reason: impl std::fmt::Display) -> DriverError {
         DriverError::Other { reason: reason.to_string() }
+    }
+
+    /// Shorthand for [`DriverError::Unsupported`].
+    pub fn unsupported(driver: impl Into<String>, operation: &'static str) -> DriverError {
+        DriverError::Unsupported { driver: driver.into(), operation }
     }
 
     /// Shorthand for [`DriverError::InvalidConfig`].

@@ -251,7 +251,12 @@ impl Driver for MockDriver {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { send_signals: true, exec: true, fs_isolation: FsIsolation::None }
+        Capabilities {
+            send_signals: true,
+            exec: true,
+            logs: false,
+            fs_isolation: FsIsolation::None,
+        }
     }
 
     async fn fingerprint(&self) -> Fingerprint {

@@ -38,6 +38,22 @@ pub struct LogConfig {
     pub max_file_bytes: u64,
 }
 
+impl LogConfig {
+    /// Files kept per stream unless configured: 10, as in Nomad.
+    pub const DEFAULT_MAX_FILES: u32 = 10;
+    /// Rotation size unless configured: 10 MiB, as in Nomad.
+    pub const DEFAULT_MAX_FILE_BYTES: u64 = 10 << 20;
+
+    /// Output in `dir`, with the default limits.
+    pub fn in_dir(dir: impl Into<PathBuf>) -> LogConfig {
+        LogConfig {
+            dir: dir.into(),
+            max_files: LogConfig::DEFAULT_MAX_FILES,
+            max_file_bytes: LogConfig::DEFAULT_MAX_FILE_BYTES,
+        }
+    }
+}
+
 /// Everything a driver needs to start a task.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskConfig {
@@ -63,6 +79,62 @@ pub struct TaskConfig {
     pub resources: Resources,
     /// The task's `config` block, for the driver to interpret.
     pub driver_config: serde_json::Map<String, serde_json::Value>,
+}
+
+impl TaskConfig {
+    /// The first run of task `task_name` of allocation `alloc_id`, in `task_dir`, laid out as
+    /// wharf's task runner lays it out: the allocation's shared directory is `alloc` beside the
+    /// task directory, output goes to `logs/` in it with the default limits. The job id and
+    /// group are empty, the environment and the driver's config block too, resources default.
+    ///
+    /// ```
+    /// use wharf_driver::TaskConfig;
+    ///
+    /// let config = TaskConfig::new("a1", "web", "/srv/allocs/a1/web")
+    ///     .with_driver_config("command", "/bin/echo")
+    ///     .with_env("GREETING", "hello");
+    /// assert_eq!(config.id.to_string(), "a1/web/00000001");
+    /// assert_eq!(config.alloc_dir, std::path::Path::new("/srv/allocs/a1/alloc"));
+    /// ```
+    pub fn new(alloc_id: &str, task_name: &str, task_dir: impl Into<PathBuf>) -> TaskConfig {
+        let task_dir = task_dir.into();
+        let alloc_dir = task_dir.parent().unwrap_or(&task_dir).join("alloc");
+        TaskConfig {
+            id: TaskId::new(alloc_id, task_name, 1),
+            alloc_id: alloc_id.to_owned(),
+            job_id: String::new(),
+            group: String::new(),
+            task_name: task_name.to_owned(),
+            env: BTreeMap::new(),
+            logs: LogConfig::in_dir(task_dir.join("logs")),
+            task_dir,
+            alloc_dir,
+            resources: Resources::default(),
+            driver_config: serde_json::Map::new(),
+        }
+    }
+
+    /// The same task's run number `run` (each run has its own [`TaskId`]).
+    pub fn with_run(mut self, run: u64) -> TaskConfig {
+        self.id = TaskId::new(&self.alloc_id, &self.task_name, run);
+        self
+    }
+
+    /// Sets `key` of the driver's config block.
+    pub fn with_driver_config(
+        mut self,
+        key: impl Into<String>,
+        value: impl Into<serde_json::Value>,
+    ) -> TaskConfig {
+        self.driver_config.insert(key.into(), value.into());
+        self
+    }
+
+    /// Sets an environment variable of the task.
+    pub fn with_env(mut self, name: impl Into<String>, value: impl Into<String>) -> TaskConfig {
+        self.env.insert(name.into(), value.into());
+        self
+    }
 }
 
 /// The version of [`TaskHandle`]'s shape.
@@ -119,22 +191,26 @@ impl ExitResult {
     }
 }
 
-/// What a driver can do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// What a driver can do beyond the required methods. The default is nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Capabilities {
-    /// Signals can be sent to tasks.
+    /// Signals can be sent to tasks ([`crate::Driver::signal_task`]).
     pub send_signals: bool,
-    /// Commands can be run inside tasks.
+    /// Commands can be run inside tasks ([`crate::Driver::exec_task`]).
     pub exec: bool,
+    /// Tasks' output can be read back ([`crate::Driver::task_logs`]).
+    #[serde(default)]
+    pub logs: bool,
     /// How tasks are kept apart from the node's filesystem.
     pub fs_isolation: FsIsolation,
 }
 
 /// Filesystem isolation a driver gives its tasks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FsIsolation {
     /// Tasks see the node's filesystem.
+    #[default]
     None,
     /// Tasks are chrooted into their task directory.
     Chroot,

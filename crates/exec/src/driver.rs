@@ -341,10 +341,20 @@ impl Driver for RawExecDriver {
         match self.isolation {
             // A command run inside the task would have to be contained as the task is.
             Some(_) => {
-                Capabilities { send_signals: true, exec: false, fs_isolation: FsIsolation::Unveil }
+                Capabilities {
+                    send_signals: true,
+                    exec: false,
+                    logs: false,
+                    fs_isolation: FsIsolation::Unveil,
+                }
             }
             None => {
-                Capabilities { send_signals: true, exec: true, fs_isolation: FsIsolation::None }
+                Capabilities {
+                    send_signals: true,
+                    exec: true,
+                    logs: false,
+                    fs_isolation: FsIsolation::None,
+                }
             }
         }
     }
