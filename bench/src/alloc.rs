@@ -6,12 +6,11 @@ use crate::Effort;
 use crate::report::{Better, Row};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use wharf_alloc::{AllocRunner, AllocRunnerConfig, DEFAULT_POSTSTOP_TIMEOUT};
+use wharf_alloc::{AllocRunner, AllocRunnerConfig};
 use wharf_driver::DriverRegistry;
 use wharf_driver::mock::MockDriver;
 use wharf_state::{Allocation, ClientStatus, DesiredStatus, spec};
 use wharf_store::{RedbStore, StateStore};
-use wharf_task::SystemClock;
 
 const FULL_ALLOCS: usize = 1000;
 
@@ -65,19 +64,10 @@ async fn start_all(count: usize) -> (Duration, f64) {
                 modify_index: 1,
                 deployment_id: None,
             };
-            AllocRunner::new(AllocRunnerConfig {
-                spare_dirs: None,
-                alloc,
-                drivers: drivers.clone(),
-                store: store.clone(),
-                clock: Arc::new(SystemClock),
-                alloc_root: dir.join(format!("allocs/bench-{i}")),
-                hooks: Vec::new(),
-                task_hooks: Vec::new(),
-                max_kill_timeout: Duration::from_secs(30),
-                logs: Default::default(),
-                poststop_timeout: DEFAULT_POSTSTOP_TIMEOUT,
-            })
+            AllocRunner::new(
+                AllocRunnerConfig::new(alloc, store.clone(), dir.join(format!("allocs/bench-{i}")))
+                    .with_drivers(drivers.clone()),
+            )
             .unwrap()
         })
         .collect();

@@ -11,7 +11,7 @@ use tokio::sync::Notify;
 use wharf_exec::RawExecDriver;
 use wharf_state::{Allocation, DesiredStatus, TaskEventKind, TaskState, TaskStatus, spec};
 use wharf_store::{RedbStore, StateStore};
-use wharf_task::{SystemClock, TaskRunner, TaskRunnerConfig};
+use wharf_task::{TaskRunner, TaskRunnerConfig};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -53,18 +53,16 @@ impl Node {
         let store = RedbStore::open(self.dir.path().join("state.redb")).unwrap();
         store.put_allocation(&self.alloc).await.unwrap();
         let changed = Arc::new(Notify::new());
-        let runner = TaskRunner::new(TaskRunnerConfig {
-            alloc: self.alloc.clone(),
-            task: self.alloc.job.groups[0].tasks[0].clone(),
-            driver: Arc::new(RawExecDriver::with_shim(shim())),
-            store: Arc::new(store.clone()),
-            clock: Arc::new(SystemClock),
-            alloc_root: self.dir.path().join("allocs/a1"),
-            hooks: Vec::new(),
-            max_kill_timeout: Duration::from_secs(30),
-            logs: Default::default(),
-            state_changed: changed.clone(),
-        });
+        let runner = TaskRunner::new(
+            TaskRunnerConfig::new(
+                self.alloc.clone(),
+                self.alloc.job.groups[0].tasks[0].clone(),
+                Arc::new(RawExecDriver::with_shim(shim())),
+                Arc::new(store.clone()),
+                self.dir.path().join("allocs/a1"),
+            )
+            .with_state_changed(changed.clone()),
+        );
         (runner, store, changed)
     }
 

@@ -1,14 +1,9 @@
-//! The alloc runner: everything that happens to one allocation on a node.
-//!
-//! [`AllocRunner`] builds one [`wharf_task::TaskRunner`] per task of the allocation's group and
-//! coordinates them: lifecycle order (prestart, main, poststart, poststop; see [`coordinator`]),
-//! reactions to task states (a failed task or a dead leader kills the rest; sidecars alone are
-//! killed), the kill order, asynchronous updates, alloc hooks, destroy and shutdown, restarts,
-//! signals and exec. Watchers see the allocation's latest [`wharf_state::AllocState`].
+#![doc = include_str!("../README.md")]
 //!
 //! Neighbours: the node agent (wharf-node) creates, restores, updates and destroys alloc
-//! runners; the task runners do the per-task work. This crate touches tasks only through the
-//! task runners (and so through `Driver`) and state only through `StateStore`.
+//! runners; the task runners ([`task`]) do the per-task work. This crate touches tasks only
+//! through the task runners (and so through a [`driver::Driver`]) and state only through a
+//! [`store::StateStore`].
 
 pub mod coordinator;
 mod error;
@@ -17,8 +12,21 @@ pub mod lifecycle;
 mod runner;
 pub mod spare_dirs;
 
+pub use coordinator::Phase;
 pub use error::AllocError;
 pub use hooks::{AllocDirHook, AllocHook, AllocHookContext};
 pub use lifecycle::RunnerState;
 pub use runner::{AllocRunner, AllocRunnerConfig, AllocUsage, DEFAULT_POSTSTOP_TIMEOUT};
 pub use spare_dirs::SpareDirs;
+pub use wharf_task::{LogLimits, RecordedEvent, SystemClock, TokioClock, WallClock};
+
+/// The attribute that implementations of [`AllocHook`] (and of the task and driver traits) put
+/// on their `impl` block.
+pub use wharf_driver::async_trait;
+
+// The crates this one's API is written in, so that a user needs no other wharf dependency and
+// gets the very versions this crate was built with.
+pub use wharf_driver as driver;
+pub use wharf_state as state;
+pub use wharf_store as store;
+pub use wharf_task as task;

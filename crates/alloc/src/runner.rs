@@ -31,44 +31,142 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
-use wharf_driver::{Capabilities, DriverRegistry, ExecResult, ResourceUsage};
+use wharf_driver::{
+    Capabilities, DriverRegistry, ExecResult, LogFrom, LogReader, LogStream, ResourceUsage,
+};
 use wharf_state::spec::Stage;
 use wharf_state::{
     AllocState, Allocation, ClientStatus, DeploymentStatus, Signal, TaskEvent, TaskEventKind,
     TaskState, TaskStatus,
 };
 use wharf_store::{StateStore, StoredAlloc};
+use wharf_task::events::DEFAULT_EVENT_BUFFER;
 use wharf_task::hooks::HOOK_TIMEOUT;
-use wharf_task::{LogLimits, TaskError, TaskHook, TaskRunner, TaskRunnerConfig, WallClock};
+use wharf_task::{
+    DEFAULT_MAX_KILL_TIMEOUT, EventStream, LogLimits, RecordedEvent, SystemClock, TaskError,
+    TaskHook, TaskRunner, TaskRunnerConfig, WallClock,
+};
 
 /// How long destroy lets poststop tasks run before killing them.
 pub const DEFAULT_POSTSTOP_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// Everything an [`AllocRunner`] is built from.
+/// Everything an [`AllocRunner`] is built from: [`AllocRunnerConfig::new`] takes what has no
+/// default, the `with_` methods change the rest.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct AllocRunnerConfig {
     /// The allocation.
     pub alloc: Allocation,
-    /// The node's drivers; each task's must be here.
+    /// The node's drivers; each task's must be here. Default: none.
     pub drivers: DriverRegistry,
     /// Where state is persisted.
     pub store: Arc<dyn StateStore>,
-    /// Where event timestamps come from.
+    /// Where event timestamps come from. Default: the system's clock.
     pub clock: Arc<dyn WallClock>,
     /// The allocation's directory: `<data dir>/allocs/<alloc id>`.
     pub alloc_root: PathBuf,
-    /// Alloc hooks run after the built-in alloc dir hook.
+    /// Alloc hooks run after the built-in alloc dir hook. Default: none.
     pub hooks: Vec<Arc<dyn AllocHook>>,
-    /// Task hooks given to every task runner.
+    /// Task hooks given to every task runner. Default: none.
     pub task_hooks: Vec<Arc<dyn TaskHook>>,
-    /// The node-wide cap on `kill_timeout`.
+    /// The node-wide cap on `kill_timeout`. Default: [`DEFAULT_MAX_KILL_TIMEOUT`].
     pub max_kill_timeout: Duration,
-    /// Log rotation limits for every task.
+    /// Log rotation limits for every task. Default: 10 files of 10 MiB per stream.
     pub logs: LogLimits,
-    /// How long destroy lets poststop tasks run before killing them.
+    /// How long destroy lets poststop tasks run before killing them. Default:
+    /// [`DEFAULT_POSTSTOP_TIMEOUT`].
     pub poststop_timeout: Duration,
-    /// Ready-made directories for the alloc dir hook, if the node keeps them.
+    /// Ready-made directories for the alloc dir hook, if the node keeps them. Default: none.
     pub spare_dirs: Option<Arc<SpareDirs>>,
+    /// How many events [`AllocRunner::events`] buffers for its slowest listener. Default:
+    /// [`DEFAULT_EVENT_BUFFER`].
+    pub event_buffer: usize,
+}
+
+impl AllocRunnerConfig {
+    /// A runner of `alloc` persisting through `store`, in the directory `alloc_root`, with
+    /// defaults for the rest. Add the drivers its tasks name with
+    /// [`with_driver`](AllocRunnerConfig::with_driver).
+    pub fn new(
+        alloc: Allocation,
+        store: Arc<dyn StateStore>,
+        alloc_root: impl Into<PathBuf>,
+    ) -> AllocRunnerConfig {
+        AllocRunnerConfig {
+            alloc,
+            drivers: DriverRegistry::new(),
+            store,
+            clock: Arc::new(SystemClock),
+            alloc_root: alloc_root.into(),
+            hooks: Vec::new(),
+            task_hooks: Vec::new(),
+            max_kill_timeout: DEFAULT_MAX_KILL_TIMEOUT,
+            logs: LogLimits::default(),
+            poststop_timeout: DEFAULT_POSTSTOP_TIMEOUT,
+            spare_dirs: None,
+            event_buffer: DEFAULT_EVENT_BUFFER,
+        }
+    }
+
+    /// Adds a driver, under its [`Driver::name`](wharf_driver::Driver::name).
+    pub fn with_driver(mut self, driver: Arc<dyn wharf_driver::Driver>) -> AllocRunnerConfig {
+        self.drivers.register(driver);
+        self
+    }
+
+    /// Uses the node's drivers.
+    pub fn with_drivers(mut self, drivers: DriverRegistry) -> AllocRunnerConfig {
+        self.drivers = drivers;
+        self
+    }
+
+    /// Takes event timestamps from `clock`.
+    pub fn with_clock(mut self, clock: Arc<dyn WallClock>) -> AllocRunnerConfig {
+        self.clock = clock;
+        self
+    }
+
+    /// Adds an alloc hook, run after the built-in one and those added before.
+    pub fn with_hook(mut self, hook: Arc<dyn AllocHook>) -> AllocRunnerConfig {
+        self.hooks.push(hook);
+        self
+    }
+
+    /// Adds a task hook, given to every task runner.
+    pub fn with_task_hook(mut self, hook: Arc<dyn TaskHook>) -> AllocRunnerConfig {
+        self.task_hooks.push(hook);
+        self
+    }
+
+    /// Caps every task's `kill_timeout`.
+    pub fn with_max_kill_timeout(mut self, max: Duration) -> AllocRunnerConfig {
+        self.max_kill_timeout = max;
+        self
+    }
+
+    /// Sets the log rotation limits of every task.
+    pub fn with_logs(mut self, logs: LogLimits) -> AllocRunnerConfig {
+        self.logs = logs;
+        self
+    }
+
+    /// Lets poststop tasks run this long during a destroy before they are killed.
+    pub fn with_poststop_timeout(mut self, timeout: Duration) -> AllocRunnerConfig {
+        self.poststop_timeout = timeout;
+        self
+    }
+
+    /// Takes the allocation's directories from `spares` when it has them ready.
+    pub fn with_spare_dirs(mut self, spares: Arc<SpareDirs>) -> AllocRunnerConfig {
+        self.spare_dirs = Some(spares);
+        self
+    }
+
+    /// Buffers this many events for the slowest listener of [`AllocRunner::events`].
+    pub fn with_event_buffer(mut self, events: usize) -> AllocRunnerConfig {
+        self.event_buffer = events;
+        self
+    }
 }
 
 /// Resource usage of an allocation's running tasks.
@@ -107,6 +205,8 @@ struct Shared {
     hooks: Vec<Arc<dyn AllocHook>>,
     poststop_timeout: Duration,
     state_changed: Arc<Notify>,
+    /// Every event the task runners record, in order.
+    events: EventStream,
     state: watch::Sender<AllocState>,
     /// The runner's own lifecycle; changed only through [`AllocRunner::step`].
     lifecycle: watch::Sender<RunnerState>,
@@ -134,6 +234,7 @@ impl AllocRunner {
     pub fn new(config: AllocRunnerConfig) -> Result<AllocRunner, AllocError> {
         let group = config.alloc.group()?.clone();
         let state_changed = Arc::new(Notify::new());
+        let events = EventStream::new(config.event_buffer);
         let mut tasks = Vec::with_capacity(group.tasks.len());
         for task in &group.tasks {
             let driver = config.drivers.get(&task.driver).cloned().ok_or_else(|| {
@@ -143,18 +244,20 @@ impl AllocRunner {
                     available: config.drivers.names().collect::<Vec<_>>().join(", "),
                 }
             })?;
-            tasks.push(TaskRunner::new(TaskRunnerConfig {
-                alloc: config.alloc.clone(),
-                task: task.clone(),
+            let mut task_config = TaskRunnerConfig::new(
+                config.alloc.clone(),
+                task.clone(),
                 driver,
-                store: config.store.clone(),
-                clock: config.clock.clone(),
-                alloc_root: config.alloc_root.clone(),
-                hooks: config.task_hooks.clone(),
-                max_kill_timeout: config.max_kill_timeout,
-                logs: config.logs,
-                state_changed: state_changed.clone(),
-            }));
+                config.store.clone(),
+                config.alloc_root.clone(),
+            )
+            .with_clock(config.clock.clone())
+            .with_max_kill_timeout(config.max_kill_timeout)
+            .with_logs(config.logs)
+            .with_state_changed(state_changed.clone())
+            .with_events(events.clone());
+            task_config.hooks = config.task_hooks.clone();
+            tasks.push(TaskRunner::new(task_config));
         }
         let mut hooks: Vec<Arc<dyn AllocHook>> =
             vec![Arc::new(AllocDirHook::new(config.spare_dirs))];
@@ -171,6 +274,7 @@ impl AllocRunner {
                 hooks,
                 poststop_timeout: config.poststop_timeout,
                 state_changed,
+                events,
                 state: watch::channel(initial).0,
                 lifecycle: watch::channel(RunnerState::Pending).0,
                 coordinator: Mutex::new(Coordinator::new()),
@@ -223,6 +327,16 @@ impl AllocRunner {
     /// watch.
     pub fn subscribe(&self) -> watch::Receiver<AllocState> {
         self.shared.state.subscribe()
+    }
+
+    /// A listener of every task event recorded from now on, in the order recorded, with the
+    /// task it is about: none lost to the task states' ten-event rings. A listener that falls
+    /// more than [`AllocRunnerConfig::event_buffer`] events behind gets
+    /// [`RecvError::Lagged`](tokio::sync::broadcast::error::RecvError::Lagged) with how many it
+    /// missed, then the oldest still buffered. The stream ends (`RecvError::Closed`) once the
+    /// runner and its task runners are dropped.
+    pub fn events(&self) -> tokio::sync::broadcast::Receiver<RecordedEvent> {
+        self.shared.events.subscribe()
     }
 
     /// Where the runner's own life stands (see [`crate::lifecycle`]).
@@ -817,6 +931,16 @@ impl AllocRunner {
         timeout: Duration,
     ) -> Result<ExecResult, AllocError> {
         Ok(self.task(task)?.exec(command, timeout).await?)
+    }
+
+    /// Opens one stream of a task's captured output through its driver (capability `logs`).
+    pub async fn logs(
+        &self,
+        task: &str,
+        stream: LogStream,
+        from: LogFrom,
+    ) -> Result<Box<dyn LogReader>, AllocError> {
+        Ok(self.task(task)?.logs(stream, from).await?)
     }
 
     /// What the task's driver can do.

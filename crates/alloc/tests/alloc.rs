@@ -8,7 +8,6 @@ use tokio::time::Instant;
 use wharf_alloc::{
     AllocError, AllocHook, AllocHookContext, AllocRunner, AllocRunnerConfig, SpareDirs,
 };
-use wharf_driver::DriverRegistry;
 use wharf_driver::mock::MockDriver;
 use wharf_state::{
     AllocState, Allocation, ClientStatus, DesiredStatus, Signal, TaskEventKind, TaskState,
@@ -119,19 +118,11 @@ impl Harness {
     }
 
     fn config(&self, alloc: Allocation) -> AllocRunnerConfig {
-        AllocRunnerConfig {
-            alloc,
-            drivers: DriverRegistry::new().with(Arc::new(self.driver.clone())),
-            store: Arc::new(self.store.clone()),
-            clock: Arc::new(TokioClock::starting_at(Timestamp(T0))),
-            alloc_root: self.dir.path().join("a1"),
-            hooks: vec![self.recorder.clone()],
-            task_hooks: Vec::new(),
-            max_kill_timeout: Duration::from_secs(30),
-            logs: Default::default(),
-            poststop_timeout: Duration::from_secs(60),
-            spare_dirs: None,
-        }
+        AllocRunnerConfig::new(alloc, Arc::new(self.store.clone()), self.dir.path().join("a1"))
+            .with_driver(Arc::new(self.driver.clone()))
+            .with_clock(Arc::new(TokioClock::starting_at(Timestamp(T0))))
+            .with_hook(self.recorder.clone())
+            .with_poststop_timeout(Duration::from_secs(60))
     }
 
     fn runner(&self) -> AllocRunner {
@@ -251,11 +242,8 @@ async fn spare_directories_become_the_allocation_and_task_directories() {
             .collect()
     };
     let (alloc_shells, task_shells) = (inodes("alloc-"), inodes("task-"));
-    let runner = AllocRunner::new(AllocRunnerConfig {
-        spare_dirs: Some(spares.clone()),
-        ..h.config(h.alloc.clone())
-    })
-    .unwrap();
+    let runner =
+        AllocRunner::new(h.config(h.alloc.clone()).with_spare_dirs(spares.clone())).unwrap();
     spawn_run(&runner);
     let state = finished(&runner).await;
     assert_eq!(state.client_status, ClientStatus::Complete, "{state:#?}");
@@ -992,11 +980,9 @@ impl StateStore for CountingStore {
 async fn an_allocation_its_caller_persisted_is_not_written_again_at_start() {
     let h = Harness::new("service", &task("web", "config = { run_for = \"1h\" }"));
     let store = CountingStore::default();
-    let runner = AllocRunner::new(AllocRunnerConfig {
-        store: Arc::new(store.clone()),
-        ..h.config(h.alloc.clone())
-    })
-    .unwrap();
+    let mut config = h.config(h.alloc.clone());
+    config.store = Arc::new(store.clone());
+    let runner = AllocRunner::new(config).unwrap();
     runner.persist().await.unwrap();
     assert_eq!(store.alloc_writes(), 1);
     runner.persist().await.unwrap();
@@ -1504,4 +1490,52 @@ async fn lifecycle_restart() {
         }
         runner.destroy().await;
     }
+}
+
+/// The allocation's event stream: every event of every task, in the order recorded (so in
+/// time order, and lifecycle order across tasks), and each task's state ring is the tail of
+/// that task's part of the stream.
+#[tokio::test(start_paused = true)]
+async fn the_event_stream_has_every_task_event_in_order() {
+    let h = Harness::new(
+        "batch",
+        &format!(
+            "{}{}{}",
+            task("init", "lifecycle = { hook = \"prestart\" }\nconfig = { run_for = \"1s\" }"),
+            task(
+                "main",
+                "config = { run_for = \"1s\", exit_code = 1 }\nrestart = { attempts = 6, delay = \"1s\", interval = \"1h\" }"
+            ),
+            task("cleanup", "lifecycle = { hook = \"poststop\" }\nconfig = { run_for = \"1s\" }")
+        ),
+    );
+    let runner = h.runner();
+    let mut events = runner.events();
+    spawn_run(&runner);
+    let state = finished(&runner).await;
+    let mut stream = Vec::new();
+    while let Ok(recorded) = events.try_recv() {
+        assert_eq!(recorded.alloc_id, "a1");
+        stream.push((recorded.task, recorded.event));
+    }
+    assert!(stream.windows(2).all(|w| w[0].1.time <= w[1].1.time), "in time order");
+    for (name, task_state) in &state.task_states {
+        let of_task: Vec<_> =
+            stream.iter().filter(|(t, _)| t == name).map(|(_, e)| e.clone()).collect();
+        let ring: Vec<_> = task_state.events.iter().cloned().collect();
+        assert!(of_task.len() >= ring.len(), "{name}");
+        assert_eq!(
+            of_task[of_task.len() - ring.len()..],
+            ring[..],
+            "{name}'s ring ends the stream"
+        );
+    }
+    let main_events = stream.iter().filter(|(t, _)| t == "main").count();
+    assert!(main_events > 10, "more than a ring holds: {main_events}");
+    // Lifecycle order shows across tasks: init ends before main starts, cleanup starts last.
+    let position = |task: &str, title: &str| {
+        stream.iter().position(|(t, e)| t == task && e.kind.title() == title).unwrap()
+    };
+    assert!(position("init", "Terminated") < position("main", "Started"));
+    assert!(position("main", "Not Restarting") < position("cleanup", "Started"));
 }

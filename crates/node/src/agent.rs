@@ -13,9 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::task::JoinSet;
-use wharf_alloc::{
-    AllocError, AllocRunner, AllocRunnerConfig, DEFAULT_POSTSTOP_TIMEOUT, SpareDirs,
-};
+use wharf_alloc::{AllocError, AllocRunner, AllocRunnerConfig, SpareDirs};
 use wharf_driver::{DriverRegistry, Health};
 use wharf_exec::TaskCgroups;
 use wharf_state::resources::Amount;
@@ -305,22 +303,17 @@ impl Agent {
 
     fn new_runner(&self, alloc: Allocation) -> Result<AllocRunner, AllocError> {
         let alloc_root = self.config.alloc_root(&alloc.id);
-        AllocRunner::new(AllocRunnerConfig {
-            alloc,
-            drivers: self.drivers.clone(),
-            store: Arc::new(self.store.clone()),
-            clock: self.clock.clone(),
-            alloc_root,
-            hooks: Vec::new(),
-            task_hooks: self.task_hooks.clone(),
-            max_kill_timeout: self.config.max_kill_timeout,
-            logs: LogLimits {
+        let mut config = AllocRunnerConfig::new(alloc, Arc::new(self.store.clone()), alloc_root)
+            .with_drivers(self.drivers.clone())
+            .with_clock(self.clock.clone())
+            .with_max_kill_timeout(self.config.max_kill_timeout)
+            .with_logs(LogLimits {
                 max_files: self.config.logs.max_files,
                 max_file_bytes: self.config.logs.max_file_mb << 20,
-            },
-            poststop_timeout: DEFAULT_POSTSTOP_TIMEOUT,
-            spare_dirs: self.spare_dirs.clone(),
-        })
+            });
+        config.task_hooks = self.task_hooks.clone();
+        config.spare_dirs = self.spare_dirs.clone();
+        AllocRunner::new(config)
     }
 
     /// Takes an allocation under management and runs it.

@@ -1,10 +1,4 @@
-//! The task lifecycle: [`TaskRunner`] runs one task of an allocation from start to death.
-//!
-//! It waits for the start gate the alloc runner opens, runs prestart hooks, starts the task
-//! through its [`wharf_driver::Driver`] (or adopts one recovered after an agent restart), runs
-//! poststart hooks, waits for the exit, asks the [`RestartTracker`] whether to run it again,
-//! and when it is dead runs the stop hooks. Every step becomes a [`wharf_state::TaskEvent`]
-//! persisted with the task state through the [`wharf_store::StateStore`].
+#![doc = include_str!("../README.md")]
 //!
 //! Neighbours: the alloc runner (wharf-alloc) builds one runner per task and coordinates them;
 //! drivers (wharf-driver, wharf-exec) do the actual work; the store keeps the state. This
@@ -14,6 +8,7 @@
 pub mod clock;
 pub mod env;
 mod error;
+pub mod events;
 pub mod hooks;
 pub mod lifecycle;
 pub mod local_state;
@@ -22,10 +17,14 @@ mod runner;
 
 pub use clock::{SystemClock, TokioClock, WallClock};
 pub use error::TaskError;
+pub use events::{EventStream, RecordedEvent};
 pub use hooks::{HookContext, PrestartResponse, TaskDirHook, TaskDirs, TaskHook};
 pub use lifecycle::RunnerState;
-pub use restart::RestartTracker;
+pub use local_state::LocalState;
+pub use restart::{Decision, Outcome, RestartTracker};
 pub use runner::{
-    DESTROY_TIMEOUT, EXIT_RESULT_TIMEOUT, LogLimits, REATTACH_WAIT, START_TIMEOUT, STOP_GRACE,
-    TaskRunner, TaskRunnerConfig,
+    DEFAULT_MAX_KILL_TIMEOUT, DESTROY_TIMEOUT, EXIT_RESULT_TIMEOUT, LogLimits, REATTACH_WAIT,
+    START_TIMEOUT, STOP_GRACE, TaskRunner, TaskRunnerConfig,
 };
+/// The attribute that implementations of [`TaskHook`] put on their `impl` block.
+pub use wharf_driver::async_trait;

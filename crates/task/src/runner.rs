@@ -19,8 +19,9 @@
 //! persisted, for the next agent to reattach.
 
 use crate::TaskError;
-use crate::clock::WallClock;
+use crate::clock::{SystemClock, WallClock};
 use crate::env::{self, EnvIdentity, EnvPaths};
+use crate::events::{EventStream, RecordedEvent};
 use crate::hooks::{HOOK_TIMEOUT, HookContext, TaskDirHook, TaskDirs, TaskHook};
 use crate::lifecycle::{Action, Event, RunnerState};
 use crate::local_state::{HookState, LocalState};
@@ -29,11 +30,12 @@ use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use wharf_driver::{
-    Driver, DriverError, ExecResult, ExitResult, LogConfig, ResourceUsage, TaskConfig, TaskHandle,
-    TaskId,
+    Driver, DriverError, ExecResult, ExitResult, LogConfig, LogFrom, LogReader, LogStream,
+    LogTarget, ResourceUsage, TaskConfig, TaskHandle, TaskId,
 };
 use wharf_state::spec::Stage;
 use wharf_state::{Allocation, Signal, Task, TaskEvent, TaskEventKind, TaskState, TaskStatus};
@@ -63,12 +65,20 @@ pub struct LogLimits {
 
 impl Default for LogLimits {
     fn default() -> Self {
-        LogLimits { max_files: 10, max_file_bytes: 10 << 20 }
+        LogLimits {
+            max_files: LogConfig::DEFAULT_MAX_FILES,
+            max_file_bytes: LogConfig::DEFAULT_MAX_FILE_BYTES,
+        }
     }
 }
 
-/// Everything a [`TaskRunner`] is built from.
+/// The cap on a task's `kill_timeout` unless the node sets one.
+pub const DEFAULT_MAX_KILL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Everything a [`TaskRunner`] is built from: [`TaskRunnerConfig::new`] takes what has no
+/// default, the `with_` methods change the rest.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct TaskRunnerConfig {
     /// The allocation the task belongs to.
     pub alloc: Allocation,
@@ -78,18 +88,84 @@ pub struct TaskRunnerConfig {
     pub driver: Arc<dyn Driver>,
     /// Where state is persisted.
     pub store: Arc<dyn StateStore>,
-    /// Where event timestamps come from.
+    /// Where event timestamps come from. Default: the system's clock.
     pub clock: Arc<dyn WallClock>,
     /// The allocation's directory: `<data dir>/allocs/<alloc id>`.
     pub alloc_root: PathBuf,
-    /// Hooks run after the built-in ones.
+    /// Hooks run after the built-in ones. Default: none.
     pub hooks: Vec<Arc<dyn TaskHook>>,
-    /// The node-wide cap on `kill_timeout`.
+    /// The node-wide cap on `kill_timeout`. Default: [`DEFAULT_MAX_KILL_TIMEOUT`].
     pub max_kill_timeout: Duration,
-    /// Log rotation limits.
+    /// Log rotation limits. Default: 10 files of 10 MiB per stream.
     pub logs: LogLimits,
-    /// Notified (coalescing) after every state change, for the alloc runner.
+    /// Notified (coalescing) after every state change, for whoever coordinates several task
+    /// runners (the alloc runner). Default: a notification of its own.
     pub state_changed: Arc<Notify>,
+    /// Where every recorded event goes. Default: a stream of its own; the alloc runner gives
+    /// its task runners one shared stream.
+    pub events: EventStream,
+}
+
+impl TaskRunnerConfig {
+    /// A runner of `task` of `alloc` through `driver`, persisting through `store`, with its
+    /// directory under `alloc_root` (`<alloc_root>/<task>`), and defaults for the rest.
+    pub fn new(
+        alloc: Allocation,
+        task: Task,
+        driver: Arc<dyn Driver>,
+        store: Arc<dyn StateStore>,
+        alloc_root: impl Into<PathBuf>,
+    ) -> TaskRunnerConfig {
+        TaskRunnerConfig {
+            alloc,
+            task,
+            driver,
+            store,
+            clock: Arc::new(SystemClock),
+            alloc_root: alloc_root.into(),
+            hooks: Vec::new(),
+            max_kill_timeout: DEFAULT_MAX_KILL_TIMEOUT,
+            logs: LogLimits::default(),
+            state_changed: Arc::new(Notify::new()),
+            events: EventStream::default(),
+        }
+    }
+
+    /// Takes event timestamps from `clock`.
+    pub fn with_clock(mut self, clock: Arc<dyn WallClock>) -> TaskRunnerConfig {
+        self.clock = clock;
+        self
+    }
+
+    /// Adds a hook, run after the built-in ones and those added before.
+    pub fn with_hook(mut self, hook: Arc<dyn TaskHook>) -> TaskRunnerConfig {
+        self.hooks.push(hook);
+        self
+    }
+
+    /// Caps the task's `kill_timeout`.
+    pub fn with_max_kill_timeout(mut self, max: Duration) -> TaskRunnerConfig {
+        self.max_kill_timeout = max;
+        self
+    }
+
+    /// Sets the log rotation limits.
+    pub fn with_logs(mut self, logs: LogLimits) -> TaskRunnerConfig {
+        self.logs = logs;
+        self
+    }
+
+    /// Notifies `state_changed` (coalescing) after every change of the task's state.
+    pub fn with_state_changed(mut self, state_changed: Arc<Notify>) -> TaskRunnerConfig {
+        self.state_changed = state_changed;
+        self
+    }
+
+    /// Sends every recorded event to `events`.
+    pub fn with_events(mut self, events: EventStream) -> TaskRunnerConfig {
+        self.events = events;
+        self
+    }
 }
 
 /// A user's or a hook's request to restart the running task.
@@ -137,6 +213,31 @@ struct Shared {
     restart_notify: Notify,
     rerun: Notify,
     state_changed: Arc<Notify>,
+    events: EventStream,
+    /// No change has been made and no state restored: the first change records `Received`.
+    fresh: AtomicBool,
+}
+
+/// A change of the task state being made: events appended through it also go to the event
+/// stream.
+struct Change<'a> {
+    state: &'a mut TaskState,
+    events: &'a mut Vec<TaskEvent>,
+}
+
+impl Change<'_> {
+    fn append_event(&mut self, event: TaskEvent) {
+        self.events.push(event.clone());
+        self.state.append_event(event);
+    }
+
+    fn set_status(
+        &mut self,
+        to: TaskStatus,
+        at: wharf_state::Timestamp,
+    ) -> Result<(), wharf_state::task_state::InvalidTransition> {
+        self.state.set_status(to, at)
+    }
 }
 
 /// A hook call that cannot fail, as one that can.
@@ -221,9 +322,9 @@ impl TaskRunner {
         let mut hooks: Vec<Arc<dyn TaskHook>> = vec![Arc::new(TaskDirHook)];
         hooks.extend(config.hooks);
         let kill_timeout = config.task.kill_timeout.min(config.max_kill_timeout);
-        // Received until restore says otherwise; persisted with the first change.
-        let mut state = TaskState::new();
-        state.append_event(TaskEvent::new(config.clock.now(), TaskEventKind::Received));
+        // A fresh task is received with its first change (unless a restore replaces its
+        // state), so that the event is in the stream, in order, for whoever listens by then.
+        let state = TaskState::new();
         TaskRunner {
             shared: Arc::new(Shared {
                 stage,
@@ -250,6 +351,8 @@ impl TaskRunner {
                 restart_notify: Notify::new(),
                 rerun: Notify::new(),
                 state_changed: config.state_changed,
+                events: config.events,
+                fresh: AtomicBool::new(true),
                 task: config.task,
             }),
         }
@@ -310,6 +413,12 @@ impl TaskRunner {
         self.lifecycle() == RunnerState::Finished
     }
 
+    /// A listener of every event the runner records from now on, in order (see
+    /// [`crate::events`]); with a stream shared by an allocation's runners, theirs too.
+    pub fn events(&self) -> tokio::sync::broadcast::Receiver<RecordedEvent> {
+        self.shared.events.subscribe()
+    }
+
     /// Waits until the run loop has returned (or will never run).
     pub async fn wait_finished(&self) {
         let mut lifecycle = self.shared.lifecycle.subscribe();
@@ -345,6 +454,7 @@ impl TaskRunner {
         let Some(stored) = stored else { return Ok(()) };
         if let Some(state) = &stored.state {
             *s.state.lock() = state.clone();
+            s.fresh.store(false, Ordering::Relaxed);
         }
         let local = match &stored.local_state {
             Some(bytes) => LocalState::decode(bytes)
@@ -408,6 +518,10 @@ impl TaskRunner {
     /// The body of [`TaskRunner::run`], for whoever claimed the run.
     async fn run_claimed(&self) {
         let s = &self.shared;
+        if s.fresh.load(Ordering::Relaxed) {
+            // Received as the run begins; written with the next commit.
+            self.note(|_| {});
+        }
         let ending = if s.local.lock().run_complete {
             Ending::Dead
         } else {
@@ -1013,6 +1127,25 @@ impl TaskRunner {
             .map_err(|source| TaskError::Driver { task: s.task.name.clone(), source })
     }
 
+    /// Opens one stream of the task's captured output through its driver (capability `logs`):
+    /// while it runs, after it has ended, and after an agent restart alike.
+    pub async fn logs(
+        &self,
+        stream: LogStream,
+        from: LogFrom,
+    ) -> Result<Box<dyn LogReader>, TaskError> {
+        let s = &self.shared;
+        let target = LogTarget {
+            alloc_id: self.alloc_id(),
+            task_name: s.task.name.clone(),
+            dir: s.dirs.logs_dir.clone(),
+        };
+        s.driver
+            .task_logs(&target, stream, from)
+            .await
+            .map_err(|source| TaskError::Driver { task: s.task.name.clone(), source })
+    }
+
     /// Records an event from outside the runner, such as the alloc runner's.
     pub async fn emit_event(&self, event: TaskEvent) {
         self.commit(|state| state.append_event(event)).await;
@@ -1046,19 +1179,37 @@ impl TaskRunner {
 
     /// Changes the task state and persists it (persists are serialised, so the store never
     /// goes back), then tells the alloc runner.
-    async fn commit(&self, change: impl FnOnce(&mut TaskState)) {
+    async fn commit(&self, change: impl FnOnce(&mut Change<'_>)) {
         self.persist(change, false).await;
     }
 
     /// Changes the task state in memory only (the next commit writes it), and tells the alloc
     /// runner.
-    fn note(&self, change: impl FnOnce(&mut TaskState)) {
-        change(&mut self.shared.state.lock());
+    fn note(&self, change: impl FnOnce(&mut Change<'_>)) {
+        self.apply(change);
         self.shared.state_changed.notify_one();
     }
 
+    /// Applies `change` to the task state and sends the events it recorded to the stream,
+    /// under the state's lock so the stream's order is the state's. Returns the new state.
+    fn apply(&self, change: impl FnOnce(&mut Change<'_>)) -> TaskState {
+        let s = &self.shared;
+        let alloc_id = self.alloc_id();
+        let mut state = s.state.lock();
+        let mut events = Vec::new();
+        let mut edit = Change { state: &mut state, events: &mut events };
+        if s.fresh.swap(false, Ordering::Relaxed) {
+            edit.append_event(TaskEvent::new(s.clock.now(), TaskEventKind::Received));
+        }
+        change(&mut edit);
+        if !events.is_empty() {
+            s.events.send(&alloc_id, &s.task.name, events);
+        }
+        state.clone()
+    }
+
     /// As [`TaskRunner::commit`], with the local state in the same atomic write.
-    async fn commit_with_local(&self, change: impl FnOnce(&mut TaskState)) {
+    async fn commit_with_local(&self, change: impl FnOnce(&mut Change<'_>)) {
         self.persist(change, true).await;
     }
 
@@ -1066,14 +1217,10 @@ impl TaskRunner {
         self.persist(|_| {}, true).await;
     }
 
-    async fn persist(&self, change: impl FnOnce(&mut TaskState), with_local: bool) {
+    async fn persist(&self, change: impl FnOnce(&mut Change<'_>), with_local: bool) {
         let s = &self.shared;
         let _order = s.persist.lock().await;
-        let state = {
-            let mut state = s.state.lock();
-            change(&mut state);
-            state.clone()
-        };
+        let state = self.apply(change);
         let alloc_id = self.alloc_id();
         let batch =
             WriteBatch::new().put_task_state(&alloc_id, &s.task.name, &state).and_then(|batch| {

@@ -52,18 +52,21 @@ impl Harness {
     }
 
     fn runner_with(&self, hooks: Vec<Arc<dyn TaskHook>>, max_kill_timeout: Duration) -> TaskRunner {
-        TaskRunner::new(TaskRunnerConfig {
-            task: self.alloc.job.groups[0].tasks[0].clone(),
-            alloc: self.alloc.clone(),
-            driver: Arc::new(self.driver.clone()),
-            store: Arc::new(self.store.clone()),
-            clock: Arc::new(TokioClock::starting_at(Timestamp(1_000_000))),
-            alloc_root: self.dir.path().join("a1"),
-            hooks,
-            max_kill_timeout,
-            logs: Default::default(),
-            state_changed: self.changed.clone(),
-        })
+        let task = self.alloc.job.groups[0].tasks[0].clone();
+        let driver = Arc::new(self.driver.clone());
+        let store = Arc::new(self.store.clone());
+        let mut config = TaskRunnerConfig::new(
+            self.alloc.clone(),
+            task,
+            driver,
+            store,
+            self.dir.path().join("a1"),
+        )
+        .with_clock(Arc::new(TokioClock::starting_at(Timestamp(1_000_000))))
+        .with_max_kill_timeout(max_kill_timeout)
+        .with_state_changed(self.changed.clone());
+        config.hooks = hooks;
+        TaskRunner::new(config)
     }
 
     fn runner(&self) -> TaskRunner {
@@ -924,4 +927,84 @@ async fn a_rerun_counts_as_a_restart_with_its_event() {
         ["Restarting", "Task Setup", "Started", "Terminated"]
     );
     runner.kill(None).await;
+}
+
+/// The event stream carries every event, in order, where the state's ring keeps the last ten:
+/// a task that restarts eight times records far more than ten.
+#[tokio::test(start_paused = true)]
+async fn the_event_stream_loses_nothing_the_ring_drops() {
+    let h = Harness::new(
+        "service",
+        "config = { run_for = \"1s\", exit_code = 1 }\nrestart = { attempts = 8, delay = \"1s\", interval = \"1h\" }",
+    );
+    let runner = h.runner();
+    let mut events = runner.events();
+    runner.set_start_gate(true);
+    spawn_run(&runner);
+    let state = h.until(&runner, "dead", dead).await;
+    runner.kill(None).await;
+    let mut seen = Vec::new();
+    while let Ok(recorded) = events.try_recv() {
+        assert_eq!((recorded.alloc_id.as_str(), recorded.task.as_str()), ("a1", "t"));
+        seen.push(recorded.event);
+    }
+    // Received, then per run: (setup, started, terminated, restarting) ... and the last
+    // run's not restarting.
+    let kinds: Vec<&str> = seen.iter().map(|e| e.kind.title()).collect();
+    assert_eq!(kinds.first(), Some(&"Received"));
+    assert_eq!(kinds.iter().filter(|k| **k == "Started").count(), 9);
+    assert_eq!(kinds.iter().filter(|k| **k == "Restarting").count(), 8);
+    assert_eq!(kinds.last(), Some(&"Not Restarting"));
+    assert!(seen.len() > state.events.len(), "{} events", seen.len());
+    // The ring holds the stream's last events, in the same order.
+    let tail = &seen[seen.len() - state.events.len()..];
+    assert_eq!(tail, state.events.iter().cloned().collect::<Vec<_>>().as_slice());
+    assert!(seen.windows(2).all(|pair| pair[0].time <= pair[1].time), "in order");
+}
+
+/// A listener that falls more than the buffer behind is told how many events it lost, then
+/// goes on with the newest; a listener that kept up lost nothing.
+#[tokio::test(start_paused = true)]
+async fn a_slow_listener_is_told_it_lagged() {
+    let h = Harness::new(
+        "service",
+        "config = { run_for = \"1s\", exit_code = 1 }\nrestart = { attempts = 8, delay = \"1s\", interval = \"1h\" }",
+    );
+    let stream = wharf_task::EventStream::new(4);
+    let config = wharf_task::TaskRunnerConfig::new(
+        h.alloc.clone(),
+        h.alloc.job.groups[0].tasks[0].clone(),
+        Arc::new(h.driver.clone()),
+        Arc::new(h.store.clone()),
+        h.dir.path().join("a1"),
+    )
+    .with_clock(Arc::new(TokioClock::starting_at(Timestamp(1_000_000))))
+    .with_state_changed(h.changed.clone())
+    .with_events(stream.clone());
+    let runner = TaskRunner::new(config);
+    let mut slow = stream.subscribe();
+    let mut keeping_up = stream.subscribe();
+    let counted = tokio::spawn(async move {
+        let mut count = 0;
+        while keeping_up.recv().await.is_ok() {
+            count += 1;
+        }
+        count
+    });
+    runner.set_start_gate(true);
+    spawn_run(&runner);
+    h.until(&runner, "dead", dead).await;
+    runner.kill(None).await;
+    let missed = match slow.recv().await {
+        Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => missed,
+        other => panic!("the slow listener was not told it lagged: {other:?}"),
+    };
+    let mut rest = 0;
+    while slow.try_recv().is_ok() {
+        rest += 1;
+    }
+    assert_eq!(rest, 4, "it goes on with the buffered events");
+    drop((stream, runner));
+    let total = tokio::time::timeout(LIMIT, counted).await.unwrap().unwrap();
+    assert_eq!(missed + rest, total, "lost and kept add up to every event");
 }
