@@ -6,6 +6,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr, clippy::disallowed_methods)]
 
 mod boundaries;
+mod library;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -14,8 +15,12 @@ const USAGE: &str = "\
 usage: cargo xtask <task>
 
 tasks:
-  ci              fmt check, clippy, tests, docs, crate boundaries, quick bench
+  ci              fmt check, clippy, tests, docs, crate boundaries, lean feature sets,
+                  examples, packaging, quick bench
   boundaries      check the crate dependency rules of DESIGN.md
+  library         check what the library crates promise users: READMEs as crate docs with
+                  an example, dependency trees without the heavy default features, every
+                  example runs, every crate packages
   bench [--quick] run the benchmarks and write docs/BENCHMARKS.md (--quick: a short run
                   that only checks every scenario produces figures; writes nothing)";
 
@@ -24,6 +29,7 @@ fn main() -> ExitCode {
     let result = match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
         ["ci"] => ci(),
         ["boundaries"] => check_boundaries(),
+        ["library"] => library::check(),
         ["bench"] => bench(false),
         ["bench", "--quick"] => bench(true),
         _ => Err(USAGE.to_owned()),
@@ -37,18 +43,18 @@ fn main() -> ExitCode {
     }
 }
 
-fn workspace_root() -> PathBuf {
+pub(crate) fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_owned()
 }
 
-fn cargo() -> Command {
+pub(crate) fn cargo() -> Command {
     let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     command.current_dir(workspace_root());
     command
 }
 
 /// Runs `command`, failing with `step` named if it does not succeed.
-fn run(step: &str, command: &mut Command) -> Result<(), String> {
+pub(crate) fn run(step: &str, command: &mut Command) -> Result<(), String> {
     eprintln!("\n==> {step}");
     let status = command.status().map_err(|e| format!("{step}: cannot run {command:?}: {e}"))?;
     if status.success() { Ok(()) } else { Err(format!("{step} failed ({status})")) }
@@ -68,6 +74,14 @@ fn ci() -> Result<(), String> {
             "warnings",
         ]),
     )?;
+    for (krate, _) in library::LEAN {
+        run(
+            &format!("clippy ({krate} without default features)"),
+            cargo()
+                .args(["clippy", "-p", krate, "--no-default-features", "--all-targets"])
+                .args(["--", "-D", "warnings"]),
+        )?;
+    }
     run("tests", cargo().args(["test", "--workspace", "--all-targets"]))?;
     run("doc tests", cargo().args(["test", "--workspace", "--doc"]))?;
     run(
@@ -77,6 +91,7 @@ fn ci() -> Result<(), String> {
             .env("RUSTDOCFLAGS", "-D warnings"),
     )?;
     check_boundaries()?;
+    library::check_builds()?;
     bench(true)?;
     eprintln!("\nci: all checks passed");
     Ok(())

@@ -1,0 +1,169 @@
+//! What the library crates promise someone who picks one of them up from its docs alone:
+//!
+//! - its README is its crate documentation (`#![doc = include_str!("../README.md")]`) and shows
+//!   a compiled example (a `rust` code block; the doc tests run it);
+//! - turning its heavy default features off really removes them from the dependency tree
+//!   ([`LEAN`]), and crates above the store never pull in its engine;
+//! - every program in its `examples/` runs to success;
+//! - it packages as it would publish (`cargo package`, which also builds the packaged crate
+//!   against the other packaged crates).
+//!
+//! Library crates are the workspace members that may be published.
+
+use crate::{cargo, run, workspace_root};
+use serde_json::Value;
+
+/// Crates, the `cargo tree` arguments that select a lean feature set, and the crates that must
+/// then be absent from their normal and build dependencies.
+pub(crate) const LEAN: &[(&str, &[&str])] = &[("wharf-store", &["redb", "tokio"])];
+
+/// Crates that must stay free of the listed crates with their default features on.
+const NEVER: &[(&str, &[&str])] = &[
+    // The store's trait and its memory store are all they use: the engine is the embedder's.
+    ("wharf-task", &["redb"]),
+    ("wharf-alloc", &["redb"]),
+];
+
+/// Every promise.
+pub(crate) fn check() -> Result<(), String> {
+    let mut problems = Vec::new();
+    for library in &libraries()? {
+        problems.extend(library.doc_problems());
+    }
+    if !problems.is_empty() {
+        return Err(format!("library crates lack docs:\n  {}", problems.join("\n  ")));
+    }
+    check_builds()
+}
+
+/// The promises about what builds and runs: lean trees, examples, packaging.
+pub(crate) fn check_builds() -> Result<(), String> {
+    let libraries = libraries()?;
+    eprintln!(
+        "\n==> library crates: {}",
+        libraries.iter().map(|l| l.name.as_str()).collect::<Vec<_>>().join(", ")
+    );
+    let mut problems = Vec::new();
+    for (krate, absent) in LEAN {
+        problems.extend(tree_problems(krate, true, absent)?);
+    }
+    for (krate, absent) in NEVER {
+        problems.extend(tree_problems(krate, false, absent)?);
+    }
+    if !problems.is_empty() {
+        return Err(format!("library crates break their promises:\n  {}", problems.join("\n  ")));
+    }
+    for library in &libraries {
+        for (example, features) in &library.examples {
+            let mut command = cargo();
+            command.args(["run", "--quiet", "-p", &library.name, "--example", example]);
+            if !features.is_empty() {
+                command.args(["--features", &features.join(",")]);
+            }
+            run(&format!("example {example} of {}", library.name), &mut command)?;
+        }
+    }
+    let mut package = cargo();
+    package.args(["package", "--allow-dirty", "--quiet"]);
+    for library in &libraries {
+        package.args(["-p", &library.name]);
+    }
+    run("cargo package (library crates)", &mut package)
+}
+
+/// A publishable workspace member.
+struct Library {
+    name: String,
+    dir: std::path::PathBuf,
+    lib_path: Option<std::path::PathBuf>,
+    /// Each example's name and the features it needs.
+    examples: Vec<(String, Vec<String>)>,
+}
+
+impl Library {
+    /// What is missing from its documentation.
+    fn doc_problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let readme = std::fs::read_to_string(self.dir.join("README.md")).unwrap_or_default();
+        if !readme.lines().any(|l| l.trim_start().starts_with("```rust") && !l.contains("ignore")) {
+            problems.push(format!("{}: README.md has no compiled ```rust example", self.name));
+        }
+        let lib = self.lib_path.as_ref().and_then(|p| std::fs::read_to_string(p).ok());
+        if !lib.is_some_and(|l| l.contains(r#"#![doc = include_str!("../README.md")]"#)) {
+            problems.push(format!(
+                "{}: its lib.rs does not use README.md as the crate docs (#![doc = include_str!(\"../README.md\")])",
+                self.name
+            ));
+        }
+        if self.examples.is_empty() {
+            problems.push(format!("{}: it has no program in examples/", self.name));
+        }
+        problems
+    }
+}
+
+/// The publishable workspace members, from `cargo metadata`.
+fn libraries() -> Result<Vec<Library>, String> {
+    let output = cargo()
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .output()
+        .map_err(|e| format!("cannot run cargo metadata: {e}"))?;
+    let metadata: Value = serde_json::from_slice(&output.stdout)
+        .map_err(|e| format!("cargo metadata printed invalid JSON: {e}"))?;
+    let root = workspace_root();
+    let mut libraries = Vec::new();
+    for package in metadata["packages"].as_array().into_iter().flatten() {
+        // `publish = false` is an empty list of registries.
+        if package["publish"].as_array().is_some_and(Vec::is_empty) {
+            continue;
+        }
+        let name = package["name"].as_str().unwrap_or_default().to_owned();
+        let manifest =
+            std::path::PathBuf::from(package["manifest_path"].as_str().unwrap_or_default());
+        let dir = manifest.parent().unwrap_or(&root).to_owned();
+        let targets = package["targets"].as_array().cloned().unwrap_or_default();
+        let kind =
+            |t: &Value, k: &str| t["kind"].as_array().is_some_and(|ks| ks.iter().any(|x| x == k));
+        let lib_path = targets
+            .iter()
+            .find(|t| kind(t, "lib"))
+            .and_then(|t| t["src_path"].as_str())
+            .map(std::path::PathBuf::from);
+        let examples = targets
+            .iter()
+            .filter(|t| kind(t, "example"))
+            .filter_map(|t| {
+                let features = t["required-features"].as_array().into_iter().flatten();
+                let features = features.filter_map(|f| f.as_str().map(str::to_owned)).collect();
+                Some((t["name"].as_str()?.to_owned(), features))
+            })
+            .collect();
+        libraries.push(Library { name, dir, lib_path, examples });
+    }
+    libraries.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(libraries)
+}
+
+/// The crates of `absent` that `krate`'s normal and build dependencies hold, with its default
+/// features off when `lean`.
+fn tree_problems(krate: &str, lean: bool, absent: &[&str]) -> Result<Vec<String>, String> {
+    let mut tree = cargo();
+    tree.args(["tree", "-p", krate, "-e", "normal,build", "--prefix", "none", "--format", "{p}"]);
+    if lean {
+        tree.arg("--no-default-features");
+    }
+    let output = tree.output().map_err(|e| format!("cannot run cargo tree: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "cargo tree -p {krate} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    let text = String::from_utf8_lossy(&output.stdout);
+    let features = if lean { "without default features" } else { "with default features" };
+    Ok(absent
+        .iter()
+        .filter(|name| text.lines().any(|l| l.split_whitespace().next() == Some(**name)))
+        .map(|name| format!("{krate} {features} depends on {name}; it must not"))
+        .collect())
+}
