@@ -63,17 +63,58 @@ pub(crate) fn check_builds() -> Result<(), String> {
             run(&format!("example {example} of {}", library.name), &mut command)?;
         }
     }
+    forget_packaged(&libraries);
     let mut package = cargo();
-    package.args(["package", "--allow-dirty", "--quiet"]);
+    package.args(["package", "--allow-dirty", "--quiet", "--target-dir"]).arg(verify_dir());
     for library in &libraries {
         package.args(["-p", &library.name]);
     }
     run("cargo package (library crates)", &mut package)
 }
 
+/// Where `cargo package` builds the packaged crates to verify them.
+fn verify_dir() -> std::path::PathBuf {
+    workspace_root().join("target/package-verify")
+}
+
+/// Removes what an earlier `cargo package` left of our crates. Cargo verifies each crate
+/// against the others through a registry of its own in `target/package`, unpacks them under
+/// `$CARGO_HOME/registry/src/-<hash>/` (a local registry's directory name starts with `-`),
+/// and builds them as registry crates, which it takes never to change: it reuses a `.crate`
+/// file, an unpacked copy and a build of the same version that it finds. Without this a
+/// second run would verify against the first run's sources. Third-party builds stay.
+fn forget_packaged(libraries: &[Library]) {
+    let mut stale = vec![workspace_root().join("target/package")];
+    let fingerprints = verify_dir().join("debug/.fingerprint");
+    for entry in std::fs::read_dir(&fingerprints).into_iter().flatten().flatten() {
+        if entry.file_name().to_string_lossy().starts_with("wharf-") {
+            stale.push(entry.path());
+        }
+    }
+    let home = std::env::var_os("CARGO_HOME").map(std::path::PathBuf::from).or_else(|| {
+        std::env::var_os("HOME").map(|home| std::path::Path::new(&home).join(".cargo"))
+    });
+    let registries = home.map(|home| home.join("registry/src"));
+    for registry in registries.iter().flat_map(std::fs::read_dir).flatten().flatten() {
+        if registry.file_name().to_string_lossy().starts_with('-') {
+            for library in libraries {
+                stale.push(registry.path().join(format!("{}-{}", library.name, library.version)));
+            }
+        }
+    }
+    for path in stale {
+        if let Err(e) = std::fs::remove_dir_all(&path)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            eprintln!("warning: cannot remove {}: {e}", path.display());
+        }
+    }
+}
+
 /// A publishable workspace member.
 struct Library {
     name: String,
+    version: String,
     dir: std::path::PathBuf,
     lib_path: Option<std::path::PathBuf>,
     /// Each example's name and the features it needs.
@@ -118,6 +159,7 @@ fn libraries() -> Result<Vec<Library>, String> {
             continue;
         }
         let name = package["name"].as_str().unwrap_or_default().to_owned();
+        let version = package["version"].as_str().unwrap_or_default().to_owned();
         let manifest =
             std::path::PathBuf::from(package["manifest_path"].as_str().unwrap_or_default());
         let dir = manifest.parent().unwrap_or(&root).to_owned();
@@ -138,7 +180,7 @@ fn libraries() -> Result<Vec<Library>, String> {
                 Some((t["name"].as_str()?.to_owned(), features))
             })
             .collect();
-        libraries.push(Library { name, dir, lib_path, examples });
+        libraries.push(Library { name, version, dir, lib_path, examples });
     }
     libraries.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(libraries)
