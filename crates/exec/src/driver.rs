@@ -340,22 +340,18 @@ impl Driver for RawExecDriver {
     fn capabilities(&self) -> Capabilities {
         match self.isolation {
             // A command run inside the task would have to be contained as the task is.
-            Some(_) => {
-                Capabilities {
-                    send_signals: true,
-                    exec: false,
-                    logs: false,
-                    fs_isolation: FsIsolation::Unveil,
-                }
-            }
-            None => {
-                Capabilities {
-                    send_signals: true,
-                    exec: true,
-                    logs: false,
-                    fs_isolation: FsIsolation::None,
-                }
-            }
+            Some(_) => Capabilities {
+                send_signals: true,
+                exec: false,
+                logs: false,
+                fs_isolation: FsIsolation::Unveil,
+            },
+            None => Capabilities {
+                send_signals: true,
+                exec: true,
+                logs: false,
+                fs_isolation: FsIsolation::None,
+            },
         }
     }
 
