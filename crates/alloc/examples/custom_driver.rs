@@ -23,16 +23,13 @@ impl Driver for Timers {
     }
     async fn start_task(&self, config: TaskConfig) -> Result<TaskHandle, DriverError> {
         let millis = config.driver_config.get("millis").and_then(|m| m.as_u64());
-        let millis =
-            millis.ok_or_else(|| DriverError::invalid_config("config.millis", "required"))?;
-        self.0.lock().unwrap().insert(config.id.clone(), Duration::from_millis(millis));
-        let driver = self.name().to_owned();
-        Ok(TaskHandle { version: 1, driver, config, driver_state: Default::default() })
+        let lasts = millis.ok_or_else(|| DriverError::invalid_config("config.millis", "needed"))?;
+        self.0.lock().unwrap().insert(config.id.clone(), Duration::from_millis(lasts));
+        Ok(TaskHandle::new(self.name(), config))
     }
     async fn wait_task(&self, id: &TaskId) -> Result<ExitResult, DriverError> {
         let lasts = self.0.lock().unwrap().get(id).copied();
-        tokio::time::sleep(lasts.ok_or_else(|| DriverError::TaskNotFound { task_id: id.clone() })?)
-            .await;
+        tokio::time::sleep(lasts.ok_or_else(|| DriverError::not_found(id))?).await;
         Ok(ExitResult::code(0))
     }
     async fn stop_task(&self, id: &TaskId, _: Duration, _: Signal) -> Result<(), DriverError> {
@@ -52,26 +49,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_lifecycle(LifecycleHook::Prestart, false);
     let main = Task::new("main", "timer").with_config("millis", 50);
     let job = Job::new("hello", JobType::Batch, TaskGroup::new("web", [init, main]));
+    let (alloc, store) = (Allocation::new("a1", job, "web"), Arc::new(MemoryStore::new()));
     let dir = std::env::temp_dir().join(format!("wharf-example-{}", std::process::id()));
-    let config = AllocRunnerConfig::new(
-        Allocation::new("a1", job, "web"),
-        Arc::new(MemoryStore::new()),
-        &dir,
-    )
-    .with_driver(Arc::new(Timers::default()));
+    let config = AllocRunnerConfig::new(alloc, store, dir).with_driver(Arc::new(Timers::default()));
     let runner = AllocRunner::new(config)?;
-    let mut events = runner.events();
-    let printer = tokio::spawn(async move {
-        while let Ok(e) = events.recv().await {
-            println!("{} {:<5} {}: {}", e.event.time, e.task, e.event.kind.title(), e.event.kind);
-        }
-    });
+    let mut events = runner.events(); // every event from now on, in order
     runner.run().await;
+    while let Ok(e) = events.try_recv() {
+        println!("{} {:<5} {}: {}", e.event.time, e.task, e.event.kind.title(), e.event.kind);
+    }
     let state = runner.state();
     println!("allocation {}: {}", state.client_status, state.client_description);
-    runner.destroy().await; // removes its directory and its records
-    drop(runner);
-    printer.await?;
     assert_eq!(state.client_status, ClientStatus::Complete);
+    runner.destroy().await; // removes its directory and its records
     Ok(())
 }

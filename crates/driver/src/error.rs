@@ -61,6 +61,11 @@ impl DriverError {
         DriverError::Other { reason: reason.to_string() }
     }
 
+    /// Shorthand for [`DriverError::TaskNotFound`].
+    pub fn not_found(task_id: &TaskId) -> DriverError {
+        DriverError::TaskNotFound { task_id: task_id.clone() }
+    }
+
     /// Shorthand for [`DriverError::Unsupported`].
     pub fn unsupported(driver: impl Into<String>, operation: &'static str) -> DriverError {
         DriverError::Unsupported { driver: driver.into(), operation }

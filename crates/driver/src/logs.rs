@@ -62,6 +62,17 @@ pub struct LogTarget {
     pub dir: PathBuf,
 }
 
+impl LogTarget {
+    /// The output of the task `config` starts (of every run of it).
+    pub fn of(config: &crate::TaskConfig) -> LogTarget {
+        LogTarget {
+            alloc_id: config.alloc_id.clone(),
+            task_name: config.task_name.clone(),
+            dir: config.logs.dir.clone(),
+        }
+    }
+}
+
 /// One stream of one task's output, opened by [`crate::Driver::task_logs`], read in order.
 #[async_trait::async_trait]
 pub trait LogReader: Send + fmt::Debug {

@@ -155,6 +155,17 @@ pub struct TaskHandle {
 }
 
 impl TaskHandle {
+    /// A handle from driver `driver` for a task started with `config`, with no reattach data
+    /// of the driver's own (set [`TaskHandle::driver_state`] for that).
+    pub fn new(driver: &str, config: TaskConfig) -> TaskHandle {
+        TaskHandle {
+            version: TASK_HANDLE_VERSION,
+            driver: driver.to_owned(),
+            config,
+            driver_state: serde_json::Value::Null,
+        }
+    }
+
     /// The run it belongs to.
     pub fn id(&self) -> &TaskId {
         &self.config.id
