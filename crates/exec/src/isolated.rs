@@ -11,8 +11,8 @@ use crate::{ExecOptions, RawExecDriver, RawExecOptions, TaskCgroups};
 use std::time::Duration;
 use tokio::sync::broadcast;
 use wharf_driver::{
-    Capabilities, Driver, DriverError, DriverEvent, ExecResult, ExitResult, Fingerprint,
-    ResourceUsage, TaskConfig, TaskHandle, TaskId, TaskInfo,
+    Capabilities, Driver, DriverError, DriverEvent, ExecResult, ExitResult, Fingerprint, LogFrom,
+    LogReader, LogStream, LogTarget, ResourceUsage, TaskConfig, TaskHandle, TaskId, TaskInfo,
 };
 use wharf_state::Signal;
 
@@ -109,6 +109,15 @@ impl Driver for ExecDriver {
 
     async fn task_stats(&self, task_id: &TaskId) -> Result<ResourceUsage, DriverError> {
         self.inner.task_stats(task_id).await
+    }
+
+    async fn task_logs(
+        &self,
+        target: &LogTarget,
+        stream: LogStream,
+        from: LogFrom,
+    ) -> Result<Box<dyn LogReader>, DriverError> {
+        self.inner.task_logs(target, stream, from).await
     }
 
     fn events(&self) -> broadcast::Receiver<DriverEvent> {

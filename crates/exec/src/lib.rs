@@ -1,13 +1,6 @@
-//! The raw_exec driver: tasks as plain processes, each under a tiny shim that outlives the
-//! agent; and the isolated `exec` driver, the same mechanism with each task contained.
+#![doc = include_str!("../README.md")]
 //!
-//! ```text
-//! agent (RawExecDriver) --posix_spawn--> wharf-shim --posix_spawn+setsid--> task process group
-//!        |   reads one start line from the shim's stdout      |  copies stdout/stderr into
-//!        |   watches the shim through a pidfd                 |  <task>.stdout.N / .stderr.N
-//!        |   signals the task's group through a pidfd         |  reaps the task and all it left
-//!        '-- reads <run dir>/exit when the shim is gone       '- writes <run dir>/exit, fsynced
-//! ```
+//! ## Inside
 //!
 //! Modules, in the order a task meets them:
 //! - [`config`]: the task's `config` block (`command`, `args`, `work_dir`) and how the command
@@ -18,11 +11,12 @@
 //!   its size-rotated log files;
 //! - `handle`: the versioned `driver_state` of a [`wharf_driver::TaskHandle`] and the identity
 //!   checks (pid plus start time, pidfds) that keep a reused pid from ever being signalled;
-//! - `driver`: [`RawExecDriver`], the [`wharf_driver::Driver`] implementation;
+//! - `raw_exec`: [`RawExecDriver`], the [`wharf_driver::Driver`] implementation;
 //! - `exec` and `stats`: commands run in a task's context, and its usage from `/proc`;
 //! - [`process`]: the one kill of a process that is not a task (an agent wiped with its node);
 //! - `sys`: the system calls, and all of the crate's `unsafe` code but the calls into it that
-//!   carry a safety contract (the shim's entry point closes inherited descriptors).
+//!   carry a safety contract (the shim's entry point closes inherited descriptors);
+//! - `output`: reading a task's output back (`Driver::task_logs`).
 //!
 //! - `contain`: [`TaskCgroups`], the node's cgroups as the drivers use them: a cgroup per task
 //!   with its limits, kills by cgroup (this crate sends the signals, wharf-isolate writes the
@@ -55,23 +49,30 @@ compile_error!("wharf-exec runs tasks with Linux system calls (pidfds, signalfd,
 
 pub mod config;
 mod contain;
-mod driver;
 mod error;
 mod exec;
 mod handle;
 mod isolated;
 mod isolation;
 mod launch;
+mod output;
 pub mod process;
 mod protocol;
+mod raw_exec;
 pub mod shim;
 mod stats;
 mod sys;
 
 pub use config::RawExecConfig;
 pub use contain::{TaskCgroups, destroy_cgroups, remove_orphan_cgroups};
-pub use driver::{DRIVER_NAME, EXEC_RUNS_DIR, RUNS_DIR, RawExecDriver, RawExecOptions, SHIM_NAME};
 pub use error::ExecError;
 pub use exec::OUTPUT_LIMIT;
+pub use raw_exec::{
+    DRIVER_NAME, EXEC_RUNS_DIR, RUNS_DIR, RawExecDriver, RawExecOptions, SHIM_NAME,
+};
+
 pub use isolated::ExecDriver;
 pub use isolation::{EXEC_DRIVER_NAME, ExecConfig, ExecOptions, NamespaceMode};
+/// The driver interface this crate implements, so that a user of raw_exec alone needs no
+/// other wharf dependency: `wharf_exec::driver::{Driver, TaskConfig}`.
+pub use wharf_driver as driver;

@@ -33,8 +33,8 @@ use std::time::Duration;
 use tokio::sync::{broadcast, watch};
 use wharf_driver::{
     Capabilities, Driver, DriverError, DriverEvent, ExecResult, ExitResult, Fingerprint,
-    FsIsolation, Health, ResourceUsage, RunState, TASK_HANDLE_VERSION, TaskConfig, TaskHandle,
-    TaskId, TaskInfo,
+    FsIsolation, Health, LogFrom, LogReader, LogStream, LogTarget, ResourceUsage, RunState,
+    TASK_HANDLE_VERSION, TaskConfig, TaskHandle, TaskId, TaskInfo,
 };
 use wharf_isolate::TaskCgroup;
 use wharf_state::Signal;
@@ -343,13 +343,13 @@ impl Driver for RawExecDriver {
             Some(_) => Capabilities {
                 send_signals: true,
                 exec: false,
-                logs: false,
+                logs: true,
                 fs_isolation: FsIsolation::Unveil,
             },
             None => Capabilities {
                 send_signals: true,
                 exec: true,
-                logs: false,
+                logs: true,
                 fs_isolation: FsIsolation::None,
             },
         }
@@ -750,6 +750,16 @@ impl Driver for RawExecDriver {
             return Err(DriverError::other(format!("task {task_id} has exited")));
         }
         crate::exec::run(&task.env, &task.state.work_dir, command, timeout).await
+    }
+
+    async fn task_logs(
+        &self,
+        target: &LogTarget,
+        stream: LogStream,
+        from: LogFrom,
+    ) -> Result<Box<dyn LogReader>, DriverError> {
+        // Both drivers' shims write the same files; a task run by either reads back alike.
+        crate::output::open(target, stream, from).await
     }
 
     async fn task_stats(&self, task_id: &TaskId) -> Result<ResourceUsage, DriverError> {

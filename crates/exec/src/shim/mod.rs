@@ -50,9 +50,59 @@ use logs::RotatingLog;
 /// to die and its pipes to close before it records the exit anyway.
 const CLEANUP_LIMIT: Duration = Duration::from_secs(5);
 
+/// Runs the shim and exits, if this process was started as one; returns at once otherwise.
+///
+/// This is how a program embeds the shim rather than ship the `wharf-shim` binary beside
+/// itself (cargo builds a dependency's library, never its binaries): call it first thing in
+/// `main`, and make the program its own shim with
+/// `RawExecDriver::with_shim(std::env::current_exe()?)` (or
+/// [`RawExecOptions::shim_path`](crate::RawExecOptions::shim_path)). The driver starts a shim
+/// with a first argument that names the shim protocol, `wharf-shim-1`; with any other
+/// command line this returns at once and the program goes on as usual.
+///
+/// Started as the shim, the process must have one thread: the shim closes every descriptor it
+/// inherited beyond stdin, stdout and stderr, and another thread (an async runtime's, for one)
+/// may own some. So call it before any thread starts and before an async runtime is built
+/// (`#[tokio::main]` builds one before `main`'s body runs: build it by hand after this call).
+/// A process with more threads refuses to be the shim: the driver's start fails with a
+/// message that says so, and the process exits with status 2.
+///
+/// ```no_run
+/// fn main() -> Result<(), Box<dyn std::error::Error>> {
+///     wharf_exec::shim::run_if_invoked(); // never returns when started as the shim
+///     let driver = wharf_exec::RawExecDriver::with_shim(std::env::current_exe()?);
+///     // ... build a tokio runtime and use the driver
+///     # drop(driver);
+///     Ok(())
+/// }
+/// ```
+pub fn run_if_invoked() {
+    if std::env::args_os().nth(1).as_deref() != Some(std::ffi::OsStr::new(protocol::SHIM_PROTOCOL))
+    {
+        return;
+    }
+    let code = match std::fs::read_dir("/proc/self/task").map(Iterator::count) {
+        // SAFETY: this thread is the process's only one, and it never returns to the code that
+        // called it (the process exits below): nothing that owned a descriptor above 2 runs
+        // again.
+        Ok(1) => unsafe { run() },
+        threads => {
+            let threads =
+                threads.map_or_else(|e| format!("an unknown number ({e}) of"), |n| n.to_string());
+            let message = format!(
+                "the program embedding the shim had {threads} threads when started as the shim; \
+                 call wharf_exec::shim::run_if_invoked() first in main, before any thread or \
+                 async runtime starts"
+            );
+            let _ = report(&StartReport::Failed { stage: Stage::Setup, errno: 0, message });
+            2
+        }
+    };
+    std::process::exit(i32::from(code))
+}
+
 /// The shim's entry point: the `wharf-shim` binary's `main` calls it and nothing else. A
-/// program that embeds the shim under another name does the same, and points the driver at
-/// itself with [`crate::RawExecOptions::shim_path`].
+/// program that embeds the shim calls [`run_if_invoked`] instead.
 ///
 /// # Safety
 ///
@@ -60,13 +110,23 @@ const CLEANUP_LIMIT: Duration = Duration::from_secs(5);
 /// descriptor above 2 (the shim must not pass on what it inherited), which would pull them
 /// from under any other owner.
 pub unsafe fn main() -> ExitCode {
+    // SAFETY: the caller's promise is this function's.
+    ExitCode::from(unsafe { run() })
+}
+
+/// The shim's whole life; returns its exit status.
+///
+/// # Safety
+///
+/// As for [`main`].
+unsafe fn run() -> u8 {
     // SAFETY: the caller runs this first in `main`, so nothing owns a descriptor above 2.
     unsafe { sys::close_inherited_fds() };
     let args = match ShimArgs::parse(std::env::args_os().skip(1)) {
         Ok(args) => args,
         Err(message) => {
             let _ = report(&StartReport::Failed { stage: Stage::Setup, errno: 0, message });
-            return ExitCode::from(2);
+            return 2;
         }
     };
     let mut diag = Diag::new(&args.run_dir);
@@ -75,10 +135,10 @@ pub unsafe fn main() -> ExitCode {
         Diag { path: panic_log.clone(), file: None }.note(&format!("panicked: {info}"));
     }));
     match supervise(&args, &mut diag) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => 0,
         Err(message) => {
             diag.note(&message);
-            ExitCode::FAILURE
+            1
         }
     }
 }
