@@ -10,7 +10,7 @@
 //! | `POST /v1/allocations/{id}/restart` | `{"task": "web"}`, `{"all": true}` or `{}` for the running tasks |
 //! | `POST /v1/allocations/{id}/signal` | `{"signal": "SIGHUP", "task": "web"}` (no task: all) |
 //! | `POST /v1/allocations/{id}/exec` | `{"task": "web", "command": [...], "timeout": "30s"}` |
-//! | `GET /v1/allocations/{id}/logs/{task}?stream=stderr&offset=N&tail=N&follow=true` | output (403 if a log file is not a regular file of the log directory: see `logs`) |
+//! | `GET /v1/allocations/{id}/logs/{task}?stream=stderr&offset=N&tail=N&follow=true` | output, read by the task's driver: from byte `offset` of what is kept, or the last `tail` bytes, or the start (with `follow`: the end), and with `follow` on as it is written until the task is dead (403 if a log file is not a regular file of the log directory; 501 if the driver cannot read logs) |
 //! | `GET /v1/allocations/{id}/stats` | each running task's CPU, memory and processes, and their sum (`usage::AllocStats`) |
 //! | `GET /v1/node` | the node's CPU and memory, what it keeps, what allocations hold, what is free, cgroups, drivers (`usage::NodeStatus`) |
 //! | `GET /v1/probe` | the runner-list protocol, as text |
@@ -23,7 +23,6 @@
 //! in constant time.
 
 use crate::agent::{Agent, AgentError, POLL_INTERVAL};
-use crate::logs::{LogError, Stream, TaskLogs};
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -36,6 +35,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+use wharf_driver::{DriverError, LogFrom, LogStream};
 use wharf_state::{AllocState, Allocation, Signal};
 
 /// Builds the router for `agent`.
@@ -146,14 +146,17 @@ impl From<wharf_alloc::AllocError> for ApiError {
     }
 }
 
-impl From<LogError> for ApiError {
-    fn from(error: LogError) -> ApiError {
-        let status = match error {
-            LogError::Refused { .. } => StatusCode::FORBIDDEN,
-            LogError::Io { .. } => StatusCode::INTERNAL_SERVER_ERROR,
-        };
-        ApiError::new(status, error.to_string())
-    }
+/// A task's logs could not be opened or read: the driver's own words.
+fn log_error(error: wharf_task::TaskError) -> ApiError {
+    let wharf_task::TaskError::Driver { source, .. } = &error else {
+        return ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, error.to_string());
+    };
+    let status = match source {
+        DriverError::Refused { .. } => StatusCode::FORBIDDEN,
+        DriverError::Unsupported { .. } => StatusCode::NOT_IMPLEMENTED,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    ApiError::new(status, source.to_string())
 }
 
 impl IntoResponse for ApiError {
@@ -511,6 +514,10 @@ struct LogsQuery {
     follow: bool,
 }
 
+fn driver_error(task: &str, source: DriverError) -> wharf_task::TaskError {
+    wharf_task::TaskError::Driver { task: task.to_owned(), source }
+}
+
 /// The most log bytes one response (or one chunk of a followed stream) carries.
 const LOG_CHUNK: usize = 1 << 20;
 
@@ -524,50 +531,53 @@ async fn logs(
         ApiError::new(StatusCode::NOT_FOUND, format!("allocation {id} has no task {task:?}"))
     })?;
     let stream = match query.stream.as_deref() {
-        None | Some("stdout") => Stream::Stdout,
-        Some("stderr") => Stream::Stderr,
+        None | Some("stdout") => LogStream::Stdout,
+        Some("stderr") => LogStream::Stderr,
         Some(other) => {
             return Err(ApiError::bad_request(format!(
                 "stream: {other:?} is neither \"stdout\" nor \"stderr\""
             )));
         }
     };
-    let files = TaskLogs::new(&task_runner.dirs().logs_dir, &task, stream);
-    if !query.follow {
-        let (bytes, next) = files.read(query.offset, query.tail, LOG_CHUNK)?;
-        return Ok(([("x-wharf-next-offset", next.to_string())], bytes).into_response());
-    }
-    let from_start = query.offset == Some(0);
+    let from = match (query.offset, query.tail) {
+        (_, Some(tail)) => LogFrom::Tail(tail),
+        (Some(offset), None) => LogFrom::Offset(offset),
+        (None, None) if query.follow => LogFrom::End,
+        (None, None) => LogFrom::Start,
+    };
     // Refused now, as an error status, if what is there is not a log file.
-    let follower = files.follow(from_start)?;
+    let mut reader = task_runner.logs(stream, from).await.map_err(log_error)?;
+    if !query.follow {
+        let bytes = reader.read(LOG_CHUNK).await.map_err(|e| log_error(driver_error(&task, e)))?;
+        return Ok(([("x-wharf-next-offset", reader.offset().to_string())], bytes).into_response());
+    }
     let task_runner = task_runner.clone();
     // Ends once the task is dead (after a last read) or the client goes away.
-    let chunks =
-        futures_util::stream::unfold((follower, false), move |(mut follower, finished)| {
-            let task_runner = task_runner.clone();
-            async move {
-                if finished {
-                    return None;
-                }
-                loop {
-                    let dead = task_runner.state().status == wharf_state::TaskStatus::Dead;
-                    match follower.poll(LOG_CHUNK) {
-                        Ok(bytes) if !bytes.is_empty() => {
-                            return Some((
-                                Ok::<_, std::io::Error>(Bytes::from(bytes)),
-                                (follower, false),
-                            ));
-                        }
-                        Ok(_) if dead => return None,
-                        Ok(_) => tokio::time::sleep(POLL_INTERVAL).await,
-                        Err(e) => {
-                            tracing::warn!(error = %e, "following logs stopped");
-                            return Some((Err(std::io::Error::other(e)), (follower, true)));
-                        }
+    let chunks = futures_util::stream::unfold((reader, false), move |(mut reader, finished)| {
+        let task_runner = task_runner.clone();
+        async move {
+            if finished {
+                return None;
+            }
+            loop {
+                let dead = task_runner.state().status == wharf_state::TaskStatus::Dead;
+                match reader.read(LOG_CHUNK).await {
+                    Ok(bytes) if !bytes.is_empty() => {
+                        return Some((
+                            Ok::<_, std::io::Error>(Bytes::from(bytes)),
+                            (reader, false),
+                        ));
+                    }
+                    Ok(_) if dead => return None,
+                    Ok(_) => tokio::time::sleep(POLL_INTERVAL).await,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "following logs stopped");
+                        return Some((Err(std::io::Error::other(e)), (reader, true)));
                     }
                 }
             }
-        });
+        }
+    });
     Ok(Response::builder()
         .header(header::CONTENT_TYPE, "application/octet-stream")
         .body(Body::from_stream(chunks))

@@ -11,7 +11,8 @@
 //! - [`fleet`]: `wharf fleet`, a pool of agents driven by wharf-prober, and its API.
 //! - [`resources`]: what the node has and keeps, admission's totals, and the tasks' cgroups;
 //!   [`usage`]: how the node's resources and tasks' usage are shown (API, CLI, metrics).
-//! - [`logs`], [`metrics`], [`probe`], [`client`], [`agent_file`]: what those need.
+//! - [`metrics`], [`probe`], [`client`], [`agent_file`]: what those need. Task logs are read
+//!   by each task's driver (`wharf_driver::Driver::task_logs`).
 
 pub mod agent;
 pub mod agent_file;
@@ -20,7 +21,6 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod fleet;
-pub mod logs;
 pub mod metrics;
 pub mod probe;
 pub mod resources;
