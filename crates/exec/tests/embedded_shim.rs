@@ -7,6 +7,8 @@
 //! The outside crate is built offline against this workspace's lock file, in a target
 //! directory of its own under `target/tmp` that later runs reuse.
 
+#![allow(clippy::disallowed_methods)] // It builds programs with cargo and runs them.
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
