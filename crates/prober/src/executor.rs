@@ -35,6 +35,11 @@ pub struct Output {
 }
 
 impl Output {
+    /// A command that exited with `status` after printing `stdout`.
+    pub fn exited(status: u32, stdout: impl Into<Vec<u8>>) -> Output {
+        Output { stdout: stdout.into(), stderr: Vec::new(), status: Some(status) }
+    }
+
     /// Whether it exited with status 0.
     pub fn success(&self) -> bool {
         self.status == Some(0)

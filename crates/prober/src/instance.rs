@@ -51,6 +51,26 @@ pub struct Instance {
     pub host_key: Option<String>,
 }
 
+impl Instance {
+    /// Instance `id` reached at `address` (`host:port`) as root, with no tags and no pinned host
+    /// key.
+    pub fn new(id: impl Into<InstanceId>, address: impl Into<String>) -> Instance {
+        Instance {
+            id: id.into(),
+            address: Some(address.into()),
+            remote_user: "root".into(),
+            tags: Tags::new(),
+            host_key: None,
+        }
+    }
+
+    /// The same instance with `tags`.
+    pub fn with_tags(mut self, tags: Tags) -> Instance {
+        self.tags = tags;
+        self
+    }
+}
+
 /// The cloud: where instances come from and go.
 #[async_trait::async_trait]
 pub trait InstanceSet: Send + Sync + fmt::Debug + 'static {

@@ -1,3 +1,7 @@
+#![doc = include_str!("../README.md")]
+//!
+//! ## Inside
+//!
 //! wharf-prober watches a fleet of workers: cloud instances that run work through a runner.
 //!
 //! Each worker is driven through `unknown`, `booting`, `idle`, `running` and `shutdown`, with
@@ -69,6 +73,7 @@ pub mod pool;
 mod quote;
 pub mod runner_list;
 pub mod scheduler;
+#[cfg(feature = "ssh")]
 pub mod ssh;
 mod static_set;
 pub mod worker;
@@ -87,7 +92,12 @@ pub use loopback::{LoopbackConfig, LoopbackInstanceSet};
 pub use pool::{BrakeConfig, Creating, InstanceView, NewExecutor, Pool, PoolConfig};
 pub use quote::quote;
 pub use scheduler::{Phase, Placement, Scheduler, SchedulerConfig};
+#[cfg(feature = "ssh")]
 pub use ssh::{SshExecutor, SshTarget};
+
+/// The attribute that implementations of [`Executor`] and [`InstanceSet`] put on their `impl`
+/// block.
+pub use async_trait::async_trait;
 pub use static_set::{StaticConfig, StaticHost, StaticInstanceSet};
 pub use worker::{
     BootOutcome, Brake, Effect, IdleBehavior, Kill, ProbeOutcome, ProbeReport, Record, Rules,

@@ -293,6 +293,24 @@ impl Pool {
         views
     }
 
+    /// Waits until worker `id` satisfies `until`, and returns it as it was then; `None` once the
+    /// pool has no such worker. It may never get there: bound the wait with a timeout.
+    pub async fn wait_for_worker(
+        &self,
+        id: &InstanceId,
+        until: impl Fn(&WorkerView) -> bool,
+    ) -> Option<WorkerView> {
+        let mut changes = self.subscribe();
+        loop {
+            let worker = self.shared.state.lock().workers.get(id).map(|e| e.worker.clone())?;
+            let view = worker.view();
+            if until(&view) {
+                return Some(view);
+            }
+            changes.changed().await.ok()?;
+        }
+    }
+
     /// Every instance of the pool: its workers, and the creates still in flight (which have
     /// no id yet), as Arvados' `Instances()` shows them. Workers come first, by id, then the
     /// creates, oldest first.

@@ -19,7 +19,9 @@ use crate::executor::{Executor, MAX_OUTPUT, Output};
 use crate::quote::quote;
 use parking_lot::Mutex;
 use russh::client::{self, Handle};
-use russh::keys::{HashAlg, PrivateKey, PrivateKeyWithHashAlg, PublicKey, PublicKeyOrCertificate};
+use russh::keys::{HashAlg, PrivateKeyWithHashAlg, PublicKeyOrCertificate};
+/// The key types of this module's API (russh's), so that callers need no russh dependency.
+pub use russh::keys::{PrivateKey, PublicKey};
 use russh::{ChannelMsg, ChannelReadHalf, ChannelWriteHalf, Sig};
 use std::fmt;
 use std::sync::Arc;
