@@ -37,7 +37,7 @@ pub(crate) fn check() -> Result<(), String> {
 }
 
 /// The promises about what builds and runs: lean trees, examples, packaging.
-pub(crate) fn check_builds() -> Result<(), String> {
+fn check_builds() -> Result<(), String> {
     let libraries = libraries()?;
     eprintln!(
         "\n==> library crates: {}",

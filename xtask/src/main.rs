@@ -91,7 +91,7 @@ fn ci() -> Result<(), String> {
             .env("RUSTDOCFLAGS", "-D warnings"),
     )?;
     check_boundaries()?;
-    library::check_builds()?;
+    library::check()?;
     bench(true)?;
     eprintln!("\nci: all checks passed");
     Ok(())
