@@ -30,6 +30,9 @@ pub use types::{
 /// The attribute that implementations of [`Driver`] (and [`LogReader`]) put on their `impl`
 /// block: the trait's methods are async and the trait is object-safe.
 pub use async_trait::async_trait;
+/// The state model the interface is written in (a task's `resources`, timestamps), in the
+/// version this crate was built with.
+pub use wharf_state as state;
 /// The signal names of [`Driver::stop_task`] and [`Driver::signal_task`].
 pub use wharf_state::Signal;
 /// The JSON crate of a task's driver `config` block ([`TaskConfig::driver_config`]).

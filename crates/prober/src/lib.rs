@@ -85,7 +85,7 @@ pub use config::{
     sha256_hex,
 };
 pub use error::ProberError;
-pub use executor::{Executor, Output, Reply, ScriptedExecutor};
+pub use executor::{Call, Executor, Match, Output, Reply, ScriptedExecutor};
 pub use instance::{Instance, InstanceId, InstanceSet, Tag, Tags};
 pub use local::LocalExecutor;
 pub use loopback::{LoopbackConfig, LoopbackInstanceSet};

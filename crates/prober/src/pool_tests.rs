@@ -1219,3 +1219,23 @@ fn probe_now_probes_a_worker_out_of_turn() {
     let err = h.runtime.block_on(h.pool.probe_now(&"nope".into())).unwrap_err();
     assert!(matches!(err, ProberError::UnknownWorker(_)), "{err}");
 }
+
+/// `wait_for_worker` answers once the worker is as asked, with how it was then, and `None`
+/// for a worker the pool does not have (or no longer has).
+#[test]
+fn waiting_for_a_worker_sees_it_reach_the_state_asked_for() {
+    let h = harness();
+    let id = h.create("small").unwrap();
+    let (idle, _) = h.runtime.block_on(async {
+        tokio::join!(h.pool.wait_for_worker(&id, |w| w.state == State::Idle), async {
+            for _ in 0..10 {
+                h.clock.advance(secs(1));
+                h.pool.probe_due().await;
+            }
+        })
+    });
+    let idle = idle.expect("the worker is there");
+    assert_eq!((idle.id, idle.state), (id.clone(), State::Idle));
+    let unknown = InstanceId::from("w-none");
+    assert_eq!(h.runtime.block_on(h.pool.wait_for_worker(&unknown, |_| true)), None);
+}

@@ -19,6 +19,8 @@ pub use redb_store::{RedbStore, SCHEMA_VERSION, StoreOptions, StoreStats};
 
 /// The attribute that implementations of [`StateStore`] put on their `impl` block.
 pub use async_trait::async_trait;
+/// The state model this crate stores, in the version it was built with.
+pub use wharf_state as state;
 
 use std::collections::BTreeMap;
 use wharf_state::{Allocation, DeploymentStatus, TaskState};

@@ -28,3 +28,9 @@ pub use runner::{
 };
 /// The attribute that implementations of [`TaskHook`] put on their `impl` block.
 pub use wharf_driver::async_trait;
+
+// The crates this one's API is written in, so that a user gets the very versions it was built
+// with without depending on them.
+pub use wharf_driver as driver;
+pub use wharf_state as state;
+pub use wharf_store as store;
