@@ -51,6 +51,20 @@ async fn submit_run_read_logs_and_stop() {
     assert_eq!(detail.state.client_status, ClientStatus::Complete);
     let logs = agent.cli(&["alloc", "logs", &id, "web"]);
     assert_eq!(String::from_utf8_lossy(&logs.stdout), "started\nbye\n");
+    // Read where asked: the driver reads the task's files; a follow of a dead task ends after
+    // what is there.
+    for (query, want) in [
+        ("offset=8", "bye\n"),
+        ("tail=4", "bye\n"),
+        ("follow=true&tail=4", "bye\n"),
+        ("follow=true&offset=8", "bye\n"),
+        ("follow=true&offset=0", "started\nbye\n"),
+        ("follow=true", ""),
+    ] {
+        let path = format!("/v1/allocations/{id}/logs/web?{query}");
+        let logs = client.call(Method::GET, &path, None).await.unwrap();
+        assert_eq!(String::from_utf8_lossy(&logs), want, "{query}");
+    }
 
     let metrics = client.call(Method::GET, "/v1/metrics", None).await.unwrap();
     let metrics = String::from_utf8_lossy(&metrics);
