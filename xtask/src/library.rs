@@ -60,7 +60,7 @@ fn check_builds() -> Result<(), String> {
             if !features.is_empty() {
                 command.args(["--features", &features.join(",")]);
             }
-            run(&format!("example {example} of {}", library.name), &mut command)?;
+            run_bounded(&format!("example {example} of {}", library.name), &mut command)?;
         }
     }
     forget_packaged(&libraries);
@@ -70,6 +70,36 @@ fn check_builds() -> Result<(), String> {
         package.args(["-p", &library.name]);
     }
     run("cargo package (library crates)", &mut package)
+}
+
+/// The longest an example may take (built by the tests already, so this is its run): one that
+/// hangs fails the check rather than hold CI.
+const EXAMPLE_LIMIT: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Runs `command` in a process group of its own, and kills the group (cargo and the example it
+/// started) if it is not done within [`EXAMPLE_LIMIT`].
+fn run_bounded(step: &str, command: &mut std::process::Command) -> Result<(), String> {
+    use std::os::unix::process::CommandExt;
+    eprintln!("\n==> {step}");
+    let mut child = command
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("{step}: cannot run {command:?}: {e}"))?;
+    let started = std::time::Instant::now();
+    loop {
+        match child.try_wait().map_err(|e| format!("{step}: {e}"))? {
+            Some(status) if status.success() => return Ok(()),
+            Some(status) => return Err(format!("{step} failed ({status})")),
+            None if started.elapsed() > EXAMPLE_LIMIT => {
+                let group = format!("-{}", child.id());
+                let _ = std::process::Command::new("kill").args(["-KILL", "--", &group]).status();
+                let _ = child.wait();
+                return Err(format!("{step} did not finish within {EXAMPLE_LIMIT:?}; killed"));
+            }
+            // A tool's poll of a child it may have to kill; nothing waits on its timing.
+            None => std::thread::sleep(std::time::Duration::from_millis(100)),
+        }
+    }
 }
 
 /// Where `cargo package` builds the packaged crates to verify them.
