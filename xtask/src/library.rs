@@ -13,9 +13,10 @@
 use crate::{cargo, run, workspace_root};
 use serde_json::Value;
 
-/// Crates, the `cargo tree` arguments that select a lean feature set, and the crates that must
-/// then be absent from their normal and build dependencies.
-pub(crate) const LEAN: &[(&str, &[&str])] = &[("wharf-store", &["redb", "tokio"])];
+/// Crates whose default features pull in something heavy, and the crates that must be absent
+/// from their normal and build dependencies with default features off.
+pub(crate) const LEAN: &[(&str, &[&str])] =
+    &[("wharf-store", &["redb", "tokio"]), ("wharf-prober", &["russh", "ring"])];
 
 /// Crates that must stay free of the listed crates with their default features on.
 const NEVER: &[(&str, &[&str])] = &[
