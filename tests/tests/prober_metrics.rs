@@ -6,6 +6,7 @@
 use parking_lot::Mutex;
 use std::sync::Arc;
 use std::time::Duration;
+use wharf_fleet::{Scheduler, SchedulerConfig};
 use wharf_prober::*;
 use wharf_tests::promtool::check_metrics;
 

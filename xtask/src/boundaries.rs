@@ -66,8 +66,15 @@ const RULES: &[Rule] = &[
         never_reaches: &["redb"],
     },
     Rule {
+        krate: "wharf-fleet",
+        may_use: &["wharf-prober", "wharf-store", "wharf-state"],
+        externals_only: None,
+        never_reaches: &[],
+    },
+    Rule {
         krate: "wharf-node",
         may_use: &[
+            "wharf-fleet",
             "wharf-alloc",
             "wharf-task",
             "wharf-store",

@@ -159,17 +159,6 @@ pub enum ProberError {
     /// No worker with this id.
     #[error("no worker {0:?}")]
     UnknownWorker(String),
-    /// No work with this id.
-    #[error("no work {0:?}")]
-    UnknownWork(String),
-    /// Work cannot be submitted as asked.
-    #[error("cannot submit {id:?}: {reason}")]
-    Submit {
-        /// The work's id.
-        id: String,
-        /// Why not: a duplicate id, an id the runner-list grammar cannot carry, a full queue.
-        reason: String,
-    },
     /// The worker cannot do this in its current state.
     #[error("worker {worker} cannot {action}: {reason}")]
     NotAllowed {

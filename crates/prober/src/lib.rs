@@ -18,18 +18,16 @@
 //!   creates back ([`HoldReason`]).
 //! - [`executor`]: the [`Executor`] seam and the [`ScriptedExecutor`] for tests;
 //!   [`ssh`] ([`SshExecutor`], on russh) and [`LocalExecutor`] (`sh -c`) implement it.
-//! - [`scheduler`]: the [`Scheduler`]: places work on the least-loaded worker with room,
-//!   queues it while none has room, and follows it through the run probes until it ends.
 //! - [`instance`]: the [`InstanceSet`] seam (the cloud), with [`LoopbackInstanceSet`] (this
 //!   host) and [`StaticInstanceSet`] (machines the user already has).
 //! - [`runner_list`]: the runner-list grammar; [`quote`]: shell quoting of ids and paths.
 //! - [`clock`]: the injected [`Clock`] ([`SystemClock`], [`FakeClock`]).
 //!
 //! Its neighbours: the runner on each worker is wharf's node CLI (`wharf alloc list --probe`)
-//! or any runner speaking the same grammar (crunch-run); the node crate wires a pool into the
-//! agent. This crate depends on no other wharf crate, reads time only through [`Clock`], runs
-//! commands only through an [`Executor`], and prints nothing (it logs with `tracing`, with a
-//! `worker` field).
+//! or any runner speaking the same grammar (crunch-run); wharf-fleet places work on the pool's
+//! workers and follows it, and this crate knows nothing of scheduling. It depends on no other
+//! wharf crate, reads time only through [`Clock`], runs commands only through an [`Executor`],
+//! and prints nothing (it logs with `tracing`, with a `worker` field).
 //!
 //! # Where it differs from Arvados, on purpose
 //!
@@ -72,7 +70,6 @@ mod metrics;
 pub mod pool;
 mod quote;
 pub mod runner_list;
-pub mod scheduler;
 #[cfg(feature = "ssh")]
 pub mod ssh;
 mod static_set;
@@ -91,7 +88,6 @@ pub use local::LocalExecutor;
 pub use loopback::{LoopbackConfig, LoopbackInstanceSet};
 pub use pool::{BrakeConfig, Creating, InstanceView, NewExecutor, Pool, PoolConfig};
 pub use quote::quote;
-pub use scheduler::{Phase, Placement, Scheduler, SchedulerConfig};
 #[cfg(feature = "ssh")]
 pub use ssh::{SshExecutor, SshTarget};
 
@@ -106,7 +102,5 @@ pub use worker::{
 
 #[cfg(test)]
 mod pool_tests;
-#[cfg(test)]
-mod scheduler_tests;
 #[cfg(test)]
 mod worker_tests;

@@ -24,7 +24,8 @@ use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
-use wharf_prober::{IdleBehavior, InstanceId, Phase, Placement, ProberError, WorkerView};
+use wharf_fleet::{FleetError, Phase, Placement};
+use wharf_prober::{IdleBehavior, InstanceId, ProberError, WorkerView};
 
 type ApiResult<T> = Result<T, ApiError>;
 
@@ -55,15 +56,21 @@ async fn require_token(State(fleet): State<Arc<Fleet>>, request: Request, next: 
     }
 }
 
-fn prober_error(error: ProberError) -> ApiError {
-    let status = match &error {
-        ProberError::UnknownWorker(_) | ProberError::UnknownWork(_) => StatusCode::NOT_FOUND,
+fn prober_error(error: &ProberError) -> ApiError {
+    let status = match error {
+        ProberError::UnknownWorker(_) => StatusCode::NOT_FOUND,
         ProberError::NotAllowed { .. } => StatusCode::CONFLICT,
-        ProberError::Submit { reason, .. } if reason.contains("queue is full") => {
-            StatusCode::SERVICE_UNAVAILABLE
-        }
-        ProberError::Submit { .. } => StatusCode::CONFLICT,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    ApiError::new(status, error.to_string())
+}
+
+fn fleet_error(error: FleetError) -> ApiError {
+    let status = match &error {
+        FleetError::Prober(error) => return prober_error(error),
+        FleetError::UnknownWork(_) => StatusCode::NOT_FOUND,
+        FleetError::QueueFull { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        FleetError::Submit { .. } => StatusCode::CONFLICT,
     };
     ApiError::new(status, error.to_string())
 }
@@ -144,7 +151,7 @@ async fn submit(
     // Workers get the checked spec in JSON, whatever the user wrote.
     let payload = serde_json::to_vec(&job.to_spec())
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-    let placement = fleet.scheduler().submit(&id, payload).map_err(prober_error)?;
+    let placement = fleet.scheduler().submit(&id, payload).map_err(fleet_error)?;
     let version = *fleet.scheduler().subscribe().borrow();
     Ok((StatusCode::CREATED, axum::Json(describe(&fleet, placement, version))).into_response())
 }
@@ -181,7 +188,7 @@ async fn status(
     }
     let version = *changes.borrow();
     let placement =
-        fleet.scheduler().get(&id).ok_or_else(|| prober_error(ProberError::UnknownWork(id)))?;
+        fleet.scheduler().get(&id).ok_or_else(|| fleet_error(FleetError::UnknownWork(id)))?;
     Ok(axum::Json(describe(&fleet, placement, version)))
 }
 
@@ -190,7 +197,7 @@ async fn stop(
     Path(id): Path<String>,
 ) -> ApiResult<axum::Json<FleetAlloc>> {
     let placement =
-        fleet.scheduler().stop(&id, "stopped through the fleet API").await.map_err(prober_error)?;
+        fleet.scheduler().stop(&id, "stopped through the fleet API").await.map_err(fleet_error)?;
     let version = *fleet.scheduler().subscribe().borrow();
     Ok(axum::Json(describe(&fleet, placement, version)))
 }
@@ -249,7 +256,7 @@ async fn worker_action(
             }
         },
     };
-    result.map_err(prober_error)?;
+    result.map_err(|e| prober_error(&e))?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -1,7 +1,8 @@
 //! `wharf fleet`: a pool of workers, each running the wharf node agent, and a scheduler that
 //! places allocations on them, as Arvados' dispatcher keeps instances running crunch-run.
 //!
-//! This module only wires wharf-prober's parts to the `wharf` binary:
+//! This module only wires wharf-prober's pool and wharf-fleet's scheduler to the `wharf`
+//! binary:
 //! - the runner is `wharf` itself, deployed to every worker by sha256; the run probe is
 //!   `wharf alloc list --probe`, a start is `wharf run --detach - --id ID` with the job spec on
 //!   stdin, a stop is `wharf alloc stop --wait`, and `wharf alloc outcome ID` says how an
@@ -21,11 +22,11 @@ use config::{FleetConfig, Instances};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+use wharf_fleet::{Scheduler, SchedulerConfig};
 use wharf_prober::{
     BrakeConfig, Clock, Executor, IdleBehavior, Instance, InstanceId, InstanceSet, LocalExecutor,
-    LoopbackConfig, LoopbackInstanceSet, NewExecutor, Pool, PoolConfig, RunnerConfig, Scheduler,
-    SchedulerConfig, SshExecutor, StaticConfig, StaticHost, StaticInstanceSet, SystemClock, Tag,
-    Timeouts, WorkerConfig, quote,
+    LoopbackConfig, LoopbackInstanceSet, NewExecutor, Pool, PoolConfig, RunnerConfig, SshExecutor,
+    StaticConfig, StaticHost, StaticInstanceSet, SystemClock, Tag, Timeouts, WorkerConfig, quote,
 };
 
 /// Idle workers are kept: a fleet of fixed size is not shrunk for idleness.

@@ -12,7 +12,7 @@
 //!   one whose answer was lost (a timeout, a dropped connection) may have started, so it counts
 //!   as running until a probe says otherwise;
 //! - work a probe no longer lists has ended: the runner is asked how
-//!   ([`RunnerConfig::outcome_args`](crate::RunnerConfig)), and work the runner never received
+//!   ([`RunnerConfig::outcome_args`](wharf_prober::RunnerConfig)), and work the runner never received
 //!   after a start that was not acknowledged goes back to the queue;
 //! - work on a worker that is shut down or gone is `lost`; if that worker comes back still
 //!   running it, it is stopped there, since it was written off;
@@ -26,12 +26,7 @@
 //! also drive it step by step on a fake clock with scripted workers; [`Scheduler::run`] is the
 //! same on real time.
 
-use crate::ProberError;
-use crate::clock::{Clock, Moment};
-use crate::config::limit;
-use crate::instance::InstanceId;
-use crate::pool::{InstanceView, Pool};
-use crate::worker::{IdleBehavior, State, WorkerView};
+use crate::FleetError;
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fmt::Write;
@@ -39,6 +34,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tracing::{debug, info, warn};
+use wharf_prober::{
+    Clock, IdleBehavior, InstanceId, InstanceView, Moment, Pool, ProberError, State, WorkerView,
+};
+
+/// A count limit as configured: 0 means no limit.
+fn limit(configured: usize) -> usize {
+    if configured == 0 { usize::MAX } else { configured }
+}
 
 /// How the scheduler places work. A limit of 0 means no limit, as in the pool's configuration.
 #[derive(Debug, Clone)]
@@ -265,7 +268,7 @@ pub struct Scheduler {
 
 impl Scheduler {
     /// A scheduler over `pool`, reading time from the pool's clock.
-    pub fn new(pool: Pool, config: SchedulerConfig) -> Result<Scheduler, ProberError> {
+    pub fn new(pool: Pool, config: SchedulerConfig) -> Result<Scheduler, FleetError> {
         Ok(Scheduler {
             shared: Arc::new(Shared {
                 clock: pool.clock().clone(),
@@ -296,8 +299,8 @@ impl Scheduler {
 
     /// Queues work `id` with `payload`. The id must be printable ASCII without spaces (the
     /// runner-list grammar carries it) and new.
-    pub fn submit(&self, id: &str, payload: Vec<u8>) -> Result<Placement, ProberError> {
-        let refuse = |reason: String| ProberError::Submit { id: id.to_owned(), reason };
+    pub fn submit(&self, id: &str, payload: Vec<u8>) -> Result<Placement, FleetError> {
+        let refuse = |reason: String| FleetError::Submit { id: id.to_owned(), reason };
         if id.is_empty() || !id.bytes().all(|b| b.is_ascii_graphic()) {
             return Err(refuse("an id must be printable ASCII without spaces".into()));
         }
@@ -312,10 +315,10 @@ impl Scheduler {
                 return Err(refuse("that id is taken".into()));
             }
             if inner.queue.len() >= limit(self.shared.config.max_queued) {
-                return Err(refuse(format!(
-                    "the queue is full ({} waiting)",
-                    self.shared.config.max_queued
-                )));
+                return Err(FleetError::QueueFull {
+                    id: id.to_owned(),
+                    limit: self.shared.config.max_queued,
+                });
             }
             let placement = Placement::queued(id, now);
             inner.entries.insert(
@@ -347,13 +350,13 @@ impl Scheduler {
 
     /// Stops work: queued work is cancelled, started work is killed on its worker (and ends
     /// as the runner reports once the probes stop listing it). Final work is left as it is.
-    pub async fn stop(&self, id: &str, reason: &str) -> Result<Placement, ProberError> {
+    pub async fn stop(&self, id: &str, reason: &str) -> Result<Placement, FleetError> {
         let now = self.shared.clock.now();
         let running = {
             let mut inner = self.shared.inner.lock();
             let inner = &mut *inner;
             let entry =
-                inner.entries.get_mut(id).ok_or_else(|| ProberError::UnknownWork(id.to_owned()))?;
+                inner.entries.get_mut(id).ok_or_else(|| FleetError::UnknownWork(id.to_owned()))?;
             match entry.placement.phase {
                 Phase::Queued => {
                     inner.queue.retain(|queued| queued != id);
@@ -368,7 +371,7 @@ impl Scheduler {
             debug!(work = %id, "no worker lists it (yet); stopping it when one does");
         }
         self.notify();
-        self.get(id).ok_or_else(|| ProberError::UnknownWork(id.to_owned()))
+        self.get(id).ok_or_else(|| FleetError::UnknownWork(id.to_owned()))
     }
 
     /// Reconciles the work with the workers, then starts what fits; waits for those starts and

@@ -2,12 +2,12 @@
 //! work they were given: placement and queueing, refused and unconfirmed starts, outcomes,
 //! lost workers and work found again, adoption, stops, and bad submissions.
 
-use crate::executor::{Executor, Output};
 use crate::*;
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
+use wharf_prober::*;
 
 fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
@@ -415,7 +415,7 @@ fn stop_cancels_queued_work_and_kills_running_work() {
     assert!(h.running_on("h1").is_empty(), "b never started");
     assert!(matches!(
         h.runtime.block_on(h.scheduler.stop("nope", "x")),
-        Err(ProberError::UnknownWork(_))
+        Err(FleetError::UnknownWork(_))
     ));
 }
 

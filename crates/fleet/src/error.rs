@@ -1,0 +1,30 @@
+//! The one error type of wharf-fleet.
+
+use wharf_prober::ProberError;
+
+/// Everything that can go wrong placing and following work.
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    /// No work with this id.
+    #[error("no work {0:?}")]
+    UnknownWork(String),
+    /// Work cannot be submitted as asked.
+    #[error("cannot submit {id:?}: {reason}")]
+    Submit {
+        /// The work's id.
+        id: String,
+        /// Why not: a duplicate id, an id the runner-list grammar cannot carry.
+        reason: String,
+    },
+    /// The queue holds as much as it may; the submission was not taken.
+    #[error("cannot submit {id:?}: the queue is full ({limit} waiting)")]
+    QueueFull {
+        /// The work's id.
+        id: String,
+        /// The configured limit.
+        limit: usize,
+    },
+    /// The pool refused or failed.
+    #[error(transparent)]
+    Prober(#[from] ProberError),
+}
