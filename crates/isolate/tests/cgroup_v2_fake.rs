@@ -196,6 +196,7 @@ fn kills_use_cgroup_kill_where_the_kernel_has_it() {
     let cgroup =
         cgroups.create("a1/web/00000002", &cgroups.limits(&resources(64, None, 0), None)).unwrap();
     let dir = "wharf/share/a1.web.00000002";
+    fake.write(&format!("{dir}/cgroup.kill"), "");
     let mut sent = Vec::new();
     // Empty: nothing is written.
     assert_eq!(
@@ -207,12 +208,8 @@ fn kills_use_cgroup_kill_where_the_kernel_has_it() {
             .unwrap(),
         0
     );
-    assert!(!fake.path(&format!("{dir}/cgroup.kill")).exists());
-    fake.write(
-        &format!("{dir}/cgroup.procs"),
-        "4242
-",
-    );
+    assert_eq!(fake.read(&format!("{dir}/cgroup.kill")), "", "nothing is written");
+    fake.write(&format!("{dir}/cgroup.procs"), "4242\n");
     assert_eq!(
         cgroup
             .kill_all(&mut |pid| {
@@ -234,6 +231,7 @@ fn without_cgroup_kill_the_cgroup_is_frozen_killed_and_thawed() {
         cgroups.create("a1/web/00000003", &cgroups.limits(&resources(64, None, 0), None)).unwrap();
     let dir = "wharf/share/a1.web.00000003";
     fake.write(&format!("{dir}/cgroup.procs"), "4242\n4243\n");
+    fake.write(&format!("{dir}/cgroup.freeze"), "0");
     fake.write(&format!("{dir}/cgroup.events"), "populated 1\nfrozen 1\n");
     let mut sent = Vec::new();
     let frozen_when_sent = std::cell::Cell::new(true);

@@ -646,40 +646,68 @@ pub struct TaskCgroup {
     files: Arc<OpenFiles>,
 }
 
-/// The files a task's stats and OOM record are read from, kept open once read: opening a
-/// cgroup file again costs ten to thirty times reading it again (the lookups through kernfs),
-/// and a metrics scrape reads every running task's. Closed when the cgroup is removed.
+/// The files of a task's cgroup its stats, OOM record and kills use, kept open once used:
+/// opening a cgroup file again costs ten to thirty times reading it again (the lookups through
+/// kernfs), and a metrics scrape reads every running task's, a stop of many tasks freezes each.
+/// Closed when the cgroup is removed.
 #[derive(Debug, Default)]
-struct OpenFiles(Mutex<Vec<(PathBuf, std::fs::File)>>);
+struct OpenFiles(Mutex<Vec<(PathBuf, Access, std::fs::File)>>);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    Read,
+    Write,
+}
 
 impl OpenFiles {
-    /// The whole of `path` as the kernel writes it now.
-    fn read(&self, path: &Path) -> Result<String, IsolateError> {
-        use std::os::unix::fs::FileExt;
+    /// Runs `with` on `path` opened for `access`, opening it the first time.
+    fn with<T>(
+        &self,
+        path: &Path,
+        access: Access,
+        with: impl FnOnce(&std::fs::File) -> io::Result<T>,
+    ) -> Result<T, IsolateError> {
         let mut files = self.0.lock();
-        let index = match files.iter().position(|(p, _)| p == path) {
+        let index = match files.iter().position(|(p, a, _)| p == path && *a == access) {
             Some(index) => index,
             None => {
-                let file = std::fs::File::open(path).map_err(IsolateError::io(path))?;
-                files.push((path.to_owned(), file));
+                let file = match access {
+                    Access::Read => std::fs::File::open(path),
+                    Access::Write => std::fs::OpenOptions::new().write(true).open(path),
+                }
+                .map_err(IsolateError::io(path))?;
+                files.push((path.to_owned(), access, file));
                 files.len() - 1
             }
         };
-        let file = &files[index].1;
-        // Reading from offset 0 makes the kernel write the file afresh.
-        let mut bytes = Vec::with_capacity(1024);
-        let mut chunk = [0u8; 4096];
-        loop {
-            let n = file.read_at(&mut chunk, bytes.len() as u64).map_err(IsolateError::io(path))?;
-            if n == 0 {
-                break;
+        with(&files[index].2).map_err(IsolateError::io(path))
+    }
+
+    /// The whole of `path` as the kernel writes it now.
+    fn read(&self, path: &Path) -> Result<String, IsolateError> {
+        use std::os::unix::fs::FileExt;
+        let bytes = self.with(path, Access::Read, |file| {
+            // Reading from offset 0 makes the kernel write the file afresh.
+            let mut bytes = Vec::with_capacity(1024);
+            let mut chunk = [0u8; 4096];
+            loop {
+                let n = file.read_at(&mut chunk, bytes.len() as u64)?;
+                if n == 0 {
+                    return Ok(bytes);
+                }
+                bytes.extend_from_slice(&chunk[..n]);
             }
-            bytes.extend_from_slice(&chunk[..n]);
-        }
+        })?;
         String::from_utf8(bytes).map_err(|_| IsolateError::Unreadable {
             path: path.to_owned(),
             reason: "not text".into(),
         })
+    }
+
+    /// Writes `value` to `path` in one call.
+    fn write(&self, path: &Path, value: &str) -> Result<(), IsolateError> {
+        use std::os::unix::fs::FileExt;
+        self.with(path, Access::Write, |file| file.write_at(value.as_bytes(), 0).map(drop))
     }
 
     fn number(&self, path: &Path) -> Result<u64, IsolateError> {
@@ -810,10 +838,17 @@ impl TaskCgroup {
     /// The processes in it (thread group ids).
     pub fn pids(&self) -> Result<Vec<i32>, IsolateError> {
         let path = self.procs_dir()?.join("cgroup.procs");
-        let text = match std::fs::read_to_string(&path) {
+        let text = match self.files.read(&path) {
             Ok(text) => text,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(IsolateError::Io { path, source: e }),
+            // Gone: it holds nothing.
+            Err(IsolateError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+                return Ok(Vec::new());
+            }
+            // Removed while its files were open.
+            Err(IsolateError::Io { source, .. }) if source.raw_os_error() == Some(libc::ENODEV) => {
+                return Ok(Vec::new());
+            }
+            Err(error) => return Err(error),
         };
         Ok(text.lines().filter_map(|l| l.trim().parse().ok()).collect())
     }
@@ -831,14 +866,14 @@ impl TaskCgroup {
             return Ok(0);
         }
         if self.kill_file {
-            write(&dir.join("cgroup.kill"), "1")?;
+            self.files.write(&dir.join("cgroup.kill"), "1")?;
             return Ok(0);
         }
         let (state, frozen, thawed) = match self.version {
             Version::V1 => ("freezer.state", "FROZEN", "THAWED"),
             Version::V2 => ("cgroup.freeze", "1", "0"),
         };
-        write(&dir.join(state), frozen)?;
+        self.files.write(&dir.join(state), frozen)?;
         if !self.wait_frozen(dir) {
             tracing::warn!(cgroup = %self.name, "the cgroup did not freeze in time; killing what it holds anyway");
         }
@@ -854,7 +889,7 @@ impl TaskCgroup {
             }
         }
         // Thawed, the processes take their SIGKILL.
-        write(&dir.join(state), thawed)?;
+        self.files.write(&dir.join(state), thawed)?;
         pids.map(|_| sent)
     }
 
@@ -862,9 +897,11 @@ impl TaskCgroup {
     fn wait_frozen(&self, dir: &Path) -> bool {
         let is_frozen = || match self.version {
             Version::V1 => {
-                read_text(&dir.join("freezer.state")).is_ok_and(|s| s.trim() == "FROZEN")
+                self.files.read(&dir.join("freezer.state")).is_ok_and(|s| s.trim() == "FROZEN")
             }
-            Version::V2 => read_text(&dir.join("cgroup.events"))
+            Version::V2 => self
+                .files
+                .read(&dir.join("cgroup.events"))
                 .is_ok_and(|events| stats::field(&events, "frozen") == Some(1)),
         };
         let mut wait = Duration::from_micros(100);
