@@ -6,19 +6,17 @@
 //! On a host where cgroups cannot be written the scenarios are skipped, with the reason.
 
 use crate::Effort;
-use crate::exec::{finish, percentile, settle, shim, task};
+use crate::exec::{finish, percentile, settle, shim, start_all, stop_all, task};
 use crate::report::{Better, Row};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use wharf_driver::{Driver, TaskHandle};
+use wharf_driver::Driver;
 use wharf_exec::{RawExecDriver, TaskCgroups};
 use wharf_isolate::{CgroupOptions, CgroupParent, Cgroups, CpuSet};
 use wharf_state::Signal;
 
 const FULL_STARTS: usize = 1_000;
 const FULL_TASKS: usize = 1_000;
-/// Starts in flight at once when the many tasks start.
-const CONCURRENCY: usize = 16;
 
 pub(crate) fn run(effort: Effort) -> Vec<Row> {
     let shim = match shim() {
@@ -143,21 +141,7 @@ async fn many_tasks(
 ) -> (f64, f64) {
     let configs: Vec<_> =
         (0..tasks).map(|i| task(root, &format!("many{run}-{i}"), "sleep", &["600"])).collect();
-    let mut lanes = Vec::new();
-    for lane in configs.chunks(tasks.div_ceil(CONCURRENCY)) {
-        let (driver, lane) = (driver.clone(), lane.to_vec());
-        lanes.push(tokio::spawn(async move {
-            let mut handles = Vec::with_capacity(lane.len());
-            for config in lane {
-                handles.push(driver.start_task(config).await.unwrap());
-            }
-            handles
-        }));
-    }
-    let mut handles: Vec<TaskHandle> = Vec::with_capacity(tasks);
-    for lane in lanes {
-        handles.extend(lane.await.unwrap());
-    }
+    let handles = start_all(driver, configs).await;
 
     let started = Instant::now();
     for handle in &handles {
@@ -167,18 +151,7 @@ async fn many_tasks(
     let stats_ms = started.elapsed().as_secs_f64() * 1000.0;
 
     let started = Instant::now();
-    let stops: Vec<_> = handles
-        .iter()
-        .map(|h| {
-            let (driver, id) = (driver.clone(), h.id().clone());
-            tokio::spawn(async move {
-                driver.stop_task(&id, Duration::ZERO, Signal::Kill).await.unwrap();
-            })
-        })
-        .collect();
-    for stop in stops {
-        stop.await.unwrap();
-    }
+    stop_all(driver, &handles, Duration::ZERO, Signal::Kill).await;
     let stop_s = started.elapsed().as_secs_f64();
     for handle in &handles {
         finish(driver, handle).await;

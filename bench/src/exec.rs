@@ -281,8 +281,27 @@ async fn many_tasks(driver: &Arc<RawExecDriver>, root: &Path, run: usize, tasks:
         (0..tasks).map(|i| task(root, &format!("many{run}-{i}"), "sleep", &["600"])).collect();
     let rss_before = own_rss_kib();
     let started = Instant::now();
+    let handles = start_all(driver, configs).await;
+    let start_seconds = started.elapsed().as_secs_f64();
+    let agent_kib_per_task = (own_rss_kib() - rss_before).max(0.0) / tasks as f64;
+    let shims_private_mib = handles.iter().map(|h| private_kib(shim_pid(h))).sum::<f64>() / 1024.0;
+
+    let started = Instant::now();
+    stop_all(driver, &handles, Duration::from_secs(5), Signal::Term).await;
+    let stop_seconds = started.elapsed().as_secs_f64();
+    for handle in &handles {
+        finish(driver, handle).await;
+    }
+    Many { start_seconds, stop_seconds, shims_private_mib, agent_kib_per_task }
+}
+
+/// Starts every task, [`CONCURRENCY`] at a time, as many alloc runners would.
+pub(crate) async fn start_all(
+    driver: &Arc<RawExecDriver>,
+    configs: Vec<TaskConfig>,
+) -> Vec<TaskHandle> {
     let mut lanes = Vec::new();
-    let per_lane = tasks.div_ceil(CONCURRENCY);
+    let per_lane = configs.len().div_ceil(CONCURRENCY).max(1);
     for lane in configs.chunks(per_lane) {
         let (driver, lane) = (driver.clone(), lane.to_vec());
         lanes.push(tokio::spawn(async move {
@@ -293,32 +312,30 @@ async fn many_tasks(driver: &Arc<RawExecDriver>, root: &Path, run: usize, tasks:
             handles
         }));
     }
-    let mut handles = Vec::with_capacity(tasks);
+    let mut handles = Vec::with_capacity(configs.len());
     for lane in lanes {
         handles.extend(lane.await.unwrap());
     }
-    let start_seconds = started.elapsed().as_secs_f64();
-    let agent_kib_per_task = (own_rss_kib() - rss_before).max(0.0) / tasks as f64;
-    let shims_private_mib = handles.iter().map(|h| private_kib(shim_pid(h))).sum::<f64>() / 1024.0;
+    handles
+}
 
-    let started = Instant::now();
+/// Stops every task at once, and returns when all are gone.
+pub(crate) async fn stop_all(
+    driver: &Arc<RawExecDriver>,
+    handles: &[TaskHandle],
+    timeout: Duration,
+    signal: Signal,
+) {
     let stops: Vec<_> = handles
         .iter()
         .map(|h| {
             let (driver, id) = (driver.clone(), h.id().clone());
-            tokio::spawn(async move {
-                driver.stop_task(&id, Duration::from_secs(5), Signal::Term).await.unwrap();
-            })
+            tokio::spawn(async move { driver.stop_task(&id, timeout, signal).await.unwrap() })
         })
         .collect();
     for stop in stops {
         stop.await.unwrap();
     }
-    let stop_seconds = started.elapsed().as_secs_f64();
-    for handle in &handles {
-        finish(driver, handle).await;
-    }
-    Many { start_seconds, stop_seconds, shims_private_mib, agent_kib_per_task }
 }
 
 pub(crate) fn percentile(samples: &[f64], p: f64) -> f64 {
