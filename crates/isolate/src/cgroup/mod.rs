@@ -1108,7 +1108,16 @@ fn enable_controllers(base: &Path, dir: &Path, offered: &str) -> Result<(), Isol
     }
     for level in levels {
         let path = level.join("cgroup.subtree_control");
-        if let Err(e) = std::fs::write(&path, &change) {
+        let mut written = std::fs::write(&path, &change);
+        // v2 lets a cgroup hand its controllers down only while it holds no process itself,
+        // and the agent's own cgroup holds the agent. As a delegated systemd unit does
+        // (`DelegateSubgroup=`), its processes move to a leaf of their own beside the task
+        // cgroups, and the cgroup is asked again.
+        if written.as_ref().is_err_and(|e| e.raw_os_error() == Some(libc::EBUSY)) && level == base {
+            evacuate(&level)?;
+            written = std::fs::write(&path, &change);
+        }
+        if let Err(e) = written {
             return Err(if e.raw_os_error() == Some(libc::EBUSY) {
                 IsolateError::Unavailable {
                     reason: format!(
@@ -1123,6 +1132,35 @@ fn enable_controllers(base: &Path, dir: &Path, offered: &str) -> Result<(), Isol
             });
         }
     }
+    Ok(())
+}
+
+/// The leaf a v2 cgroup's own processes move to, so that it can hand controllers down.
+const AGENT_LEAF: &str = "agent";
+
+/// Moves every process of the v2 cgroup `dir` into its leaf [`AGENT_LEAF`] (made if needed).
+/// A process that exits meanwhile is skipped.
+fn evacuate(dir: &Path) -> Result<(), IsolateError> {
+    let leaf = dir.join(AGENT_LEAF);
+    match std::fs::create_dir(&leaf) {
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
+            return Err(IsolateError::Io { path: leaf, source: e });
+        }
+        _ => {}
+    }
+    let procs = read_text(&dir.join("cgroup.procs"))?;
+    let target = leaf.join("cgroup.procs");
+    for pid in procs.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .open(&target)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, pid.as_bytes()))
+        {
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+            result => result.map_err(IsolateError::io(&target))?,
+        }
+    }
+    tracing::info!(from = %dir.display(), to = %leaf.display(), "moved the agent's cgroup's processes to a leaf, so the cgroup can hand controllers to the task cgroups");
     Ok(())
 }
 
@@ -1145,5 +1183,24 @@ fn remove_dir(path: &Path) -> Result<(), IsolateError> {
             Err(IsolateError::Io { path: path.to_owned(), source: e })
         }
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn evacuating_moves_each_process_to_the_leaf() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("cgroup.procs"), "41\n42\n").unwrap();
+        std::fs::create_dir(dir.path().join(AGENT_LEAF)).unwrap();
+        // The kernel's file exists in a new cgroup; a fake one must be made.
+        std::fs::write(dir.path().join(AGENT_LEAF).join("cgroup.procs"), "").unwrap();
+        evacuate(dir.path()).unwrap();
+        // A fake file keeps the last write: each pid is written on its own.
+        let written = std::fs::read_to_string(dir.path().join("agent/cgroup.procs")).unwrap();
+        assert_eq!(written, "42");
+        assert!(evacuate(&dir.path().join("missing")).is_err());
     }
 }
