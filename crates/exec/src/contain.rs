@@ -14,6 +14,7 @@ use wharf_driver::{DriverError, ResourceUsage, TaskConfig, UsageSource};
 use wharf_isolate::cgroup::CgroupStats;
 use wharf_isolate::{Cgroups, IsolateError, TaskCgroup};
 
+use crate::handle::Identity;
 use crate::sys::{self, Pid};
 
 /// Whether a driver's tasks get cgroups, and from which manager.
@@ -104,12 +105,28 @@ fn kill_frozen(pid: i32) -> io::Result<()> {
     sys::pidfd_signal(&pidfd, libc::SIGKILL)
 }
 
-/// Kills every process of a task's cgroup, escaped ones included.
-pub(crate) fn kill_cgroup(cgroup: &TaskCgroup) -> Result<(), DriverError> {
-    cgroup
-        .kill_all(&mut kill_frozen)
-        .map(drop)
-        .map_err(|e| DriverError::other(format!("cannot kill the task's cgroup: {e}")))
+/// Kills every process of a task's cgroup, escaped ones included. `main` is the task's main
+/// process, whose shim is alive.
+///
+/// When the cgroup holds the main process alone, as most tasks' do, it is killed through its
+/// identity-checked pidfd, without freezing the cgroup: a child it forks meanwhile is a
+/// descendant of the shim, which kills whatever the task left when its main process dies, and
+/// the cgroup is killed whole again when the task is destroyed.
+pub(crate) fn kill_cgroup(cgroup: &TaskCgroup, main: &Identity) -> Result<(), DriverError> {
+    let failed = |e: &dyn std::fmt::Display| {
+        DriverError::other(format!("cannot kill the task's cgroup: {e}"))
+    };
+    let pids = cgroup.pids().map_err(|e| failed(&e))?;
+    if let ([only], Some(pid)) = (pids.as_slice(), main.pid)
+        && *only == pid.get()
+        && let Some(pidfd) = main.open()?
+    {
+        return match sys::pidfd_signal(&pidfd, libc::SIGKILL) {
+            Err(e) if e.raw_os_error() != Some(libc::ESRCH) => Err(failed(&e)),
+            _ => Ok(()),
+        };
+    }
+    cgroup.kill_all(&mut kill_frozen).map(drop).map_err(|e| failed(&e))
 }
 
 /// Kills what is left in a task's cgroup and removes it, logging what fails (the orphan sweep

@@ -662,7 +662,7 @@ impl Driver for RawExecDriver {
         }
         match &task.cgroup {
             // Everything in the cgroup, processes that left the task's group included.
-            Some(cgroup) => contain::kill_cgroup(cgroup)?,
+            Some(cgroup) => contain::kill_cgroup(cgroup, &task.state.task())?,
             None => drop(RawExecDriver::signal_group(&task, libc::SIGKILL)?),
         }
         tokio::time::timeout(self.options.kill_grace, task.wait()).await.map(drop).map_err(|_| {

@@ -284,3 +284,35 @@ async fn without_cgroups_tasks_run_plain_and_a_hard_limit_is_refused() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A cgroup that holds the main process alone is killed through that process's pidfd (no
+/// freeze); the task ends by SIGKILL, and its cgroup is empty and removed after destroy.
+#[tokio::test]
+async fn a_lone_main_process_is_killed_without_a_freeze() {
+    let scratch = CgroupScratch::new(Some(64));
+    let driver = scratch.driver();
+    let root = tempfile::tempdir().unwrap();
+    let handle = driver
+        .start_task(config(
+            root.path(),
+            "lone",
+            serde_json::json!({"command": "sleep", "args": ["600"]}),
+        ))
+        .await
+        .unwrap();
+    let procs = cgroup_dir(&scratch, &handle, "freezer").join("cgroup.procs");
+    assert_eq!(std::fs::read_to_string(&procs).unwrap().trim(), pid_of(&handle).to_string());
+    timeout(LIMIT, driver.stop_task(handle.id(), Duration::ZERO, Signal::Kill))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(wait(&driver, &handle).await, ExitResult::signalled(libc::SIGKILL));
+    assert_eq!(
+        std::fs::read_to_string(cgroup_dir(&scratch, &handle, "freezer").join("freezer.state"))
+            .unwrap()
+            .trim(),
+        "THAWED"
+    );
+    driver.destroy_task(handle.id(), false).await.unwrap();
+    assert!(!procs.exists());
+}

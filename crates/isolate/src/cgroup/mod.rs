@@ -904,6 +904,14 @@ impl TaskCgroup {
                 .read(&dir.join("cgroup.events"))
                 .is_ok_and(|events| stats::field(&events, "frozen") == Some(1)),
         };
+        // Frozen at once, as a sleeping process is; else a running one needs a CPU to reach
+        // the freezer, which the first waits give it.
+        for _ in 0..3 {
+            if is_frozen() {
+                return true;
+            }
+            std::thread::yield_now();
+        }
         let mut wait = Duration::from_micros(100);
         let mut waited = Duration::ZERO;
         loop {
