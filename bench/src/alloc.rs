@@ -63,6 +63,7 @@ async fn start_all(count: usize) -> (Duration, f64) {
                 desired_status: DesiredStatus::Run,
                 modify_index: 1,
                 deployment_id: None,
+                ports: Vec::new(),
             };
             AllocRunner::new(
                 AllocRunnerConfig::new(alloc, store.clone(), dir.join(format!("allocs/bench-{i}")))

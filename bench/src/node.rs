@@ -306,6 +306,7 @@ async fn restore_finished(config: NodeConfig, count: usize) -> Duration {
                     desired_status: wharf_state::DesiredStatus::Run,
                     modify_index: 1,
                     deployment_id: None,
+                    ports: Vec::new(),
                 };
                 let batch = wharf_store::WriteBatch::new()
                     .put_allocation(&alloc)

@@ -44,6 +44,7 @@ impl Node {
             desired_status: DesiredStatus::Run,
             modify_index: 1,
             deployment_id: None,
+            ports: Vec::new(),
         };
         Node { dir: tempfile::tempdir().unwrap(), alloc }
     }

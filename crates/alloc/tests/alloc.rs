@@ -112,6 +112,7 @@ impl Harness {
                 desired_status: DesiredStatus::Run,
                 modify_index: 1,
                 deployment_id: None,
+                ports: Vec::new(),
             },
             dir: tempfile::tempdir().unwrap(),
         }

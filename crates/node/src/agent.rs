@@ -383,6 +383,7 @@ impl Agent {
             desired_status: DesiredStatus::Run,
             modify_index: 1,
             deployment_id: None,
+            ports: Vec::new(),
         };
         // Held from the check until the allocation is managed, so two submissions of one id
         // cannot both pass it.

@@ -10,6 +10,7 @@ use crate::time::Timestamp;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
+use std::net::{IpAddr, SocketAddr};
 
 /// One task group of a job, placed on this node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -27,6 +28,28 @@ pub struct Allocation {
     /// The deployment it is part of, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deployment_id: Option<String>,
+    /// The node's ports it holds, one per port of its group's network, set when the node
+    /// accepted it and held until it ends.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<AllocatedPort>,
+}
+
+/// A port of the node held by an allocation.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct AllocatedPort {
+    /// The label in the group's `network.port.<label>`.
+    pub label: String,
+    /// The port number.
+    pub value: u16,
+    /// The address it is reached at.
+    pub host_ip: IpAddr,
+}
+
+impl AllocatedPort {
+    /// `ip:port`, with brackets around an IPv6 address.
+    pub fn address(&self) -> SocketAddr {
+        SocketAddr::new(self.host_ip, self.value)
+    }
 }
 
 /// What the allocation should be doing.
@@ -78,6 +101,7 @@ impl Allocation {
             desired_status: DesiredStatus::Run,
             modify_index: 0,
             deployment_id: None,
+            ports: Vec::new(),
         }
     }
 
@@ -88,6 +112,11 @@ impl Allocation {
             job_id: self.job.id.clone(),
             group: self.task_group.clone(),
         })
+    }
+
+    /// The port it holds under `label`, if any.
+    pub fn port(&self, label: &str) -> Option<&AllocatedPort> {
+        self.ports.iter().find(|p| p.label == label)
     }
 
     /// The server side wants it stopped: no task should start.
@@ -165,6 +194,9 @@ pub struct DeploymentStatus {
     pub healthy: Option<bool>,
     /// When health was last set.
     pub timestamp: Option<Timestamp>,
+    /// Why it is unhealthy, when it is and the node knows why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
     /// Whether the allocation is a canary.
     pub canary: bool,
     /// Grows with every change.

@@ -1,21 +1,27 @@
 #![doc = include_str!("../README.md")]
 //!
-//! Modules: [`spec`] (jobs, groups, tasks, parsing), [`alloc`] (allocations, client status),
-//! [`task_state`] (a task's state and events), [`resources`] (what an allocation needs of a
-//! node, and whether it fits), and the value types [`duration`], [`signal`] and [`time`]. What
-//! a user needs is re-exported here.
+//! Modules: [`spec`] (jobs, groups, tasks, parsing), [`alloc`] (allocations, the ports they
+//! hold, client status), [`service`] (the group's ports, the tasks' services and checks, how
+//! health is judged), [`task_state`] (a task's state and events), [`resources`] (what an
+//! allocation needs of a node, and whether it fits), and the value types [`duration`],
+//! [`signal`] and [`time`]. What a user needs is re-exported here.
 
 pub mod alloc;
 pub mod duration;
 pub mod resources;
+pub mod service;
 pub mod signal;
 pub mod spec;
 pub mod task_state;
 pub mod time;
 
 pub use alloc::{
-    AllocState, Allocation, ClientStatus, DeploymentStatus, DesiredStatus, InvalidAllocId,
-    check_alloc_id, client_status,
+    AllocState, AllocatedPort, Allocation, ClientStatus, DeploymentStatus, DesiredStatus,
+    InvalidAllocId, check_alloc_id, client_status,
+};
+pub use service::{
+    Check, CheckKind, CheckRestart, CheckRestartPolicy, HealthCheck, Network, PortSpec, Service,
+    UpdateStrategy,
 };
 pub use signal::Signal;
 pub use spec::{
@@ -32,4 +38,6 @@ pub use serde_json;
 /// The version of the serialised form of this crate's types.
 ///
 /// 2: a task's `resources` write `memory` (read also as `memory_mb`), `memory_max` and `cores`.
-pub const FORMAT_VERSION: u16 = 2;
+/// 3: specs have ports, services, checks and the update block; allocations the ports they
+/// hold; a deployment status its reason; task events `alloc_unhealthy`.
+pub const FORMAT_VERSION: u16 = 3;

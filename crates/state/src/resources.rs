@@ -184,11 +184,18 @@ mod tests {
             kill_signal: crate::Signal::Term,
             restart: Default::default(),
             resources: Resources { cpu, memory, ..Resources::default() },
+            services: Vec::new(),
         }
     }
 
     fn group(tasks: Vec<Task>) -> TaskGroup {
-        TaskGroup { name: "g".into(), restart: Default::default(), tasks }
+        TaskGroup {
+            name: "g".into(),
+            restart: Default::default(),
+            network: None,
+            update: None,
+            tasks,
+        }
     }
 
     fn amount(cpu_mhz: u64, memory_mb: u64, cores: u32) -> Amount {

@@ -6,6 +6,7 @@
 //! Which drivers exist is not known here: [`Job::check_drivers`] takes that from the caller.
 
 use crate::duration;
+use crate::service::{self, Network, Service, UpdateStrategy};
 use crate::signal::Signal;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
@@ -60,6 +61,12 @@ pub struct TaskGroup {
     /// Restart settings for every task of the group; a task's own settings win.
     #[serde(default, skip_serializing_if = "RestartOverrides::is_empty")]
     pub restart: RestartOverrides,
+    /// The ports an allocation of the group holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<Network>,
+    /// How the allocation's health is judged; Nomad's defaults when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update: Option<UpdateStrategy>,
     /// The tasks, in the order the user wrote them.
     #[serde(rename = "task")]
     pub tasks: Vec<Task>,
@@ -97,6 +104,9 @@ pub struct Task {
     /// What the task may use.
     #[serde(default)]
     pub resources: Resources,
+    /// The services it offers, with their checks.
+    #[serde(default, rename = "service", skip_serializing_if = "Vec::is_empty")]
+    pub services: Vec<Service>,
 }
 
 /// A task may not be called this: `<alloc dir>/alloc` is the directory its group shares.
@@ -380,6 +390,7 @@ impl Task {
             kill_signal: DEFAULT_KILL_SIGNAL,
             restart: RestartOverrides::default(),
             resources: Resources::default(),
+            services: Vec::new(),
         }
     }
 
@@ -445,6 +456,8 @@ impl TaskGroup {
         TaskGroup {
             name: name.into(),
             restart: RestartOverrides::default(),
+            network: None,
+            update: None,
             tasks: tasks.into_iter().collect(),
         }
     }
@@ -476,6 +489,16 @@ impl Job {
         RestartPolicy::defaults_for(self.job_type).with(&group.restart).with(&task.restart)
     }
 
+    /// How the health of an allocation of `group` is judged: its `update` block, or Nomad's
+    /// defaults. None for jobs that run to completion, whose health nobody watches (as in
+    /// Nomad, where only service and system jobs have deployments and migrations).
+    pub fn health_strategy(&self, group: &TaskGroup) -> Option<UpdateStrategy> {
+        if self.job_type.runs_to_completion() {
+            return None;
+        }
+        Some(group.update.unwrap_or_default())
+    }
+
     /// Checks everything that can be checked without knowing the node: names, leaders,
     /// lifecycles, restart policies, environment. Returns every problem found, not just the first.
     pub fn validate(&self) -> Result<(), SpecError> {
@@ -501,6 +524,12 @@ impl Job {
     }
 
     fn validate_group(&self, problems: &mut Problems, at: &str, group: &TaskGroup) {
+        if let Some(network) = &group.network {
+            service::validate_network(problems, at, network);
+        }
+        if let Some(update) = &group.update {
+            service::validate_update(problems, at, update);
+        }
         if group.tasks.is_empty() {
             problems.add(&format!("{at}.task"), "a group needs at least one task".into());
         }
@@ -551,6 +580,7 @@ impl Job {
             for (field, message) in task.resources.problems() {
                 problems.add(&format!("{at}.resources.{field}"), message);
             }
+            service::validate_services(problems, &at, &task.services, group.network.as_ref());
         }
         if leaders.len() > 1 {
             problems.add(
@@ -593,6 +623,8 @@ impl Job {
             group: self.groups.first().cloned().unwrap_or_else(|| TaskGroup {
                 name: String::new(),
                 restart: RestartOverrides::default(),
+                network: None,
+                update: None,
                 tasks: Vec::new(),
             }),
         }
@@ -687,10 +719,10 @@ impl fmt::Display for SpecError {
 }
 
 #[derive(Default)]
-struct Problems(Vec<FieldProblem>);
+pub(crate) struct Problems(Vec<FieldProblem>);
 
 impl Problems {
-    fn add(&mut self, field: &str, message: String) {
+    pub(crate) fn add(&mut self, field: &str, message: String) {
         self.0.push(FieldProblem { field: field.to_owned(), message });
     }
 

@@ -276,6 +276,11 @@ pub enum TaskEventKind {
         /// Why.
         error: String,
     },
+    /// The allocation was judged unhealthy, and this task is part of why.
+    AllocUnhealthy {
+        /// What about this task made it unhealthy.
+        message: String,
+    },
 }
 
 impl TaskEventKind {
@@ -311,6 +316,7 @@ impl TaskEventKind {
             HookFailed { .. } => "Task Hook Failed",
             HookMessage { .. } => "Task Hook Message",
             FailedRestoring { .. } => "Failed Restoring Task",
+            AllocUnhealthy { .. } => "Alloc Unhealthy",
         }
     }
 }
@@ -360,6 +366,7 @@ impl fmt::Display for TaskEventKind {
             DriverMessage { message, .. } => f.write_str(message),
             HookFailed { hook, error } => write!(f, "Hook {hook:?} failed: {error}"),
             HookMessage { hook, message } => write!(f, "Hook {hook:?}: {message}"),
+            AllocUnhealthy { message } => f.write_str(message),
         }
     }
 }

@@ -1,7 +1,11 @@
 //! Job spec parsing and validation, tested on whole documents.
 
 use proptest::prelude::*;
+use std::collections::BTreeMap;
 use std::time::Duration;
+use wharf_state::service::{
+    Check, CheckKind, CheckRestart, HealthCheck, Network, PortSpec, Service, UpdateStrategy,
+};
 use wharf_state::spec::{self, Job, JobType, RestartMode, RestartPolicy, Stage, TaskGroup};
 
 const DESIGN_EXAMPLE: &str = r#"
@@ -294,8 +298,59 @@ fn arb_job() -> impl Strategy<Value = Job> {
                 kill_signal,
                 restart: spec::RestartOverrides { attempts, ..Default::default() },
                 resources: Default::default(),
+                services: Vec::new(),
             }
         });
+    let check = (
+        prop_oneof![Just(CheckKind::Http), Just(CheckKind::Tcp), Just(CheckKind::Script)],
+        1u64..120,
+        proptest::option::of((0u32..5, proptest::option::of(0u64..60), any::<bool>())),
+    )
+        .prop_map(|(kind, secs, restart)| Check {
+            name: format!("{kind:?}-{secs}"),
+            kind,
+            port: None,
+            path: (kind == CheckKind::Http).then(|| "/health?x=1".to_owned()),
+            method: (kind == CheckKind::Http).then(|| "HEAD".to_owned()),
+            header: if kind == CheckKind::Http {
+                BTreeMap::from([("X-Probe".to_owned(), vec!["a".to_owned(), "b".to_owned()])])
+            } else {
+                BTreeMap::new()
+            },
+            body: None,
+            protocol: None,
+            command: (kind == CheckKind::Script).then(|| "/bin/true".to_owned()),
+            args: Vec::new(),
+            interval: Duration::from_secs(secs),
+            timeout: Duration::from_secs(1 + secs / 2),
+            check_restart: restart.map(|(limit, grace, ignore)| CheckRestart {
+                limit: Some(limit),
+                grace: grace.map(Duration::from_secs),
+                ignore_warnings: Some(ignore),
+            }),
+        });
+    let service =
+        (proptest::collection::vec(check, 0..3), proptest::collection::vec("[a-z]{1,5}", 0..3))
+            .prop_map(|(mut checks, tags)| {
+                for (i, check) in checks.iter_mut().enumerate() {
+                    check.name = format!("c{i}");
+                }
+                Service {
+                    name: "web".into(),
+                    port: Some("http".into()),
+                    tags,
+                    provider: Default::default(),
+                    check_restart: None,
+                    checks,
+                }
+            });
+    let update = proptest::option::of((0u64..60, 61u64..600)).prop_map(|times| {
+        times.map(|(min, deadline)| UpdateStrategy {
+            health_check: HealthCheck::TaskStates,
+            min_healthy_time: Duration::from_secs(min),
+            healthy_deadline: Duration::from_secs(deadline),
+        })
+    });
     (
         name(),
         prop_oneof![
@@ -306,16 +361,30 @@ fn arb_job() -> impl Strategy<Value = Job> {
         ],
         name(),
         proptest::collection::vec(task, 1..5),
+        proptest::option::of(service),
+        update,
+        proptest::option::of(1u16..),
     )
-        .prop_map(|(id, job_type, group_name, mut tasks)| {
+        .prop_map(|(id, job_type, group_name, mut tasks, service, update, static_port)| {
             for (i, task) in tasks.iter_mut().enumerate() {
                 task.name = format!("{}{i}", task.name);
             }
             tasks[0].leader = true;
+            tasks[0].services.extend(service);
+            let ports = BTreeMap::from([
+                ("http".to_owned(), PortSpec::default()),
+                ("fixed".to_owned(), PortSpec { static_port }),
+            ]);
             Job {
                 id,
                 job_type,
-                groups: vec![TaskGroup { name: group_name, restart: Default::default(), tasks }],
+                groups: vec![TaskGroup {
+                    name: group_name,
+                    restart: Default::default(),
+                    network: Some(Network { ports }),
+                    update,
+                    tasks,
+                }],
             }
         })
 }
@@ -382,5 +451,352 @@ fn job_ids_cannot_name_a_path() {
         assert_eq!(err.problems.len(), 1, "{id:?}: {err}");
         assert_eq!(err.problems[0].field, "job.id", "{id:?}");
         assert!(err.problems[0].message.contains("1 to 128 bytes, with no `/`"), "{err}");
+    }
+}
+
+/// The service example of the README: a dynamic port, a service with an http check and
+/// check_restart, and the update block, read as written.
+const SERVICE_EXAMPLE: &str = r#"
+[job]
+id = "web"
+type = "service"
+
+[group]
+name = "web"
+
+[group.network.port.http]
+[group.network.port.admin]
+static = 9000
+
+[group.update]
+health_check = "checks"
+min_healthy_time = "5s"
+healthy_deadline = "1m"
+
+[[group.task]]
+name = "server"
+driver = "raw_exec"
+config = { command = "python3", args = ["-m", "http.server", "${WHARF_PORT_http}"] }
+
+[[group.task.service]]
+name = "web"
+port = "http"
+tags = ["v1", "public"]
+check_restart = { limit = 3, grace = "10s" }
+
+[[group.task.service.check]]
+name = "alive"
+type = "http"
+path = "health"
+header = { X-Probe = ["wharf"] }
+interval = "2s"
+timeout = "1s"
+check_restart = { ignore_warnings = true }
+
+[[group.task.service.check]]
+type = "tcp"
+port = "admin"
+interval = "5s"
+timeout = "1s"
+
+[[group.task.service.check]]
+name = "script"
+type = "script"
+command = "/bin/test"
+args = ["-e", "local/ready"]
+interval = "5s"
+timeout = "2s"
+check_restart = { limit = 0 }
+"#;
+
+#[test]
+fn services_checks_ports_and_update_read_as_written() {
+    let job = spec::parse_toml(SERVICE_EXAMPLE).unwrap();
+    let group = &job.groups[0];
+    let ports = &group.network.as_ref().unwrap().ports;
+    assert_eq!(ports["http"], PortSpec { static_port: None });
+    assert_eq!(ports["admin"], PortSpec { static_port: Some(9000) });
+    let update = job.health_strategy(group).unwrap();
+    assert_eq!(update.health_check, HealthCheck::Checks);
+    assert_eq!(update.min_healthy_time, Duration::from_secs(5));
+    assert_eq!(update.healthy_deadline, Duration::from_secs(60));
+
+    let service = &group.tasks[0].services[0];
+    assert_eq!((service.name.as_str(), service.port.as_deref()), ("web", Some("http")));
+    assert_eq!(service.tags, ["v1", "public"]);
+    let [alive, tcp, script] = &service.checks[..] else { panic!("three checks") };
+    assert_eq!(alive.request_path(), "/health", "a relative path is made absolute");
+    assert_eq!(alive.request_method(), "GET");
+    assert_eq!(service.check_name(tcp), "service: \"web\" check", "Nomad's default name");
+    assert_eq!(service.check_port(tcp), Some("admin"));
+    assert_eq!(service.check_port(alive), Some("http"));
+    // check_restart merges field by field (Nomad's `CheckRestart.Merge`), with a 1s grace
+    // by default, and a limit of 0 turns it off.
+    assert_eq!(
+        service.check_restart(alive),
+        Some(wharf_state::CheckRestartPolicy {
+            limit: 3,
+            grace: Duration::from_secs(10),
+            ignore_warnings: true
+        })
+    );
+    assert!(!service.check_restart(tcp).unwrap().ignore_warnings);
+    assert_eq!(service.check_restart(script), None);
+    let bare = Service {
+        check_restart: Some(CheckRestart { limit: Some(2), ..Default::default() }),
+        ..service.clone()
+    };
+    assert_eq!(bare.check_restart(tcp).unwrap().grace, Duration::from_secs(1));
+
+    // Round trip, and the update block's defaults are Nomad's.
+    assert_eq!(spec::parse_json(&serde_json::to_string(&job.to_spec()).unwrap()).unwrap(), job);
+    assert_eq!(
+        UpdateStrategy::default(),
+        UpdateStrategy {
+            health_check: HealthCheck::Checks,
+            min_healthy_time: Duration::from_secs(10),
+            healthy_deadline: Duration::from_secs(300)
+        }
+    );
+}
+
+/// Nomad watches the health of service and system jobs only (`TestHealthHook_BatchNoop`,
+/// `TestHealthHook_System`): the others have no health strategy.
+#[test]
+fn only_long_running_jobs_have_their_health_judged() {
+    for (kind, judged) in
+        [("service", true), ("system", true), ("batch", false), ("sysbatch", false)]
+    {
+        let job = spec::parse_toml(&format!(
+            "[job]\nid = \"j\"\ntype = \"{kind}\"\n[group]\nname = \"g\"\n[[group.task]]\nname = \"t\"\ndriver = \"x\"\n"
+        ))
+        .unwrap();
+        assert_eq!(job.health_strategy(&job.groups[0]).is_some(), judged, "{kind}");
+    }
+}
+
+/// A document with one task (`task_extra` added to it) and `group_extra` in the group.
+fn service_doc(group_extra: &str, task_extra: &str) -> String {
+    format!(
+        "[job]\nid = \"j\"\ntype = \"service\"\n[group]\nname = \"g\"\n{group_extra}\n\
+         [[group.task]]\nname = \"t\"\ndriver = \"x\"\n{task_extra}"
+    )
+}
+
+const PORT_HTTP: &str = "[group.network.port.http]\n";
+
+fn service_with_check(check: &str) -> String {
+    service_doc(
+        PORT_HTTP,
+        &format!(
+            "[[group.task.service]]\nname = \"web\"\nport = \"http\"\n[[group.task.service.check]]\n{check}"
+        ),
+    )
+}
+
+#[test]
+fn invalid_services_checks_and_ports_name_the_field() {
+    let http = "type = \"http\"\npath = \"/\"\ninterval = \"1s\"\ntimeout = \"1s\"\n";
+    let cases: Vec<(String, &str, &str)> = vec![
+        (
+            service_doc("[group.network.port.\"my-port\"]\n", ""),
+            "group.network.port.my-port",
+            "WHARF_PORT_<label>",
+        ),
+        (
+            service_doc("[group.network.port.db]\nstatic = 0\n", ""),
+            "group.network.port.db.static",
+            "leave `static` out",
+        ),
+        (
+            service_doc("[group.network.port.db]\nstatic = 70000\n", ""),
+            "group.network.port.db.static",
+            "u16",
+        ),
+        (
+            service_doc(
+                "[group.network.port.a]\nstatic = 80\n[group.network.port.b]\nstatic = 80\n",
+                "",
+            ),
+            "group.network.port.b.static",
+            "port 80 is already taken by port \"a\"",
+        ),
+        (
+            service_doc("[group.network.port.http]\nto = 80\n", ""),
+            "group.network.port.http.to",
+            "unknown field `to`",
+        ),
+        (
+            service_doc(
+                "[group.update]\nmin_healthy_time = \"5m\"\nhealthy_deadline = \"1m\"\n",
+                "",
+            ),
+            "group.update.min_healthy_time",
+            "shorter than healthy_deadline",
+        ),
+        (
+            service_doc("[group.update]\nhealthy_deadline = \"0s\"\n", ""),
+            "group.update.healthy_deadline",
+            "greater than zero",
+        ),
+        (
+            service_doc("[group.update]\nhealth_check = \"vibes\"\n", ""),
+            "group.update.health_check",
+            "unknown variant `vibes`",
+        ),
+        (
+            service_doc("[group.update]\nmax_parallel = 2\n", ""),
+            "group.update.max_parallel",
+            "unknown field `max_parallel`",
+        ),
+        (
+            service_doc("", "[[group.task.service]]\nname = \"web_1\"\n"),
+            "group.task[0].service[0].name",
+            "RFC 1123",
+        ),
+        (
+            service_doc(
+                "",
+                "[[group.task.service]]\nname = \"web\"\n[[group.task.service]]\nname = \"web\"\n",
+            ),
+            "group.task[0].service[1].name",
+            "already has a service \"web\"",
+        ),
+        (
+            service_doc("", "[[group.task.service]]\nname = \"web\"\nport = \"http\"\n"),
+            "group.task[0].service[0].port",
+            "group.network.port.http",
+        ),
+        (
+            service_doc("", "[[group.task.service]]\nname = \"web\"\nprovider = \"consul\"\n"),
+            "group.task[0].service[0].provider",
+            "unknown variant `consul`",
+        ),
+        (
+            service_doc("", "[[group.task.service]]\nname = \"web\"\ntags = [\"\"]\n"),
+            "group.task[0].service[0].tags[0]",
+            "non-empty",
+        ),
+        (
+            service_with_check("type = \"grpc\"\ninterval = \"1s\"\ntimeout = \"1s\"\n"),
+            "group.task[0].service[0].check[0].type",
+            "unknown variant `grpc`",
+        ),
+        (
+            service_with_check("type = \"http\"\npath = \"/\"\ntimeout = \"1s\"\n"),
+            "group.task[0].service[0].check[0]",
+            "missing field `interval`",
+        ),
+        (
+            service_with_check(
+                "type = \"http\"\npath = \"/\"\ninterval = \"500ms\"\ntimeout = \"1s\"\n",
+            ),
+            "group.task[0].service[0].check[0].interval",
+            "shorter than the minimum of 1s",
+        ),
+        (
+            service_with_check(
+                "type = \"http\"\npath = \"/\"\ninterval = \"1s\"\ntimeout = \"100ms\"\n",
+            ),
+            "group.task[0].service[0].check[0].timeout",
+            "shorter than the minimum of 1s",
+        ),
+        (
+            service_with_check("type = \"http\"\ninterval = \"1s\"\ntimeout = \"1s\"\n"),
+            "group.task[0].service[0].check[0].path",
+            "needs a path",
+        ),
+        (
+            service_with_check(
+                "type = \"http\"\npath = \"http://x/\"\ninterval = \"1s\"\ntimeout = \"1s\"\n",
+            ),
+            "group.task[0].service[0].check[0].path",
+            "not a URL",
+        ),
+        (
+            service_with_check(
+                "type = \"http\"\npath = \"/a b\"\ninterval = \"1s\"\ntimeout = \"1s\"\n",
+            ),
+            "group.task[0].service[0].check[0].path",
+            "percent-encode",
+        ),
+        (
+            service_with_check(&format!("{http}method = \"GET /x\"\n")),
+            "group.task[0].service[0].check[0].method",
+            "not an HTTP method",
+        ),
+        (
+            service_with_check(&format!("{http}protocol = \"https\"\n")),
+            "group.task[0].service[0].check[0].protocol",
+            "plain \"http\"",
+        ),
+        (
+            service_with_check(&format!("{http}header = {{ \"X A\" = [\"1\"] }}\n")),
+            "group.task[0].service[0].check[0].header",
+            "not a header name",
+        ),
+        (
+            service_with_check(&format!("{http}header = {{ X-A = [\"1\\r\\nEvil: 1\"] }}\n")),
+            "group.task[0].service[0].check[0].header.X-A",
+            "line breaks",
+        ),
+        (
+            service_with_check(&format!("{http}command = \"/bin/true\"\n")),
+            "group.task[0].service[0].check[0].command",
+            "a http check has no command",
+        ),
+        (
+            service_with_check(&format!("{http}port = \"admin\"\n")),
+            "group.task[0].service[0].check[0].port",
+            "not a port of the group",
+        ),
+        (
+            service_with_check(
+                "type = \"tcp\"\npath = \"/\"\ninterval = \"1s\"\ntimeout = \"1s\"\n",
+            ),
+            "group.task[0].service[0].check[0].path",
+            "a tcp check has no path",
+        ),
+        (
+            service_with_check("type = \"script\"\ninterval = \"1s\"\ntimeout = \"1s\"\n"),
+            "group.task[0].service[0].check[0].command",
+            "needs the command",
+        ),
+        (
+            service_with_check(&format!("{http}check_restart = {{ limit = -1 }}\n")),
+            "group.task[0].service[0].check[0].check_restart.limit",
+            "invalid value",
+        ),
+        (
+            service_with_check(&format!("{http}check_restart = {{ grace = \"soon\" }}\n")),
+            "group.task[0].service[0].check[0].check_restart.grace",
+            "invalid duration",
+        ),
+        (
+            service_doc(
+                "",
+                "[[group.task.service]]\nname = \"web\"\n[[group.task.service.check]]\ntype = \"tcp\"\ninterval = \"1s\"\ntimeout = \"1s\"\n",
+            ),
+            "group.task[0].service[0].check[0].port",
+            "needs a port",
+        ),
+        (
+            service_with_check(&format!("{http}[[group.task.service.check]]\n{http}")),
+            "group.task[0].service[0].check[1].name",
+            "already has a check named \"service: \\\"web\\\" check\"",
+        ),
+    ];
+    for (doc, field, phrase) in cases {
+        let err = spec::parse_toml(&doc).expect_err(&doc);
+        let problem = err
+            .problems
+            .iter()
+            .find(|p| p.field == field)
+            .unwrap_or_else(|| panic!("no problem names {field:?} for\n{doc}\ngot: {err}"));
+        assert!(
+            problem.message.contains(phrase),
+            "{field}: {:?} lacks {phrase:?}",
+            problem.message
+        );
     }
 }

@@ -40,6 +40,7 @@ fn write_fixture(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error
         desired_status: DesiredStatus::Run,
         modify_index: 7,
         deployment_id: None,
+        ports: Vec::new(),
     };
     let mut state = TaskState::new();
     state.set_status(TaskStatus::Running, Timestamp(1_700_000_000_000))?;

@@ -13,6 +13,7 @@ fn alloc(id: &str) -> Allocation {
         desired_status: DesiredStatus::Run,
         modify_index: 1,
         deployment_id: None,
+        ports: Vec::new(),
     }
 }
 

@@ -25,6 +25,7 @@ fn alloc(id: &str) -> Allocation {
         desired_status: DesiredStatus::Run,
         modify_index: 1,
         deployment_id: None,
+        ports: Vec::new(),
     }
 }
 
@@ -50,6 +51,7 @@ async fn contract(store: &dyn StateStore) {
     let health = DeploymentStatus {
         healthy: Some(true),
         timestamp: Some(Timestamp(9)),
+        description: None,
         canary: false,
         modify_index: 2,
     };

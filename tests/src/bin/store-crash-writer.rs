@@ -37,6 +37,7 @@ fn main() {
             desired_status: wharf_state::DesiredStatus::Run,
             modify_index: first,
             deployment_id: None,
+            ports: Vec::new(),
         };
         store.put_allocation(&alloc).await.unwrap();
         let tasks: Vec<_> = (0..writers)
