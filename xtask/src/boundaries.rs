@@ -54,10 +54,18 @@ const RULES: &[Rule] = &[
         never_reaches: &[],
     },
     Rule {
-        krate: "wharf-alloc",
-        may_use: &["wharf-task", "wharf-store", "wharf-driver", "wharf-state"],
+        krate: "wharf-health",
+        may_use: &["wharf-driver", "wharf-state"],
         externals_only: None,
-        never_reaches: &[],
+        // Checks speak HTTP through their own small client: no HTTP stack, and no store.
+        never_reaches: &["hyper", "axum", "reqwest", "http", "redb"],
+    },
+    Rule {
+        krate: "wharf-alloc",
+        may_use: &["wharf-task", "wharf-store", "wharf-driver", "wharf-health", "wharf-state"],
+        externals_only: None,
+        // The alloc runner runs checks through wharf-health, never an HTTP client of its own.
+        never_reaches: &["hyper", "axum", "reqwest", "http"],
     },
     Rule {
         krate: "wharf-prober",
@@ -80,6 +88,7 @@ const RULES: &[Rule] = &[
             "wharf-store",
             "wharf-driver",
             "wharf-exec",
+            "wharf-health",
             "wharf-isolate",
             "wharf-prober",
             "wharf-state",
@@ -254,6 +263,23 @@ mod tests {
         assert_eq!(
             check(&transitive).unwrap(),
             ["wharf-state reaches redb through its dependencies; it must not"]
+        );
+    }
+
+    #[test]
+    fn health_stays_off_http_stacks_and_alloc_reaches_none() {
+        let m = metadata(&[
+            ("wharf-state", &[]),
+            ("wharf-health", &[("wharf-state", None), ("wharf-alloc", None), ("hyper", None)]),
+            ("wharf-alloc", &[("wharf-health", None)]),
+        ]);
+        assert_eq!(
+            check(&m).unwrap(),
+            [
+                "wharf-alloc reaches hyper through its dependencies; it must not",
+                "wharf-health depends on wharf-alloc, which it may not use",
+                "wharf-health reaches hyper through its dependencies; it must not",
+            ]
         );
     }
 

@@ -2,12 +2,14 @@
 //!
 //! Modules: [`spec`] (jobs, groups, tasks, parsing), [`alloc`] (allocations, the ports they
 //! hold, client status), [`service`] (the group's ports, the tasks' services and checks, how
-//! health is judged), [`task_state`] (a task's state and events), [`resources`] (what an
+//! health is judged), [`health`] (check results and the node's catalog, as the API shows
+//! them), [`task_state`] (a task's state and events), [`resources`] (what an
 //! allocation needs of a node, and whether it fits), and the value types [`duration`],
 //! [`signal`] and [`time`]. What a user needs is re-exported here.
 
 pub mod alloc;
 pub mod duration;
+pub mod health;
 pub mod resources;
 pub mod service;
 pub mod signal;
@@ -19,6 +21,7 @@ pub use alloc::{
     AllocState, AllocatedPort, Allocation, ClientStatus, DeploymentStatus, DesiredStatus,
     InvalidAllocId, check_alloc_id, client_status,
 };
+pub use health::{CheckResult, CheckState, CheckStatus, ServiceEntry};
 pub use service::{
     Check, CheckKind, CheckRestart, CheckRestartPolicy, HealthCheck, Network, PortSpec, Service,
     UpdateStrategy,
