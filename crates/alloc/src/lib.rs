@@ -7,6 +7,7 @@
 
 pub mod coordinator;
 mod error;
+pub mod health;
 pub mod hooks;
 pub mod lifecycle;
 mod runner;
@@ -14,6 +15,7 @@ pub mod spare_dirs;
 
 pub use coordinator::Phase;
 pub use error::AllocError;
+pub use health::HealthConfig;
 pub use hooks::{AllocDirHook, AllocHook, AllocHookContext};
 pub use lifecycle::RunnerState;
 pub use runner::{AllocRunner, AllocRunnerConfig, AllocUsage, DEFAULT_POSTSTOP_TIMEOUT};

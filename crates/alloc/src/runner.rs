@@ -21,13 +21,14 @@
 
 use crate::AllocError;
 use crate::coordinator::{Coordinator, Phase};
+use crate::health::{Health, HealthConfig, HealthHook, ServiceHook};
 use crate::hooks::{AllocDirHook, AllocHook, AllocHookContext};
 use crate::lifecycle::{Action, Event, RunnerState};
 use crate::spare_dirs::SpareDirs;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
@@ -36,8 +37,8 @@ use wharf_driver::{
 };
 use wharf_state::spec::Stage;
 use wharf_state::{
-    AllocState, Allocation, ClientStatus, DeploymentStatus, Signal, TaskEvent, TaskEventKind,
-    TaskState, TaskStatus,
+    AllocState, Allocation, CheckState, ClientStatus, DeploymentStatus, Signal, TaskEvent,
+    TaskEventKind, TaskState, TaskStatus, Timestamp,
 };
 use wharf_store::{StateStore, StoredAlloc};
 use wharf_task::events::DEFAULT_EVENT_BUFFER;
@@ -81,6 +82,9 @@ pub struct AllocRunnerConfig {
     /// How many events [`AllocRunner::events`] buffers for its slowest listener. Default:
     /// [`DEFAULT_EVENT_BUFFER`].
     pub event_buffer: usize,
+    /// The node's service catalog and how checks reach the network. Default: a catalog of
+    /// the runner's own and real TCP connections.
+    pub health: HealthConfig,
 }
 
 impl AllocRunnerConfig {
@@ -105,6 +109,7 @@ impl AllocRunnerConfig {
             poststop_timeout: DEFAULT_POSTSTOP_TIMEOUT,
             spare_dirs: None,
             event_buffer: DEFAULT_EVENT_BUFFER,
+            health: HealthConfig::default(),
         }
     }
 
@@ -167,6 +172,13 @@ impl AllocRunnerConfig {
         self.event_buffer = events;
         self
     }
+
+    /// Lists the allocation's services in `health`'s catalog and reaches them through its
+    /// transport.
+    pub fn with_health(mut self, health: HealthConfig) -> AllocRunnerConfig {
+        self.health = health;
+        self
+    }
 }
 
 /// Resource usage of an allocation's running tasks.
@@ -222,6 +234,27 @@ struct Shared {
     /// Held while deleting the allocation's records and while persisting it, so a persist
     /// never brings back a destroyed allocation.
     records: tokio::sync::Mutex<()>,
+    /// Services, checks and allocation health (see [`crate::health`]).
+    health: Arc<Health>,
+}
+
+/// A reference to an alloc runner that does not keep it alive, for its own hooks.
+#[derive(Debug, Clone)]
+pub(crate) struct WeakRunner {
+    shared: Weak<Shared>,
+    clock: Arc<dyn WallClock>,
+}
+
+impl WeakRunner {
+    /// The runner, unless it is gone.
+    pub(crate) fn upgrade(&self) -> Option<AllocRunner> {
+        self.shared.upgrade().map(|shared| AllocRunner { shared })
+    }
+
+    /// The runner's clock.
+    pub(crate) fn clock(&self) -> Arc<dyn WallClock> {
+        self.clock.clone()
+    }
 }
 
 async fn raised(flag: &mut watch::Receiver<bool>) {
@@ -233,9 +266,7 @@ impl AllocRunner {
     /// missing from the job or a task names a driver the node does not have.
     pub fn new(config: AllocRunnerConfig) -> Result<AllocRunner, AllocError> {
         let group = config.alloc.group()?.clone();
-        let state_changed = Arc::new(Notify::new());
-        let events = EventStream::new(config.event_buffer);
-        let mut tasks = Vec::with_capacity(group.tasks.len());
+        let mut drivers = Vec::with_capacity(group.tasks.len());
         for task in &group.tasks {
             let driver = config.drivers.get(&task.driver).cloned().ok_or_else(|| {
                 AllocError::UnknownDriver {
@@ -244,27 +275,44 @@ impl AllocRunner {
                     available: config.drivers.names().collect::<Vec<_>>().join(", "),
                 }
             })?;
-            let mut task_config = TaskRunnerConfig::new(
-                config.alloc.clone(),
-                task.clone(),
-                driver,
-                config.store.clone(),
-                config.alloc_root.clone(),
-            )
-            .with_clock(config.clock.clone())
-            .with_max_kill_timeout(config.max_kill_timeout)
-            .with_logs(config.logs)
-            .with_state_changed(state_changed.clone())
-            .with_events(events.clone());
-            task_config.hooks = config.task_hooks.clone();
-            tasks.push(TaskRunner::new(task_config));
+            drivers.push(driver);
         }
-        let mut hooks: Vec<Arc<dyn AllocHook>> =
-            vec![Arc::new(AllocDirHook::new(config.spare_dirs))];
-        hooks.extend(config.hooks);
-        let initial = AllocState::pending(group.tasks.iter().map(|t| t.name.clone()));
-        Ok(AllocRunner {
-            shared: Arc::new(Shared {
+        // The health hooks reach the runner they belong to through a weak reference.
+        let shared = Arc::new_cyclic(|weak: &Weak<Shared>| {
+            let runner = WeakRunner { shared: weak.clone(), clock: config.clock.clone() };
+            let health = Health::new(&config.alloc, config.health, runner);
+            let state_changed = Arc::new(Notify::new());
+            let events = EventStream::new(config.event_buffer);
+            let mut task_hooks = config.task_hooks;
+            task_hooks.push(Arc::new(ServiceHook(health.clone())));
+            let tasks = group
+                .tasks
+                .iter()
+                .zip(drivers)
+                .map(|(task, driver)| {
+                    let mut task_config = TaskRunnerConfig::new(
+                        config.alloc.clone(),
+                        task.clone(),
+                        driver,
+                        config.store.clone(),
+                        config.alloc_root.clone(),
+                    )
+                    .with_clock(config.clock.clone())
+                    .with_max_kill_timeout(config.max_kill_timeout)
+                    .with_logs(config.logs)
+                    .with_state_changed(state_changed.clone())
+                    .with_events(events.clone());
+                    task_config.hooks = task_hooks.clone();
+                    TaskRunner::new(task_config)
+                })
+                .collect();
+            let mut hooks: Vec<Arc<dyn AllocHook>> = vec![
+                Arc::new(AllocDirHook::new(config.spare_dirs)),
+                Arc::new(HealthHook(health.clone())),
+            ];
+            hooks.extend(config.hooks);
+            let initial = AllocState::pending(group.tasks.iter().map(|t| t.name.clone()));
+            Shared {
                 id: config.alloc.id.clone(),
                 record: Mutex::new(Record { alloc: config.alloc, generation: 0, persisted: None }),
                 tasks,
@@ -285,8 +333,10 @@ impl AllocRunner {
                 update_ready: Notify::new(),
                 runners_finished: watch::channel(false).0,
                 records: tokio::sync::Mutex::new(()),
-            }),
-        })
+                health,
+            }
+        });
+        Ok(AllocRunner { shared })
     }
 
     /// The allocation's id.
@@ -816,15 +866,32 @@ impl AllocRunner {
 
     /// Records the allocation's health in its deployment, persisted.
     pub async fn set_health(&self, healthy: bool) {
+        self.record_health(healthy, None).await;
+    }
+
+    /// Records the allocation's health and why, persisted.
+    pub(crate) async fn record_health(&self, healthy: bool, description: Option<String>) {
         {
             let mut deployment = self.shared.deployment.lock();
             let status = deployment.get_or_insert_with(DeploymentStatus::default);
             status.healthy = Some(healthy);
             status.timestamp = Some(self.shared.clock.now());
+            status.description = description;
             status.modify_index += 1;
         }
         self.publish();
         self.persist_deployment().await;
+    }
+
+    /// The time of day, from the runner's clock.
+    pub(crate) fn now(&self) -> Timestamp {
+        self.shared.clock.now()
+    }
+
+    /// Every check of the allocation's services with its latest result; pending until it
+    /// has run.
+    pub fn checks(&self) -> Vec<CheckState> {
+        self.shared.health.book().states()
     }
 
     fn task(&self, name: &str) -> Result<&TaskRunner, AllocError> {
@@ -837,6 +904,15 @@ impl AllocRunner {
     /// Restarts one running task (not counted against its restart policy).
     pub async fn restart_task(&self, name: &str, reason: &str) -> Result<(), AllocError> {
         Ok(self.task(name)?.restart(reason, false).await?)
+    }
+
+    /// Restarts one running task as a failure, counted by its restart policy (check_restart).
+    pub(crate) async fn restart_task_failed(
+        &self,
+        name: &str,
+        reason: &str,
+    ) -> Result<(), AllocError> {
+        Ok(self.task(name)?.restart(reason, true).await?)
     }
 
     /// Whether an allocation-wide restart may happen now: the runner is running (not pending,

@@ -66,8 +66,8 @@ pub enum Verdict {
     Unhealthy {
         /// Why, in one line.
         reason: String,
-        /// What each task contributed, for its event log (empty when the allocation as a
-        /// whole failed).
+        /// What each task contributed, for its event log, when the deadline passed (empty when
+        /// a task failed or died, which its own events already say).
         task_events: BTreeMap<String, String>,
     },
 }
@@ -233,9 +233,9 @@ fn terminal(snapshot: &Snapshot<'_>) -> Option<Verdict> {
         } else {
             continue;
         };
+        // The task's own events already say what happened to it.
         let reason = format!("task {:?}: {message}", task.name);
-        let task_events = BTreeMap::from([(task.name.to_owned(), message.to_owned())]);
-        return Some(Verdict::Unhealthy { reason, task_events });
+        return Some(Verdict::Unhealthy { reason, task_events: BTreeMap::new() });
     }
     snapshot.failed.then(|| Verdict::Unhealthy {
         reason: "the allocation failed".into(),

@@ -262,6 +262,30 @@ impl CheckRestart {
 }
 
 impl Service {
+    /// A service called `name`, with no port, tags or checks.
+    pub fn new(name: impl Into<String>) -> Service {
+        Service {
+            name: name.into(),
+            port: None,
+            tags: Vec::new(),
+            provider: ServiceProvider::Nomad,
+            check_restart: None,
+            checks: Vec::new(),
+        }
+    }
+
+    /// Listens on the group's port `label`.
+    pub fn with_port(mut self, label: impl Into<String>) -> Service {
+        self.port = Some(label.into());
+        self
+    }
+
+    /// Adds a check.
+    pub fn with_check(mut self, check: Check) -> Service {
+        self.checks.push(check);
+        self
+    }
+
     /// The check's name: its own, or Nomad's default for the service.
     pub fn check_name(&self, check: &Check) -> String {
         if check.name.is_empty() {
@@ -295,6 +319,44 @@ impl Service {
 }
 
 impl Check {
+    /// A check of `kind` named `name`, run every `interval` for at most `timeout`; an http
+    /// check also needs [`Check::with_path`], a script check a `command`.
+    pub fn new(
+        name: impl Into<String>,
+        kind: CheckKind,
+        interval: Duration,
+        timeout: Duration,
+    ) -> Check {
+        Check {
+            name: name.into(),
+            kind,
+            port: None,
+            path: None,
+            method: None,
+            header: BTreeMap::new(),
+            body: None,
+            protocol: None,
+            command: None,
+            args: Vec::new(),
+            interval,
+            timeout,
+            check_restart: None,
+        }
+    }
+
+    /// Requests `path` (an http check).
+    pub fn with_path(mut self, path: impl Into<String>) -> Check {
+        self.path = Some(path.into());
+        self
+    }
+
+    /// Restarts the task after `limit` failing runs in a row, once `grace` has passed.
+    pub fn with_check_restart(mut self, limit: u32, grace: Duration) -> Check {
+        self.check_restart =
+            Some(CheckRestart { limit: Some(limit), grace: Some(grace), ignore_warnings: None });
+        self
+    }
+
     /// The request path of an http check, always starting with `/`.
     pub fn request_path(&self) -> String {
         match self.path.as_deref() {

@@ -6,7 +6,7 @@
 //! Which drivers exist is not known here: [`Job::check_drivers`] takes that from the caller.
 
 use crate::duration;
-use crate::service::{self, Network, Service, UpdateStrategy};
+use crate::service::{self, Network, PortSpec, Service, UpdateStrategy};
 use crate::signal::Signal;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
@@ -429,6 +429,12 @@ impl Task {
         self
     }
 
+    /// Adds a service the task offers.
+    pub fn with_service(mut self, service: Service) -> Task {
+        self.services.push(service);
+        self
+    }
+
     /// The task's place in the group's start order.
     pub fn stage(&self) -> Stage {
         match self.lifecycle {
@@ -460,6 +466,19 @@ impl TaskGroup {
             update: None,
             tasks: tasks.into_iter().collect(),
         }
+    }
+
+    /// Adds port `label` to the group's network: `static_port`, or a dynamic one if None.
+    pub fn with_port(mut self, label: impl Into<String>, static_port: Option<u16>) -> TaskGroup {
+        let network = self.network.get_or_insert_with(Network::default);
+        network.ports.insert(label.into(), PortSpec { static_port });
+        self
+    }
+
+    /// Judges the health of its allocations by `update`.
+    pub fn with_update(mut self, update: UpdateStrategy) -> TaskGroup {
+        self.update = Some(update);
+        self
     }
 }
 

@@ -1,5 +1,6 @@
-//! A task's environment: the `WHARF_*` variables, the task's own `env` with `${VAR}`
-//! interpolation, and the same interpolation over its driver config.
+//! A task's environment: the `WHARF_*` variables (with the allocation's ports as
+//! `WHARF_PORT_<label>`, `WHARF_IP_<label>` and `WHARF_ADDR_<label>`), the task's own `env`
+//! with `${VAR}` interpolation, and the same interpolation over its driver config.
 //!
 //! Tasks do not inherit the agent's environment: what a task sees is what its spec and this
 //! module give it, so moving a job between nodes does not change its environment. A `PATH`
@@ -7,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use wharf_state::AllocatedPort;
 
 /// `PATH` for tasks that do not set one.
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -37,12 +39,14 @@ pub struct EnvIdentity<'a> {
     pub task: &'a str,
 }
 
-/// The full environment of a task: `WHARF_*`, a default `PATH`, then the task's own variables
-/// with `${VAR}` replaced by the value of `VAR` among the `WHARF_*` variables and the task's
-/// own (raw) variables. References to unknown variables stay as written.
+/// The full environment of a task: `WHARF_*` (with `ports`, the allocation's), a default
+/// `PATH`, then the task's own variables with `${VAR}` replaced by the value of `VAR` among the
+/// `WHARF_*` variables and the task's own (raw) variables. References to unknown variables
+/// stay as written.
 pub fn build(
     identity: EnvIdentity<'_>,
     paths: EnvPaths<'_>,
+    ports: &[AllocatedPort],
     task_env: &BTreeMap<String, String>,
 ) -> BTreeMap<String, String> {
     let mut env = BTreeMap::from([
@@ -56,6 +60,12 @@ pub fn build(
         ("WHARF_TASK_DIR".to_owned(), paths.task_dir.display().to_string()),
         ("WHARF_SECRETS_DIR".to_owned(), paths.secrets_dir.display().to_string()),
     ]);
+    for port in ports {
+        let label = &port.label;
+        env.insert(format!("WHARF_PORT_{label}"), port.value.to_string());
+        env.insert(format!("WHARF_IP_{label}"), port.host_ip.to_string());
+        env.insert(format!("WHARF_ADDR_{label}"), port.address().to_string());
+    }
     let lookup = |name: &str| task_env.get(name).or_else(|| env.get(name)).cloned();
     let resolved: Vec<(String, String)> =
         task_env.iter().map(|(key, value)| (key.clone(), interpolate(value, &lookup))).collect();
@@ -154,6 +164,7 @@ mod tests {
             ("GREETING".to_owned(), "hi ${NAME}".to_owned()),
             ("NAME".to_owned(), "web".to_owned()),
             ("PATH".to_owned(), "/opt/bin".to_owned()),
+            ("LISTEN".to_owned(), "--port=${WHARF_PORT_http}".to_owned()),
         ]);
         let env = build(
             EnvIdentity {
@@ -168,6 +179,14 @@ mod tests {
                 task_dir: Path::new("/d/a1/t"),
                 secrets_dir: Path::new("/d/a1/t/secrets"),
             },
+            &[
+                AllocatedPort {
+                    label: "http".into(),
+                    value: 20_001,
+                    host_ip: [127, 0, 0, 1].into(),
+                },
+                AllocatedPort { label: "v6".into(), value: 9000, host_ip: "::1".parse().unwrap() },
+            ],
             &task_env,
         );
         assert_eq!(env["DATA"], "/d/a1/alloc/data");
@@ -175,6 +194,11 @@ mod tests {
         assert_eq!(env["PATH"], "/opt/bin", "the task's PATH wins");
         assert_eq!(env["WHARF_TASK_NAME"], "t");
         assert_eq!(env["WHARF_SECRETS_DIR"], "/d/a1/t/secrets");
+        assert_eq!(env["WHARF_PORT_http"], "20001");
+        assert_eq!(env["WHARF_IP_http"], "127.0.0.1");
+        assert_eq!(env["WHARF_ADDR_http"], "127.0.0.1:20001");
+        assert_eq!(env["WHARF_ADDR_v6"], "[::1]:9000");
+        assert_eq!(env["LISTEN"], "--port=20001", "ports interpolate like any variable");
         for key in [
             "WHARF_ALLOC_ID",
             "WHARF_ALLOC_NAME",

@@ -652,6 +652,7 @@ impl TaskRunner {
                 task_dir: &s.dirs.task_dir,
                 secrets_dir: &s.dirs.secrets_dir,
             },
+            &alloc.ports,
             &s.task.env,
         );
         let env = match self.prestart(&alloc, base_env).await {

@@ -1,0 +1,357 @@
+//! Services, checks, check_restart and allocation health beside the alloc runner: Nomad's
+//! health hook cases (`client/allocrunner/health_hook_test.go`) and the seed's rule that a
+//! judged allocation is not judged again after a restore, on the mock driver, the in-memory
+//! store and the fake network, under tokio's paused clock.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use wharf_alloc::{AllocRunner, AllocRunnerConfig, HealthConfig};
+use wharf_driver::mock::MockDriver;
+use wharf_health::ServiceCatalog;
+use wharf_health::fake::{Answer, FakeTransport};
+use wharf_state::{
+    AllocState, AllocatedPort, Allocation, CheckStatus, ClientStatus, DesiredStatus, TaskEventKind,
+    TaskStatus, Timestamp, spec,
+};
+use wharf_store::{MemoryStore, StateStore};
+use wharf_task::TokioClock;
+
+const LIMIT: Duration = Duration::from_secs(24 * 3600);
+const T0: u64 = 1_000_000;
+const PORT: u16 = 20_001;
+
+fn addr() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], PORT))
+}
+
+struct Harness {
+    driver: MockDriver,
+    store: MemoryStore,
+    net: Arc<FakeTransport>,
+    catalog: Arc<ServiceCatalog>,
+    alloc: Allocation,
+    dir: tempfile::TempDir,
+}
+
+impl Harness {
+    /// A job of `job_type` with `group_extra` in its group (an update block) and one task
+    /// `web` with `task_extra` (its config, services and checks), holding port `http`.
+    fn new(job_type: &str, group_extra: &str, task_extra: &str) -> Harness {
+        let doc = format!(
+            "[job]\nid = \"j\"\ntype = \"{job_type}\"\n[group]\nname = \"g\"\n\
+             [group.network.port.http]\n{group_extra}\n\
+             [[group.task]]\nname = \"web\"\ndriver = \"mock\"\n{task_extra}"
+        );
+        let job = spec::parse_toml(&doc).unwrap_or_else(|e| panic!("{e}\n{doc}"));
+        Harness {
+            driver: MockDriver::new(),
+            store: MemoryStore::new(),
+            net: Arc::new(FakeTransport::new()),
+            catalog: Arc::new(ServiceCatalog::new()),
+            alloc: Allocation {
+                id: "a1".into(),
+                job,
+                task_group: "g".into(),
+                desired_status: DesiredStatus::Run,
+                modify_index: 1,
+                deployment_id: None,
+                ports: vec![AllocatedPort {
+                    label: "http".into(),
+                    value: PORT,
+                    host_ip: [127, 0, 0, 1].into(),
+                }],
+            },
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn runner(&self, alloc: Allocation) -> AllocRunner {
+        AllocRunner::new(
+            AllocRunnerConfig::new(alloc, Arc::new(self.store.clone()), self.dir.path().join("a1"))
+                .with_driver(Arc::new(self.driver.clone()))
+                .with_clock(Arc::new(TokioClock::starting_at(Timestamp(T0))))
+                .with_poststop_timeout(Duration::from_secs(60))
+                .with_health(HealthConfig {
+                    catalog: self.catalog.clone(),
+                    transport: self.net.clone(),
+                }),
+        )
+        .unwrap()
+    }
+
+    fn start(&self) -> AllocRunner {
+        let runner = self.runner(self.alloc.clone());
+        spawn_run(&runner);
+        runner
+    }
+}
+
+fn spawn_run(runner: &AllocRunner) {
+    let runner = runner.clone();
+    tokio::spawn(async move { runner.run().await });
+}
+
+const UPDATE: &str = "[group.update]\nmin_healthy_time = \"10s\"\nhealthy_deadline = \"1m\"\n";
+
+/// A service `web` on port `http` with an http check (and `check_extra` in it).
+fn service(check_extra: &str) -> String {
+    format!(
+        "[[group.task.service]]\nname = \"web\"\nport = \"http\"\ntags = [\"v1\"]\n\
+         [[group.task.service.check]]\nname = \"alive\"\ntype = \"http\"\npath = \"/health\"\n\
+         interval = \"1s\"\ntimeout = \"1s\"\n{check_extra}"
+    )
+}
+
+async fn until(runner: &AllocRunner, what: &str, done: impl Fn(&AllocState) -> bool) -> AllocState {
+    let mut watch = runner.subscribe();
+    let wait = async {
+        loop {
+            let state = watch.borrow_and_update().clone();
+            if done(&state) {
+                return state;
+            }
+            if watch.changed().await.is_err() {
+                panic!("the runner is gone and never {what}");
+            }
+        }
+    };
+    tokio::time::timeout(LIMIT, wait)
+        .await
+        .unwrap_or_else(|_| panic!("never {what}: {:#?}", runner.state()))
+}
+
+fn healthy(state: &AllocState) -> Option<bool> {
+    state.deployment_status.as_ref().and_then(|d| d.healthy)
+}
+
+/// Seconds after the start.
+fn secs_since_start(time: Option<Timestamp>) -> Option<u64> {
+    time.map(|t| (t.0 - T0) / 1000)
+}
+
+async fn elapse(secs: u64) {
+    tokio::time::sleep(Duration::from_secs(secs)).await;
+}
+
+/// `TestHealthHook_SetHealth_healthy`: a running task whose check passes is healthy once both
+/// have been so for min_healthy_time; the verdict is persisted, with no unhealthy events.
+#[tokio::test(start_paused = true)]
+async fn set_health_healthy() {
+    let h = Harness::new("service", UPDATE, &service(""));
+    h.net.answer(addr(), Answer::Status(200));
+    let runner = h.start();
+    let state = until(&runner, "healthy", |s| healthy(s).is_some()).await;
+    assert_eq!(healthy(&state), Some(true));
+    let at = secs_since_start(state.deployment_status.as_ref().unwrap().timestamp).unwrap();
+    assert!((10..=11).contains(&at), "healthy {at}s in: the check's first run, then 10s");
+    let stored = h.store.load_alloc("a1").await.unwrap().unwrap();
+    assert_eq!(stored.deployment_status, state.deployment_status, "persisted");
+    assert!(!state.task_states["web"].events.iter().any(|e| e.kind.title() == "Alloc Unhealthy"));
+    let requests = h.net.requests(addr());
+    assert!(requests.iter().all(|r| r.target == "/health" && r.method == "GET"));
+    runner.destroy().await;
+}
+
+/// `TestHealthHook_SetHealth_unhealthy`: a check that fails keeps the allocation from being
+/// healthy; at healthy_deadline it is unhealthy, with the reason in the deployment status and
+/// an `Alloc Unhealthy` event on the task.
+#[tokio::test(start_paused = true)]
+async fn set_health_unhealthy() {
+    let h = Harness::new("service", UPDATE, &service(""));
+    h.net.answer(addr(), Answer::Body(503, "warming up".into()));
+    let runner = h.start();
+    elapse(30).await;
+    assert_eq!(healthy(&runner.state()), None, "not healthy, not yet unhealthy");
+    let state = until(&runner, "judged", |s| healthy(s).is_some()).await;
+    let status = state.deployment_status.unwrap();
+    assert_eq!(status.healthy, Some(false));
+    assert_eq!(secs_since_start(status.timestamp), Some(60), "at the deadline");
+    assert_eq!(
+        status.description.as_deref(),
+        Some(
+            "not healthy by its healthy_deadline of 1m0s; task \"web\": Services not healthy by deadline: web"
+        )
+    );
+    let events: Vec<&TaskEventKind> =
+        state.task_states["web"].events.iter().map(|e| &e.kind).collect();
+    assert!(
+        events.contains(&&TaskEventKind::AllocUnhealthy {
+            message: "Services not healthy by deadline: web".into()
+        }),
+        "{events:?}"
+    );
+    let checks = runner.checks();
+    assert_eq!(checks[0].status, CheckStatus::Critical);
+    assert_eq!(checks[0].last.as_ref().unwrap().output, "HTTP GET /health: 503 R\nwarming up");
+    runner.destroy().await;
+}
+
+/// `TestHealthHook_BatchNoop` and `TestHealthHook_System`: batch jobs are never judged; system
+/// jobs are, like services. `health_check = "manual"` leaves it to an operator, and
+/// `"task_states"` ignores the checks.
+#[tokio::test(start_paused = true)]
+async fn which_allocations_are_judged() {
+    for (job_type, group, want) in [
+        ("batch", UPDATE, None),
+        ("sysbatch", UPDATE, None),
+        ("system", UPDATE, Some(false)),
+        ("service", "[group.update]\nhealth_check = \"manual\"\n", None),
+        (
+            "service",
+            "[group.update]\nhealth_check = \"task_states\"\nmin_healthy_time = \"5s\"\n",
+            Some(true),
+        ),
+    ] {
+        let h = Harness::new(job_type, group, &service(""));
+        let runner = h.start();
+        elapse(400).await;
+        assert_eq!(healthy(&runner.state()), want, "{job_type} {group}");
+        runner.destroy().await;
+    }
+}
+
+/// The seed's rule (`persistDeploymentStatus`, restored by `Restore`): an allocation judged
+/// before an agent restart is not judged again after it, even if its checks now fail; its
+/// checks do run again.
+#[tokio::test(start_paused = true)]
+async fn a_judged_allocation_is_not_judged_again_after_a_restore() {
+    let h = Harness::new("service", UPDATE, &service(""));
+    h.net.answer(addr(), Answer::Status(200));
+    let first = h.start();
+    let judged = until(&first, "healthy", |s| healthy(s) == Some(true)).await;
+    first.shutdown().await;
+    assert!(h.catalog.is_empty(), "the agent leaving takes its services out");
+
+    h.net.answer(addr(), Answer::Status(500));
+    let stored = h.store.load_alloc("a1").await.unwrap().unwrap();
+    let second = h.runner(stored.alloc.clone());
+    second.restore(&stored).await.unwrap();
+    spawn_run(&second);
+    until(&second, "reattached", |s| {
+        s.task_states["web"].events.iter().any(|e| e.kind == TaskEventKind::Reattached)
+    })
+    .await;
+    let before = h.net.hits(addr());
+    elapse(120).await;
+    assert!(h.net.hits(addr()) > before + 100, "the checks resumed");
+    assert_eq!(second.checks()[0].status, CheckStatus::Critical);
+    assert_eq!(second.state().deployment_status, judged.deployment_status, "the verdict stands");
+    assert_eq!(h.catalog.list()[0].health, CheckStatus::Critical);
+    second.destroy().await;
+}
+
+/// A stopped allocation gets no health (Nomad's tracker marks it stopped); its services leave
+/// the catalog before its task is killed, and the checks stop.
+#[tokio::test(start_paused = true)]
+async fn services_leave_the_catalog_before_the_kill() {
+    let h = Harness::new(
+        "service",
+        UPDATE,
+        &format!("kill_timeout = \"20s\"\nconfig = {{ kill_after = \"5s\" }}\n{}", service("")),
+    );
+    h.net.answer(addr(), Answer::Status(200));
+    let runner = h.start();
+    until(&runner, "running", |s| s.task_states["web"].status == TaskStatus::Running).await;
+    let listed = h.catalog.list();
+    assert_eq!(listed.len(), 1);
+    let entry = &listed[0];
+    assert_eq!(
+        (
+            entry.name.as_str(),
+            entry.address,
+            entry.port,
+            entry.tags.as_slice(),
+            entry.task.as_str()
+        ),
+        ("web", Some([127, 0, 0, 1].into()), Some(PORT), &["v1".to_owned()][..], "web")
+    );
+    elapse(3).await;
+    runner.update(Allocation {
+        desired_status: DesiredStatus::Stop,
+        modify_index: 2,
+        ..h.alloc.clone()
+    });
+    let killing = until(&runner, "killing", |s| {
+        s.task_states["web"].events.iter().any(|e| e.kind.title() == "Killing")
+    })
+    .await;
+    assert_eq!(killing.task_states["web"].status, TaskStatus::Running, "the task still runs");
+    assert!(h.catalog.is_empty(), "its service is gone already");
+    let hits = h.net.hits(addr());
+    tokio::time::timeout(LIMIT, runner.wait()).await.unwrap();
+    assert_eq!(h.net.hits(addr()), hits, "no check after the kill began");
+    assert_eq!(healthy(&runner.state()), None, "a stopped allocation gets no health");
+}
+
+/// check_restart (Nomad's watcher calling `Restart(..., failure = true)`): a task whose check
+/// keeps failing is restarted through its restart policy, with an event that names the check;
+/// once the policy's attempts are used up the task fails, and so does the allocation's health.
+#[tokio::test(start_paused = true)]
+async fn check_restart_restarts_the_task_through_its_restart_policy() {
+    let task = format!(
+        "restart = {{ attempts = 1, interval = \"10m\", delay = \"2s\", mode = \"fail\" }}\n{}",
+        service("check_restart = { limit = 3, grace = \"5s\" }\n")
+    );
+    let h = Harness::new(
+        "service",
+        "[group.update]\nmin_healthy_time = \"10s\"\nhealthy_deadline = \"5m\"\n",
+        &task,
+    );
+    h.net.answer(addr(), Answer::Status(500));
+    let runner = h.start();
+    let state = until(&runner, "failed", |s| s.task_states["web"].failed).await;
+    let web = &state.task_states["web"];
+    let kinds: Vec<&TaskEventKind> = web.events.iter().map(|e| &e.kind).collect();
+    let signaled =
+        TaskEventKind::RestartSignaled { reason: "healthcheck: check \"alive\" unhealthy".into() };
+    assert!(kinds.contains(&&signaled), "{kinds:#?}");
+    assert!(
+        kinds.iter().any(|k| matches!(k, TaskEventKind::NotRestarting { reason } if reason.contains("Exceeded allowed attempts 1"))),
+        "{kinds:#?}"
+    );
+    assert_eq!(web.restarts, 1);
+    assert_eq!(h.driver.start_count("a1", "web"), 2);
+    let state = until(&runner, "judged", |s| healthy(s).is_some()).await;
+    assert_eq!(healthy(&state), Some(false));
+    assert_eq!(state.client_status, ClientStatus::Failed);
+}
+
+/// A task whose check recovers before its limit is not restarted; one whose first failures
+/// fall in the grace period is not either.
+#[tokio::test(start_paused = true)]
+async fn check_restart_waits_for_grace_and_limit() {
+    let h = Harness::new(
+        "service",
+        UPDATE,
+        &service("check_restart = { limit = 3, grace = \"20s\" }\n"),
+    );
+    let runner = h.start();
+    elapse(15).await;
+    h.net.answer(addr(), Answer::Status(200));
+    elapse(60).await;
+    assert_eq!(h.driver.start_count("a1", "web"), 1);
+    assert_eq!(runner.state().task_states["web"].restarts, 0);
+    runner.destroy().await;
+}
+
+/// Script checks run inside the task through the driver's exec.
+#[tokio::test(start_paused = true)]
+async fn script_checks_run_through_the_drivers_exec() {
+    let task = "config = { exec_stdout = \"all good\", exec_exit_code = 1 }\n\
+        [[group.task.service]]\nname = \"web\"\n\
+        [[group.task.service.check]]\nname = \"script\"\ntype = \"script\"\ncommand = \"/bin/check\"\n\
+        interval = \"2s\"\ntimeout = \"1s\"\n";
+    let h = Harness::new("service", UPDATE, task);
+    let runner = h.start();
+    elapse(5).await;
+    let check = runner.checks().remove(0);
+    assert_eq!(
+        (check.status, check.last.unwrap().output),
+        (CheckStatus::Warning, "all good".to_owned())
+    );
+    assert_eq!(h.catalog.list()[0].health, CheckStatus::Warning);
+    assert_eq!(h.catalog.list()[0].port, None, "a service without a port");
+    runner.destroy().await;
+    assert!(h.catalog.is_empty());
+}
