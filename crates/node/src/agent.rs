@@ -1,6 +1,12 @@
 //! The node agent: opens the store, restores every allocation, runs new ones, applies stops,
 //! collects garbage, and shuts down leaving tasks running. The HTTP API and the CLI's
 //! embedded mode both drive it.
+//!
+//! Admission refuses, before anything is written, an allocation that does not fit the node's
+//! resources or whose ports it cannot have. The agent owns the node's ports (a
+//! `wharf_health::PortTable`): an accepted allocation's ports are written in its record, held
+//! again from that record after a restart, and released when it ends. It owns the service
+//! catalog too; the alloc runners register their tasks' services in it.
 
 use crate::config::NodeConfig;
 use crate::metrics::{Metrics, MetricsHook};
@@ -13,11 +19,14 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::task::JoinSet;
-use wharf_alloc::{AllocError, AllocRunner, AllocRunnerConfig, SpareDirs};
+use wharf_alloc::{AllocError, AllocRunner, AllocRunnerConfig, HealthConfig, SpareDirs};
 use wharf_driver::{DriverRegistry, Health};
 use wharf_exec::TaskCgroups;
+use wharf_health::{PortError, PortTable, ServiceCatalog, TcpTransport};
 use wharf_state::resources::Amount;
-use wharf_state::{Allocation, ClientStatus, DesiredStatus, Job, SpecError, Timestamp};
+use wharf_state::{
+    Allocation, CheckStatus, ClientStatus, DesiredStatus, Job, SpecError, Timestamp,
+};
 use wharf_store::{RedbStore, StateStore, StoreError, StoredAlloc};
 use wharf_task::{LogLimits, SystemClock, TaskHook, WallClock};
 
@@ -58,6 +67,17 @@ pub enum AgentError {
     /// The allocation does not fit in what the node has free; nothing was kept of it.
     #[error("the allocation does not fit on this node: {0}")]
     DoesNotFit(wharf_state::resources::Shortfall),
+    /// The allocation's ports are not available here; nothing was kept of it.
+    #[error("the allocation's ports are not available on this node: {0}")]
+    Ports(#[from] PortError),
+    /// The configured address of allocations' ports is not one of this host's.
+    #[error("network.address {address} cannot be used on this host: {source}")]
+    PortAddress {
+        /// The address.
+        address: std::net::IpAddr,
+        /// Why binding to it failed.
+        source: std::io::Error,
+    },
     /// What the node has could not be read.
     #[error("cannot read the node's CPUs and memory: {0}")]
     Host(#[from] wharf_isolate::IsolateError),
@@ -117,6 +137,28 @@ impl Drop for Admitted<'_> {
     }
 }
 
+/// The ports a submission took, given back unless it is taken under management.
+struct PortClaim<'a> {
+    agent: &'a Agent,
+    alloc_id: String,
+    kept: bool,
+}
+
+impl PortClaim<'_> {
+    /// The allocation is managed: its ports stay held until it ends.
+    fn keep(mut self) {
+        self.kept = true;
+    }
+}
+
+impl Drop for PortClaim<'_> {
+    fn drop(&mut self) {
+        if !self.kept {
+            self.agent.ports.lock().release(&self.alloc_id);
+        }
+    }
+}
+
 /// The running agent.
 #[derive(Debug)]
 pub struct Agent {
@@ -138,6 +180,10 @@ pub struct Agent {
     cgroups: TaskCgroups,
     /// What submissions that passed admission but are not managed yet hold.
     admitting: parking_lot::Mutex<Amount>,
+    /// Which allocation holds which port.
+    ports: Arc<parking_lot::Mutex<PortTable>>,
+    /// The services of running tasks, and how their checks reach them.
+    health: HealthConfig,
 }
 
 /// How many ready-made allocation and task directories the agent keeps.
@@ -169,6 +215,11 @@ impl Agent {
             }
         };
         let metrics = Arc::new(Metrics::default());
+        let network = &config.network;
+        std::net::TcpListener::bind((network.address, 0))
+            .map_err(|source| AgentError::PortAddress { address: network.address, source })?;
+        let ports =
+            PortTable::new(network.address, network.min_dynamic_port, network.max_dynamic_port)?;
         let resources = NodeResources::new(&config, &wharf_isolate::Host::detect()?);
         let cgroups = crate::resources::task_cgroups(&config, &resources);
         let agent = Arc::new(Agent {
@@ -185,6 +236,11 @@ impl Agent {
             resources,
             cgroups,
             admitting: parking_lot::Mutex::new(Amount::ZERO),
+            ports: Arc::new(parking_lot::Mutex::new(ports)),
+            health: HealthConfig {
+                catalog: Arc::new(ServiceCatalog::new()),
+                transport: Arc::new(TcpTransport),
+            },
         });
         agent.restore().await?;
         // Every task that still runs has taken its cgroup back: the others' are left by runs
@@ -216,6 +272,30 @@ impl Agent {
     /// The tasks' cgroups, or why there are none.
     pub fn task_cgroups(&self) -> &TaskCgroups {
         &self.cgroups
+    }
+
+    /// The services of the node's running tasks.
+    pub fn catalog(&self) -> &ServiceCatalog {
+        &self.health.catalog
+    }
+
+    /// How many ports allocations hold.
+    pub fn ports_held(&self) -> usize {
+        self.ports.lock().held()
+    }
+
+    /// Takes the ports `alloc`'s group asks for into `alloc.ports`: static ports unless held
+    /// or in use on the host, dynamic ones from the node's range. Part of admission: they are
+    /// given back if the submission does not go through.
+    fn claim_ports(&self, alloc: &mut Allocation) -> Result<PortClaim<'_>, AgentError> {
+        let claim = PortClaim { agent: self, alloc_id: alloc.id.clone(), kept: false };
+        let group = alloc.group().map_err(AllocError::from)?;
+        if let Some(network) = group.network.as_ref() {
+            let ip = self.config.network.address;
+            let is_free = |port| std::net::TcpListener::bind((ip, port)).is_ok();
+            alloc.ports = self.ports.lock().assign(&alloc.id, network, is_free)?;
+        }
+        Ok(claim)
     }
 
     /// What the allocations that may still run hold between them, and how many there are.
@@ -290,6 +370,9 @@ impl Agent {
                 return false;
             }
         };
+        if let Err(error) = self.ports.lock().hold(&id, &stored.alloc.ports) {
+            tracing::error!(alloc_id = %id, %error, "a restored allocation's port is held by another");
+        }
         if let Err(error) = runner.restore(&stored).await {
             tracing::error!(alloc_id = %id, %error, "restoring allocation failed; marking it failed");
             runner.set_client_status(
@@ -313,6 +396,7 @@ impl Agent {
             });
         config.task_hooks = self.task_hooks.clone();
         config.spare_dirs = self.spare_dirs.clone();
+        config.health = self.health.clone();
         AllocRunner::new(config)
     }
 
@@ -338,7 +422,15 @@ impl Agent {
                 }
             }
         });
-        tokio::spawn(async move { runner.run().await });
+        let ports = self.ports.clone();
+        tokio::spawn(async move {
+            runner.run().await;
+            // Its ports go back once it has ended; an agent leaving keeps them held, and the
+            // next agent holds them again from the record.
+            if !runner.lifecycle().shutting_down() {
+                ports.lock().release(runner.id());
+            }
+        });
     }
 
     /// Accepts a job: checks it against this node's drivers, persists it as a new allocation
@@ -376,7 +468,7 @@ impl Agent {
         if !problems.is_empty() {
             return Err(SpecError { problems }.into());
         }
-        let alloc = Allocation {
+        let mut alloc = Allocation {
             id: id.unwrap_or_else(new_alloc_id),
             task_group: job.groups[0].name.clone(),
             job,
@@ -391,14 +483,17 @@ impl Agent {
             Claim::Taken => return Ok((alloc.id, false)),
             Claim::Ours(claim) => claim,
         };
-        // Refused before anything of it is written.
+        // Refused before anything of it is written: resources, then ports.
         let _admitted = self.admit(&alloc.job.groups[0])?;
+        let ports = self.claim_ports(&mut alloc)?;
         let runner = self.new_runner(alloc.clone())?;
-        // Durable before the caller hears of it (and written once: the runner knows).
+        // Durable before the caller hears of it (and written once: the runner knows), with
+        // the ports it holds.
         runner.persist().await?;
         self.metrics.allocs_submitted.fetch_add(1, Ordering::Relaxed);
-        tracing::info!(alloc_id = %alloc.id, job_id = %alloc.job.id, "allocation accepted");
+        tracing::info!(alloc_id = %alloc.id, job_id = %alloc.job.id, ports = ?alloc.ports, "allocation accepted");
         self.adopt(runner);
+        ports.keep();
         Ok((alloc.id, true))
     }
 
@@ -588,8 +683,21 @@ impl Agent {
                 .into_iter()
                 .map(|s| (s, 0.0))
                 .collect();
+        let mut by_health: BTreeMap<&'static str, f64> =
+            ["healthy", "unhealthy", "unknown"].into_iter().map(|h| (h, 0.0)).collect();
+        let mut checks: BTreeMap<String, f64> = [
+            CheckStatus::Passing,
+            CheckStatus::Warning,
+            CheckStatus::Critical,
+            CheckStatus::Pending,
+        ]
+        .into_iter()
+        .map(|s| (s.to_string(), 0.0))
+        .collect();
+        let mut passing = Vec::new();
         for runner in self.list() {
-            let status = match runner.state().client_status {
+            let state = runner.state();
+            let status = match state.client_status {
                 ClientStatus::Pending => "pending",
                 ClientStatus::Running => "running",
                 ClientStatus::Complete => "complete",
@@ -597,15 +705,57 @@ impl Agent {
                 ClientStatus::Lost => "lost",
             };
             *by_status.entry(status).or_default() += 1.0;
+            let health = match state.deployment_status.and_then(|d| d.healthy) {
+                Some(true) => "healthy",
+                Some(false) => "unhealthy",
+                None => "unknown",
+            };
+            *by_health.entry(health).or_default() += 1.0;
+            for check in runner.checks() {
+                *checks.entry(check.status.to_string()).or_default() += 1.0;
+                let labels = crate::metrics::labels(&[
+                    ("alloc_id", runner.id()),
+                    ("task", &check.task),
+                    ("service", &check.service),
+                    ("check", &check.check),
+                ]);
+                passing.push((labels, f64::from(u8::from(check.status == CheckStatus::Passing))));
+            }
         }
-        labelled.insert(
-            0,
-            (
-                "wharf_allocs",
-                "Allocations on this node by client status.",
-                "gauge",
-                by_status.into_iter().map(|(s, n)| (format!("status=\"{s}\""), n)).collect(),
-            ),
+        fn label(name: &'static str) -> impl Fn((String, f64)) -> (String, f64) {
+            move |(value, n)| (crate::metrics::labels(&[(name, &value)]), n)
+        }
+        let by_label = |name, counts: BTreeMap<&'static str, f64>| -> Vec<(String, f64)> {
+            counts.into_iter().map(|(value, n)| (value.to_owned(), n)).map(label(name)).collect()
+        };
+        labelled.splice(
+            0..0,
+            [
+                (
+                    "wharf_allocs",
+                    "Allocations on this node by client status.",
+                    "gauge",
+                    by_label("status", by_status),
+                ),
+                (
+                    "wharf_alloc_health",
+                    "Allocations on this node by health: healthy, unhealthy, or not judged.",
+                    "gauge",
+                    by_label("health", by_health),
+                ),
+                (
+                    "wharf_checks",
+                    "Checks of the allocations' services by their latest status.",
+                    "gauge",
+                    checks.into_iter().map(label("status")).collect(),
+                ),
+                (
+                    "wharf_check_passing",
+                    "Whether each check's latest run passed (1) or not (0).",
+                    "gauge",
+                    passing,
+                ),
+            ],
         );
         let stats = self.store.stats();
         self.metrics.render(
@@ -627,6 +777,18 @@ impl Agent {
                     "Time spent committing.",
                     "counter",
                     stats.commit_micros as f64 / 1e6,
+                ),
+                (
+                    "wharf_services",
+                    "Services of running tasks in the node's catalog.",
+                    "gauge",
+                    self.catalog().len() as f64,
+                ),
+                (
+                    "wharf_ports_held",
+                    "Ports held by allocations.",
+                    "gauge",
+                    self.ports_held() as f64,
                 ),
             ],
             &labelled,

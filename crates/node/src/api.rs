@@ -5,7 +5,7 @@
 //! | `GET /v1/health` | liveness, store and drivers (no token needed) |
 //! | `POST /v1/allocations` | submit a job spec (JSON, or TOML) → `{"id": ...}` |
 //! | `GET /v1/allocations` | every allocation, summarised |
-//! | `GET /v1/allocations/{id}?after=<version>&wait=30s` | one allocation; blocks until its state differs from `after` |
+//! | `GET /v1/allocations/{id}?after=<version>&wait=30s` | one allocation (its ports, health and checks); blocks until its state differs from `after` |
 //! | `POST /v1/allocations/{id}/stop` | stop it (poststop tasks still run) |
 //! | `POST /v1/allocations/{id}/restart` | `{"task": "web"}`, `{"all": true}` or `{}` for the running tasks |
 //! | `POST /v1/allocations/{id}/signal` | `{"signal": "SIGHUP", "task": "web"}` (no task: all) |
@@ -13,6 +13,7 @@
 //! | `GET /v1/allocations/{id}/logs/{task}?stream=stderr&offset=N&tail=N&follow=true` | output, read by the task's driver: from byte `offset` of what is kept, or the last `tail` bytes, or the start (with `follow`: the end), and with `follow` on as it is written until the task is dead (403 if a log file is not a regular file of the log directory; 501 if the driver cannot read logs) |
 //! | `GET /v1/allocations/{id}/stats` | each running task's CPU, memory and processes, and their sum (`usage::AllocStats`) |
 //! | `GET /v1/node` | the node's CPU and memory, what it keeps, what allocations hold, what is free, cgroups, drivers (`usage::NodeStatus`) |
+//! | `GET /v1/services` | the services of the node's running tasks: address, port, tags, health |
 //! | `GET /v1/probe` | the runner-list protocol, as text |
 //! | `GET /v1/metrics` | Prometheus text |
 //!
@@ -36,7 +37,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use wharf_driver::{DriverError, LogFrom, LogStream};
-use wharf_state::{AllocState, Allocation, Signal};
+use wharf_state::{AllocState, Allocation, CheckState, ServiceEntry, Signal};
 
 /// Builds the router for `agent`.
 pub fn router(agent: Arc<Agent>) -> Router {
@@ -50,6 +51,7 @@ pub fn router(agent: Arc<Agent>) -> Router {
         .route("/v1/allocations/{id}/logs/{task}", get(logs))
         .route("/v1/allocations/{id}/stats", get(stats))
         .route("/v1/node", get(node))
+        .route("/v1/services", get(services))
         .route("/v1/probe", get(probe))
         .route("/v1/metrics", get(metrics))
         .route_layer(axum::middleware::from_fn_with_state(agent.clone(), require_token));
@@ -125,7 +127,9 @@ impl From<AgentError> for ApiError {
         let status = match &error {
             AgentError::UnknownAlloc(_) => StatusCode::NOT_FOUND,
             AgentError::InvalidId(_) => StatusCode::BAD_REQUEST,
-            AgentError::IdTaken(_) | AgentError::DoesNotFit(_) => StatusCode::CONFLICT,
+            AgentError::IdTaken(_) | AgentError::DoesNotFit(_) | AgentError::Ports(_) => {
+                StatusCode::CONFLICT
+            }
             AgentError::Spec(_) => StatusCode::UNPROCESSABLE_ENTITY,
             AgentError::Alloc(wharf_alloc::AllocError::UnknownTask { .. }) => StatusCode::NOT_FOUND,
             AgentError::Alloc(wharf_alloc::AllocError::Task(
@@ -323,6 +327,9 @@ pub struct AllocSummary {
     pub description: String,
     /// Each task's status.
     pub tasks: BTreeMap<String, wharf_state::TaskStatus>,
+    /// Whether it is healthy; absent until judged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub healthy: Option<bool>,
 }
 
 fn summary(alloc: &Allocation, state: &AllocState) -> AllocSummary {
@@ -334,6 +341,7 @@ fn summary(alloc: &Allocation, state: &AllocState) -> AllocSummary {
         client_status: state.client_status,
         description: state.client_description.clone(),
         tasks: state.task_states.iter().map(|(name, task)| (name.clone(), task.status)).collect(),
+        healthy: state.deployment_status.as_ref().and_then(|d| d.healthy),
     }
 }
 
@@ -352,6 +360,10 @@ pub struct AllocDetail {
     pub done: bool,
     /// A value that changes whenever the state does, for `?after=`.
     pub version: String,
+    /// Its services' checks with their latest results (not part of `version`: a check's new
+    /// result does not end a blocking query).
+    #[serde(default)]
+    pub checks: Vec<CheckState>,
 }
 
 #[derive(Deserialize)]
@@ -384,7 +396,13 @@ async fn status(
     let mut watch = runner.subscribe();
     let detail = |state: AllocState| {
         let done = runner.is_done();
-        AllocDetail { alloc: runner.alloc(), version: version_of(&state, done), state, done }
+        AllocDetail {
+            alloc: runner.alloc(),
+            version: version_of(&state, done),
+            state,
+            done,
+            checks: runner.checks(),
+        }
     };
     let mut current = detail(watch.borrow_and_update().clone());
     if let Some(after) = query.after {
@@ -594,6 +612,10 @@ async fn stats(
 
 async fn node(State(agent): State<Arc<Agent>>) -> axum::Json<crate::usage::NodeStatus> {
     axum::Json(agent.node_status().await)
+}
+
+async fn services(State(agent): State<Arc<Agent>>) -> axum::Json<Vec<ServiceEntry>> {
+    axum::Json(agent.catalog().list())
 }
 
 async fn probe(State(agent): State<Arc<Agent>>) -> String {

@@ -1,4 +1,4 @@
-//! The `wharf` command line: `agent`, `run`, `validate` and `alloc ...`.
+//! The `wharf` command line: `agent`, `run`, `validate`, `alloc ...` and `service list`.
 //!
 //! Exit codes (the README's table; [`exit_code`] decides):
 //! - 0: success (for `run`, the allocation completed);
@@ -163,6 +163,9 @@ enum Command {
     /// Inspect the node.
     #[command(subcommand)]
     Node(NodeCommand),
+    /// The services of the node's running tasks.
+    #[command(subcommand)]
+    Service(ServiceCommand),
     /// Run a fleet of agents (`wharf fleet`), or talk to one (`wharf fleet submit ...`).
     Fleet(crate::fleet::cli::FleetArgs),
     /// Kill the agent of --data-dir and every task it ran, and delete the directory: what
@@ -212,6 +215,12 @@ struct RunArgs {
     /// job submitted again under the same id is accepted once, so a retry is safe.
     #[arg(long)]
     id: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum ServiceCommand {
+    /// List the services with their address, port, tags and health.
+    List,
 }
 
 #[derive(Debug, Subcommand)]
@@ -364,6 +373,9 @@ async fn run(cli: Cli) -> ExitCode {
             alloc(&client, command, data_dir, cli.json).await.map(|()| ExitCode::SUCCESS)
         }
         Command::Node(NodeCommand::Status) => node_status(&client, cli.json).await,
+        Command::Service(ServiceCommand::List) => {
+            list_services(&client, cli.json).await.map(|()| ExitCode::SUCCESS)
+        }
     };
     result.unwrap_or_else(|error| fail(exit_code(&error), &describe(&error)))
 }
@@ -848,12 +860,59 @@ fn match_id<'a>(ids: impl Iterator<Item = &'a str>, given: &str) -> anyhow::Resu
     }
 }
 
+async fn list_services(client: &Client, json: bool) -> anyhow::Result<()> {
+    let services: Vec<wharf_state::ServiceEntry> =
+        client.json(Method::GET, ApiPath::v1(["services"]), None).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&services)?);
+        return Ok(());
+    }
+    println!(
+        "{:<20} {:<22} {:<9} {:<20} {:<36} TASK",
+        "NAME", "ADDRESS", "HEALTH", "TAGS", "ALLOCATION"
+    );
+    for service in services {
+        let address = match (service.address, service.port) {
+            (Some(ip), Some(port)) => std::net::SocketAddr::new(ip, port).to_string(),
+            (Some(ip), None) => ip.to_string(),
+            _ => "-".into(),
+        };
+        let tags = if service.tags.is_empty() { "-".into() } else { service.tags.join(",") };
+        println!(
+            "{:<20} {address:<22} {:<9} {tags:<20} {:<36} {}",
+            service.name,
+            service.health.to_string(),
+            service.alloc_id,
+            service.task
+        );
+    }
+    Ok(())
+}
+
+/// How an allocation's health reads: judged (when, and why if unhealthy) or not yet.
+fn health_line(state: &AllocState) -> String {
+    let Some(status) = state.deployment_status.as_ref() else { return "not judged yet".into() };
+    let when = status.timestamp.map(|t| format!(" at {t}")).unwrap_or_default();
+    match (status.healthy, &status.description) {
+        (Some(true), _) => format!("healthy{when}"),
+        (Some(false), Some(reason)) => format!("unhealthy{when}: {reason}"),
+        (Some(false), None) => format!("unhealthy{when}"),
+        (None, _) => "not judged yet".into(),
+    }
+}
+
 fn print_status(detail: &AllocDetail) {
     let (alloc, state) = (&detail.alloc, &detail.state);
     println!("ID       = {}", alloc.id);
     println!("Job      = {} (group {})", alloc.job.id, alloc.task_group);
     println!("Desired  = {:?}", alloc.desired_status);
     println!("Status   = {}: {}", state.client_status, state.client_description);
+    println!("Health   = {}", health_line(state));
+    if !alloc.ports.is_empty() {
+        let ports: Vec<String> =
+            alloc.ports.iter().map(|p| format!("{} {}", p.label, p.address())).collect();
+        println!("Ports    = {}", ports.join(", "));
+    }
     println!();
     println!(
         "{:<16} {:<8} {:<8} {:<24} {:<24}",
@@ -869,6 +928,26 @@ fn print_status(detail: &AllocDetail) {
             time(task.started_at),
             time(task.finished_at)
         );
+    }
+    if !detail.checks.is_empty() {
+        println!();
+        println!(
+            "{:<16} {:<16} {:<20} {:<7} {:<9} OUTPUT",
+            "TASK", "SERVICE", "CHECK", "TYPE", "STATUS"
+        );
+        for check in &detail.checks {
+            let output = check.last.as_ref().map_or("waiting to run", |r| r.output.as_str());
+            let first_line = output.lines().next().unwrap_or_default();
+            let kind = serde_json::to_value(check.kind).ok();
+            println!(
+                "{:<16} {:<16} {:<20} {:<7} {:<9} {first_line}",
+                check.task,
+                check.service,
+                check.check,
+                kind.as_ref().and_then(|k| k.as_str()).unwrap_or("-"),
+                check.status.to_string()
+            );
+        }
     }
     println!();
     println!("Recent events:");

@@ -32,6 +32,32 @@ pub struct NodeConfig {
     pub resources: ResourcesConfig,
     /// The tasks' cgroups.
     pub cgroups: CgroupsConfig,
+    /// The ports allocations get.
+    pub network: NetworkConfig,
+}
+
+/// Where allocations' ports are: the address tasks listen on and services are reached at,
+/// and the range dynamic ports come from (Nomad's `min_dynamic_port` and `max_dynamic_port`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NetworkConfig {
+    /// The address of every allocated port (`WHARF_IP_<label>`).
+    pub address: std::net::IpAddr,
+    /// The first port of the dynamic range.
+    pub min_dynamic_port: u16,
+    /// The last port of the dynamic range.
+    pub max_dynamic_port: u16,
+}
+
+impl Default for NetworkConfig {
+    /// Loopback, and Nomad's range, 20000 to 32000.
+    fn default() -> Self {
+        NetworkConfig {
+            address: std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+            min_dynamic_port: 20_000,
+            max_dynamic_port: 32_000,
+        }
+    }
 }
 
 /// The node's resources, as allocations are admitted against them (Nomad's client
@@ -208,6 +234,7 @@ impl Default for NodeConfig {
             logs: LogsConfig::default(),
             resources: ResourcesConfig::default(),
             cgroups: CgroupsConfig::default(),
+            network: NetworkConfig::default(),
         }
     }
 }
@@ -298,6 +325,13 @@ impl NodeConfig {
             return Err("logs: max_files and max_file_mb must be at least 1".into());
         }
         self.drivers.exec.options(&self.data_dir)?;
+        let network = &self.network;
+        if network.min_dynamic_port == 0 || network.min_dynamic_port > network.max_dynamic_port {
+            return Err(format!(
+                "network: min_dynamic_port ({}) must be at least 1 and at most max_dynamic_port ({})",
+                network.min_dynamic_port, network.max_dynamic_port
+            ));
+        }
         wharf_isolate::CpuSet::parse(&self.resources.reserved.cores)
             .map_err(|e| format!("resources.reserved.cores: {e}"))?;
         if let Some(parent) = &self.cgroups.parent
@@ -369,7 +403,8 @@ mod tests {
              [logs]\nmax_files = 2\nmax_file_mb = 1\n\
              [resources]\ncpu_total_compute = 8000\nmemory_total_mb = 4096\n\
              [resources.reserved]\ncpu = 500\nmemory = 256\ncores = \"0\"\n\
-             [cgroups]\nenabled = false\nparent = \"/wharf\"\npids_limit = 100\n",
+             [cgroups]\nenabled = false\nparent = \"/wharf\"\npids_limit = 100\n\
+             [network]\naddress = \"10.0.0.5\"\nmin_dynamic_port = 25000\nmax_dynamic_port = 25100\n",
         )
         .unwrap();
         assert_eq!(config.data_dir, PathBuf::from("/srv/wharf"));
@@ -391,6 +426,14 @@ mod tests {
             config.cgroups,
             CgroupsConfig { enabled: false, parent: Some("/wharf".into()), pids_limit: 100 }
         );
+        assert_eq!(
+            config.network,
+            NetworkConfig {
+                address: [10, 0, 0, 5].into(),
+                min_dynamic_port: 25_000,
+                max_dynamic_port: 25_100
+            }
+        );
     }
 
     #[test]
@@ -403,6 +446,12 @@ mod tests {
             ("bind = \"0.0.0.0:4747\"", "set `token`"),
             ("token = \"short\"", "at least 16"),
             ("[logs]\nmax_files = 0", "logs"),
+            (
+                "[network]\nmin_dynamic_port = 30000\nmax_dynamic_port = 20000",
+                "network: min_dynamic_port (30000)",
+            ),
+            ("[network]\nmin_dynamic_port = 0", "network: min_dynamic_port (0)"),
+            ("[network]\naddress = \"localhost\"", "network.address"),
             ("[resources.reserved]\ncores = \"0-x\"", "resources.reserved.cores"),
             ("[resources]\ncpu = 5", "unknown field `cpu`"),
             ("[cgroups]\nparent = \"/\"", "cgroups.parent"),

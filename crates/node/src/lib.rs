@@ -2,9 +2,10 @@
 //! below. It holds no lifecycle logic of its own: allocations are wharf-alloc's, tasks
 //! wharf-task's, processes wharf-exec's, persistence wharf-store's.
 //!
-//! - [`agent`]: opens the store, restores, runs, stops, garbage-collects, shuts down.
+//! - [`agent`]: opens the store, restores, runs, stops, garbage-collects, shuts down; gives
+//!   allocations their ports and keeps the node's service catalog.
 //! - [`api`]: the HTTP API over the agent.
-//! - [`cli`]: `wharf agent | run | validate | alloc ...`.
+//! - [`cli`]: `wharf agent | run | validate | alloc ... | service list`.
 //! - [`config`]: the agent's TOML configuration with defaults.
 //! - [`serve`]: serving with graceful shutdown, and the embedded agent of `wharf run`.
 //! - [`wipe`]: `wharf wipe`, a node's end when the machine it stands for is destroyed.

@@ -83,6 +83,20 @@ impl Metrics {
     }
 }
 
+/// A label value escaped as the text format requires: backslash, double quote, newline.
+pub fn escape(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// Prometheus labels `name="value",...`, with values escaped as the text format requires.
+pub fn labels(pairs: &[(&str, &str)]) -> String {
+    pairs
+        .iter()
+        .map(|(name, value)| format!("{name}=\"{}\"", escape(value)))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// A task hook that counts starts and failed runs.
 #[derive(Debug)]
 pub struct MetricsHook(pub Arc<Metrics>);
@@ -128,5 +142,13 @@ mod tests {
         );
         assert!(text.contains("wharf_store_commits_total 7\n"));
         assert!(text.contains("wharf_allocs{status=\"running\"} 2\n"));
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(
+            labels(&[("check", "service: \"web\" check"), ("path", "a\\b\nc")]),
+            r#"check="service: \"web\" check",path="a\\b\nc""#
+        );
     }
 }

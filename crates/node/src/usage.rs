@@ -5,7 +5,7 @@
 //! The figures come from elsewhere: the node's from [`crate::resources`], a task's from its
 //! driver (`Driver::task_stats`: its cgroup, or `/proc` without one).
 
-use crate::metrics::Labelled;
+use crate::metrics::{Labelled, escape as label};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -163,11 +163,6 @@ impl From<&wharf_alloc::AllocUsage> for AllocStats {
             total: TaskUsage::from(&usage.total),
         }
     }
-}
-
-/// A Prometheus label value, escaped.
-fn label(value: &str) -> String {
-    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
 /// The Prometheus series of the node's resources.

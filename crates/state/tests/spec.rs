@@ -800,3 +800,19 @@ fn invalid_services_checks_and_ports_name_the_field() {
         );
     }
 }
+
+/// Every example of the README is a valid job spec.
+#[test]
+fn the_examples_are_valid() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let mut read = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            spec::parse_toml(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            read += 1;
+        }
+    }
+    assert!(read >= 4, "only {read} examples in {}", dir.display());
+}
