@@ -1,13 +1,13 @@
 //! Service health beside the alloc runner: the hooks that run wharf-health's checks and
 //! trackers for one allocation.
 //!
-//! - [`ServiceHook`], a task hook: when a task starts (or is reattached after an agent
+//! - `ServiceHook`, a task hook: when a task starts (or is reattached after an agent
 //!   restart), its services go into the node's [`ServiceCatalog`] and its checks start
 //!   ([`TaskChecks`]); before it is killed (prekill), when it exits, stops or the agent shuts
 //!   down, they leave the catalog and the checks stop. A check_restart restarts the task
 //!   through its task runner as a failure, so the restart policy counts it, with an event that
 //!   names the check.
-//! - [`HealthHook`], an alloc hook: from prerun it watches the allocation with a
+//! - `HealthHook`, an alloc hook: from prerun it watches the allocation with a
 //!   [`HealthTracker`] (woken by task state changes, check status changes and the tracker's
 //!   own deadlines), and records the verdict in the deployment status, persisted; an
 //!   unhealthy verdict also leaves an `Alloc Unhealthy` event on each task that caused it.

@@ -21,7 +21,7 @@
 //! agent owns the port table and the catalog and shows them in its API. This crate knows
 //! nothing of the store or of processes, and no HTTP library: its network I/O sits behind
 //! [`Transport`] and its time comes from tokio, so every rule is tested under a paused clock
-//! with [`fake::FakeTransport`] and [`fake::FakeControl`] (feature `fake`).
+//! with `fake::FakeTransport` and `fake::FakeControl` (feature `fake`).
 
 pub mod catalog;
 pub mod check;

@@ -9,7 +9,7 @@
 //! decompression, so the health crate pulls in no HTTP stack. Time limits are the caller's:
 //! the check runner bounds every call with the check's timeout.
 //!
-//! Tests use [`crate::fake::FakeTransport`], whose answers they script, under a paused clock.
+//! Tests use `fake::FakeTransport` (feature `fake`), whose answers they script, under a paused clock.
 
 use crate::check::{HttpReply, HttpRequest, OUTPUT_LIMIT, http_status};
 use std::fmt;
