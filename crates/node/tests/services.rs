@@ -129,6 +129,9 @@ async fn an_http_server_on_its_dynamic_port_becomes_healthy() {
     assert!(metrics.contains(&series), "{metrics}");
     assert!(metrics.contains("wharf_alloc_health{health=\"healthy\"} 1\n"), "{metrics}");
     assert!(metrics.contains("wharf_services 1\n") && metrics.contains("wharf_ports_held 1\n"));
+    if let Err(problems) = wharf_tests::promtool::check_metrics(&metrics) {
+        panic!("the agent's metrics fail Prometheus' linter: {problems}\nin:\n{metrics}");
+    }
 
     // Stopped: out of the catalog, its port back.
     client.call(Method::POST, ApiPath::v1(["allocations", &id, "stop"]), None).await.unwrap();
