@@ -11,6 +11,7 @@ mod alloc;
 mod cgroups;
 mod exec;
 mod fleet;
+mod health;
 mod heap;
 mod isolated;
 mod node;
@@ -47,6 +48,11 @@ fn main() -> ExitCode {
     let mut out = None;
     let mut only: Option<String> = None;
     let mut args = std::env::args().skip(1);
+    if let [flag, port] = &std::env::args().skip(1).collect::<Vec<_>>()[..]
+        && flag == "--serve-http"
+    {
+        health::serve_http(port);
+    }
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--quick" => quick = true,
@@ -54,7 +60,7 @@ fn main() -> ExitCode {
             "--only" => only = args.next(),
             other => {
                 eprintln!(
-                    "unknown argument {other:?}; usage: wharf-bench [--quick] [--out FILE] [--only store|alloc|exec|isolated|cgroups|node|fleet|prober]"
+                    "unknown argument {other:?}; usage: wharf-bench [--quick] [--out FILE] [--only store|alloc|exec|isolated|cgroups|node|health|fleet|prober]"
                 );
                 return ExitCode::from(2);
             }
@@ -82,6 +88,9 @@ fn main() -> ExitCode {
     }
     if wanted("node") {
         rows.extend(node::run(effort));
+    }
+    if wanted("health") {
+        rows.extend(health::run(effort));
     }
     if wanted("fleet") {
         rows.extend(fleet::run(effort));

@@ -49,7 +49,10 @@ pub struct HealthConfig {
 impl Default for HealthConfig {
     /// A catalog of its own and real TCP connections.
     fn default() -> Self {
-        HealthConfig { catalog: Arc::new(ServiceCatalog::new()), transport: Arc::new(TcpTransport) }
+        HealthConfig {
+            catalog: Arc::new(ServiceCatalog::new()),
+            transport: Arc::new(TcpTransport::new()),
+        }
     }
 }
 

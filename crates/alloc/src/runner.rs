@@ -869,17 +869,30 @@ impl AllocRunner {
         self.record_health(healthy, None).await;
     }
 
-    /// Records the allocation's health and why, persisted.
+    /// Records the allocation's health and why. It is written before watchers see it, as the
+    /// seed persists before it broadcasts: health anyone was told of is health a restarted
+    /// agent finds, and does not judge again.
     pub(crate) async fn record_health(&self, healthy: bool, description: Option<String>) {
+        let s = &self.shared;
+        let mut status = s.deployment.lock().clone().unwrap_or_default();
+        status.healthy = Some(healthy);
+        status.timestamp = Some(s.clock.now());
+        status.description = description;
+        status.modify_index += 1;
         {
-            let mut deployment = self.shared.deployment.lock();
-            let status = deployment.get_or_insert_with(DeploymentStatus::default);
-            status.healthy = Some(healthy);
-            status.timestamp = Some(self.shared.clock.now());
-            status.description = description;
-            status.modify_index += 1;
+            let _records = s.records.lock().await;
+            if !self.is_destroyed() {
+                match s.store.put_deployment_status(&s.id, &status).await {
+                    Ok(()) => *s.persisted_deployment.lock() = Some(status.clone()),
+                    Err(error) => {
+                        tracing::error!(alloc_id = %s.id, %error, "persisting the allocation's health failed")
+                    }
+                }
+            }
         }
+        *s.deployment.lock() = Some(status);
         self.publish();
+        // A status changed meanwhile (settled as failed) is written too.
         self.persist_deployment().await;
     }
 
@@ -892,6 +905,11 @@ impl AllocRunner {
     /// has run.
     pub fn checks(&self) -> Vec<CheckState> {
         self.shared.health.book().states()
+    }
+
+    /// How many times the allocation's checks have run.
+    pub fn check_runs(&self) -> u64 {
+        self.shared.health.book().runs()
     }
 
     fn task(&self, name: &str) -> Result<&TaskRunner, AllocError> {

@@ -67,8 +67,12 @@ impl Harness {
     }
 
     fn runner(&self, alloc: Allocation) -> AllocRunner {
+        self.runner_on(alloc, Arc::new(self.store.clone()))
+    }
+
+    fn runner_on(&self, alloc: Allocation, store: Arc<dyn StateStore>) -> AllocRunner {
         AllocRunner::new(
-            AllocRunnerConfig::new(alloc, Arc::new(self.store.clone()), self.dir.path().join("a1"))
+            AllocRunnerConfig::new(alloc, store, self.dir.path().join("a1"))
                 .with_driver(Arc::new(self.driver.clone()))
                 .with_clock(Arc::new(TokioClock::starting_at(Timestamp(T0))))
                 .with_poststop_timeout(Duration::from_secs(60))
@@ -354,4 +358,57 @@ async fn script_checks_run_through_the_drivers_exec() {
     assert_eq!(h.catalog.list()[0].port, None, "a service without a port");
     runner.destroy().await;
     assert!(h.catalog.is_empty());
+}
+
+/// A store whose deployment status writes wait until the test lets them through.
+#[derive(Debug, Clone, Default)]
+struct GatedStore {
+    inner: MemoryStore,
+    writing: Arc<tokio::sync::Notify>,
+    release: Arc<tokio::sync::Notify>,
+}
+
+#[async_trait::async_trait]
+impl StateStore for GatedStore {
+    async fn write(&self, batch: wharf_store::WriteBatch) -> Result<(), wharf_store::StoreError> {
+        self.inner.write(batch).await
+    }
+    async fn load_alloc(
+        &self,
+        alloc_id: &str,
+    ) -> Result<Option<wharf_store::StoredAlloc>, wharf_store::StoreError> {
+        self.inner.load_alloc(alloc_id).await
+    }
+    async fn load_all(&self) -> Result<wharf_store::Snapshot, wharf_store::StoreError> {
+        self.inner.load_all().await
+    }
+    async fn put_deployment_status(
+        &self,
+        alloc_id: &str,
+        status: &wharf_state::DeploymentStatus,
+    ) -> Result<(), wharf_store::StoreError> {
+        self.writing.notify_one();
+        self.release.notified().await;
+        self.inner.put_deployment_status(alloc_id, status).await
+    }
+}
+
+/// The seed persists the deployment status before it tells anyone (`SetHealth`): no watcher
+/// sees a verdict the store does not hold, so a verdict someone was told of survives a crash
+/// and is not judged again.
+#[tokio::test(start_paused = true)]
+async fn health_is_durable_before_anyone_sees_it() {
+    let h = Harness::new("service", UPDATE, &service(""));
+    h.net.answer(addr(), Answer::Status(200));
+    let store = GatedStore::default();
+    let runner = h.runner_on(h.alloc.clone(), Arc::new(store.clone()));
+    spawn_run(&runner);
+    tokio::time::timeout(LIMIT, store.writing.notified()).await.expect("health is written");
+    elapse(5).await;
+    assert_eq!(healthy(&runner.state()), None, "not seen while the write is under way");
+    store.release.notify_one();
+    let state = until(&runner, "healthy", |s| healthy(s).is_some()).await;
+    let stored = store.inner.load_alloc("a1").await.unwrap().unwrap();
+    assert_eq!(stored.deployment_status, state.deployment_status);
+    runner.destroy().await;
 }

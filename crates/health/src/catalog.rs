@@ -12,6 +12,7 @@ use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::watch;
 use wharf_state::service::CheckKind;
 use wharf_state::{Allocation, CheckResult, CheckState, CheckStatus, ServiceEntry};
@@ -28,6 +29,8 @@ pub struct CheckBook {
     entries: Mutex<BTreeMap<CheckId, Entry>>,
     /// Bumped whenever a check's status changes.
     changed: watch::Sender<u64>,
+    /// Results recorded, ever.
+    runs: AtomicU64,
 }
 
 impl CheckBook {
@@ -46,7 +49,11 @@ impl CheckBook {
                 }
             }
         }
-        CheckBook { entries: Mutex::new(entries), changed: watch::channel(0).0 }
+        CheckBook {
+            entries: Mutex::new(entries),
+            changed: watch::channel(0).0,
+            runs: AtomicU64::new(0),
+        }
     }
 
     /// Records a run's result. A check the book does not have is ignored.
@@ -54,6 +61,7 @@ impl CheckBook {
         let changed = {
             let mut entries = self.entries.lock();
             let Some(entry) = entries.get_mut(id) else { return };
+            self.runs.fetch_add(1, Ordering::Relaxed);
             let before = entry.last.as_ref().map_or(CheckStatus::Pending, |r| r.status);
             let changed = before != result.status;
             entry.last = Some(result);
@@ -67,6 +75,11 @@ impl CheckBook {
     /// A receiver woken whenever a check's status changes.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.changed.subscribe()
+    }
+
+    /// How many results have been recorded: the allocation's check runs.
+    pub fn runs(&self) -> u64 {
+        self.runs.load(Ordering::Relaxed)
     }
 
     /// Whether the book has any check.
@@ -266,6 +279,7 @@ mod tests {
         assert!(changes.has_changed().unwrap());
         book.record(&id("nope"), result(CheckStatus::Critical, 4));
         assert_eq!(book.states().len(), 2, "unknown checks are ignored");
+        assert_eq!(book.runs(), 3);
     }
 
     #[test]

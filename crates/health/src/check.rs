@@ -140,7 +140,7 @@ pub struct HttpRequest {
 
 impl HttpRequest {
     /// `method target` with `headers` and `body`. `Host` is `host` unless `headers` sets it,
-    /// and so is the `User-Agent`; the connection is closed after the answer.
+    /// and so is the `User-Agent`. The connection is kept open for the next run (HTTP/1.1).
     pub fn new(
         method: &str,
         target: &str,
@@ -164,7 +164,7 @@ impl HttpRequest {
         if let Some(body) = body {
             text.push_str(&format!("Content-Length: {}\r\n", body.len()));
         }
-        text.push_str("Connection: close\r\n\r\n");
+        text.push_str("\r\n");
         text.push_str(body.unwrap_or_default());
         HttpRequest {
             method: method.to_owned(),
@@ -329,7 +329,7 @@ timeout = "3s"
         assert_eq!(
             std::str::from_utf8(request.bytes()).unwrap(),
             "HEAD /health?deep=1 HTTP/1.1\r\nUser-Agent: wharf-health/0.1.0\r\nHost: example.test\r\n\
-             X-Probe: a\r\nX-Probe: b\r\nConnection: close\r\n\r\n"
+             X-Probe: a\r\nX-Probe: b\r\n\r\n"
         );
         assert!(!request.has_body());
         assert!(matches!(admin.probe, Probe::Tcp { addr } if addr.port() == 20_002));
@@ -346,7 +346,7 @@ timeout = "3s"
     fn requests_with_a_body_say_its_length() {
         let request = HttpRequest::new("POST", "/", "h:1", &BTreeMap::new(), Some("some payload"));
         assert!(std::str::from_utf8(request.bytes()).unwrap().ends_with(
-            "Host: h:1\r\nUser-Agent: wharf-health/0.1.0\r\nContent-Length: 12\r\nConnection: close\r\n\r\nsome payload"
+            "Host: h:1\r\nUser-Agent: wharf-health/0.1.0\r\nContent-Length: 12\r\n\r\nsome payload"
         ));
     }
 

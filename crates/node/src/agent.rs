@@ -239,7 +239,7 @@ impl Agent {
             ports: Arc::new(parking_lot::Mutex::new(ports)),
             health: HealthConfig {
                 catalog: Arc::new(ServiceCatalog::new()),
-                transport: Arc::new(TcpTransport),
+                transport: Arc::new(TcpTransport::new()),
             },
         });
         agent.restore().await?;
@@ -695,7 +695,9 @@ impl Agent {
         .map(|s| (s.to_string(), 0.0))
         .collect();
         let mut passing = Vec::new();
+        let mut check_runs = 0;
         for runner in self.list() {
+            check_runs += runner.check_runs();
             let state = runner.state();
             let status = match state.client_status {
                 ClientStatus::Pending => "pending",
@@ -789,6 +791,12 @@ impl Agent {
                     "Ports held by allocations.",
                     "gauge",
                     self.ports_held() as f64,
+                ),
+                (
+                    "wharf_check_runs_total",
+                    "Runs of the checks of the allocations on this node.",
+                    "counter",
+                    check_runs as f64,
                 ),
             ],
             &labelled,

@@ -1,0 +1,221 @@
+//! Service health scenario: the agent's CPU while it runs 1,000 http checks at a 1 s interval
+//! against local servers, beside the same allocations with no checks.
+//!
+//! The agent runs in this process (so its CPU time is this process's, measured with
+//! `getrusage`); the servers are raw_exec tasks, each this benchmark's own binary answering
+//! HTTP on the port the agent gave it (`--serve-http`), so their work is not counted. The
+//! checks run for a warm-up, then over a window the process's CPU time is divided by the
+//! window's wall time; the number of check runs in the window (`wharf_check_runs_total`) is
+//! reported too, so the figure is known to cover the checks it claims.
+
+use crate::Effort;
+use crate::report::{Better, Row};
+use hyper::Method;
+use std::io::{Read, Write};
+use std::path::Path;
+use std::time::{Duration, Instant};
+use wharf_node::api::AllocDetail;
+use wharf_node::client::{ApiPath, Client};
+use wharf_node::config::NodeConfig;
+use wharf_state::CheckStatus;
+
+const FULL_CHECKS: usize = 1000;
+/// Checks per allocation (one server task each).
+const CHECKS_PER_ALLOC: usize = 100;
+const FULL_WINDOW: Duration = Duration::from_secs(10);
+const WARM_UP: Duration = Duration::from_secs(3);
+
+pub(crate) fn run(effort: Effort) -> Vec<Row> {
+    let shim = match crate::exec::shim() {
+        Ok(shim) => shim,
+        Err(error) => {
+            eprintln!("health scenario skipped: {error}");
+            return Vec::new();
+        }
+    };
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let checks = effort.scaled(FULL_CHECKS);
+    let window = if effort.scale < 1.0 { Duration::from_secs(1) } else { FULL_WINDOW };
+    let (mut with_checks, mut without, mut rates, mut loads) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..effort.runs.min(3) {
+        let dir = crate::scratch::dir("wharf-bench-health");
+        let measured = runtime.block_on(measure(&dir, &shim, checks, true, window));
+        with_checks.push(measured.cpu_percent);
+        rates.push(measured.runs_per_second);
+        loads.push(measured.load);
+        let dir = crate::scratch::dir("wharf-bench-health");
+        without.push(runtime.block_on(measure(&dir, &shim, checks, false, window)).cpu_percent);
+    }
+    let load = crate::report::median(&loads);
+    vec![
+        Row {
+            name: format!(
+                "health: {checks} http checks every 1s against local servers, agent CPU (load average {load:.1} on the machine)"
+            ),
+            unit: "% of a core",
+            better: Better::Lower,
+            samples: with_checks,
+            baseline: Some(("the same allocations without checks".into(), without)),
+            target: (checks == FULL_CHECKS).then(|| "≤ 5 %".into()),
+        },
+        Row {
+            name: format!("health: check runs per second with {checks} checks every 1s"),
+            unit: "runs/s",
+            better: Better::Higher,
+            samples: rates,
+            baseline: None,
+            target: None,
+        },
+    ]
+}
+
+struct Measured {
+    cpu_percent: f64,
+    runs_per_second: f64,
+    load: f64,
+}
+
+/// The job of one server with `checks` http checks (or none, with the same service).
+fn job(index: usize, checks: usize, with_checks: bool, bench: &Path) -> String {
+    let mut spec = format!(
+        "[job]\nid = \"health-{index}\"\ntype = \"service\"\n[group]\nname = \"g\"\n\
+         [group.network.port.http]\n\
+         [[group.task]]\nname = \"server\"\ndriver = \"raw_exec\"\nkill_timeout = \"1s\"\n\
+         config = {{ command = {:?}, args = [\"--serve-http\", \"${{WHARF_PORT_http}}\"] }}\n\
+         [[group.task.service]]\nname = \"web\"\nport = \"http\"\n",
+        bench.display().to_string()
+    );
+    for i in (0..checks).filter(|_| with_checks) {
+        spec.push_str(&format!(
+            "[[group.task.service.check]]\nname = \"c{i}\"\ntype = \"http\"\npath = \"/c{i}\"\n\
+             interval = \"1s\"\ntimeout = \"1s\"\n"
+        ));
+    }
+    spec
+}
+
+async fn measure(
+    dir: &Path,
+    shim: &Path,
+    checks: usize,
+    with_checks: bool,
+    window: Duration,
+) -> Measured {
+    let mut config = NodeConfig { data_dir: dir.join("data"), ..NodeConfig::default() };
+    config.drivers.raw_exec.shim_path = Some(shim.to_owned());
+    config.network.min_dynamic_port = 26_000;
+    config.network.max_dynamic_port = 26_999;
+    let bench = std::env::current_exe().unwrap();
+    let (client, agent) = wharf_node::serve::embedded(config).await.unwrap();
+    let allocs = checks.div_ceil(CHECKS_PER_ALLOC);
+    let mut ids = Vec::new();
+    for index in 0..allocs {
+        let count = CHECKS_PER_ALLOC.min(checks - index * CHECKS_PER_ALLOC);
+        let spec = job(index, count, with_checks, &bench);
+        let bytes = client
+            .call(Method::POST, "/v1/allocations", Some(("application/toml", spec.into_bytes())))
+            .await
+            .unwrap();
+        let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        ids.push(value["id"].as_str().unwrap().to_owned());
+    }
+    // Every check has passed once (or, without checks, every server runs): then warm up.
+    for id in &ids {
+        let path = ApiPath::v1(["allocations", id]);
+        loop {
+            let detail: AllocDetail = client.json(Method::GET, &path, None).await.unwrap();
+            let ready = if with_checks {
+                detail.checks.iter().all(|c| c.status == CheckStatus::Passing)
+            } else {
+                detail.state.client_status == wharf_state::ClientStatus::Running
+            };
+            if ready {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    tokio::time::sleep(WARM_UP).await;
+    let runs_before = check_runs(&client).await;
+    let (cpu_before, started) = (cpu_time(), Instant::now());
+    tokio::time::sleep(window).await;
+    let (cpu, elapsed) = (cpu_time() - cpu_before, started.elapsed());
+    let runs = check_runs(&client).await - runs_before;
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or(f64::NAN);
+    // Every server stopped before the agent leaves (it would leave them running).
+    for id in &ids {
+        client.call(Method::POST, ApiPath::v1(["allocations", id, "stop"]), None).await.unwrap();
+    }
+    for id in &ids {
+        let mut version = String::new();
+        loop {
+            let path =
+                ApiPath::v1(["allocations", id]).query("after", &version).query("wait", "30s");
+            let detail: AllocDetail = client.json(Method::GET, &path, None).await.unwrap();
+            if detail.done {
+                break;
+            }
+            version = detail.version;
+        }
+    }
+    agent.stop().await;
+    Measured {
+        cpu_percent: cpu.as_secs_f64() / elapsed.as_secs_f64() * 100.0,
+        runs_per_second: runs / elapsed.as_secs_f64(),
+        load,
+    }
+}
+
+/// `wharf_check_runs_total` from the agent's metrics.
+async fn check_runs(client: &Client) -> f64 {
+    let text = client.call(Method::GET, "/v1/metrics", None).await.unwrap();
+    String::from_utf8_lossy(&text)
+        .lines()
+        .find_map(|l| l.strip_prefix("wharf_check_runs_total ")?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// This process's CPU time, user and system.
+fn cpu_time() -> Duration {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let usage = getrusage(UsageWho::RUSAGE_SELF).unwrap();
+    let micros = |t: nix::sys::time::TimeVal| {
+        Duration::from_secs(t.tv_sec() as u64) + Duration::from_micros(t.tv_usec() as u64)
+    };
+    micros(usage.user_time()) + micros(usage.system_time())
+}
+
+/// `--serve-http PORT`: the servers the checks reach, as an HTTP/1.1 server keeps its
+/// connections: every request on a connection answered `200 OK`, a thread per connection, on
+/// 127.0.0.1, until killed.
+pub(crate) fn serve_http(port: &str) -> ! {
+    let listener =
+        std::net::TcpListener::bind(("127.0.0.1", port.parse::<u16>().unwrap())).unwrap();
+    for stream in listener.incoming() {
+        let Ok(mut stream) = stream else { continue };
+        std::thread::spawn(move || {
+            let mut request = Vec::with_capacity(2048);
+            let mut buf = [0u8; 2048];
+            loop {
+                match stream.read(&mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => request.extend_from_slice(&buf[..n]),
+                }
+                // Requests carry no body: each ends with an empty line.
+                while let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") {
+                    request.drain(..end + 4);
+                    if stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").is_err()
+                    {
+                        return;
+                    }
+                }
+            }
+        });
+    }
+    std::process::exit(0)
+}
