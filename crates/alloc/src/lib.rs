@@ -7,7 +7,7 @@
 
 pub mod coordinator;
 mod error;
-pub mod health;
+mod health_hooks;
 pub mod hooks;
 pub mod lifecycle;
 mod runner;
@@ -15,7 +15,7 @@ pub mod spare_dirs;
 
 pub use coordinator::Phase;
 pub use error::AllocError;
-pub use health::HealthConfig;
+pub use health_hooks::HealthConfig;
 pub use hooks::{AllocDirHook, AllocHook, AllocHookContext};
 pub use lifecycle::RunnerState;
 pub use runner::{AllocRunner, AllocRunnerConfig, AllocUsage, DEFAULT_POSTSTOP_TIMEOUT};
@@ -29,6 +29,7 @@ pub use wharf_driver::async_trait;
 // The crates this one's API is written in, so that a user needs no other wharf dependency and
 // gets the very versions this crate was built with.
 pub use wharf_driver as driver;
+pub use wharf_health as health;
 pub use wharf_state as state;
 pub use wharf_store as store;
 pub use wharf_task as task;

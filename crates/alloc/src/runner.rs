@@ -21,7 +21,7 @@
 
 use crate::AllocError;
 use crate::coordinator::{Coordinator, Phase};
-use crate::health::{Health, HealthConfig, HealthHook, ServiceHook};
+use crate::health_hooks::{Health, HealthConfig, HealthHook, ServiceHook};
 use crate::hooks::{AllocDirHook, AllocHook, AllocHookContext};
 use crate::lifecycle::{Action, Event, RunnerState};
 use crate::spare_dirs::SpareDirs;
@@ -234,7 +234,7 @@ struct Shared {
     /// Held while deleting the allocation's records and while persisting it, so a persist
     /// never brings back a destroyed allocation.
     records: tokio::sync::Mutex<()>,
-    /// Services, checks and allocation health (see [`crate::health`]).
+    /// Services, checks and allocation health (the health hooks).
     health: Arc<Health>,
 }
 

@@ -1,27 +1,16 @@
-//! Service health on a wharf node: ports, checks, check_restart and allocation health, as
-//! Nomad's client does them for its native services (`provider = "nomad"`).
+#![doc = include_str!("../README.md")]
 //!
-//! - [`ports`]: [`PortTable`], which allocation holds which port of the node; static ports
-//!   checked for conflicts, dynamic ones from the node's range.
-//! - [`check`]: a task's checks resolved against its allocation's ports ([`CheckPlan`]), the
-//!   HTTP request an http check sends, and how answers and script exits are judged.
-//! - [`transport`]: the checks' network I/O behind [`Transport`]; [`TcpTransport`] is a tiny
-//!   HTTP/1.1 client on tokio's `TcpStream`, enough for a status line.
-//! - [`runner`]: [`TaskChecks`], the loops that run one task's checks on their intervals with
-//!   bounded timeouts, reaching the task (script checks, restarts) through [`TaskControl`].
-//! - [`restart`]: [`RestartWatch`], check_restart as a pure decision: `limit` failing results
-//!   in a row, after `grace`, restart the task once.
-//! - [`tracker`]: [`HealthTracker`], allocation health as a pure decision: tasks running and
-//!   checks passing for `min_healthy_time`, or unhealthy by `healthy_deadline`, with reasons.
-//! - [`catalog`]: [`CheckBook`], an allocation's latest check results, and [`ServiceCatalog`],
-//!   the node's services while their tasks run.
+//! Modules: [`ports`] ([`PortTable`]), [`check`] (a task's checks as [`CheckPlan`]s, HTTP
+//! requests, judging answers), [`transport`] ([`Transport`], [`TcpTransport`]), [`runner`]
+//! ([`TaskChecks`], [`TaskControl`]), [`restart`] ([`RestartWatch`]), [`tracker`]
+//! ([`HealthTracker`]) and [`catalog`] ([`CheckBook`], [`ServiceCatalog`]).
 //!
 //! Neighbours: wharf-alloc runs the checks and the tracker beside its alloc runner (its
 //! health hook and service hook), and restarts tasks through their task runners; the node
 //! agent owns the port table and the catalog and shows them in its API. This crate knows
-//! nothing of the store or of processes, and no HTTP library: its network I/O sits behind
-//! [`Transport`] and its time comes from tokio, so every rule is tested under a paused clock
-//! with `fake::FakeTransport` and `fake::FakeControl` (feature `fake`).
+//! nothing of the store or of processes: its network I/O sits behind [`Transport`], the task
+//! behind [`TaskControl`], and its time comes from tokio, so every rule is tested under a
+//! paused clock with `fake::FakeTransport` and `fake::FakeControl` (feature `fake`).
 
 pub mod catalog;
 pub mod check;
@@ -40,3 +29,12 @@ pub use restart::RestartWatch;
 pub use runner::{CheckIo, Now, TaskChecks, TaskControl};
 pub use tracker::{HealthTracker, Progress, Snapshot, TaskView, Verdict};
 pub use transport::{TcpTransport, Transport};
+
+/// The attribute that implementations of [`Transport`] and [`TaskControl`] put on their `impl`
+/// block.
+pub use wharf_driver::async_trait;
+
+// The crates this one's API is written in, so that a user needs no other wharf dependency and
+// gets the very versions this crate was built with.
+pub use wharf_driver as driver;
+pub use wharf_state as state;

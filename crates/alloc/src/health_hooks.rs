@@ -1,5 +1,5 @@
 //! Service health beside the alloc runner: the hooks that run wharf-health's checks and
-//! trackers for one allocation.
+//! trackers for one allocation (re-exported as [`crate::health`]).
 //!
 //! - `ServiceHook`, a task hook: when a task starts (or is reattached after an agent
 //!   restart), its services go into the node's [`ServiceCatalog`] and its checks start
