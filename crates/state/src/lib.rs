@@ -4,12 +4,15 @@
 //! hold, client status), [`service`] (the group's ports, the tasks' services and checks, how
 //! health is judged), [`health`] (check results and the node's catalog, as the API shows
 //! them), [`task_state`] (a task's state and events), [`resources`] (what an
-//! allocation needs of a node, and whether it fits), and the value types [`duration`],
-//! [`signal`] and [`time`]. What a user needs is re-exported here.
+//! allocation needs of a node, and whether it fits), [`reschedule`] (a group's reschedule
+//! policy), [`fleet`] (what a fleet keeps about each piece of work), and the value types
+//! [`duration`], [`signal`] and [`time`]. What a user needs is re-exported here.
 
 pub mod alloc;
 pub mod duration;
+pub mod fleet;
 pub mod health;
+pub mod reschedule;
 pub mod resources;
 pub mod service;
 pub mod signal;
@@ -22,6 +25,7 @@ pub use alloc::{
     InvalidAllocId, check_alloc_id, client_status,
 };
 pub use health::{CheckResult, CheckState, CheckStatus, ServiceEntry};
+pub use reschedule::{DelayFunction, RescheduleOverrides, ReschedulePolicy};
 pub use service::{
     Check, CheckKind, CheckRestart, CheckRestartPolicy, HealthCheck, Network, PortSpec, Service,
     UpdateStrategy,

@@ -189,13 +189,7 @@ mod tests {
     }
 
     fn group(tasks: Vec<Task>) -> TaskGroup {
-        TaskGroup {
-            name: "g".into(),
-            restart: Default::default(),
-            network: None,
-            update: None,
-            tasks,
-        }
+        TaskGroup::new("g", tasks)
     }
 
     fn amount(cpu_mhz: u64, memory_mb: u64, cores: u32) -> Amount {

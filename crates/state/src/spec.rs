@@ -6,6 +6,7 @@
 //! Which drivers exist is not known here: [`Job::check_drivers`] takes that from the caller.
 
 use crate::duration;
+use crate::reschedule::{RescheduleOverrides, ReschedulePolicy};
 use crate::service::{self, Network, PortSpec, Service, UpdateStrategy};
 use crate::signal::Signal;
 use serde::{Deserialize, Serialize};
@@ -67,6 +68,10 @@ pub struct TaskGroup {
     /// How the allocation's health is judged; Nomad's defaults when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub update: Option<UpdateStrategy>,
+    /// How a fleet places the group again after it is lost with its worker or fails there;
+    /// unset fields take the job type's defaults.
+    #[serde(default, skip_serializing_if = "RescheduleOverrides::is_empty")]
+    pub reschedule: RescheduleOverrides,
     /// The tasks, in the order the user wrote them.
     #[serde(rename = "task")]
     pub tasks: Vec<Task>,
@@ -464,6 +469,7 @@ impl TaskGroup {
             restart: RestartOverrides::default(),
             network: None,
             update: None,
+            reschedule: RescheduleOverrides::default(),
             tasks: tasks.into_iter().collect(),
         }
     }
@@ -518,6 +524,11 @@ impl Job {
         Some(group.update.unwrap_or_default())
     }
 
+    /// The reschedule policy of `group`: the job type's defaults, then the group's settings.
+    pub fn reschedule_policy(&self, group: &TaskGroup) -> ReschedulePolicy {
+        ReschedulePolicy::defaults_for(self.job_type).with(&group.reschedule)
+    }
+
     /// Checks everything that can be checked without knowing the node: names, leaders,
     /// lifecycles, restart policies, environment. Returns every problem found, not just the first.
     pub fn validate(&self) -> Result<(), SpecError> {
@@ -543,6 +554,9 @@ impl Job {
     }
 
     fn validate_group(&self, problems: &mut Problems, at: &str, group: &TaskGroup) {
+        for problem in self.reschedule_policy(group).problems() {
+            problems.add(&format!("{at}.reschedule"), problem);
+        }
         if let Some(network) = &group.network {
             service::validate_network(problems, at, network);
         }
@@ -639,13 +653,11 @@ impl Job {
     pub fn to_spec(&self) -> SpecFile {
         SpecFile {
             job: JobHeader { id: self.id.clone(), job_type: self.job_type },
-            group: self.groups.first().cloned().unwrap_or_else(|| TaskGroup {
-                name: String::new(),
-                restart: RestartOverrides::default(),
-                network: None,
-                update: None,
-                tasks: Vec::new(),
-            }),
+            group: self
+                .groups
+                .first()
+                .cloned()
+                .unwrap_or_else(|| TaskGroup::new(String::new(), Vec::new())),
         }
     }
 }

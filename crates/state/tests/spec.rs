@@ -187,6 +187,26 @@ fn invalid_specs_name_the_field() {
             "duplicate field `memory`",
         ),
         (doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\nresources = { disk = 1 }\n"), "group.task[0].resources.disk", "unknown field `disk`"),
+        (
+            doc_with_tasks("reschedule = { delay = \"1s\" }\n[[group.task]]\nname = \"t\"\ndriver = \"x\"\n"),
+            "group.reschedule",
+            "delay 1s is shorter than the minimum of 5s",
+        ),
+        (
+            doc_with_tasks("reschedule = { delay_function = \"linear\" }\n[[group.task]]\nname = \"t\"\ndriver = \"x\"\n"),
+            "group.reschedule.delay_function",
+            "unknown variant `linear`",
+        ),
+        (
+            doc_with_tasks("reschedule = { attempts = 3, unlimited = true }\n[[group.task]]\nname = \"t\"\ndriver = \"x\"\n"),
+            "group.reschedule",
+            "ambiguous",
+        ),
+        (
+            doc_with_tasks("reschedule = { tries = 3 }\n[[group.task]]\nname = \"t\"\ndriver = \"x\"\n"),
+            "group.reschedule.tries",
+            "unknown field `tries`",
+        ),
         (doc_with_tasks(""), "group", "missing field `task`"),
         (doc_with_tasks("task = []\n"), "group.task", "at least one task"),
         ("[job]\nid = \"j\"\ntype = \"daemon\"\n".into(), "job.type", "unknown variant `daemon`"),
@@ -206,6 +226,35 @@ fn invalid_specs_name_the_field() {
             problem.message
         );
     }
+}
+
+/// A group's `reschedule` block takes the job type's defaults (Nomad's) for what it leaves out,
+/// and reads back from JSON the same.
+#[test]
+fn reschedule_defaults_follow_the_job_type_then_the_group() {
+    use wharf_state::{DelayFunction, ReschedulePolicy};
+    let doc = |kind: &str, block: &str| {
+        format!(
+            "[job]\nid = \"j\"\ntype = \"{kind}\"\n[group]\nname = \"g\"\n{block}[[group.task]]\nname = \"t\"\ndriver = \"x\"\n"
+        )
+    };
+    let policy = |kind: &str, block: &str| {
+        let job = spec::parse_toml(&doc(kind, block)).unwrap();
+        let json = serde_json::to_string(&job.to_spec()).unwrap();
+        assert_eq!(spec::parse_json(&json).unwrap(), job);
+        job.reschedule_policy(&job.groups[0])
+    };
+    assert_eq!(policy("service", ""), ReschedulePolicy::defaults_for(JobType::Service));
+    assert_eq!(policy("batch", ""), ReschedulePolicy::defaults_for(JobType::Batch));
+    let tuned =
+        policy("service", "reschedule = { delay = \"10s\", delay_function = \"fibonacci\" }\n");
+    assert_eq!(
+        (tuned.delay, tuned.delay_function),
+        (Duration::from_secs(10), DelayFunction::Fibonacci)
+    );
+    assert_eq!((tuned.max_delay, tuned.unlimited), (Duration::from_secs(3600), true));
+    let off = policy("batch", "reschedule = { attempts = 0 }\n");
+    assert!(!off.enabled());
 }
 
 /// Nomad's names (`memory`, `memory_max`, `cores`) and wharf's older `memory_mb` both read.
@@ -383,6 +432,7 @@ fn arb_job() -> impl Strategy<Value = Job> {
                     restart: Default::default(),
                     network: Some(Network { ports }),
                     update,
+                    reschedule: Default::default(),
                     tasks,
                 }],
             }

@@ -1,0 +1,274 @@
+//! What a fleet keeps about each piece of work: the records its store persists and its API
+//! shows. Pure data; wharf-fleet changes them, and a fleet that restarts (or another replica
+//! that takes over) reads them back.
+//!
+//! A [`Placement`] is one submission: where it is ([`Phase`]), what it needs of a worker, its
+//! reschedule policy, the attempt under way and the [`Attempt`]s before it. Each attempt runs
+//! under its own id on the worker ([`runner_id`]), so a worker that comes back still running an
+//! attempt that was written off is told to stop that one and no other.
+
+use crate::duration;
+use crate::reschedule::ReschedulePolicy;
+use crate::resources::Amount;
+use crate::time::Timestamp;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// Where a piece of work is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "phase", rename_all = "lowercase", deny_unknown_fields)]
+pub enum Phase {
+    /// Waiting for a worker with room (or for its reschedule delay).
+    Queued,
+    /// Its start command is running on a worker.
+    Starting {
+        /// The worker.
+        worker: String,
+    },
+    /// Running on a worker (or, until a probe says, possibly running).
+    Running {
+        /// The worker.
+        worker: String,
+    },
+    /// It ran and ended; `outcome` is what the runner said about it.
+    Ended {
+        /// The worker it ran on.
+        worker: String,
+        /// The runner's outcome line (`complete ...`, `failed ...`), or `ended`.
+        outcome: String,
+    },
+    /// Its worker was shut down or disappeared while it ran, or stopped knowing it, and it is
+    /// not rescheduled.
+    Lost {
+        /// The worker it ran on.
+        worker: String,
+        /// What happened.
+        reason: String,
+    },
+    /// It could not be started.
+    Failed {
+        /// The last refusal.
+        reason: String,
+    },
+    /// Stopped while it was still queued.
+    Cancelled,
+}
+
+impl Phase {
+    /// The phase's name: `queued`, `starting`, `running`, `ended`, `lost`, `failed`, `cancelled`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Phase::Queued => "queued",
+            Phase::Starting { .. } => "starting",
+            Phase::Running { .. } => "running",
+            Phase::Ended { .. } => "ended",
+            Phase::Lost { .. } => "lost",
+            Phase::Failed { .. } => "failed",
+            Phase::Cancelled => "cancelled",
+        }
+    }
+
+    /// Every phase's name.
+    pub const NAMES: [&'static str; 7] =
+        ["queued", "starting", "running", "ended", "lost", "failed", "cancelled"];
+
+    /// Whether the work is done with, one way or another.
+    pub fn is_final(&self) -> bool {
+        matches!(
+            self,
+            Phase::Ended { .. } | Phase::Lost { .. } | Phase::Failed { .. } | Phase::Cancelled
+        )
+    }
+
+    /// The worker it is on (or was last on).
+    pub fn worker(&self) -> Option<&str> {
+        match self {
+            Phase::Starting { worker }
+            | Phase::Running { worker }
+            | Phase::Ended { worker, .. }
+            | Phase::Lost { worker, .. } => Some(worker),
+            Phase::Queued | Phase::Failed { .. } | Phase::Cancelled => None,
+        }
+    }
+}
+
+/// Why and when an attempt was placed again (Nomad's `RescheduleEvent`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RescheduleEvent {
+    /// When the previous attempt ended and this one was decided.
+    pub at: Timestamp,
+    /// The wait before it could be placed.
+    #[serde(with = "duration::serde_str")]
+    pub delay: Duration,
+    /// How the previous attempt ended.
+    pub reason: String,
+}
+
+/// An attempt that is over.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Attempt {
+    /// Its number, from 1.
+    pub attempt: u32,
+    /// Its id on the worker.
+    pub runner_id: String,
+    /// The worker it ran on (or was last placed on).
+    pub worker: Option<String>,
+    /// When a worker acknowledged its start (or a probe first listed it).
+    pub started: Option<Timestamp>,
+    /// When it ended.
+    pub finished: Timestamp,
+    /// How it ended: `ended: <outcome>`, `lost: <reason>`.
+    pub outcome: String,
+    /// How it came to be, if it was a reschedule.
+    pub rescheduled: Option<RescheduleEvent>,
+}
+
+/// One piece of work, as the fleet keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Placement {
+    /// Its id, as the user knows it.
+    pub id: String,
+    /// Where it is.
+    pub phase: Phase,
+    /// When it was submitted (or adopted).
+    pub submitted: Timestamp,
+    /// When a worker acknowledged the current attempt's start (or a probe first listed it).
+    pub started: Option<Timestamp>,
+    /// When it reached a final phase.
+    pub finished: Option<Timestamp>,
+    /// Start commands sent for the current attempt.
+    pub starts: u32,
+    /// Found running by a probe rather than started here.
+    pub adopted: bool,
+    /// The current attempt's start was acknowledged, or a probe listed it: it reached the worker.
+    pub confirmed: bool,
+    /// What it needs of a worker (cores count in `cores`; their MHz depend on the worker).
+    pub needs: Amount,
+    /// How it is placed again after it is lost or fails.
+    pub reschedule: ReschedulePolicy,
+    /// Queued, but not to be placed before this (a reschedule's delay).
+    pub not_before: Option<Timestamp>,
+    /// The current attempt's number, from 1.
+    pub attempt: u32,
+    /// How the current attempt came to be, if it is a reschedule.
+    pub rescheduled: Option<RescheduleEvent>,
+    /// The attempts before the current one, oldest first.
+    pub history: Vec<Attempt>,
+    /// A stop was asked: it is never placed or rescheduled again.
+    pub stop_requested: bool,
+    /// Bumped by every change; the API's version of it.
+    pub revision: u64,
+}
+
+impl Placement {
+    /// Work `id`, submitted at `now` and queued, needing `needs`, rescheduled by `reschedule`.
+    pub fn queued(
+        id: &str,
+        now: Timestamp,
+        needs: Amount,
+        reschedule: ReschedulePolicy,
+    ) -> Placement {
+        Placement {
+            id: id.to_owned(),
+            phase: Phase::Queued,
+            submitted: now,
+            started: None,
+            finished: None,
+            starts: 0,
+            adopted: false,
+            confirmed: false,
+            needs,
+            reschedule,
+            not_before: None,
+            attempt: 1,
+            rescheduled: None,
+            history: Vec::new(),
+            stop_requested: false,
+            revision: 0,
+        }
+    }
+
+    /// The current attempt's id on the worker.
+    pub fn runner_id(&self) -> String {
+        runner_id(&self.id, self.attempt)
+    }
+
+    /// Every reschedule so far, oldest first (Nomad's `RescheduleTracker.Events`).
+    pub fn reschedules(&self) -> impl Iterator<Item = &RescheduleEvent> {
+        self.history.iter().filter_map(|a| a.rescheduled.as_ref()).chain(&self.rescheduled)
+    }
+}
+
+/// The separator of a work id and its attempt in a runner id: not allowed in a fleet's ids.
+pub const ATTEMPT_SEPARATOR: &str = "__";
+
+/// The id attempt `attempt` of work `id` runs under on a worker: the id itself for the first,
+/// `<id>__<attempt>` for later ones.
+pub fn runner_id(id: &str, attempt: u32) -> String {
+    if attempt <= 1 { id.to_owned() } else { format!("{id}{ATTEMPT_SEPARATOR}{attempt}") }
+}
+
+/// The work id and attempt of a runner id (the reverse of [`runner_id`]).
+pub fn parse_runner_id(runner_id: &str) -> (&str, u32) {
+    match runner_id.rsplit_once(ATTEMPT_SEPARATOR) {
+        Some((id, n)) if !id.is_empty() => match n.parse::<u32>() {
+            Ok(attempt) if attempt >= 2 && n == attempt.to_string() => (id, attempt),
+            _ => (runner_id, 1),
+        },
+        _ => (runner_id, 1),
+    }
+}
+
+/// A placement with the payload its starts send: what a fleet's store keeps per work.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkRecord {
+    /// Where it is.
+    pub placement: Placement,
+    /// What the runner reads on its standard input when an attempt starts.
+    pub payload: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runner_ids_carry_the_attempt_and_read_back() {
+        assert_eq!(runner_id("web", 1), "web");
+        assert_eq!(runner_id("web", 3), "web__3");
+        assert_eq!(parse_runner_id("web__3"), ("web", 3));
+        assert_eq!(parse_runner_id("web"), ("web", 1));
+        // Not an attempt suffix: taken as a plain id.
+        for plain in ["web__1", "web__03", "web__x", "__2", "a__b__"] {
+            assert_eq!(parse_runner_id(plain), (plain, 1), "{plain}");
+        }
+    }
+
+    #[test]
+    fn records_round_trip_through_json() {
+        let mut placement = Placement::queued(
+            "w",
+            Timestamp(1_000),
+            Amount { cpu_mhz: 500, memory_mb: 256, cores: 0 },
+            ReschedulePolicy::DISABLED,
+        );
+        placement.phase = Phase::Lost { worker: "h1".into(), reason: "gone".into() };
+        placement.history.push(Attempt {
+            attempt: 1,
+            runner_id: "w".into(),
+            worker: Some("h1".into()),
+            started: Some(Timestamp(2_000)),
+            finished: Timestamp(3_000),
+            outcome: "lost: gone".into(),
+            rescheduled: None,
+        });
+        let record = WorkRecord { placement, payload: "{}".into() };
+        let text = serde_json::to_string(&record).unwrap();
+        assert!(text.contains(r#""phase":"lost""#), "{text}");
+        assert_eq!(serde_json::from_str::<WorkRecord>(&text).unwrap(), record);
+    }
+}
