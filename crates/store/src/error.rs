@@ -19,7 +19,7 @@ pub enum StoreError {
     },
     /// Another process holds the file.
     #[error(
-        "the state store {path} is in use by another process; is another wharf agent running with this data dir?"
+        "the state store {path} is in use by another process; is another wharf agent or fleet running with this data dir?"
     )]
     Locked {
         /// The store file.
@@ -86,4 +86,15 @@ pub enum StoreError {
     /// The store was closed, or its writer thread is gone.
     #[error("the state store is closed")]
     Closed,
+    /// A write under a term that a later term replaced (see [`Ledger`](crate::Ledger)); nothing
+    /// was written.
+    #[error("{store}: the write under term {term} is refused, term {current} holds now")]
+    Fenced {
+        /// The store.
+        store: String,
+        /// The term the write named.
+        term: u64,
+        /// The term that holds.
+        current: u64,
+    },
 }

@@ -6,12 +6,16 @@
 mod error;
 #[cfg(feature = "redb")]
 pub mod fault;
+#[cfg(feature = "redb")]
+mod ledger;
 mod memory;
-mod record;
+pub mod record;
 #[cfg(feature = "redb")]
 mod redb_store;
 
 pub use error::{Cause, StoreError};
+#[cfg(feature = "redb")]
+pub use ledger::{LEDGER_SCHEMA_VERSION, Ledger, LedgerChange};
 pub use memory::MemoryStore;
 pub use record::DecodeError;
 #[cfg(feature = "redb")]

@@ -1,4 +1,5 @@
-//! Records as stored: keys, the version stamp and the encoding.
+//! Records as stored: keys, the version stamp and the encoding. [`encode`] and [`decode`] are
+//! public so that other stores of wharf records write them the same way.
 //!
 //! Every value is `[format version: u16 little-endian][JSON]`. The version is
 //! [`wharf_state::FORMAT_VERSION`] at the time of writing; a reader refuses a record from the
@@ -26,8 +27,9 @@ pub(crate) fn unstamp(bytes: &[u8]) -> Result<&[u8], DecodeError> {
     Ok(body)
 }
 
-/// Encodes `value` with the current format version in front.
-pub(crate) fn encode<T: Serialize>(
+/// Encodes `value` with the current format version in front: how every wharf store writes a
+/// record (wharf-fleet's stores too).
+pub fn encode<T: Serialize>(
     what: impl FnOnce() -> String,
     value: &T,
 ) -> Result<Vec<u8>, StoreError> {
@@ -50,8 +52,8 @@ pub enum DecodeError {
     Body(String),
 }
 
-/// Decodes a record written by [`encode`].
-pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> {
+/// Decodes a record written by [`encode`], refusing one from a newer format version.
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> {
     serde_json::from_slice(unstamp(bytes)?).map_err(|e| DecodeError::Body(e.to_string()))
 }
 

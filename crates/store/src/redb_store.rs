@@ -366,8 +366,9 @@ fn read_raw(
     Ok(raw)
 }
 
-/// Opens (creating with mode 0600) the file at `path`.
-fn open_file(path: &Path, options: &StoreOptions) -> Result<Database, StoreError> {
+/// Opens (creating with mode 0600) the redb file at `path`; one another process holds is refused
+/// as [`StoreError::Locked`].
+pub(crate) fn open_file(path: &Path, options: &StoreOptions) -> Result<Database, StoreError> {
     let file = OpenOptions::new()
         .read(true)
         .write(true)
