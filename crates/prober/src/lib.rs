@@ -85,7 +85,7 @@ pub use error::ProberError;
 pub use executor::{Call, Executor, Match, Output, Reply, ScriptedExecutor};
 pub use instance::{Instance, InstanceId, InstanceSet, Tag, Tags};
 pub use local::LocalExecutor;
-pub use loopback::{LoopbackConfig, LoopbackInstanceSet};
+pub use loopback::{LoopbackConfig, LoopbackInstanceSet, TAGS_FILE};
 pub use pool::{BrakeConfig, Creating, InstanceView, NewExecutor, Pool, PoolConfig};
 pub use quote::quote;
 #[cfg(feature = "ssh")]

@@ -7,6 +7,12 @@
 //! run probe) end to end on one machine, in tests and in development. Quotas are modelled by
 //! `max_instances`: a create beyond it is refused with [`ProberError::Quota`]. What an instance
 //! started (the init command may start daemons) is ended by its destroy command.
+//!
+//! The set remembers its instances as a cloud does: each instance's tags are written to
+//! [`TAGS_FILE`] in its directory once its init command succeeded (and again when they
+//! change), and a new set over the same root lists the instances it finds there, so a prober
+//! that restarts finds its workers again. A directory without the file is a create that never
+//! finished ([`LoopbackInstanceSet::strays`]).
 
 use crate::ProberError;
 use crate::capacity::InstanceType;
@@ -70,14 +76,71 @@ impl Drop for Creating<'_> {
     }
 }
 
+/// The file in an instance's directory that holds its tags, one `key=value` a line.
+pub const TAGS_FILE: &str = "instance.tags";
+
 impl LoopbackInstanceSet {
-    /// A set with its instance directories under `config.root`.
+    /// A set with its instance directories under `config.root`, listing the instances a set
+    /// over the same root made before (those whose tags file is there).
     pub fn new(config: LoopbackConfig) -> LoopbackInstanceSet {
+        let mut instances = Instances::default();
+        for entry in std::fs::read_dir(&config.root).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(number) = name.strip_prefix("loopback-").and_then(|n| n.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            let Ok(text) = std::fs::read_to_string(entry.path().join(TAGS_FILE)) else { continue };
+            let tags: Tags = text
+                .lines()
+                .filter_map(|line| line.split_once('='))
+                .map(|(key, value)| (key.to_owned(), value.to_owned()))
+                .collect();
+            let id = InstanceId(name);
+            instances.next = instances.next.max(number);
+            instances.live.insert(
+                id.clone(),
+                Instance {
+                    id,
+                    address: config.address.clone(),
+                    remote_user: config.remote_user.clone(),
+                    tags,
+                    host_key: config.host_key.clone(),
+                },
+            );
+        }
         LoopbackInstanceSet {
             config,
-            instances: Mutex::default(),
+            instances: Mutex::new(instances),
             create_ended: tokio::sync::Notify::new(),
         }
+    }
+
+    /// Directories under the root that are no instance of the set: creates that never
+    /// finished (a prober killed during one), whose init command may have started something.
+    pub fn strays(&self) -> Vec<PathBuf> {
+        let instances = self.instances.lock();
+        std::fs::read_dir(&self.config.root)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|entry| {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                !instances.live.contains_key(&InstanceId(name))
+                    && !entry.path().join(TAGS_FILE).exists()
+            })
+            .map(|entry| entry.path())
+            .collect()
+    }
+
+    /// Writes `tags` to instance `id`'s tags file (a temp file renamed over it).
+    fn save_tags(&self, id: &InstanceId, tags: &Tags) -> Result<(), ProberError> {
+        let text: String = tags.iter().map(|(key, value)| format!("{key}={value}\n")).collect();
+        let path = self.dir(id).join(TAGS_FILE);
+        let temp = path.with_extension("tags.new");
+        std::fs::write(&temp, text).and_then(|()| std::fs::rename(&temp, &path)).map_err(|e| {
+            ProberError::Cloud { operation: "set_tags", detail: format!("{}: {e}", path.display()) }
+        })
     }
 
     /// Ends the set: refuses further creates, waits for the ones under way (each bounded by
@@ -188,6 +251,11 @@ impl InstanceSet for LoopbackInstanceSet {
                 return Err(ProberError::Cloud { operation: "create", detail: e.to_string() });
             }
         }
+        if let Err(e) = self.save_tags(&id, tags) {
+            let _ = self.run_destroy_command(&instance).await;
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(e);
+        }
         tracing::info!(worker = %id, instance_type = instance_type.name, "loopback instance created");
         self.instances.lock().live.insert(id, instance.clone());
         Ok(instance)
@@ -215,6 +283,7 @@ impl InstanceSet for LoopbackInstanceSet {
     async fn set_tags(&self, id: &InstanceId, tags: &Tags) -> Result<(), ProberError> {
         match self.instances.lock().live.get_mut(id) {
             Some(instance) => {
+                self.save_tags(id, tags)?;
                 instance.tags = tags.clone();
                 Ok(())
             }
@@ -307,5 +376,32 @@ mod tests {
         assert!(root.join("cleaned").exists(), "the destroy command ran");
         assert_eq!(instance_dirs(root), 0);
         assert_eq!(set.instances.lock().creating, 0);
+    }
+
+    /// As a cloud does, a set over the same root lists the instances made before, with their
+    /// tags as last set, and numbers new ones after them; a create that never finished is a
+    /// stray, not an instance.
+    #[test]
+    fn a_new_set_over_the_same_root_lists_the_instances_made_before() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let first = set(root, "");
+        let tags: Tags = [("kind".to_owned(), "test".to_owned())].into();
+        let made = runtime.block_on(async {
+            let made = first.create(&InstanceType::new("local"), &Tags::new(), "").await.unwrap();
+            first.set_tags(&made.id, &tags).await.unwrap();
+            made
+        });
+        std::fs::create_dir_all(root.join("instances/loopback-9")).unwrap();
+        drop(first);
+
+        let second = set(root, "");
+        let listed = runtime.block_on(second.list()).unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!((listed[0].id.clone(), listed[0].tags.clone()), (made.id, tags));
+        assert_eq!(second.strays(), [root.join("instances/loopback-9")]);
+        let next = runtime.block_on(second.create(&InstanceType::new("local"), &Tags::new(), ""));
+        assert_eq!(next.unwrap().id.0, "loopback-2");
     }
 }
