@@ -5,9 +5,11 @@
 //!   end-to-end tests of the fleet over a real network.
 //! - [`announce`]: starting an agent or a fleet and reading the address it announces.
 //! - [`fleet`]: a `wharf fleet` process that wipes what it leaves behind when dropped.
+//! - [`etcd`]: a real etcd on 127.0.0.1 for the fleet's stores and failover tests.
 //! - [`promtool`]: Prometheus' linter on a metrics text.
 
 pub mod announce;
+pub mod etcd;
 pub mod fleet;
 pub mod netns;
 pub mod promtool;

@@ -6,7 +6,7 @@
 use parking_lot::Mutex;
 use std::sync::Arc;
 use std::time::Duration;
-use wharf_fleet::{Scheduler, SchedulerConfig};
+use wharf_fleet::{FleetStore, MemoryStore, Replica, Scheduler, SchedulerConfig, Submission};
 use wharf_prober::*;
 use wharf_tests::promtool::check_metrics;
 
@@ -62,14 +62,19 @@ fn the_fleets_metrics_pass_promtool() {
         ..PoolConfig::default()
     };
     let pool = Pool::new(config, clock.clone(), cloud.clone(), new_executor).unwrap();
-    let scheduler = Scheduler::new(pool.clone(), SchedulerConfig::default()).unwrap();
+    let scheduler = runtime.block_on(async {
+        let store = Arc::new(MemoryStore::new());
+        let me = Replica { name: "test".into(), address: "127.0.0.1:1".into() };
+        let term = store.campaign(&me).await.unwrap();
+        Scheduler::take_over(pool.clone(), SchedulerConfig::default(), store, term).await.unwrap()
+    });
     runtime.block_on(async {
         pool.sync().await.unwrap();
         for _ in 0..20 {
             clock.advance(Duration::from_secs(1));
             pool.probe_due().await;
         }
-        scheduler.submit("work-1", b"{}".to_vec()).unwrap();
+        scheduler.submit(Submission::new("work-1", "{}")).await.unwrap();
         scheduler.step().await;
         // w-2 vanishes from the list.
         cloud.0.lock().retain(|i| i.id.0 != "w-2");

@@ -15,8 +15,11 @@ use serde_json::Value;
 
 /// Crates whose default features pull in something heavy, and the crates that must be absent
 /// from their normal and build dependencies with default features off.
-pub(crate) const LEAN: &[(&str, &[&str])] =
-    &[("wharf-store", &["redb", "tokio"]), ("wharf-prober", &["russh", "ring"])];
+pub(crate) const LEAN: &[(&str, &[&str])] = &[
+    ("wharf-store", &["redb", "tokio"]),
+    ("wharf-prober", &["russh", "ring"]),
+    ("wharf-fleet", &["redb", "etcd-client", "tonic", "prost"]),
+];
 
 /// Crates that must stay free of the listed crates with their default features on.
 const NEVER: &[(&str, &[&str])] = &[

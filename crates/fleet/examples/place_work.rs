@@ -6,7 +6,9 @@
 #![allow(clippy::print_stdout)] // An example talks to whoever runs it.
 
 use std::{sync::Arc, sync::Mutex, time::Duration};
-use wharf_fleet::{Phase, Scheduler, SchedulerConfig};
+use wharf_fleet::{
+    FleetStore, MemoryStore, Phase, Replica, Scheduler, SchedulerConfig, Submission,
+};
 use wharf_prober::{Executor, Instance, InstanceId, InstanceSet, InstanceType, Output, Pool};
 use wharf_prober::{PoolConfig, ProberError, SystemClock, Tags};
 
@@ -52,7 +54,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let runner = Arc::new(Runner::default());
     let executor = Arc::new(move |_: &Instance| runner.clone() as Arc<dyn Executor>);
     let pool = Pool::new(config, Arc::new(SystemClock::new()), Arc::new(OneMachine), executor)?;
-    let scheduler = Scheduler::new(pool.clone(), SchedulerConfig::default())?;
+    // The records live in memory here; a fleet that must not lose them uses `LedgerStore`
+    // (a redb file) or `EtcdStore`.
+    let store = Arc::new(MemoryStore::new());
+    let me = Replica { name: "example".into(), address: "127.0.0.1:4646".into() };
+    let term = store.campaign(&me).await?;
+    let scheduler =
+        Scheduler::take_over(pool.clone(), SchedulerConfig::default(), store, term).await?;
     tokio::spawn({
         let pool = pool.clone();
         async move { pool.run().await }
@@ -62,7 +70,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         async move { scheduler.run().await }
     });
 
-    scheduler.submit("work-1", b"{}".to_vec())?;
+    scheduler.submit(Submission::new("work-1", "{}")).await?;
     let mut changes = scheduler.subscribe();
     let placement = tokio::time::timeout(Duration::from_secs(10), async {
         loop {

@@ -27,4 +27,27 @@ pub enum FleetError {
     /// The pool refused or failed.
     #[error(transparent)]
     Prober(#[from] ProberError),
+    /// The store failed (it cannot be reached, a record cannot be written or read).
+    #[error("fleet store {operation} failed: {detail}")]
+    Store {
+        /// What was being done.
+        operation: &'static str,
+        /// Why.
+        detail: String,
+    },
+    /// A write under a term that is over: another replica leads, or this one's lease lapsed.
+    /// Nothing was written.
+    #[error("the write under term {term} is refused: {detail}")]
+    Fenced {
+        /// The term the write named.
+        term: u64,
+        /// Why it is over.
+        detail: String,
+    },
+    /// This scheduler does not lead (any more); ask the leader.
+    #[error("this fleet replica does not lead: {detail}")]
+    NotLeading {
+        /// Why.
+        detail: String,
+    },
 }

@@ -8,18 +8,38 @@
 //! - [`scheduler`]: the [`Scheduler`]: places work on the pool's workers, queues it while none
 //!   has room, and follows it through the run probes until it ends. Its placement decision is
 //!   a pure function of its books and a snapshot of the pool.
+//! - [`reschedule`]: when lost or failed work is placed again, as pure functions of its
+//!   policy (wharf-state's [`ReschedulePolicy`](wharf_state::ReschedulePolicy)) and history.
+//! - [`store`]: [`FleetStore`], where the records live and who may write them, with its
+//!   backends.
 //!
 //! Its neighbours: wharf-prober's [`Pool`](wharf_prober::Pool) owns the workers (their state
 //! machines, probes, creates and destroys) and knows nothing of scheduling; wharf-node wires a
 //! fleet to the `wharf` binary and serves its API. Time comes from the pool's injected
 //! [`Clock`](wharf_prober::Clock), commands go through the pool, and the crate prints nothing
-//! (it logs with `tracing`, with a `work` field).
+//! (it logs with `tracing`, with a `work` field). The records themselves ([`Placement`],
+//! [`WorkRecord`]) are wharf-state's, so other tools read them without this crate.
 
 mod error;
+pub mod reschedule;
 pub mod scheduler;
+pub mod store;
 
 pub use error::FleetError;
-pub use scheduler::{Phase, Placement, Scheduler, SchedulerConfig};
+pub use scheduler::{Scheduler, SchedulerConfig, Submission};
+#[cfg(feature = "redb")]
+pub use store::LedgerStore;
+#[cfg(feature = "etcd")]
+pub use store::etcd::{EtcdConfig, EtcdStore};
+pub use store::{Change, FleetStore, Loaded, MemoryStore, Replica, StoreInfo, Term};
+pub use wharf_state::fleet::{Attempt, Phase, Placement, RescheduleEvent, WorkRecord};
+
+/// The attribute that implementations of [`FleetStore`] put on their `impl` block.
+pub use async_trait::async_trait;
+/// The prober this crate places work through, in the version it was built with.
+pub use wharf_prober as prober;
+/// The state model of its records, in the version it was built with.
+pub use wharf_state as state;
 
 #[cfg(test)]
 mod scheduler_tests;

@@ -1,10 +1,12 @@
-//! The [`Scheduler`]: places work on the pool's workers and follows it until it ends.
+//! The [`Scheduler`]: places work on the pool's workers, follows it until it ends, and writes
+//! every change to its [`FleetStore`] before anyone hears of it.
 //!
-//! Work is an id and a payload (the runner reads it on stdin when it starts). The scheduler
-//! keeps a queue in submission order and, whenever the pool changes or work arrives, puts the
-//! head of the queue on the least-loaded worker that takes work (`idle` or `running`, idle
-//! behaviour `run`, fewer than [`SchedulerConfig::per_worker_limit`] runners), the idle ones
-//! first since their load is zero. From then on the workers' run probes are the truth:
+//! Work is a [`Submission`]: an id, a payload the runner reads on stdin when it starts, what it
+//! needs of a worker and its reschedule policy. The scheduler keeps a queue in submission order
+//! and, whenever the pool changes or work arrives, puts queued work on the least-loaded worker
+//! that takes work (`idle` or `running`, idle behaviour `run`, fewer than
+//! [`SchedulerConfig::per_worker_limit`] runners), the idle ones first since their load is zero.
+//! From then on the workers' run probes are the truth:
 //!
 //! - a start the runner acknowledged is `running`; one that failed cleanly (the command ran
 //!   and refused) is tried again on another worker, up to [`SchedulerConfig::max_start_attempts`],
@@ -12,12 +14,22 @@
 //!   one whose answer was lost (a timeout, a dropped connection) may have started, so it counts
 //!   as running until a probe says otherwise;
 //! - work a probe no longer lists has ended: the runner is asked how
-//!   ([`RunnerConfig::outcome_args`](wharf_prober::RunnerConfig)), and work the runner never received
-//!   after a start that was not acknowledged goes back to the queue;
-//! - work on a worker that is shut down or gone is `lost`; if that worker comes back still
-//!   running it, it is stopped there, since it was written off;
-//! - work a probe finds that the scheduler did not start (a restart of the dispatcher) is
-//!   adopted as running, so nothing is started twice and nothing is killed by mistake.
+//!   ([`RunnerConfig::outcome_args`](wharf_prober::RunnerConfig)), and work the runner never
+//!   received after a start that was not acknowledged goes back to the queue;
+//! - work on a worker that is shut down or gone is lost. Lost work, and work that ended
+//!   `failed`, is placed again as its reschedule policy says (see [`reschedule`]),
+//!   as a new attempt under its own runner id; otherwise it stays `lost` (or `ended`). An
+//!   attempt that was written off and is found running again is stopped;
+//! - work a probe finds that the scheduler does not know is adopted as running, so nothing is
+//!   started twice and nothing is killed by mistake.
+//!
+//! **Nothing is lost.** Every change to a placement is journalled to the store in order, under
+//! the scheduler's [`Term`]: a submission or a stop is answered only once it is durable, and a
+//! start or a stop is sent to a worker only once the decision behind it is durable and while
+//! the term [holds](Term::holds). A scheduler that starts over (the process restarted, or
+//! another replica took over) loads the records and carries on: work that was starting counts
+//! as possibly running until a probe says, work in the queue keeps its place. If a write fails
+//! or the term is lost, the scheduler stops acting; [`Scheduler::run`] returns.
 //!
 //! The placement decision is pure: the scheduler's books and a snapshot of the pool (its
 //! workers, its creates in flight, the time) go in; the starts, the questions, the stops and
@@ -27,21 +39,33 @@
 //! same on real time.
 
 use crate::FleetError;
+use crate::reschedule;
+use crate::store::{Change, FleetStore, Term};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fmt::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 use wharf_prober::{
     Clock, IdleBehavior, InstanceId, InstanceView, Moment, Pool, ProberError, State, WorkerView,
 };
+use wharf_state::Timestamp;
+use wharf_state::fleet::{
+    ATTEMPT_SEPARATOR, Attempt, Phase, Placement, RescheduleEvent, WorkRecord, parse_runner_id,
+};
+use wharf_state::reschedule::ReschedulePolicy;
+use wharf_state::resources::Amount;
 
 /// A count limit as configured: 0 means no limit.
 fn limit(configured: usize) -> usize {
     if configured == 0 { usize::MAX } else { configured }
 }
+
+/// Most changes one commit carries; more wait for the next.
+const MAX_CHANGES_PER_COMMIT: usize = 100;
 
 /// How the scheduler places work. A limit of 0 means no limit, as in the pool's configuration.
 #[derive(Debug, Clone)]
@@ -60,12 +84,20 @@ pub struct SchedulerConfig {
     pub min_workers: usize,
     /// The instance type of those creates.
     pub instance_type: String,
+    /// The wall-clock time at the pool clock's origin: records carry wall-clock times, so that
+    /// another process reads them right.
+    pub wall_origin: Timestamp,
 }
 
 impl SchedulerConfig {
     /// Whether work refused `attempts` times may be tried again.
     fn may_retry(&self, attempts: u32) -> bool {
         self.max_start_attempts == 0 || attempts < self.max_start_attempts
+    }
+
+    /// The wall-clock time of `moment`.
+    pub fn wall(&self, moment: Moment) -> Timestamp {
+        self.wall_origin.saturating_add(moment.since_origin())
     }
 }
 
@@ -79,127 +111,60 @@ impl Default for SchedulerConfig {
             max_finished: 10_000,
             min_workers: 0,
             instance_type: String::new(),
+            wall_origin: Timestamp(0),
         }
     }
 }
 
-/// Where a piece of work is.
+/// Work to place.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Phase {
-    /// Waiting for a worker with room.
-    Queued,
-    /// Its start command is running on a worker.
-    Starting {
-        /// The worker.
-        worker: InstanceId,
-    },
-    /// Running on a worker (or, until a probe says, possibly running).
-    Running {
-        /// The worker.
-        worker: InstanceId,
-    },
-    /// It ran and ended; `outcome` is what the runner said about it.
-    Ended {
-        /// The worker it ran on.
-        worker: InstanceId,
-        /// The runner's outcome line (`complete ...`, `failed ...`), or `ended`.
-        outcome: String,
-    },
-    /// Its worker was shut down or disappeared while it ran, or stopped knowing it.
-    Lost {
-        /// The worker it ran on.
-        worker: InstanceId,
-        /// What happened.
-        reason: String,
-    },
-    /// It could not be started.
-    Failed {
-        /// The last refusal.
-        reason: String,
-    },
-    /// Stopped while it was still queued.
-    Cancelled,
-}
-
-impl Phase {
-    /// The phase's name: `queued`, `starting`, `running`, `ended`, `lost`, `failed`, `cancelled`.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Phase::Queued => "queued",
-            Phase::Starting { .. } => "starting",
-            Phase::Running { .. } => "running",
-            Phase::Ended { .. } => "ended",
-            Phase::Lost { .. } => "lost",
-            Phase::Failed { .. } => "failed",
-            Phase::Cancelled => "cancelled",
-        }
-    }
-
-    /// Whether the work is done with, one way or another.
-    pub fn is_final(&self) -> bool {
-        matches!(
-            self,
-            Phase::Ended { .. } | Phase::Lost { .. } | Phase::Failed { .. } | Phase::Cancelled
-        )
-    }
-
-    /// The worker it is on (or was last on).
-    pub fn worker(&self) -> Option<&InstanceId> {
-        match self {
-            Phase::Starting { worker }
-            | Phase::Running { worker }
-            | Phase::Ended { worker, .. }
-            | Phase::Lost { worker, .. } => Some(worker),
-            Phase::Queued | Phase::Failed { .. } | Phase::Cancelled => None,
-        }
-    }
-}
-
-const PHASES: [&str; 7] = ["queued", "starting", "running", "ended", "lost", "failed", "cancelled"];
-
-/// One piece of work, as the scheduler knows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Placement {
-    /// Its id (the runner's id for it).
+pub struct Submission {
+    /// Its id: printable ASCII without spaces, without `__` (attempts use it), and new.
     pub id: String,
-    /// Where it is.
-    pub phase: Phase,
-    /// When it was submitted (or adopted).
-    pub submitted: Moment,
-    /// When a worker acknowledged its start (or a probe first listed it).
-    pub started: Option<Moment>,
-    /// When it reached a final phase.
-    pub finished: Option<Moment>,
-    /// Start attempts so far.
-    pub attempts: u32,
-    /// Found running by a probe rather than started here.
-    pub adopted: bool,
-    /// Its start was acknowledged, or a probe listed it: it certainly reached the worker.
-    pub confirmed: bool,
+    /// What the runner reads on its standard input when an attempt starts.
+    pub payload: String,
+    /// What it needs of a worker.
+    pub needs: Amount,
+    /// How it is placed again after it is lost or fails.
+    pub reschedule: ReschedulePolicy,
 }
 
-impl Placement {
-    /// Work `id`, submitted at `now` and queued.
-    fn queued(id: &str, now: Moment) -> Placement {
-        Placement {
-            id: id.to_owned(),
-            phase: Phase::Queued,
-            submitted: now,
-            started: None,
-            finished: None,
-            attempts: 0,
-            adopted: false,
-            confirmed: false,
+impl Submission {
+    /// Work `id` with `payload`, needing nothing in particular and never rescheduled.
+    pub fn new(id: impl Into<String>, payload: impl Into<String>) -> Submission {
+        Submission {
+            id: id.into(),
+            payload: payload.into(),
+            needs: Amount::ZERO,
+            reschedule: ReschedulePolicy::DISABLED,
         }
+    }
+
+    /// The same, rescheduled by `policy`.
+    pub fn with_reschedule(mut self, policy: ReschedulePolicy) -> Submission {
+        self.reschedule = policy;
+        self
+    }
+
+    /// The same, needing `needs` of a worker.
+    pub fn with_needs(mut self, needs: Amount) -> Submission {
+        self.needs = needs;
+        self
     }
 }
 
 #[derive(Debug)]
 struct Entry {
     placement: Placement,
-    payload: Arc<[u8]>,
+    payload: Arc<str>,
     /// An outcome query for it is in flight.
     asking: bool,
+}
+
+impl Entry {
+    fn record(&self) -> WorkRecord {
+        WorkRecord { placement: self.placement.clone(), payload: self.payload.to_string() }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -208,6 +173,7 @@ struct Counters {
     started: u64,
     start_refusals: u64,
     adopted: u64,
+    rescheduled: u64,
     stopped_after_lost: u64,
     finished: BTreeMap<&'static str, u64>,
     /// Submit to acknowledged start, for work started here.
@@ -216,22 +182,28 @@ struct Counters {
 }
 
 /// The scheduler's books: every piece of work it knows, the queue, and the workers backing
-/// off after a refused start. [`Books::decide`] is the pure decision over them.
+/// off after a refused start. [`Books::decide`] is the pure decision over them; every change
+/// to an entry is marked, for the journal.
 #[derive(Debug, Default)]
 pub(crate) struct Books {
     entries: HashMap<String, Entry>,
     queue: VecDeque<String>,
     finished: VecDeque<String>,
-    backoff: HashMap<InstanceId, Moment>,
+    backoff: HashMap<InstanceId, Timestamp>,
     counters: Counters,
+    /// Entries changed (or forgotten) since the journal last took the changes.
+    changed: BTreeSet<String>,
+    /// The sequence number of the last changes sent to the journal.
+    sequence: u64,
 }
 
 /// A start the scheduler decided on.
 #[derive(Debug)]
 pub(crate) struct Launch {
     pub(crate) id: String,
+    pub(crate) runner_id: String,
     pub(crate) worker: InstanceId,
-    payload: Arc<[u8]>,
+    payload: Arc<str>,
 }
 
 /// What one step decided, to be carried out outside the lock.
@@ -239,9 +211,9 @@ pub(crate) struct Launch {
 pub(crate) struct Decisions {
     /// Work to start, and where.
     pub(crate) launches: Vec<Launch>,
-    /// Work a worker no longer lists: ask it how that ended.
+    /// Work a worker no longer lists: ask it how that ended (work id, worker).
     pub(crate) ask: Vec<(String, InstanceId)>,
-    /// Work written off that a worker still runs: stop it.
+    /// Runner ids written off that a worker still runs: stop them.
     pub(crate) stop: Vec<String>,
     /// Workers to create, to keep the minimum.
     pub(crate) creates: usize,
@@ -249,14 +221,36 @@ pub(crate) struct Decisions {
     pub(crate) changed: bool,
 }
 
+/// How an attempt ended, as the scheduler learned it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AttemptEnd {
+    /// The runner said how (`complete ...`, `failed ...`).
+    Ended { worker: String, outcome: String },
+    /// Its worker went, or forgot it.
+    Lost { worker: String, reason: String },
+}
+
+/// Where the journal stands: every change up to a sequence number is durable, or writing
+/// failed and nothing more will be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Durable {
+    Upto(u64),
+    Failed(String),
+}
+
 #[derive(Debug)]
 struct Shared {
     pool: Pool,
     clock: Arc<dyn Clock>,
     config: SchedulerConfig,
+    store: Arc<dyn FleetStore>,
+    term: Term,
     inner: Mutex<Books>,
+    /// Changes in order, to the writer; their sequence numbers count from 1.
+    journal: mpsc::UnboundedSender<(u64, Vec<Change>)>,
+    durable: watch::Receiver<Durable>,
     wake: tokio::sync::Notify,
-    changed: tokio::sync::watch::Sender<u64>,
+    changed: watch::Sender<u64>,
     stopping: AtomicBool,
 }
 
@@ -267,16 +261,41 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
-    /// A scheduler over `pool`, reading time from the pool's clock.
-    pub fn new(pool: Pool, config: SchedulerConfig) -> Result<Scheduler, FleetError> {
+    /// Takes over as the scheduler of `pool` under `term`: loads every record from `store`
+    /// and carries on from them (queued work keeps its order; work that was starting counts
+    /// as possibly running). Records the store cannot read are logged, never overwritten.
+    pub async fn take_over(
+        pool: Pool,
+        config: SchedulerConfig,
+        store: Arc<dyn FleetStore>,
+        term: Term,
+    ) -> Result<Scheduler, FleetError> {
+        let loaded = store.load_all().await?;
+        for (key, why) in &loaded.problems {
+            warn!(key, why, "a fleet record cannot be read; it is left as it is");
+        }
+        let books = Books::from_records(loaded.records, &config);
+        info!(
+            term = term.number(),
+            work = books.entries.len(),
+            queued = books.queue.len(),
+            "scheduler taking over"
+        );
+        let (journal, writes) = mpsc::unbounded_channel();
+        let (durable_sender, durable) = watch::channel(Durable::Upto(0));
+        tokio::spawn(write_journal(store.clone(), term.clone(), writes, durable_sender));
         Ok(Scheduler {
             shared: Arc::new(Shared {
                 clock: pool.clock().clone(),
                 pool,
                 config,
-                inner: Mutex::default(),
+                store,
+                term,
+                inner: Mutex::new(books),
+                journal,
+                durable,
                 wake: tokio::sync::Notify::new(),
-                changed: tokio::sync::watch::Sender::new(0),
+                changed: watch::Sender::new(0),
                 stopping: AtomicBool::new(false),
             }),
         })
@@ -287,9 +306,24 @@ impl Scheduler {
         &self.shared.pool
     }
 
+    /// How it places work.
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.shared.config
+    }
+
+    /// The term it acts under.
+    pub fn term(&self) -> &Term {
+        &self.shared.term
+    }
+
+    /// The store it writes.
+    pub fn store(&self) -> &Arc<dyn FleetStore> {
+        &self.shared.store
+    }
+
     /// A subscription to changes of any placement: `changed().await` returns once something
     /// changed since the receiver last looked.
-    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.shared.changed.subscribe()
     }
 
@@ -297,42 +331,94 @@ impl Scheduler {
         self.shared.changed.send_modify(|n| *n = n.wrapping_add(1));
     }
 
-    /// Queues work `id` with `payload`. The id must be printable ASCII without spaces (the
-    /// runner-list grammar carries it) and new.
-    pub fn submit(&self, id: &str, payload: Vec<u8>) -> Result<Placement, FleetError> {
-        let refuse = |reason: String| FleetError::Submit { id: id.to_owned(), reason };
+    fn now(&self) -> Timestamp {
+        self.shared.config.wall(self.shared.clock.now())
+    }
+
+    /// Sends the changes marked in `books` to the journal; returns the sequence number to
+    /// wait for (that of the last changes sent, if there are none now).
+    fn journal(&self, books: &mut Books) -> u64 {
+        let changes = books.take_changes();
+        if !changes.is_empty() {
+            books.sequence += 1;
+            // A closed journal has failed already; waiting on it says so.
+            let _ = self.shared.journal.send((books.sequence, changes));
+        }
+        books.sequence
+    }
+
+    /// Waits until every change up to `sequence` is durable.
+    async fn durable(&self, sequence: u64) -> Result<(), FleetError> {
+        let mut durable = self.shared.durable.clone();
+        let state = durable
+            .wait_for(|d| {
+                matches!(d, Durable::Failed(_)) || matches!(d, Durable::Upto(n) if *n >= sequence)
+            })
+            .await
+            .map_err(|_| FleetError::Store {
+                operation: "commit",
+                detail: "the journal writer stopped".into(),
+            })?
+            .clone();
+        match state {
+            Durable::Failed(detail) => {
+                Err(FleetError::NotLeading { detail: format!("writes failed: {detail}") })
+            }
+            Durable::Upto(_) => Ok(()),
+        }
+    }
+
+    /// Whether the scheduler may act now: its term holds and its writes succeed.
+    pub fn acting(&self) -> bool {
+        self.shared.term.holds() && !matches!(*self.shared.durable.borrow(), Durable::Failed(_))
+    }
+
+    /// Queues `submission`, and returns once its record is durable. The id must be printable
+    /// ASCII without spaces (the runner-list grammar carries it), without `__`, and new.
+    pub async fn submit(&self, submission: Submission) -> Result<Placement, FleetError> {
+        let id = submission.id.clone();
+        let refuse = |reason: String| FleetError::Submit { id: id.clone(), reason };
         if id.is_empty() || !id.bytes().all(|b| b.is_ascii_graphic()) {
             return Err(refuse("an id must be printable ASCII without spaces".into()));
+        }
+        if id.contains(ATTEMPT_SEPARATOR) {
+            return Err(refuse(format!(
+                "{ATTEMPT_SEPARATOR:?} is reserved: it separates a reschedule's attempt number"
+            )));
         }
         let prefix = &self.shared.pool.worker_config().cluster_prefix;
         if !id.starts_with(prefix.as_str()) {
             return Err(refuse(format!("ids of this cluster start with {prefix:?}")));
         }
-        let now = self.shared.clock.now();
-        let placement = {
-            let mut inner = self.shared.inner.lock();
-            if inner.entries.contains_key(id) {
+        if !self.acting() {
+            return Err(FleetError::NotLeading { detail: "this scheduler's term is over".into() });
+        }
+        let now = self.now();
+        let (placement, sequence) = {
+            let mut books = self.shared.inner.lock();
+            if books.entries.contains_key(&id) {
                 return Err(refuse("that id is taken".into()));
             }
-            if inner.queue.len() >= limit(self.shared.config.max_queued) {
-                return Err(FleetError::QueueFull {
-                    id: id.to_owned(),
-                    limit: self.shared.config.max_queued,
-                });
+            if books.queue.len() >= limit(self.shared.config.max_queued) {
+                return Err(FleetError::QueueFull { id, limit: self.shared.config.max_queued });
             }
-            let placement = Placement::queued(id, now);
-            inner.entries.insert(
-                id.to_owned(),
-                Entry { placement: placement.clone(), payload: payload.into(), asking: false },
-            );
-            inner.queue.push_back(id.to_owned());
-            inner.counters.submitted += 1;
-            placement
+            let placement = Placement::queued(&id, now, submission.needs, submission.reschedule);
+            let entry = Entry {
+                placement: placement.clone(),
+                payload: submission.payload.into(),
+                asking: false,
+            };
+            books.entries.insert(id.clone(), entry);
+            books.queue.push_back(id.clone());
+            books.counters.submitted += 1;
+            books.touch(&id);
+            (placement, self.journal(&mut books))
         };
+        self.durable(sequence).await?;
         info!(work = %id, "work queued");
         self.shared.wake.notify_one();
         self.notify();
-        Ok(placement)
+        Ok(self.get(&id).unwrap_or(placement))
     }
 
     /// One piece of work.
@@ -348,26 +434,38 @@ impl Scheduler {
         all
     }
 
-    /// Stops work: queued work is cancelled, started work is killed on its worker (and ends
-    /// as the runner reports once the probes stop listing it). Final work is left as it is.
+    /// Stops work, once the stop is durable: queued work is cancelled, started work is killed
+    /// on its worker (and ends as the runner reports once the probes stop listing it). Either
+    /// way it is never placed or rescheduled again. Final work is left as it is.
     pub async fn stop(&self, id: &str, reason: &str) -> Result<Placement, FleetError> {
-        let now = self.shared.clock.now();
-        let running = {
-            let mut inner = self.shared.inner.lock();
-            let inner = &mut *inner;
+        let now = self.now();
+        let (running, sequence) = {
+            let mut books = self.shared.inner.lock();
+            let books = &mut *books;
             let entry =
-                inner.entries.get_mut(id).ok_or_else(|| FleetError::UnknownWork(id.to_owned()))?;
-            match entry.placement.phase {
+                books.entries.get_mut(id).ok_or_else(|| FleetError::UnknownWork(id.to_owned()))?;
+            let runner_id = entry.placement.runner_id();
+            let running = match entry.placement.phase {
                 Phase::Queued => {
-                    inner.queue.retain(|queued| queued != id);
-                    inner.finish(id, Phase::Cancelled, now, &self.shared.config);
-                    false
+                    entry.placement.stop_requested = true;
+                    books.queue.retain(|queued| queued != id);
+                    books.finish(id, Phase::Cancelled, now, &self.shared.config);
+                    None
                 }
-                Phase::Starting { .. } | Phase::Running { .. } => true,
-                _ => false,
-            }
+                Phase::Starting { .. } | Phase::Running { .. } => {
+                    entry.placement.stop_requested = true;
+                    books.touch(id);
+                    Some(runner_id)
+                }
+                _ => None,
+            };
+            (running, self.journal(books))
         };
-        if running && !self.shared.pool.kill_runner(id, reason).await {
+        self.durable(sequence).await?;
+        if let Some(runner_id) = running
+            && self.acting()
+            && !self.shared.pool.kill_runner(&runner_id, reason).await
+        {
             debug!(work = %id, "no worker lists it (yet); stopping it when one does");
         }
         self.notify();
@@ -378,30 +476,43 @@ impl Scheduler {
     /// for the outcome queries it made. Returns how many starts it made. The deterministic step
     /// tests use; [`Scheduler::run`] does the same without waiting.
     pub async fn step(&self) -> usize {
-        let decisions = self.decide();
+        let (decisions, sequence) = self.decide();
         let launched = decisions.launches.len();
         let mut work = tokio::task::JoinSet::new();
-        self.carry_out(decisions, |future| {
+        self.carry_out(decisions, sequence, |future| {
             work.spawn(future);
         });
         while work.join_next().await.is_some() {}
+        // What the starts and the answers changed is durable before the step returns.
+        let sequence = self.journal(&mut self.shared.inner.lock());
+        let _ = self.durable(sequence).await;
         launched
     }
 
-    /// Runs on real time until [`Scheduler::stop_running`]: a step whenever the pool changes,
-    /// work arrives or a start ends, and at least once a second.
+    /// Runs on real time until [`Scheduler::stop_running`], until its term is lost, or until a
+    /// write fails: a step whenever the pool changes, work arrives or a start ends, and at
+    /// least once a second.
     pub async fn run(&self) {
         let mut pool_changes = self.shared.pool.subscribe();
-        while !self.shared.stopping.load(Ordering::Acquire) {
-            let decisions = self.decide();
-            self.carry_out(decisions, |future| {
+        let mut durable = self.shared.durable.clone();
+        while !self.shared.stopping.load(Ordering::Acquire) && self.acting() {
+            let (decisions, sequence) = self.decide();
+            self.carry_out(decisions, sequence, |future| {
                 tokio::spawn(future);
             });
             tokio::select! {
                 _ = pool_changes.changed() => {}
                 () = self.shared.wake.notified() => {}
                 () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                () = self.shared.term.lost() => {}
+                _ = durable.wait_for(|d| matches!(d, Durable::Failed(_))) => {}
             }
+        }
+        if !self.acting() {
+            warn!(
+                term = self.shared.term.number(),
+                "the scheduler stops: its term is over or its writes fail"
+            );
         }
     }
 
@@ -422,7 +533,7 @@ impl Scheduler {
         let c = &inner.counters;
         let _ = writeln!(out, "# HELP wharf_fleet_work Work the scheduler knows, by phase.");
         let _ = writeln!(out, "# TYPE wharf_fleet_work gauge");
-        for phase in PHASES {
+        for phase in Phase::NAMES {
             let n = by_phase.get(phase).copied().unwrap_or(0);
             let _ = writeln!(out, "wharf_fleet_work{{phase=\"{phase}\"}} {n}");
         }
@@ -431,6 +542,7 @@ impl Scheduler {
             ("started", "Starts a worker acknowledged.", c.started),
             ("start_refusals", "Starts a worker refused.", c.start_refusals),
             ("adopted", "Work found running that was not started here.", c.adopted),
+            ("rescheduled", "Attempts placed again after one was lost or failed.", c.rescheduled),
             (
                 "stopped_after_lost",
                 "Work written off as lost, found and stopped.",
@@ -459,191 +571,271 @@ impl Scheduler {
     }
 
     /// Looks at every worker and every piece of work, and decides what to do: a snapshot of
-    /// the pool and the time go into [`Books::decide`], which is pure.
-    fn decide(&self) -> Decisions {
+    /// the pool and the time go into [`Books::decide`], which is pure. Returns the decisions
+    /// and the journal's sequence number they must wait for.
+    fn decide(&self) -> (Decisions, u64) {
         let shared = &self.shared;
-        let snapshot = Snapshot::of(&shared.pool, shared.clock.now());
-        let decisions = shared.inner.lock().decide(&snapshot, &shared.config);
+        let snapshot = Snapshot::of(&shared.pool, self.now());
+        let (decisions, sequence) = {
+            let mut books = shared.inner.lock();
+            let decisions = books.decide(&snapshot, &shared.config);
+            (decisions, self.journal(&mut books))
+        };
         if decisions.changed {
             self.notify();
         }
-        decisions
+        (decisions, sequence)
     }
 
-    /// Starts, asks and stops as decided; `spawn` runs each call (detached, or in a set the
-    /// caller waits on).
+    /// Starts, asks and stops as decided, each once the decisions are durable and while the
+    /// term holds; `spawn` runs each call (detached, or in a set the caller waits on).
     fn carry_out(
         &self,
         decisions: Decisions,
+        sequence: u64,
         mut spawn: impl FnMut(std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>),
     ) {
         for launch in decisions.launches {
             let scheduler = self.clone();
-            spawn(Box::pin(async move { scheduler.start(launch).await }));
+            spawn(Box::pin(async move {
+                if scheduler.ready(sequence).await {
+                    scheduler.start(launch).await;
+                }
+            }));
         }
         for (id, worker) in decisions.ask {
             let scheduler = self.clone();
-            spawn(Box::pin(async move { scheduler.ask_outcome(id, worker).await }));
+            spawn(Box::pin(async move {
+                if scheduler.ready(sequence).await {
+                    scheduler.ask_outcome(id, worker).await;
+                }
+            }));
         }
-        for id in decisions.stop {
+        for runner_id in decisions.stop {
             let scheduler = self.clone();
             spawn(Box::pin(async move {
-                if scheduler.shared.pool.kill_runner(&id, "it was written off").await {
-                    info!(work = %id, "stopping work that was written off");
+                if scheduler.ready(sequence).await
+                    && scheduler.shared.pool.kill_runner(&runner_id, "it was written off").await
+                {
+                    info!(runner = %runner_id, "stopping work that was written off");
                     scheduler.shared.inner.lock().counters.stopped_after_lost += 1;
                 }
             }));
         }
         // Creates return at once; the pool runs them and tells its subscribers how they went.
-        for _ in 0..decisions.creates {
-            match self.shared.pool.create(&self.shared.config.instance_type) {
-                Ok(_) => info!("creating a worker to keep the minimum"),
-                Err(ProberError::CreateHeld { reason, .. }) => {
-                    debug!(%reason, "create held");
-                    break;
-                }
-                Err(e) => {
-                    warn!(error = %e, "cannot create a worker");
-                    break;
+        if decisions.creates > 0 && self.acting() {
+            for _ in 0..decisions.creates {
+                match self.shared.pool.create(&self.shared.config.instance_type) {
+                    Ok(_) => info!("creating a worker to keep the minimum"),
+                    Err(ProberError::CreateHeld { reason, .. }) => {
+                        debug!(%reason, "create held");
+                        break;
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "cannot create a worker");
+                        break;
+                    }
                 }
             }
         }
     }
 
-    /// Starts one piece of work and records how the start went.
+    /// Waits for the journal up to `sequence`; true if the scheduler may then act.
+    async fn ready(&self, sequence: u64) -> bool {
+        self.durable(sequence).await.is_ok() && self.shared.term.holds()
+    }
+
+    /// Starts one attempt and records how the start went.
     async fn start(&self, launch: Launch) {
         let shared = &self.shared;
-        let Launch { id, worker, payload } = launch;
-        let result = shared.pool.start_runner(&worker, &id, &payload).await;
-        let now = shared.clock.now();
+        let Launch { id, runner_id, worker, payload } = launch;
+        let result = shared.pool.start_runner(&worker, &runner_id, payload.as_bytes()).await;
+        let now = self.now();
         let mut refused = false;
         {
-            let mut inner = shared.inner.lock();
-            let inner = &mut *inner;
-            let Some(entry) = inner.entries.get_mut(&id) else { return };
-            if entry.placement.phase != (Phase::Starting { worker: worker.clone() }) {
+            let mut books = shared.inner.lock();
+            let books = &mut *books;
+            let Some(entry) = books.entries.get_mut(&id) else { return };
+            if entry.placement.phase != (Phase::Starting { worker: worker.0.clone() })
+                || entry.placement.runner_id() != runner_id
+            {
                 return;
             }
             match result {
                 Ok(()) => {
                     info!(work = %id, %worker, "work started");
-                    entry.placement.phase = Phase::Running { worker: worker.clone() };
+                    entry.placement.phase = Phase::Running { worker: worker.0.clone() };
                     entry.placement.confirmed = true;
                     entry.placement.started = Some(now);
                     let latency = now.since(entry.placement.submitted).as_secs_f64();
-                    inner.counters.started += 1;
-                    inner.counters.start_latency_sum += latency;
-                    inner.counters.start_latency_count += 1;
+                    books.counters.started += 1;
+                    books.counters.start_latency_sum += latency;
+                    books.counters.start_latency_count += 1;
                 }
                 // The worker changed before the command ran: nothing happened there.
                 Err(ProberError::NotAllowed { reason, .. }) => {
                     debug!(work = %id, %worker, reason, "worker no longer takes work; requeued");
-                    entry.placement.attempts -= 1;
+                    entry.placement.starts -= 1;
                     entry.placement.phase = Phase::Queued;
-                    inner.queue.push_front(id.clone());
+                    books.queue.push_front(id.clone());
                 }
                 // The command ran and refused: it did not start.
                 Err(e @ ProberError::CommandFailed { .. }) => {
                     warn!(work = %id, %worker, error = %e, "start refused");
                     refused = true;
-                    inner.counters.start_refusals += 1;
-                    inner.backoff.insert(worker.clone(), now + shared.config.start_failure_backoff);
-                    if !shared.config.may_retry(entry.placement.attempts) {
-                        let reason = format!(
-                            "refused {} times; the last time: {e}",
-                            entry.placement.attempts
-                        );
-                        inner.finish(&id, Phase::Failed { reason }, now, &shared.config);
+                    books.counters.start_refusals += 1;
+                    books.backoff.insert(
+                        worker.clone(),
+                        now.saturating_add(shared.config.start_failure_backoff),
+                    );
+                    if !shared.config.may_retry(entry.placement.starts) {
+                        let reason =
+                            format!("refused {} times; the last time: {e}", entry.placement.starts);
+                        books.finish(&id, Phase::Failed { reason }, now, &shared.config);
                     } else {
                         entry.placement.phase = Phase::Queued;
-                        inner.queue.push_front(id.clone());
+                        books.queue.push_front(id.clone());
                     }
                 }
                 // The command never reached the worker (an id or path it cannot carry).
-                Err(e @ (ProberError::Unquotable { .. } | ProberError::UnknownWorker(_))) => {
+                Err(e @ ProberError::Unquotable { .. }) => {
+                    books.finish(&id, Phase::Failed { reason: e.to_string() }, now, &shared.config);
+                }
+                Err(ProberError::UnknownWorker(_)) => {
+                    entry.placement.starts -= 1;
                     entry.placement.phase = Phase::Queued;
-                    if matches!(e, ProberError::Unquotable { .. }) {
-                        inner.finish(
-                            &id,
-                            Phase::Failed { reason: e.to_string() },
-                            now,
-                            &shared.config,
-                        );
-                    } else {
-                        entry.placement.attempts -= 1;
-                        inner.queue.push_front(id.clone());
-                    }
+                    books.queue.push_front(id.clone());
                 }
                 // The answer was lost: it may have started. The probes will tell.
                 Err(e) => {
                     warn!(work = %id, %worker, error = %e, "start unconfirmed; the next probe decides");
-                    entry.placement.phase = Phase::Running { worker: worker.clone() };
+                    entry.placement.phase = Phase::Running { worker: worker.0.clone() };
                 }
             }
+            books.touch(&id);
+            self.journal(books);
         }
-        if refused && let Err(e) = shared.pool.close_runner(&worker, &id).await {
+        if refused && let Err(e) = shared.pool.close_runner(&worker, &runner_id).await {
             debug!(work = %id, %worker, error = %e, "cannot forget the refused start");
         }
         self.notify();
         shared.wake.notify_one();
     }
 
-    /// Asks the worker how work it no longer lists ended.
+    /// Asks the worker how an attempt it no longer lists ended.
     async fn ask_outcome(&self, id: String, worker: InstanceId) {
         let shared = &self.shared;
-        let answer = shared.pool.runner_outcome(&worker, &id).await;
-        let now = shared.clock.now();
+        let Some(runner_id) = self.get(&id).map(|p| p.runner_id()) else { return };
+        let answer = shared.pool.runner_outcome(&worker, &runner_id).await;
+        let now = self.now();
         let mut guard = shared.inner.lock();
-        let inner = &mut *guard;
-        let Some(entry) = inner.entries.get_mut(&id) else { return };
+        let books = &mut *guard;
+        let Some(entry) = books.entries.get_mut(&id) else { return };
         entry.asking = false;
-        if entry.placement.phase != (Phase::Running { worker: worker.clone() }) {
+        if entry.placement.phase != (Phase::Running { worker: worker.0.clone() })
+            || entry.placement.runner_id() != runner_id
+        {
             return;
         }
         let confirmed = entry.placement.confirmed;
-        let phase = match answer {
-            Ok(None) => Phase::Ended { worker, outcome: "ended".into() },
+        let worker = worker.0;
+        let end = match answer {
+            Ok(None) => AttemptEnd::Ended { worker, outcome: "ended".into() },
             Ok(Some(line)) if line == "unknown" && confirmed => {
-                Phase::Lost { worker, reason: "its worker no longer knows it".into() }
+                AttemptEnd::Lost { worker, reason: "its worker no longer knows it".into() }
             }
             Ok(Some(line)) if line == "unknown" => {
                 // The start never arrived: it can go elsewhere.
-                info!(work = %id, %worker, "unconfirmed start never arrived; requeued");
-                if !shared.config.may_retry(entry.placement.attempts) {
-                    Phase::Failed {
-                        reason: format!(
-                            "no start reached a worker in {} attempts",
-                            entry.placement.attempts
-                        ),
-                    }
-                } else {
+                if shared.config.may_retry(entry.placement.starts) {
+                    info!(work = %id, %worker, "unconfirmed start never arrived; requeued");
                     entry.placement.phase = Phase::Queued;
-                    inner.queue.push_front(id);
-                    drop(guard);
-                    self.notify();
-                    shared.wake.notify_one();
-                    return;
+                    books.queue.push_front(id.clone());
+                    books.touch(&id);
+                } else {
+                    let reason =
+                        format!("no start reached a worker in {} attempts", entry.placement.starts);
+                    books.finish(&id, Phase::Failed { reason }, now, &shared.config);
                 }
+                self.journal(books);
+                drop(guard);
+                self.notify();
+                shared.wake.notify_one();
+                return;
             }
             Ok(Some(line)) if matches!(line.split(' ').next(), Some("pending" | "running")) => {
                 // Not ended after all (the probe raced its start): the next probe lists it.
                 return;
             }
-            Ok(Some(line)) => Phase::Ended { worker, outcome: line },
-            Err(e) if confirmed => {
-                Phase::Ended { worker, outcome: format!("ended; the worker cannot say how: {e}") }
-            }
-            Err(e) => Phase::Lost {
+            Ok(Some(line)) => AttemptEnd::Ended { worker, outcome: line },
+            Err(e) if confirmed => AttemptEnd::Ended {
+                worker,
+                outcome: format!("ended; the worker cannot say how: {e}"),
+            },
+            Err(e) => AttemptEnd::Lost {
                 worker,
                 reason: format!(
                     "its start was not acknowledged and the worker cannot say whether it ran: {e}"
                 ),
             },
         };
-        info!(work = %id, phase = phase.name(), "work finished");
-        inner.finish(&id, phase, now, &shared.config);
+        books.end_attempt(&id, end, now, &shared.config);
+        self.journal(books);
         drop(guard);
         self.notify();
+        shared.wake.notify_one();
+    }
+}
+
+/// Writes the journal's changes in order, each commit under `term`, and tells how far it got.
+/// The first failure ends it: the scheduler may not act on what it cannot persist.
+async fn write_journal(
+    store: Arc<dyn FleetStore>,
+    term: Term,
+    mut writes: mpsc::UnboundedReceiver<(u64, Vec<Change>)>,
+    durable: watch::Sender<Durable>,
+) {
+    let mut pending: Vec<(u64, Vec<Change>)> = Vec::new();
+    loop {
+        if pending.is_empty() {
+            match writes.recv().await {
+                Some(first) => pending.push(first),
+                None => return,
+            }
+        }
+        while let Ok(more) = writes.try_recv() {
+            pending.push(more);
+        }
+        // The latest change of each record, in the order of the records' last changes, up to
+        // the commit's limit; a record's later change never goes before an earlier one.
+        let mut batch: Vec<Change> = Vec::new();
+        let mut at: HashMap<String, usize> = HashMap::new();
+        let mut upto = 0;
+        let mut taken = 0;
+        for (sequence, changes) in &pending {
+            if batch.len() + changes.len() > MAX_CHANGES_PER_COMMIT && !batch.is_empty() {
+                break;
+            }
+            for change in changes {
+                match at.get(change.id()) {
+                    Some(&index) => batch[index] = change.clone(),
+                    None => {
+                        at.insert(change.id().to_owned(), batch.len());
+                        batch.push(change.clone());
+                    }
+                }
+            }
+            upto = *sequence;
+            taken += 1;
+        }
+        pending.drain(..taken);
+        for chunk in batch.chunks(MAX_CHANGES_PER_COMMIT) {
+            if let Err(e) = store.commit(&term, chunk.to_vec()).await {
+                warn!(term = term.number(), error = %e, "the fleet's journal cannot be written");
+                durable.send_replace(Durable::Failed(e.to_string()));
+                return;
+            }
+        }
+        durable.send_replace(Durable::Upto(upto));
     }
 }
 
@@ -653,11 +845,11 @@ impl Scheduler {
 pub(crate) struct Snapshot {
     pub(crate) workers: HashMap<InstanceId, WorkerView>,
     pub(crate) creating: usize,
-    pub(crate) now: Moment,
+    pub(crate) now: Timestamp,
 }
 
 impl Snapshot {
-    fn of(pool: &Pool, now: Moment) -> Snapshot {
+    fn of(pool: &Pool, now: Timestamp) -> Snapshot {
         let mut snapshot = Snapshot { workers: HashMap::new(), creating: 0, now };
         for instance in pool.instances() {
             match instance {
@@ -672,6 +864,59 @@ impl Snapshot {
 }
 
 impl Books {
+    /// The books of a scheduler that takes over: queued work in the order it was submitted,
+    /// finished work in the order it finished.
+    fn from_records(records: Vec<WorkRecord>, config: &SchedulerConfig) -> Books {
+        let mut books = Books::default();
+        let mut queued = Vec::new();
+        let mut finished = Vec::new();
+        for WorkRecord { placement, payload } in records {
+            let id = placement.id.clone();
+            match &placement.phase {
+                Phase::Queued => queued.push((placement.submitted, id.clone())),
+                phase if phase.is_final() => {
+                    finished.push((placement.finished.unwrap_or(placement.submitted), id.clone()))
+                }
+                _ => {}
+            }
+            let mut entry = Entry { placement, payload: payload.into(), asking: false };
+            // A start in flight when the last scheduler stopped may have arrived: it counts as
+            // running there until a probe says otherwise.
+            if let Phase::Starting { worker } = &entry.placement.phase {
+                entry.placement.phase = Phase::Running { worker: worker.clone() };
+                books.changed.insert(id.clone());
+            }
+            books.entries.insert(id, entry);
+        }
+        queued.sort();
+        finished.sort();
+        books.queue = queued.into_iter().map(|(_, id)| id).collect();
+        books.finished = finished.into_iter().map(|(_, id)| id).collect();
+        books.forget_oldest(config);
+        books
+    }
+
+    /// Marks entry `id` changed: its revision goes up and the journal takes it.
+    fn touch(&mut self, id: &str) {
+        if let Some(entry) = self.entries.get_mut(id) {
+            entry.placement.revision += 1;
+        }
+        self.changed.insert(id.to_owned());
+    }
+
+    /// The changes marked since the last call: each changed entry as it is now, and the
+    /// entries forgotten since.
+    fn take_changes(&mut self) -> Vec<Change> {
+        let changed = std::mem::take(&mut self.changed);
+        changed
+            .into_iter()
+            .map(|id| match self.entries.get(&id) {
+                Some(entry) => Change::Put(entry.record()),
+                None => Change::Delete(id),
+            })
+            .collect()
+    }
+
     /// Decides, from a snapshot of the pool, what to start where, whom to ask how work
     /// ended, what to stop and how many workers to create; updates the books to match. Pure:
     /// the snapshot carries the time, and the caller carries the decisions out.
@@ -682,7 +927,7 @@ impl Books {
         let mut changed = false;
 
         // Work believed running: still listed, gone with its worker, or ended.
-        let running: Vec<(String, InstanceId)> = self
+        let running: Vec<(String, String)> = self
             .entries
             .values()
             .filter_map(|e| match &e.placement.phase {
@@ -691,7 +936,8 @@ impl Books {
             })
             .collect();
         for (id, worker) in running {
-            let lost = match views.get(&worker) {
+            let worker_id = InstanceId(worker.clone());
+            let lost = match views.get(&worker_id) {
                 None => Some(format!("worker {worker} disappeared")),
                 Some(view) if view.state == State::Shutdown => {
                     Some(format!("worker {worker} was shut down"))
@@ -700,59 +946,78 @@ impl Books {
             };
             if let Some(reason) = lost {
                 warn!(work = %id, %worker, reason, "work lost");
-                self.finish(&id, Phase::Lost { worker, reason }, now, config);
+                self.end_attempt(&id, AttemptEnd::Lost { worker, reason }, now, config);
                 changed = true;
                 continue;
             }
-            let view = &views[&worker];
+            let view = &views[&worker_id];
+            // A worker whose run probe has not passed yet (a scheduler that just took over sees
+            // every worker so) lists nothing: its silence says nothing about the work.
+            if !matches!(view.state, State::Idle | State::Running) {
+                continue;
+            }
             let Some(entry) = self.entries.get_mut(&id) else { continue };
-            if view.running.contains(&id) {
+            let runner_id = entry.placement.runner_id();
+            if view.running.contains(&runner_id) {
                 if !entry.placement.confirmed {
                     entry.placement.confirmed = true;
                     entry.placement.started.get_or_insert(now);
+                    self.touch(&id);
                     changed = true;
                 }
-            } else if !view.starting.contains(&id) && !entry.asking {
+            } else if !view.starting.contains(&runner_id) && !entry.asking {
                 entry.asking = true;
-                decisions.ask.push((id, worker));
+                decisions.ask.push((id, worker_id));
             }
         }
 
         // Work the workers run that is not (or no longer) ours to run.
         for view in views.values().filter(|v| v.state != State::Shutdown) {
-            for id in &view.running {
+            for runner_id in &view.running {
+                let (id, attempt) = parse_runner_id(runner_id);
+                let worker = view.id.0.clone();
                 match self.entries.get_mut(id) {
                     None => {
-                        info!(work = %id, worker = %view.id, "adopting work found running");
-                        let placement = Placement {
-                            phase: Phase::Running { worker: view.id.clone() },
-                            started: Some(now),
-                            adopted: true,
-                            confirmed: true,
-                            ..Placement::queued(id, now)
-                        };
-                        let entry = Entry { placement, payload: Arc::from([]), asking: false };
-                        self.entries.insert(id.clone(), entry);
+                        info!(work = %id, %worker, "adopting work found running");
+                        let mut placement =
+                            Placement::queued(id, now, Amount::ZERO, ReschedulePolicy::DISABLED);
+                        placement.phase = Phase::Running { worker };
+                        placement.started = Some(now);
+                        placement.adopted = true;
+                        placement.confirmed = true;
+                        placement.attempt = attempt;
+                        let entry = Entry { placement, payload: Arc::from(""), asking: false };
+                        self.entries.insert(id.to_owned(), entry);
                         self.counters.adopted += 1;
+                        self.touch(id);
                         changed = true;
+                    }
+                    Some(entry) if attempt < entry.placement.attempt => {
+                        // An attempt that was written off and rescheduled.
+                        decisions.stop.push(runner_id.clone());
+                    }
+                    Some(entry) if attempt > entry.placement.attempt => {
+                        warn!(work = %id, %worker, attempt, known = entry.placement.attempt, "a later attempt than the records know runs");
                     }
                     Some(entry) => match &entry.placement.phase {
                         Phase::Lost { .. } | Phase::Cancelled | Phase::Failed { .. } => {
-                            decisions.stop.push(id.clone());
+                            decisions.stop.push(runner_id.clone());
                         }
                         Phase::Queued => {
                             // Its start was thought lost, but it arrived after all.
-                            info!(work = %id, worker = %view.id, "queued work found running");
+                            info!(work = %id, %worker, "queued work found running");
                             self.queue.retain(|queued| queued != id);
-                            entry.placement.phase = Phase::Running { worker: view.id.clone() };
+                            entry.placement.phase = Phase::Running { worker };
                             entry.placement.confirmed = true;
+                            entry.placement.not_before = None;
                             entry.placement.started.get_or_insert(now);
+                            self.touch(id);
                             changed = true;
                         }
-                        Phase::Running { worker } | Phase::Starting { worker }
-                            if *worker != view.id =>
+                        Phase::Running { worker: placed } | Phase::Starting { worker: placed }
+                            if *placed != worker =>
                         {
-                            warn!(work = %id, worker = %view.id, placed_on = %worker, "work runs on a worker it was not placed on");
+                            warn!(work = %id, %worker, placed_on = %placed, "work runs on a worker it was not placed on");
                         }
                         _ => {}
                     },
@@ -763,46 +1028,71 @@ impl Books {
         // Room on each worker that takes work. A worker counts every start through it as
         // running until a probe says otherwise, so its view is the load, plus the starts
         // decided but not yet begun; work it no longer lists has ended and takes no room.
-        let mut load: HashMap<&InstanceId, BTreeSet<&str>> = HashMap::new();
+        let mut load: HashMap<&str, BTreeSet<&str>> = HashMap::new();
         for view in views.values() {
-            let ids = load.entry(&view.id).or_default();
+            let ids = load.entry(view.id.0.as_str()).or_default();
             ids.extend(view.running.iter().chain(&view.starting).map(String::as_str));
         }
-        for entry in self.entries.values() {
-            if let Phase::Starting { worker } = &entry.placement.phase
-                && let Some(ids) = load.get_mut(worker)
-            {
-                ids.insert(&entry.placement.id);
+        let starting: Vec<(&str, String)> = self
+            .entries
+            .values()
+            .filter_map(|e| match &e.placement.phase {
+                Phase::Starting { worker } => Some((worker.as_str(), e.placement.runner_id())),
+                _ => None,
+            })
+            .collect();
+        let mut starting_load: HashMap<&str, usize> = HashMap::new();
+        for (worker, runner_id) in &starting {
+            if !load.get(worker).is_some_and(|ids| ids.contains(runner_id.as_str())) {
+                *starting_load.entry(worker).or_default() += 1;
             }
         }
-        let mut room: Vec<(usize, &InstanceId)> = views
+        let mut room: Vec<(usize, InstanceId)> = views
             .values()
             .filter(|v| {
                 matches!(v.state, State::Idle | State::Running)
                     && v.idle_behavior == IdleBehavior::Run
                     && self.backoff.get(&v.id).is_none_or(|until| *until <= now)
             })
-            .map(|v| (load.get(&v.id).map_or(0, BTreeSet::len), &v.id))
+            .map(|v| {
+                let n = load.get(v.id.0.as_str()).map_or(0, BTreeSet::len)
+                    + starting_load.get(v.id.0.as_str()).copied().unwrap_or(0);
+                (n, v.id.clone())
+            })
             .filter(|(n, _)| *n < limit(config.per_worker_limit))
             .collect();
-        let mut launches = Vec::new();
-        while !self.queue.is_empty() {
+        drop(load);
+        let mut waiting = VecDeque::new();
+        while let Some(id) = self.queue.pop_front() {
+            let Some(entry) = self.entries.get_mut(&id) else { continue };
+            if entry.placement.not_before.is_some_and(|at| at > now) {
+                waiting.push_back(id);
+                continue;
+            }
             let Some((slot, _)) = room.iter().enumerate().min_by(|a, b| a.1.cmp(b.1)) else {
+                waiting.push_back(id);
                 break;
             };
-            let Some(id) = self.queue.pop_front() else { break };
             let worker = room[slot].1.clone();
             room[slot].0 += 1;
             if room[slot].0 >= limit(config.per_worker_limit) {
                 room.swap_remove(slot);
             }
-            let Some(entry) = self.entries.get_mut(&id) else { continue };
-            entry.placement.phase = Phase::Starting { worker: worker.clone() };
-            entry.placement.attempts += 1;
-            launches.push(Launch { id, worker, payload: entry.payload.clone() });
+            entry.placement.phase = Phase::Starting { worker: worker.0.clone() };
+            entry.placement.starts += 1;
+            entry.placement.not_before = None;
+            let launch = Launch {
+                runner_id: entry.placement.runner_id(),
+                id: id.clone(),
+                worker,
+                payload: entry.payload.clone(),
+            };
+            decisions.launches.push(launch);
+            self.touch(&id);
             changed = true;
         }
-        decisions.launches = launches;
+        waiting.extend(self.queue.drain(..));
+        self.queue = waiting;
 
         // Creates in flight count: they become workers.
         let live = views.values().filter(|v| v.state != State::Shutdown).count() + creating;
@@ -812,17 +1102,79 @@ impl Books {
         decisions
     }
 
+    /// The current attempt of `id` ended: it is placed again if its policy allows (and no
+    /// stop was asked), else the work is final.
+    pub(crate) fn end_attempt(
+        &mut self,
+        id: &str,
+        end: AttemptEnd,
+        now: Timestamp,
+        config: &SchedulerConfig,
+    ) {
+        let Some(entry) = self.entries.get_mut(id) else { return };
+        let placement = &mut entry.placement;
+        let (worker, how, failed, phase) = match end {
+            AttemptEnd::Ended { worker, outcome } => {
+                let failed = outcome.starts_with("failed");
+                let how = format!("ended: {outcome}");
+                (worker.clone(), how, failed, Phase::Ended { worker, outcome })
+            }
+            AttemptEnd::Lost { worker, reason } => {
+                let how = format!("lost: {reason}");
+                (worker.clone(), how, true, Phase::Lost { worker, reason })
+            }
+        };
+        let events: Vec<&RescheduleEvent> = placement.reschedules().collect();
+        let next = if failed && !placement.stop_requested {
+            reschedule::decide(&placement.reschedule, &events, now)
+        } else {
+            None
+        };
+        let Some((at, delay)) = next else {
+            self.finish(id, phase, now, config);
+            return;
+        };
+        info!(work = %id, %worker, attempt = placement.attempt + 1, delay = ?delay, "rescheduling");
+        placement.history.push(Attempt {
+            attempt: placement.attempt,
+            runner_id: placement.runner_id(),
+            worker: Some(worker),
+            started: placement.started,
+            finished: now,
+            outcome: how.clone(),
+            rescheduled: placement.rescheduled.take(),
+        });
+        placement.attempt += 1;
+        placement.rescheduled = Some(RescheduleEvent { at: now, delay, reason: how });
+        placement.phase = Phase::Queued;
+        placement.not_before = Some(at);
+        placement.started = None;
+        placement.confirmed = false;
+        placement.starts = 0;
+        self.queue.push_back(id.to_owned());
+        self.counters.rescheduled += 1;
+        self.touch(id);
+    }
+
     /// Puts work in a final phase, and forgets the oldest finished work beyond the limit.
-    fn finish(&mut self, id: &str, phase: Phase, now: Moment, config: &SchedulerConfig) {
+    fn finish(&mut self, id: &str, phase: Phase, now: Timestamp, config: &SchedulerConfig) {
         let Some(entry) = self.entries.get_mut(id) else { return };
         *self.counters.finished.entry(phase.name()).or_insert(0) += 1;
         entry.placement.phase = phase;
         entry.placement.finished = Some(now);
+        entry.placement.not_before = None;
+        self.touch(id);
         self.finished.push_back(id.to_owned());
+        self.forget_oldest(config);
+    }
+
+    /// Forgets the oldest finished work beyond the limit.
+    fn forget_oldest(&mut self, config: &SchedulerConfig) {
         while self.finished.len() > limit(config.max_finished) {
             let Some(old) = self.finished.pop_front() else { break };
             if self.entries.get(&old).is_some_and(|e| e.placement.phase.is_final()) {
                 self.entries.remove(&old);
+                self.changed.insert(old);
             }
         }
     }
@@ -831,14 +1183,16 @@ impl Books {
 #[cfg(test)]
 impl Books {
     /// Books holding `work` in these phases; queued work is queued in this order.
-    pub(crate) fn holding(work: &[(&str, Phase)], now: Moment) -> Books {
+    pub(crate) fn holding(work: &[(&str, Phase)], now: Timestamp) -> Books {
         let mut books = Books::default();
         for (id, phase) in work {
-            let placement = Placement { phase: phase.clone(), ..Placement::queued(id, now) };
+            let mut placement =
+                Placement::queued(id, now, Amount::ZERO, ReschedulePolicy::DISABLED);
+            placement.phase = phase.clone();
             if *phase == Phase::Queued {
                 books.queue.push_back((*id).to_owned());
             }
-            let entry = Entry { placement, payload: Arc::from(&b"spec"[..]), asking: false };
+            let entry = Entry { placement, payload: Arc::from("spec"), asking: false };
             books.entries.insert((*id).to_owned(), entry);
         }
         books
@@ -850,7 +1204,7 @@ impl Books {
     }
 
     /// Makes `worker` take no work until `until`, as after a refused start.
-    pub(crate) fn back_off(&mut self, worker: &str, until: Moment) {
+    pub(crate) fn back_off(&mut self, worker: &str, until: Timestamp) {
         self.backoff.insert(worker.into(), until);
     }
 }

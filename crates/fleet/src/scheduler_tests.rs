@@ -8,6 +8,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 use wharf_prober::*;
+use wharf_state::Timestamp;
+use wharf_state::reschedule::ReschedulePolicy;
 
 fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
@@ -111,11 +113,20 @@ impl Executor for FakeRunner {
     }
 }
 
+/// A scheduler over `pool` that leads `store` in a new term.
+async fn take_over(pool: &Pool, config: SchedulerConfig, store: Arc<MemoryStore>) -> Scheduler {
+    let me = Replica { name: "test".into(), address: "127.0.0.1:1".into() };
+    let term = store.campaign(&me).await.unwrap();
+    Scheduler::take_over(pool.clone(), config, store, term).await.unwrap()
+}
+
 struct Harness {
     clock: Arc<FakeClock>,
     hosts: BTreeMap<String, Arc<FakeRunner>>,
     pool: Pool,
     scheduler: Scheduler,
+    store: Arc<MemoryStore>,
+    config: SchedulerConfig,
     runtime: tokio::runtime::Runtime,
 }
 
@@ -173,9 +184,10 @@ fn harness(hosts: &[&str], scheduling: SchedulerConfig) -> Harness {
         ..PoolConfig::default()
     };
     let pool = Pool::new(config, clock.clone(), Arc::new(set), new_executor).unwrap();
-    let scheduler = Scheduler::new(pool.clone(), scheduling).unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let h = Harness { clock, hosts: runners, pool, scheduler, runtime };
+    let store = Arc::new(MemoryStore::new());
+    let scheduler = runtime.block_on(take_over(&pool, scheduling.clone(), store.clone()));
+    let h = Harness { clock, hosts: runners, pool, scheduler, store, config: scheduling, runtime };
     h.runtime.block_on(h.pool.sync()).unwrap();
     h.probe();
     h
@@ -192,6 +204,26 @@ impl Harness {
         self.runtime.block_on(self.scheduler.step())
     }
 
+    /// Host `name` stops answering until its probes time out and it is shut down; then a step.
+    fn cut_off(&self, name: &str) {
+        self.host(name).state.lock().reachable = false;
+        for _ in 0..8 {
+            self.probe();
+        }
+        self.step();
+    }
+
+    /// Host `name`, out of service, answers again and rejoins after the rejoin time; then a
+    /// probe and a step.
+    fn rejoin(&self, name: &str) {
+        self.runtime.block_on(self.pool.sync()).unwrap();
+        self.host(name).state.lock().reachable = true;
+        self.clock.advance(secs(300));
+        self.runtime.block_on(self.pool.sync()).unwrap();
+        self.probe();
+        self.step();
+    }
+
     fn host(&self, name: &str) -> &FakeRunner {
         &self.hosts[name]
     }
@@ -201,7 +233,24 @@ impl Harness {
     }
 
     fn submit(&self, id: &str) {
-        self.scheduler.submit(id, format!("spec of {id}").into_bytes()).unwrap();
+        let submission = Submission::new(id, format!("spec of {id}"));
+        self.runtime.block_on(self.scheduler.submit(submission)).unwrap();
+    }
+
+    /// A new scheduler takes over from the same store, as after a restart of the fleet or a
+    /// failover; the old one's term is over.
+    fn take_over(&mut self) {
+        let (pool, config, store) = (&self.pool, self.config.clone(), self.store.clone());
+        self.scheduler = self.runtime.block_on(take_over(pool, config, store));
+    }
+
+    fn placement(&self, id: &str) -> Placement {
+        self.scheduler.get(id).unwrap_or_else(|| panic!("no work {id}"))
+    }
+
+    fn submit_err(&self, id: &str) -> FleetError {
+        let submission = Submission::new(id, format!("spec of {id}"));
+        self.runtime.block_on(self.scheduler.submit(submission)).unwrap_err()
     }
 
     fn running_on(&self, name: &str) -> Vec<String> {
@@ -236,7 +285,7 @@ fn work_goes_to_the_least_loaded_worker_with_room_and_waits_for_room() {
     assert_eq!(h.phase("e"), Phase::Queued);
     assert_eq!(h.host("h1").state.lock().stdin["a"], b"spec of a");
     let a = h.scheduler.get("a").unwrap();
-    assert!(a.confirmed && a.started.is_some() && a.attempts == 1, "{a:?}");
+    assert!(a.confirmed && a.started.is_some() && a.starts == 1, "{a:?}");
     // Full everywhere: nothing more starts.
     assert_eq!(h.step(), 0);
 
@@ -276,7 +325,7 @@ fn a_refused_start_goes_to_another_worker_and_fails_after_the_last_attempt() {
     h.submit("a");
     h.step();
     assert_eq!(h.phase("a"), Phase::Queued, "requeued after the refusal");
-    assert_eq!(h.scheduler.get("a").unwrap().attempts, 1);
+    assert_eq!(h.scheduler.get("a").unwrap().starts, 1);
     // h1 is backed off; the refused start is forgotten there, so it is idle, not running.
     assert_eq!(h.pool.workers()[0].state, State::Idle);
     h.step();
@@ -333,7 +382,7 @@ fn an_unconfirmed_start_is_judged_by_the_next_probe() {
     assert!(h.scheduler.get("arrived").unwrap().confirmed);
     h.step();
     let vanished = h.scheduler.get("vanished").unwrap();
-    assert_eq!((vanished.phase.clone(), vanished.attempts), (running("h1"), 2), "{vanished:?}");
+    assert_eq!((vanished.phase.clone(), vanished.starts), (running("h1"), 2), "{vanished:?}");
     assert!(vanished.confirmed);
     assert_eq!(h.running_on("h1"), ["arrived", "vanished"]);
 }
@@ -347,14 +396,10 @@ fn a_lost_worker_loses_its_work_and_work_found_again_is_stopped() {
     assert_eq!((h.phase("a"), h.phase("b")), (running("h1"), running("h2")));
     // h1 stops answering: past the probe timeout it is shut down and its work is lost; h2's
     // work is untouched.
-    h.host("h1").state.lock().reachable = false;
-    for _ in 0..8 {
-        h.probe();
-    }
-    h.step();
+    h.cut_off("h1");
     match h.phase("a") {
         Phase::Lost { worker, reason } => {
-            assert_eq!(worker, InstanceId::from("h1"));
+            assert_eq!(worker, "h1");
             assert!(reason.contains("shut down") || reason.contains("disappeared"), "{reason}");
         }
         other => panic!("{other:?}"),
@@ -366,11 +411,7 @@ fn a_lost_worker_loses_its_work_and_work_found_again_is_stopped() {
     assert_eq!(h.pool.workers().len(), 1);
 
     // h1 comes back after the rejoin time, still running `a`: it is stopped there.
-    h.host("h1").state.lock().reachable = true;
-    h.clock.advance(secs(300));
-    h.runtime.block_on(h.pool.sync()).unwrap();
-    h.probe();
-    h.step();
+    h.rejoin("h1");
     assert_eq!(h.host("h1").state.lock().kills, ["a"]);
     assert!(h.running_on("h1").is_empty());
     assert!(matches!(h.phase("a"), Phase::Lost { .. }), "stays lost");
@@ -392,7 +433,8 @@ fn work_found_running_is_adopted_not_started_again() {
     h.step();
     assert_eq!(h.phase("b"), Phase::Queued);
     // Submitting an adopted id is refused, and nothing starts twice.
-    assert!(h.scheduler.submit("from-before", Vec::new()).is_err());
+    let again = Submission::new("from-before", "");
+    assert!(h.runtime.block_on(h.scheduler.submit(again)).is_err());
     assert_eq!(h.host("h1").state.lock().stdin.len(), 1);
 }
 
@@ -422,13 +464,16 @@ fn stop_cancels_queued_work_and_kills_running_work() {
 #[test]
 fn bad_submissions_are_refused_with_the_reason() {
     let h = harness(&["h1"], SchedulerConfig { max_queued: 1, ..config(1) });
-    let refused = |id: &str| h.scheduler.submit(id, Vec::new()).unwrap_err().to_string();
+    let refused = |id: &str| {
+        let submission = Submission::new(id, "");
+        h.runtime.block_on(h.scheduler.submit(submission)).unwrap_err().to_string()
+    };
     assert!(refused("").contains("printable"));
     assert!(refused("a b").contains("printable"));
     h.submit("a");
     assert!(refused("a").contains("taken"));
     assert!(refused("b").contains("queue is full (1 waiting)"));
-    assert!(Scheduler::new(h.pool.clone(), config(0)).is_ok(), "a limit of 0 is no limit");
+    assert!(refused("a__2").contains("reserved"));
 }
 
 #[test]
@@ -495,10 +540,10 @@ fn creates_in_flight_count_toward_the_minimum() {
         PoolConfig { max_concurrent_creates: 0, cloud_deadline: secs(1), ..PoolConfig::default() };
     let clock = Arc::new(FakeClock::new(Moment::from_origin(secs(1))));
     let pool = Pool::new(pool_config, clock, cloud.clone(), new_executor).unwrap();
-    let scheduler =
-        Scheduler::new(pool.clone(), SchedulerConfig { min_workers: 2, ..config(1) }).unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
+        let config = SchedulerConfig { min_workers: 2, ..config(1) };
+        let scheduler = take_over(&pool, config, Arc::new(MemoryStore::new())).await;
         for _ in 0..3 {
             scheduler.step().await;
             for _ in 0..10 {
@@ -536,7 +581,7 @@ fn decide_table() {
     use crate::scheduler::{Books, Snapshot};
     use IdleBehavior::{Hold, Run};
     use State::{Booting, Idle, Running, Shutdown};
-    let now = Moment::from_origin(secs(1_000));
+    let now = Timestamp(1_000_000);
     let lost =
         |worker: &str, reason: &str| Phase::Lost { worker: worker.into(), reason: reason.into() };
     /// A case: the work (id and phase), the workers, creates in flight, and what must follow.
@@ -616,6 +661,15 @@ fn decide_table() {
         },
         Case {
             work: vec![("a", running("w1")), ("b", running("w2"))],
+            workers: vec![
+                worker_view("w1", State::Unknown, Run, &[]),
+                worker_view("w2", Booting, Run, &[]),
+            ],
+            phases: vec![("a", running("w1")), ("b", running("w2"))],
+            ..case("work on a worker not probed yet (after a take-over) waits for its probe")
+        },
+        Case {
+            work: vec![("a", running("w1")), ("b", running("w2"))],
             workers: vec![worker_view("w1", Shutdown, Run, &["a"])],
             phases: vec![
                 ("a", lost("w1", "worker w1 was shut down")),
@@ -647,7 +701,7 @@ fn decide_table() {
         let name = case.name;
         let mut books = Books::holding(&case.work, now);
         if let Some(worker) = case.backoff {
-            books.back_off(worker, now + secs(10));
+            books.back_off(worker, now.saturating_add(secs(10)));
         }
         let snapshot = Snapshot {
             workers: case.workers.into_iter().map(|v| (v.id.clone(), v)).collect(),
@@ -668,4 +722,143 @@ fn decide_table() {
             assert_eq!(books.phase(id), Some(phase), "{name}: {id}");
         }
     }
+}
+
+/// Every change reaches the store before it is acknowledged or acted on, and a scheduler
+/// that takes over from the store carries on: queued work keeps its order, work that was
+/// starting counts as running until a probe says otherwise, running work is not started
+/// again, and finished work keeps its outcome.
+#[test]
+fn a_scheduler_that_takes_over_from_the_store_carries_on_and_starts_nothing_twice() {
+    let mut h = harness(&["h1"], config(2));
+    for id in ["a", "b", "c", "d", "e"] {
+        h.submit(id);
+    }
+    let stored = |h: &Harness, id: &str| {
+        h.runtime.block_on(h.store.load(id)).unwrap().map(|r| r.placement.phase)
+    };
+    assert_eq!(stored(&h, "e"), Some(Phase::Queued), "acknowledged only once durable");
+    h.step();
+    h.runtime.block_on(h.scheduler.stop("b", "operator")).unwrap();
+    h.host("h1").end("a", "complete all tasks finished");
+    h.probe();
+    h.step();
+    assert_eq!(stored(&h, "a"), Some(h.phase("a")));
+    let before: Vec<Placement> = h.scheduler.list();
+
+    // The old scheduler's term ends; its writes are refused from now on.
+    let old = h.scheduler.clone();
+    h.take_over();
+    assert!(!old.acting());
+    let refused = h.runtime.block_on(old.submit(Submission::new("late", "")));
+    assert!(matches!(refused, Err(FleetError::NotLeading { .. })), "{refused:?}");
+    assert_eq!(h.scheduler.list(), before, "the same books, from the store");
+
+    // `c` and `d` took the places of `a` and `b`, `e` waits; nothing starts twice.
+    assert_eq!((h.phase("c"), h.phase("d")), (running("h1"), running("h1")));
+    assert_eq!(h.phase("e"), Phase::Queued);
+    h.probe();
+    h.step();
+    assert_eq!(h.phase("e"), Phase::Queued, "still no room");
+    h.host("h1").end("c", "complete all tasks finished");
+    h.probe();
+    h.step();
+    assert_eq!(h.phase("e"), running("h1"));
+    let stdin = h.host("h1").state.lock().stdin.clone();
+    assert_eq!(stdin.keys().collect::<Vec<_>>(), ["a", "b", "c", "d", "e"], "each started once");
+    assert!(matches!(h.phase("a"), Phase::Ended { .. }));
+}
+
+/// Nomad's `TestServiceSched_Reschedule_Later` and `_OnceNow` through the fleet: work lost
+/// with its worker waits out its policy's delay, is placed again as a new attempt on another
+/// worker under its own runner id, and the history says what happened. When the lost worker
+/// comes back running the old attempt, that attempt (and only it) is stopped. Once the policy
+/// allows no more attempts, the work stays lost.
+#[test]
+fn lost_work_is_rescheduled_by_its_policy_and_the_old_attempt_is_stopped() {
+    let h = harness(&["h1", "h2"], config(1));
+    let policy = ReschedulePolicy {
+        attempts: 1,
+        interval: secs(3600),
+        delay: secs(30),
+        ..ReschedulePolicy::defaults_for(wharf_state::JobType::Batch)
+    };
+    let submission = Submission::new("a", "spec of a").with_reschedule(policy);
+    h.runtime.block_on(h.scheduler.submit(submission)).unwrap();
+    h.step();
+    assert_eq!(h.phase("a"), running("h1"));
+    // h2 is busy with other work, so the reschedule must wait for room too.
+    h.cut_off("h1");
+    let waiting = h.placement("a");
+    assert_eq!((waiting.phase.clone(), waiting.attempt), (Phase::Queued, 2), "{waiting:?}");
+    let event = waiting.rescheduled.clone().expect("a reschedule event");
+    assert_eq!(event.delay, secs(30));
+    assert!(event.reason.contains("lost: worker h1"), "{event:?}");
+    assert_eq!(waiting.not_before, Some(event.at.saturating_add(secs(30))));
+    assert_eq!(waiting.history.len(), 1);
+    assert_eq!(waiting.history[0].runner_id, "a");
+    // Not before its delay.
+    h.clock.advance(secs(20));
+    h.step();
+    assert_eq!(h.phase("a"), Phase::Queued);
+    h.clock.advance(secs(11));
+    h.step();
+    assert_eq!(h.phase("a"), running("h2"));
+    assert_eq!(h.running_on("h2"), ["a__2"]);
+    assert!(h.scheduler.metrics().contains("wharf_fleet_rescheduled_total 1"));
+
+    // h1 comes back still running the first attempt: that one is stopped.
+    h.rejoin("h1");
+    assert_eq!(h.host("h1").state.lock().kills, ["a"]);
+    assert_eq!(h.running_on("h2"), ["a__2"], "the new attempt runs on");
+
+    // The second attempt is lost too: one attempt per hour was allowed, so it stays lost.
+    h.cut_off("h2");
+    let lost = h.placement("a");
+    assert!(matches!(&lost.phase, Phase::Lost { worker, .. } if worker == "h2"), "{lost:?}");
+    assert_eq!(lost.attempt, 2);
+}
+
+/// Work that ended `failed` is rescheduled like lost work; work that completed, and work an
+/// operator stopped, is not.
+#[test]
+fn failed_work_is_rescheduled_and_stopped_or_complete_work_is_not() {
+    let h = harness(&["h1"], config(4));
+    let policy = ReschedulePolicy {
+        delay: secs(5),
+        ..ReschedulePolicy::defaults_for(wharf_state::JobType::Batch)
+    };
+    for id in ["fails", "completes", "stopped"] {
+        let submission = Submission::new(id, "").with_reschedule(policy);
+        h.runtime.block_on(h.scheduler.submit(submission)).unwrap();
+    }
+    h.step();
+    h.host("h1").end("fails", "failed task t exited 1");
+    h.host("h1").end("completes", "complete all tasks finished");
+    h.runtime.block_on(h.scheduler.stop("stopped", "operator")).unwrap();
+    h.probe();
+    h.step();
+    assert_eq!(h.placement("fails").attempt, 2);
+    assert_eq!(h.phase("fails"), Phase::Queued);
+    assert!(matches!(h.phase("completes"), Phase::Ended { .. }));
+    assert!(matches!(h.phase("stopped"), Phase::Ended { .. }));
+    h.clock.advance(secs(6));
+    h.step();
+    assert_eq!(h.phase("fails"), running("h1"));
+    assert!(h.running_on("h1").contains(&"fails__2".to_owned()));
+}
+
+/// A scheduler whose writes fail stops acting: no start goes out for a decision that is not
+/// durable, and submissions are refused rather than acknowledged.
+#[test]
+fn a_scheduler_whose_writes_fail_starts_nothing_and_acknowledges_nothing() {
+    let h = harness(&["h1"], config(4));
+    h.submit("a");
+    h.store.fail_writes(Some("disk full"));
+    h.submit_err("b");
+    h.step();
+    assert!(h.running_on("h1").is_empty(), "nothing started");
+    assert!(!h.scheduler.acting());
+    h.store.fail_writes(None);
+    assert!(h.runtime.block_on(h.store.load("a")).unwrap().is_some());
 }

@@ -156,13 +156,31 @@ async fn loopback_workers_run_allocations_and_end_with_the_fleet() {
     let c = until_alloc(&client, &c.id, "c runs", |x| x.phase == "running").await;
     assert_eq!(c.worker, a.worker, "c took a's place");
 
-    // Killing a worker loses what ran there; the fleet makes a new one to keep two.
+    // Killing a worker loses what ran there: a service is rescheduled (Nomad's defaults: the
+    // first time after 30s) as attempt 2, with the lost attempt in its history. The fleet
+    // makes a new worker to keep two.
     let b_worker = b.worker.clone().unwrap();
     let b_task = fleet.0.data_dir().join(format!("instances/{b_worker}/data/allocs/{}", b.id));
     assert!(b_task.exists());
     client.call(Method::POST, &format!("/v1/workers/{b_worker}/kill"), None).await.unwrap();
-    let lost = until_alloc(&client, &b.id, "b is lost", |x| x.phase == "lost").await;
-    assert!(lost.detail.as_deref().unwrap_or("").contains(&b_worker), "{lost:?}");
+    let lost = until_alloc(&client, &b.id, "b is rescheduled", |x| x.attempt == 2).await;
+    assert_eq!((lost.phase.as_str(), lost.runner_id.clone()), ("queued", format!("{}__2", b.id)));
+    let first = &lost.history[0];
+    assert!(first.outcome.starts_with("lost: ") && first.outcome.contains(&b_worker), "{lost:?}");
+    assert_eq!(first.worker.as_deref(), Some(b_worker.as_str()));
+    assert!(lost.not_before.is_some(), "{lost:?}");
+    // `wharf fleet status` shows the history: the lost attempt, then the one waiting.
+    let status = fleet.cli(&["status", &b.id]);
+    assert!(status.status.success(), "{status:?}");
+    let out = String::from_utf8_lossy(&status.stdout);
+    let rows: Vec<&str> = out.lines().skip_while(|l| !l.starts_with("ATTEMPT")).skip(1).collect();
+    assert_eq!(rows.len(), 2, "{out}");
+    assert!(
+        rows[0].starts_with("1 ") && rows[0].contains(&b_worker) && rows[0].contains("lost: "),
+        "{out}"
+    );
+    assert!(rows[1].starts_with("2 ") && rows[1].contains(&format!("{}__2", b.id)), "{out}");
+    assert!(rows[1].contains("queued, not before "), "{out}");
     assert!(!b_task.exists(), "the killed worker's node was wiped");
     until_workers(&client, "a replacement worker", |w| {
         w.iter().filter(|w| w.state == "idle" || w.state == "running").count() == 2
@@ -172,7 +190,7 @@ async fn loopback_workers_run_allocations_and_end_with_the_fleet() {
     let metrics =
         String::from_utf8(client.call(Method::GET, "/v1/metrics", None).await.unwrap().to_vec())
             .unwrap();
-    assert!(metrics.contains("wharf_fleet_finished_total{phase=\"lost\"} 1"), "{metrics}");
+    assert!(metrics.contains("wharf_fleet_rescheduled_total 1"), "{metrics}");
     assert!(metrics.contains("wharf_prober_instances{"), "{metrics}");
     if let Err(problems) = wharf_tests::promtool::check_metrics(&metrics) {
         panic!("the fleet's metrics fail Prometheus' linter: {problems}\nin:\n{metrics}");

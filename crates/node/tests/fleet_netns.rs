@@ -276,8 +276,10 @@ fn sh_task(name: &str, script: &str) -> String {
     )
 }
 
+/// A service rescheduled 5s after it is lost (Nomad's shortest delay; the default is 30s).
 fn service(id: &str) -> String {
-    job(id, "service", &sh_task("t", "exec sleep 1000"))
+    let group = format!("reschedule = {{ delay = \"5s\" }}\n{}", sh_task("t", "exec sleep 1000"));
+    job(id, "service", &group)
 }
 
 fn gone_or_shut_down(worker: Option<&FleetWorker>) -> bool {
@@ -384,16 +386,24 @@ async fn one_service_per_host(cluster: &Cluster) -> BTreeMap<String, String> {
     on
 }
 
+/// Nomad's `TestServiceSched_NodeDown` and `TestServiceSched_Reschedule_Later` over real
+/// hosts: a host whose link goes down is shut down, and the service it ran is rescheduled by
+/// its `reschedule` block (after its delay, once a worker has room) as attempt 2, under its
+/// own runner id, with the lost attempt in its history. The other hosts keep their work.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_host_cut_off_is_shut_down_and_its_work_lost_while_the_rest_keeps_running() {
+async fn a_host_cut_off_is_shut_down_and_its_work_rescheduled_while_the_rest_keeps_running() {
     let cluster = Cluster::start(3, 1).await;
     let on = one_service_per_host(&cluster).await;
 
     let cut = "h2";
     cluster.host(cut).set_link(false).unwrap();
     let lost = &on[cut];
-    let alloc = cluster.wait_alloc(lost, "lost", FleetAlloc::is_final).await;
-    assert_eq!(alloc.phase, "lost", "{alloc:?}");
+    let alloc = cluster.wait_alloc(lost, "rescheduled", |a| a.attempt == 2).await;
+    assert_eq!(alloc.phase, "queued", "every other worker is full: {alloc:?}");
+    let first = &alloc.history[0];
+    assert_eq!(first.worker.as_deref(), Some(cut), "{alloc:?}");
+    assert!(first.outcome.starts_with("lost: worker h2"), "{alloc:?}");
+    assert_eq!(alloc.runner_id, format!("{lost}__2"));
     cluster
         .until("the cut-off worker shut down", LIMIT, async || {
             gone_or_shut_down(cluster.worker(cut).await.as_ref()).then_some(())
@@ -412,6 +422,12 @@ async fn a_host_cut_off_is_shut_down_and_its_work_lost_while_the_rest_keeps_runn
     }
     let health = cluster.health().await;
     assert_eq!(health["brake_engaged"], false, "{health}");
+
+    // Room on h1: the second attempt starts there, under its own id.
+    cluster.post(&format!("/v1/allocations/{}/stop", on["h1"])).await;
+    let alloc = cluster.wait_running(lost).await;
+    assert_eq!((alloc.phase.as_str(), alloc.worker.as_deref()), ("running", Some("h1")));
+    cluster.agent_runs("h1", &format!("{lost}__2")).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -24,8 +24,9 @@ use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
-use wharf_fleet::{FleetError, Phase, Placement};
+use wharf_fleet::{FleetError, Phase, Placement, Submission};
 use wharf_prober::{IdleBehavior, InstanceId, ProberError, WorkerView};
+use wharf_state::resources::Amount;
 
 type ApiResult<T> = Result<T, ApiError>;
 
@@ -71,6 +72,10 @@ fn fleet_error(error: FleetError) -> ApiError {
         FleetError::UnknownWork(_) => StatusCode::NOT_FOUND,
         FleetError::QueueFull { .. } => StatusCode::SERVICE_UNAVAILABLE,
         FleetError::Submit { .. } => StatusCode::CONFLICT,
+        // Not durable, so not taken: the client may try again (or another replica).
+        FleetError::Store { .. } | FleetError::Fenced { .. } | FleetError::NotLeading { .. } => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
     };
     ApiError::new(status, error.to_string())
 }
@@ -87,8 +92,20 @@ pub struct FleetAlloc {
     /// For `ended`: what the worker said (`complete ...`, `failed ...`); for `lost` and
     /// `failed`: why.
     pub detail: Option<String>,
-    /// Start attempts.
-    pub attempts: u32,
+    /// The current attempt, from 1 (each reschedule is a new attempt).
+    pub attempt: u32,
+    /// Start commands sent for the current attempt.
+    pub starts: u32,
+    /// The id the current attempt runs under on its worker.
+    pub runner_id: String,
+    /// When a worker acknowledged the current attempt's start (RFC 3339).
+    pub started: Option<String>,
+    /// For a reschedule: the delay the current attempt waits (or waited), in seconds.
+    pub delay_seconds: Option<f64>,
+    /// Queued after a reschedule: not placed before this (RFC 3339).
+    pub not_before: Option<String>,
+    /// The attempts before the current one, oldest first.
+    pub history: Vec<FleetAttempt>,
     /// Found running rather than submitted here.
     pub adopted: bool,
     /// Seconds from submission to the acknowledged start.
@@ -99,6 +116,25 @@ pub struct FleetAlloc {
     pub version: u64,
 }
 
+/// An attempt that is over.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FleetAttempt {
+    /// Its number, from 1.
+    pub attempt: u32,
+    /// Its id on the worker.
+    pub runner_id: String,
+    /// The worker it ran on.
+    pub worker: Option<String>,
+    /// When it started (RFC 3339), if it did.
+    pub started: Option<String>,
+    /// When it ended (RFC 3339).
+    pub finished: String,
+    /// How it ended.
+    pub outcome: String,
+    /// For a reschedule: the delay it waited, in seconds.
+    pub delay_seconds: Option<f64>,
+}
+
 impl FleetAlloc {
     /// Whether it is done with.
     pub fn is_final(&self) -> bool {
@@ -107,7 +143,7 @@ impl FleetAlloc {
 }
 
 fn describe(fleet: &Fleet, placement: Placement, version: u64) -> FleetAlloc {
-    let now = fleet.pool().clock().now();
+    let now = fleet.now();
     let detail = match &placement.phase {
         Phase::Ended { outcome, .. } => Some(outcome.clone()),
         Phase::Lost { reason, .. } | Phase::Failed { reason } => Some(reason.clone()),
@@ -115,9 +151,27 @@ fn describe(fleet: &Fleet, placement: Placement, version: u64) -> FleetAlloc {
     };
     FleetAlloc {
         phase: placement.phase.name().to_owned(),
-        worker: placement.phase.worker().map(|w| w.0.clone()),
+        worker: placement.phase.worker().map(str::to_owned),
         detail,
-        attempts: placement.attempts,
+        attempt: placement.attempt,
+        starts: placement.starts,
+        runner_id: placement.runner_id(),
+        started: placement.started.map(|at| at.to_string()),
+        delay_seconds: placement.rescheduled.as_ref().map(|r| r.delay.as_secs_f64()),
+        not_before: placement.not_before.map(|at| at.to_string()),
+        history: placement
+            .history
+            .iter()
+            .map(|a| FleetAttempt {
+                attempt: a.attempt,
+                runner_id: a.runner_id.clone(),
+                worker: a.worker.clone(),
+                started: a.started.map(|at| at.to_string()),
+                finished: a.finished.to_string(),
+                outcome: a.outcome.clone(),
+                delay_seconds: a.rescheduled.as_ref().map(|r| r.delay.as_secs_f64()),
+            })
+            .collect(),
         adopted: placement.adopted,
         start_latency_seconds: placement
             .started
@@ -149,9 +203,17 @@ async fn submit(
         None => crate::agent::new_alloc_id(),
     };
     // Workers get the checked spec in JSON, whatever the user wrote.
-    let payload = serde_json::to_vec(&job.to_spec())
+    let payload = serde_json::to_string(&job.to_spec())
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-    let placement = fleet.scheduler().submit(&id, payload).map_err(fleet_error)?;
+    let group = job.groups.first().ok_or_else(|| ApiError::bad_request("the job has no group"))?;
+    // Cores are counted as cores: their MHz depend on the worker.
+    let submission = Submission {
+        id,
+        payload,
+        needs: Amount::of_group(group, 0),
+        reschedule: job.reschedule_policy(group),
+    };
+    let placement = fleet.scheduler().submit(submission).await.map_err(fleet_error)?;
     let version = *fleet.scheduler().subscribe().borrow();
     Ok((StatusCode::CREATED, axum::Json(describe(&fleet, placement, version))).into_response())
 }

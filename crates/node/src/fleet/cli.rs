@@ -130,7 +130,10 @@ pub async fn run(args: FleetArgs, token: Option<String>, json: bool) -> anyhow::
         FleetCommand::Status { id } => {
             let alloc: FleetAlloc =
                 client.json(Method::GET, ApiPath::v1(["allocations", &id]), None).await?;
-            print_allocs(&[alloc], json)?;
+            print_allocs(std::slice::from_ref(&alloc), json)?;
+            if !json {
+                print_attempts(&alloc);
+            }
             Ok(ExitCode::SUCCESS)
         }
         FleetCommand::Allocs => {
@@ -196,6 +199,36 @@ fn print_allocs(allocs: &[FleetAlloc], json: bool) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The allocation's attempts, oldest first: each one that is over with how it ended, then the
+/// current one (Nomad's reschedule tracker, as `nomad alloc status` shows it).
+fn print_attempts(alloc: &FleetAlloc) {
+    let row = |attempt: &dyn std::fmt::Display,
+               runner_id: &str,
+               worker: Option<&str>,
+               started: Option<&str>,
+               ended: Option<&str>,
+               outcome: &str| {
+        println!(
+            "{attempt:<7}  {runner_id:<40}  {:<12}  {:<24}  {:<24}  {outcome}",
+            worker.unwrap_or("-"),
+            started.unwrap_or("-"),
+            ended.unwrap_or("-"),
+        );
+    };
+    println!();
+    row(&"ATTEMPT", "RUNNER ID", Some("WORKER"), Some("STARTED"), Some("ENDED"), "OUTCOME");
+    for a in &alloc.history {
+        let (worker, started) = (a.worker.as_deref(), a.started.as_deref());
+        row(&a.attempt, &a.runner_id, worker, started, Some(&a.finished), &a.outcome);
+    }
+    let now = match (&alloc.not_before, alloc.phase.as_str()) {
+        (Some(at), "queued") => format!("queued, not before {at}"),
+        _ => alloc.phase.clone(),
+    };
+    let (worker, started) = (alloc.worker.as_deref(), alloc.started.as_deref());
+    row(&alloc.attempt, &alloc.runner_id, worker, started, None, &now);
 }
 
 /// Prints each change of phase until the allocation is done with; succeeds if it completed.

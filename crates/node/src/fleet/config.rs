@@ -10,6 +10,12 @@
 //! [loopback]                        # N agents on this host, created and destroyed by the pool
 //! instances = 2
 //!
+//! [store]                           # what the fleet must not lose
+//! backend = "redb"                  # <data_dir>/fleet.redb, one fleet process (the default)
+//! # backend = "etcd"                # replicas sharing one etcd; one leads at a time
+//! # endpoints = ["127.0.0.1:2379"]
+//! # lease_ttl = "5s"
+//!
 //! # or, instead of [loopback]: machines you have, reached over SSH with pinned host keys,
 //! # each running `wharf agent` (at its default address, or set [runner] agent_address)
 //! [static]
@@ -57,6 +63,8 @@ pub struct FleetConfig {
     pub brake: BrakeSettings,
     /// The runner deployed to every worker.
     pub runner: RunnerSettings,
+    /// Where the fleet keeps its queue, placements, attempts and outcomes.
+    pub store: StoreSettings,
     /// Workers that are agents on this host.
     pub loopback: Option<LoopbackSettings>,
     /// Workers that are machines reached over SSH.
@@ -109,6 +117,53 @@ pub struct RunnerSettings {
     /// Where the runner reaches each static host's agent, if not at its default address
     /// (`http://127.0.0.1:4747`).
     pub agent_address: Option<String>,
+}
+
+/// Which store keeps the fleet's state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreBackend {
+    /// One redb file in the data directory: one fleet process, nothing to set up.
+    #[default]
+    Redb,
+    /// etcd's v3 API: several replicas share it, one leads at a time.
+    Etcd,
+}
+
+/// The fleet's store, and this replica as the others see it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreSettings {
+    /// `redb` or `etcd`.
+    pub backend: StoreBackend,
+    /// redb: the file; by default `fleet.redb` in the data directory.
+    pub path: Option<PathBuf>,
+    /// etcd: its members' client addresses.
+    pub endpoints: Vec<String>,
+    /// etcd: every key of this fleet starts with it.
+    pub prefix: String,
+    /// etcd: a replica that stops renewing its lease (killed, frozen, cut off) loses its
+    /// place, and another takes over, within this long.
+    #[serde(with = "serde_str")]
+    pub lease_ttl: Duration,
+    /// This replica's name among the replicas; by default its API address.
+    pub replica: Option<String>,
+    /// Where the other replicas reach this one's API; by default `bind`.
+    pub advertise: Option<String>,
+}
+
+impl Default for StoreSettings {
+    fn default() -> StoreSettings {
+        StoreSettings {
+            backend: StoreBackend::Redb,
+            path: None,
+            endpoints: vec!["127.0.0.1:2379".into()],
+            prefix: "/wharf/fleet".into(),
+            lease_ttl: Duration::from_secs(5),
+            replica: None,
+            advertise: None,
+        }
+    }
 }
 
 /// Loopback workers.
@@ -166,6 +221,7 @@ impl Default for FleetConfig {
             timeouts: TimeoutsConfig::default(),
             brake: BrakeSettings::default(),
             runner: RunnerSettings::default(),
+            store: StoreSettings::default(),
             loopback: None,
             static_hosts: None,
         }
@@ -256,6 +312,14 @@ impl FleetConfig {
         if self.probe_interval.is_zero() || self.sync_interval.is_zero() {
             return Err("probe_interval, sync_interval: must be more than zero".into());
         }
+        if self.store.backend == StoreBackend::Etcd {
+            if self.store.endpoints.is_empty() {
+                return Err("store.endpoints: list at least one etcd member".into());
+            }
+            if self.store.lease_ttl < Duration::from_secs(2) {
+                return Err("store.lease_ttl: must be at least 2s".into());
+            }
+        }
         if self.max_body_bytes < 1024 {
             return Err("max_body_bytes: must be at least 1024".into());
         }
@@ -317,6 +381,9 @@ mod tests {
             ("[timeouts]\nprobe = \"soon\"", "timeouts.probe"),
             ("bind = \"0.0.0.0:1\"", "set `token`"),
             ("per_worker_limit = 0", "per_worker_limit"),
+            ("[store]\nbackend = \"zookeeper\"", "store.backend"),
+            ("[store]\nbackend = \"etcd\"\nendpoints = []", "store.endpoints"),
+            ("[store]\nbackend = \"etcd\"\nlease_ttl = \"1s\"", "store.lease_ttl"),
             ("[runner]\nagent_address = \"127.0.0.1:1\"", "runner.agent_address"),
             (
                 "sync_interval = \"1m\"\n[static]\nrejoin_after = \"30s\"\n[[static.host]]\nname = \"a\"\naddress = \"b\"\nhost_key = \"c d\"\n",

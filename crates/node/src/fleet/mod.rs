@@ -18,11 +18,12 @@ pub mod config;
 
 use crate::wipe;
 use anyhow::Context;
+use config::StoreBackend;
 use config::{FleetConfig, Instances};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use wharf_fleet::{Scheduler, SchedulerConfig};
+use wharf_fleet::{FleetStore, Replica, Scheduler, SchedulerConfig};
 use wharf_prober::{
     BrakeConfig, Clock, Executor, IdleBehavior, Instance, InstanceId, InstanceSet, LocalExecutor,
     LoopbackConfig, LoopbackInstanceSet, NewExecutor, Pool, PoolConfig, RunnerConfig, SshExecutor,
@@ -38,6 +39,8 @@ pub struct Fleet {
     config: FleetConfig,
     pool: Pool,
     scheduler: Scheduler,
+    store: Arc<dyn FleetStore>,
+    replica: Replica,
     static_set: Option<Arc<StaticInstanceSet>>,
     loopback: Option<Arc<LoopbackInstanceSet>>,
 }
@@ -108,7 +111,6 @@ impl Fleet {
         ) = match config.instances() {
             Instances::Loopback(settings) => {
                 let root = data_dir.join("instances");
-                wipe_leftovers(&root).await?;
                 std::fs::create_dir_all(&root)?;
                 let wharf = quote("wharf binary", &wharf.display().to_string())?;
                 // Each agent on a loopback port the kernel picks, found by its data dir, with no
@@ -123,7 +125,7 @@ impl Fleet {
                 worker.runner.directory = data_dir.join("runner").display().to_string();
                 scheduling.min_workers = settings.instances;
                 let set = Arc::new(LoopbackInstanceSet::new(LoopbackConfig {
-                    root,
+                    root: root.clone(),
                     max_instances: settings.instances,
                     address: None,
                     host_key: None,
@@ -132,6 +134,9 @@ impl Fleet {
                     init_deadline: Duration::from_secs(30),
                     destroy_command: format!("{wharf} --data-dir \"$PWD/data\" wipe >/dev/null"),
                 }));
+                // Instances a killed fleet left are workers again, with their work; a create it
+                // was in the middle of is wiped.
+                wipe_strays(&set.strays()).await?;
                 let for_executor = set.clone();
                 let new_executor: NewExecutor = Arc::new(move |instance: &Instance| {
                     let dir = for_executor.dir(&instance.id);
@@ -180,9 +185,18 @@ impl Fleet {
             worker.runner.directory = directory.clone();
         }
         pool_config.worker = worker;
+        scheduling.wall_origin = wall_origin(clock.as_ref());
+        let store = open_store(&config, &data_dir).await?;
+        let replica = Replica {
+            name: config.store.replica.clone().unwrap_or_else(|| config.bind.to_string()),
+            address: config.store.advertise.clone().unwrap_or_else(|| config.bind.to_string()),
+        };
+        let term = store.campaign(&replica).await?;
+        tracing::info!(term = term.number(), store = ?store.describe(), "leading the fleet");
         let pool = Pool::new(pool_config, clock, instances, new_executor)?;
-        let scheduler = Scheduler::new(pool.clone(), scheduling)?;
-        let fleet = Arc::new(Fleet { config, pool, scheduler, static_set, loopback });
+        let scheduler = Scheduler::take_over(pool.clone(), scheduling, store.clone(), term).await?;
+        let fleet =
+            Arc::new(Fleet { config, pool, scheduler, store, replica, static_set, loopback });
         let pool = fleet.pool.clone();
         tokio::spawn(async move { pool.run().await });
         let scheduler = fleet.scheduler.clone();
@@ -203,6 +217,21 @@ impl Fleet {
     /// The scheduler.
     pub fn scheduler(&self) -> &Scheduler {
         &self.scheduler
+    }
+
+    /// The wall-clock time now, on the pool's clock.
+    pub fn now(&self) -> wharf_state::Timestamp {
+        self.scheduler.config().wall(self.pool.clock().now())
+    }
+
+    /// The store that keeps the fleet's state.
+    pub fn store(&self) -> &Arc<dyn FleetStore> {
+        &self.store
+    }
+
+    /// This replica.
+    pub fn replica(&self) -> &Replica {
+        &self.replica
     }
 
     /// Sets a worker's idle behaviour. `run` also puts a static host that was taken out of
@@ -233,6 +262,10 @@ impl Fleet {
     pub async fn shutdown(&self) {
         self.scheduler.stop_running();
         self.pool.stop();
+        // Another replica may lead at once, rather than after the lease lapses.
+        if let Err(error) = self.store.resign(self.scheduler.term()).await {
+            tracing::warn!(%error, "cannot resign the fleet's term");
+        }
         if let Some(set) = &self.loopback {
             for (worker, error) in set.destroy_all().await {
                 tracing::warn!(%worker, %error, "cannot destroy loopback instance");
@@ -241,17 +274,44 @@ impl Fleet {
     }
 }
 
-/// Wipes loopback instances a fleet that was killed left behind, so none of their agents
-/// and tasks outlive it unseen.
-async fn wipe_leftovers(root: &Path) -> anyhow::Result<()> {
-    let Ok(entries) = std::fs::read_dir(root) else { return Ok(()) };
-    for entry in entries.flatten() {
-        let dir: PathBuf = entry.path();
+/// The wall-clock time at `clock`'s origin: the scheduler's records carry wall-clock times.
+fn wall_origin(clock: &dyn Clock) -> wharf_state::Timestamp {
+    // The one wall-clock read of the fleet: the scheduler counts from it on the pool's clock.
+    #[allow(clippy::disallowed_methods)]
+    let now =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    wharf_state::Timestamp::from_unix(now.saturating_sub(clock.now().since_origin()))
+}
+
+/// Opens the configured store.
+async fn open_store(config: &FleetConfig, data_dir: &Path) -> anyhow::Result<Arc<dyn FleetStore>> {
+    Ok(match config.store.backend {
+        StoreBackend::Redb => {
+            let path = config.store.path.clone().unwrap_or_else(|| data_dir.join("fleet.redb"));
+            Arc::new(wharf_fleet::LedgerStore::open(&path)?)
+        }
+        StoreBackend::Etcd => Arc::new(
+            wharf_fleet::EtcdStore::connect(wharf_fleet::EtcdConfig {
+                endpoints: config.store.endpoints.clone(),
+                prefix: config.store.prefix.clone(),
+                lease_ttl: config.store.lease_ttl,
+                ..wharf_fleet::EtcdConfig::default()
+            })
+            .await?,
+        ),
+    })
+}
+
+/// Wipes what creates a killed fleet never finished left under the loopback root, so none of
+/// their agents and tasks outlive it unseen.
+async fn wipe_strays(strays: &[PathBuf]) -> anyhow::Result<()> {
+    for dir in strays {
+        let dir = dir.clone();
         let node = crate::config::NodeConfig { data_dir: dir.join("data"), ..Default::default() };
         let wiped = wipe::wipe(&node)
             .await
-            .with_context(|| format!("cannot wipe the leftover instance {}", dir.display()))?;
-        tracing::info!(instance = %dir.display(), agent_killed = wiped.agent_killed, tasks = wiped.tasks_destroyed, "wiped a leftover loopback instance");
+            .with_context(|| format!("cannot wipe the unfinished instance {}", dir.display()))?;
+        tracing::info!(instance = %dir.display(), agent_killed = wiped.agent_killed, tasks = wiped.tasks_destroyed, "wiped an unfinished loopback instance");
         std::fs::remove_dir_all(&dir)
             .with_context(|| format!("cannot remove {}", dir.display()))?;
     }
@@ -259,10 +319,14 @@ async fn wipe_leftovers(root: &Path) -> anyhow::Result<()> {
 }
 
 /// Runs the fleet and its API until SIGTERM or SIGINT.
-pub async fn serve(config: FleetConfig) -> anyhow::Result<()> {
+pub async fn serve(mut config: FleetConfig) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(config.bind)
         .await
         .with_context(|| format!("cannot listen on {}", config.bind))?;
+    // The address as bound (a port 0 becomes the one the kernel chose) names this replica.
+    let bound = listener.local_addr()?.to_string();
+    config.store.replica.get_or_insert_with(|| bound.clone());
+    config.store.advertise.get_or_insert(bound);
     let fleet = Fleet::start(config).await?;
     // Handled from before "ready" is said: a SIGTERM right after it is a clean shutdown.
     let terminated = crate::serve::terminate_signal();

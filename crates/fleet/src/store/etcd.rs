@@ -1,0 +1,362 @@
+//! [`EtcdStore`]: the fleet's records and its leadership in etcd (the v3 API, through
+//! `etcd-client`), for several `wharf fleet` replicas that share one etcd.
+//!
+//! Keys, under the configured prefix (`/wharf/fleet` by default):
+//!
+//! ```text
+//! <prefix>/work/<id>          one record per piece of work (format version + JSON)
+//! <prefix>/replicas/<name>    each replica's name and API address, on its own lease
+//! <prefix>/leader/...         etcd's election: the leader's key, on its lease
+//! ```
+//!
+//! Each replica holds one lease of `lease_ttl`, kept alive every third of it. It registers
+//! itself under `replicas/` and campaigns in etcd's election with it; the winner's term is the
+//! revision its leader key was created at (so later terms have higher numbers), and every
+//! commit is a transaction that applies only if that key still exists with that revision. A
+//! leader that was frozen or cut off past its lease has lost the key, so its writes change
+//! nothing. The keep-alive also bounds [`Term::holds`](super::Term::holds): the term surely
+//! holds until the lease's expiry as last renewed (measured from when the renewal was asked),
+//! less a margin; past that the replica stops acting on workers even before etcd answers.
+
+use super::{
+    Change, FleetStore, Loaded, Replica, Standing, StoreInfo, Term, Token, decode, encode,
+};
+use crate::FleetError;
+use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{Mutex, watch};
+use tokio::time::Instant;
+use wharf_state::fleet::WorkRecord;
+
+/// How to reach etcd.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdConfig {
+    /// `host:port` or `http://host:port` of each member.
+    pub endpoints: Vec<String>,
+    /// Every key of this fleet starts with it.
+    pub prefix: String,
+    /// The lease's time to live: a replica that stops renewing it (killed, frozen, cut off)
+    /// loses its place, and another takes over, within this long.
+    pub lease_ttl: Duration,
+    /// The deadline of one call to etcd.
+    pub call_timeout: Duration,
+}
+
+impl Default for EtcdConfig {
+    fn default() -> EtcdConfig {
+        EtcdConfig {
+            endpoints: vec!["127.0.0.1:2379".into()],
+            prefix: "/wharf/fleet".into(),
+            lease_ttl: Duration::from_secs(5),
+            call_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A fleet store in etcd.
+pub struct EtcdStore {
+    config: EtcdConfig,
+    client: Client,
+    /// This replica's lease and its keeper, once it has one.
+    lease: Mutex<Option<Arc<Lease>>>,
+}
+
+impl std::fmt::Debug for EtcdStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdStore").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+/// A lease kept alive in the background until dropped.
+#[derive(Debug)]
+struct Lease {
+    id: i64,
+    standing: watch::Receiver<Standing>,
+    keeper: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.keeper.abort();
+    }
+}
+
+fn etcd_error(operation: &'static str, error: impl std::fmt::Display) -> FleetError {
+    FleetError::Store { operation, detail: format!("etcd: {error}") }
+}
+
+impl EtcdStore {
+    /// Connects to etcd (a connection is made lazily; a first call checks it).
+    pub async fn connect(config: EtcdConfig) -> Result<EtcdStore, FleetError> {
+        if config.lease_ttl < Duration::from_secs(2) {
+            return Err(FleetError::Store {
+                operation: "connect",
+                detail: "etcd: the lease TTL must be at least 2s".into(),
+            });
+        }
+        let options = ConnectOptions::new()
+            .with_connect_timeout(config.call_timeout)
+            .with_timeout(config.call_timeout)
+            .with_keep_alive(Duration::from_secs(1), config.call_timeout);
+        let client = tokio::time::timeout(
+            config.call_timeout,
+            Client::connect(config.endpoints.clone(), Some(options)),
+        )
+        .await
+        .map_err(|_| etcd_error("connect", format!("no answer from {:?}", config.endpoints)))?
+        .map_err(|e| etcd_error("connect", e))?;
+        let store = EtcdStore { config, client, lease: Mutex::new(None) };
+        // Fails here, with the endpoints named, rather than at the first campaign.
+        store.call("connect", store.client.clone().get(store.key("work/"), None)).await?;
+        Ok(store)
+    }
+
+    fn key(&self, rest: &str) -> String {
+        format!("{}/{rest}", self.config.prefix.trim_end_matches('/'))
+    }
+
+    async fn call<T>(
+        &self,
+        operation: &'static str,
+        call: impl Future<Output = Result<T, etcd_client::Error>>,
+    ) -> Result<T, FleetError> {
+        match tokio::time::timeout(self.config.call_timeout, call).await {
+            Ok(result) => result.map_err(|e| etcd_error(operation, e)),
+            Err(_) => Err(etcd_error(
+                operation,
+                format!(
+                    "no answer within {:?} from {:?}",
+                    self.config.call_timeout, self.config.endpoints
+                ),
+            )),
+        }
+    }
+
+    /// This replica's lease: granted and kept alive on first use, and again after it lapsed.
+    async fn lease(&self) -> Result<Arc<Lease>, FleetError> {
+        let mut held = self.lease.lock().await;
+        if let Some(lease) = held.as_ref()
+            && *lease.standing.borrow() != Standing::Over
+        {
+            return Ok(lease.clone());
+        }
+        let ttl = self.config.lease_ttl;
+        let mut client = self.client.clone();
+        let asked = Instant::now();
+        let granted = self.call("lease", client.lease_grant(ttl.as_secs() as i64, None)).await?;
+        let id = granted.id();
+        let (keeper, stream) = self.call("lease", client.lease_keep_alive(id)).await?;
+        let (sender, standing) = watch::channel(Standing::Until(Some(valid_until(asked, ttl))));
+        let keeper = tokio::spawn(keep_alive(keeper, stream, sender, ttl));
+        let lease = Arc::new(Lease { id, standing, keeper });
+        *held = Some(lease.clone());
+        Ok(lease)
+    }
+
+    fn decode_replica(bytes: &[u8]) -> Result<Replica, FleetError> {
+        serde_json::from_slice(bytes)
+            .map_err(|e| etcd_error("read", format!("a replica record: {e}")))
+    }
+}
+
+/// The moment a lease renewed at `asked` surely still holds until: its TTL less a third, for
+/// clocks that drift and answers that come late.
+fn valid_until(asked: Instant, ttl: Duration) -> Instant {
+    asked + ttl - ttl / 3
+}
+
+/// Renews the lease every third of its TTL, and tells the standing each renewal gives. The
+/// lease is over once etcd says it expired (a TTL of 0) or the stream ends; a round with no
+/// answer leaves the standing to run out on its own.
+async fn keep_alive(
+    mut keeper: etcd_client::LeaseKeeper,
+    mut stream: etcd_client::LeaseKeepAliveStream,
+    standing: watch::Sender<Standing>,
+    ttl: Duration,
+) {
+    let every = ttl / 3;
+    loop {
+        let asked = Instant::now();
+        if keeper.keep_alive().await.is_err() {
+            break;
+        }
+        match tokio::time::timeout(every, stream.message()).await {
+            Ok(Ok(Some(renewed))) if renewed.ttl() > 0 => {
+                standing.send_replace(Standing::Until(Some(valid_until(asked, ttl))));
+            }
+            Ok(Ok(Some(_))) => {
+                tracing::warn!(lease = keeper.id(), "the etcd lease expired");
+                break;
+            }
+            Ok(Ok(None) | Err(_)) => {
+                tracing::warn!(lease = keeper.id(), "the etcd lease's keep-alive stream ended");
+                break;
+            }
+            Err(_) => tracing::debug!(lease = keeper.id(), "no keep-alive answer this round"),
+        }
+        tokio::time::sleep_until(asked + every).await;
+    }
+    standing.send_replace(Standing::Over);
+}
+
+/// The end of the key range that holds every key starting with `prefix`.
+fn prefix_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// Most changes one commit may carry (etcd allows 128 operations in a transaction).
+pub const MAX_CHANGES: usize = 100;
+
+#[crate::async_trait]
+impl FleetStore for EtcdStore {
+    fn describe(&self) -> StoreInfo {
+        StoreInfo {
+            backend: "etcd".into(),
+            location: format!("{} under {}", self.config.endpoints.join(","), self.config.prefix),
+        }
+    }
+
+    async fn campaign(&self, me: &Replica) -> Result<Term, FleetError> {
+        let lease = self.lease().await?;
+        let value = serde_json::to_vec(me).map_err(|e| etcd_error("campaign", e))?;
+        let mut client = self.client.clone();
+        let presence = self.key(&format!("replicas/{}", me.name));
+        let options = PutOptions::new().with_lease(lease.id);
+        self.call("campaign", client.put(presence, value.clone(), Some(options))).await?;
+        // Waits as long as another leads, but not past this replica's own lease.
+        let mut standing = lease.standing.clone();
+        let lapsed = async move {
+            while *standing.borrow_and_update() != Standing::Over {
+                if standing.changed().await.is_err() {
+                    break;
+                }
+            }
+        };
+        let won = tokio::select! {
+            won = client.campaign(self.key("leader"), value, lease.id) => {
+                won.map_err(|e| etcd_error("campaign", e))?
+            }
+            () = lapsed => {
+                return Err(etcd_error("campaign", "this replica's lease lapsed while it waited"));
+            }
+        };
+        let leader =
+            won.leader().ok_or_else(|| etcd_error("campaign", "no leader key in the answer"))?;
+        let token = Token::Key {
+            key: leader.key().to_vec(),
+            revision: leader.rev(),
+            lease: leader.lease(),
+        };
+        Ok(Term::new(leader.rev() as u64, token, lease.standing.clone()))
+    }
+
+    async fn resign(&self, term: &Term) -> Result<(), FleetError> {
+        term.end();
+        let Token::Key { key, revision, .. } = &term.token else { return Ok(()) };
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, *revision)])
+            .and_then([TxnOp::delete(key.clone(), None)]);
+        self.call("resign", self.client.clone().txn(txn)).await?;
+        Ok(())
+    }
+
+    async fn leader(&self) -> Result<Option<Replica>, FleetError> {
+        match self.call("leader", self.client.clone().leader(self.key("leader"))).await {
+            Ok(answer) => answer.kv().map(|kv| EtcdStore::decode_replica(kv.value())).transpose(),
+            Err(FleetError::Store { detail, .. }) if detail.contains("no leader") => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn replicas(&self) -> Result<Vec<Replica>, FleetError> {
+        let prefix = self.key("replicas/");
+        let options = GetOptions::new().with_prefix();
+        let answer = self.call("replicas", self.client.clone().get(prefix, Some(options))).await?;
+        answer.kvs().iter().map(|kv| EtcdStore::decode_replica(kv.value())).collect()
+    }
+
+    async fn load_all(&self) -> Result<Loaded, FleetError> {
+        const PAGE: i64 = 500;
+        let prefix = self.key("work/");
+        let end = prefix_end(&prefix);
+        let mut from = prefix.clone().into_bytes();
+        let mut loaded = Loaded::default();
+        loop {
+            let options = GetOptions::new().with_range(end.clone()).with_limit(PAGE);
+            let answer =
+                self.call("load", self.client.clone().get(from.clone(), Some(options))).await?;
+            for kv in answer.kvs() {
+                let key = String::from_utf8_lossy(kv.key()).into_owned();
+                match decode(kv.value()) {
+                    Ok(record) => loaded.records.push(record),
+                    Err(why) => loaded.problems.push((key, why)),
+                }
+            }
+            match answer.kvs().last() {
+                Some(last) if answer.more() => {
+                    from = last.key().to_vec();
+                    from.push(0);
+                }
+                _ => return Ok(loaded),
+            }
+        }
+    }
+
+    async fn load(&self, id: &str) -> Result<Option<WorkRecord>, FleetError> {
+        let key = self.key(&format!("work/{id}"));
+        let answer = self.call("load", self.client.clone().get(key, None)).await?;
+        answer
+            .kvs()
+            .first()
+            .map(|kv| {
+                decode(kv.value()).map_err(|detail| FleetError::Store { operation: "load", detail })
+            })
+            .transpose()
+    }
+
+    async fn commit(&self, term: &Term, changes: Vec<Change>) -> Result<(), FleetError> {
+        let Token::Key { key, revision, .. } = &term.token else {
+            return Err(etcd_error("commit", "the term is not an etcd term"));
+        };
+        if !term.holds() {
+            return Err(FleetError::Fenced {
+                term: term.number(),
+                detail: "its lease was not renewed in time".into(),
+            });
+        }
+        if changes.len() > MAX_CHANGES {
+            return Err(etcd_error(
+                "commit",
+                format!("{} changes in one commit; at most {MAX_CHANGES}", changes.len()),
+            ));
+        }
+        let mut operations = Vec::with_capacity(changes.len());
+        for change in &changes {
+            let at = self.key(&format!("work/{}", change.id()));
+            operations.push(match change {
+                Change::Put(record) => TxnOp::put(at, encode(record)?, None),
+                Change::Delete(_) => TxnOp::delete(at, None),
+            });
+        }
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, *revision)])
+            .and_then(operations);
+        let answer = self.call("commit", self.client.clone().txn(txn)).await?;
+        if answer.succeeded() {
+            Ok(())
+        } else {
+            Err(FleetError::Fenced {
+                term: term.number(),
+                detail: "its leader key is gone from etcd: another replica leads".into(),
+            })
+        }
+    }
+}

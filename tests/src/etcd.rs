@@ -1,0 +1,100 @@
+//! A real etcd server for the fleet's tests: Debian's `etcd-server` (`/usr/bin/etcd`, or the
+//! `etcd` on `PATH`), started on 127.0.0.1 at free ports with a data directory of its own, and
+//! killed when dropped. Without etcd, [`Etcd::start`] fails with what to install.
+
+// This fixture's job is to start and stop a program, and to wait (bounded) for it.
+#![allow(clippy::disallowed_methods)]
+
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running etcd with one member.
+#[derive(Debug)]
+pub struct Etcd {
+    child: Child,
+    client_port: u16,
+    dir: tempfile::TempDir,
+}
+
+/// Where the etcd binary is, or what to install.
+pub fn binary() -> Result<PathBuf, String> {
+    let installed = PathBuf::from("/usr/bin/etcd");
+    if installed.exists() {
+        return Ok(installed);
+    }
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
+        .map(|dir| dir.join("etcd"))
+        .find(|path| path.exists())
+        .ok_or_else(|| {
+            "etcd is not installed: `apt-get install etcd-server` (the fleet's etcd tests run a \
+             real etcd on 127.0.0.1)"
+                .to_owned()
+        })
+}
+
+/// A port nobody listens on now, on 127.0.0.1.
+fn free_port() -> Result<u16, String> {
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free port: {e}"))?;
+    listener.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
+}
+
+impl Etcd {
+    /// Starts etcd and waits at most `limit` until it accepts clients.
+    pub fn start(limit: Duration) -> Result<Etcd, String> {
+        let etcd = binary()?;
+        let dir = tempfile::tempdir().map_err(|e| format!("no scratch directory: {e}"))?;
+        let (client_port, peer_port) = (free_port()?, free_port()?);
+        let client = format!("http://127.0.0.1:{client_port}");
+        let peer = format!("http://127.0.0.1:{peer_port}");
+        let log = std::fs::File::create(dir.path().join("etcd.log")).map_err(|e| e.to_string())?;
+        let child = Command::new(&etcd)
+            .arg("--name=test")
+            .arg(format!("--data-dir={}", dir.path().join("data").display()))
+            .arg(format!("--listen-client-urls={client}"))
+            .arg(format!("--advertise-client-urls={client}"))
+            .arg(format!("--listen-peer-urls={peer}"))
+            .arg(format!("--initial-advertise-peer-urls={peer}"))
+            .arg(format!("--initial-cluster=test={peer}"))
+            .arg("--log-level=warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", etcd.display()))?;
+        let mut etcd = Etcd { child, client_port, dir };
+        let deadline = Instant::now() + limit;
+        loop {
+            if TcpStream::connect(("127.0.0.1", client_port)).is_ok() {
+                return Ok(etcd);
+            }
+            if let Ok(Some(status)) = etcd.child.try_wait() {
+                return Err(format!("etcd exited with {status}: {}", etcd.log()));
+            }
+            if Instant::now() > deadline {
+                return Err(format!("etcd did not listen within {limit:?}: {}", etcd.log()));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Its client endpoint, `127.0.0.1:<port>`.
+    pub fn endpoint(&self) -> String {
+        format!("127.0.0.1:{}", self.client_port)
+    }
+
+    /// Its log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("etcd.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,244 @@
+//! The fleet store's contract, the same tests on every backend: the embedded ledger (a redb
+//! file through wharf-store), etcd (a real server on 127.0.0.1, from Debian's `etcd-server`;
+//! without it these tests fail and say what to install), and the memory store the scheduler's
+//! own tests use.
+//!
+//! The contract: records round-trip and outlive the process that wrote them; a commit applies
+//! all its changes; every write names a term, and a term that ended (resigned, outdated, lapsed)
+//! writes nothing; later terms have higher numbers; the leader and the replicas are known; a
+//! record that cannot be read is reported, not dropped or misread.
+
+use std::sync::Arc;
+use std::time::Duration;
+use wharf_fleet::state::Timestamp;
+use wharf_fleet::state::fleet::{Phase, Placement, WorkRecord};
+use wharf_fleet::state::reschedule::ReschedulePolicy;
+use wharf_fleet::state::resources::Amount;
+use wharf_fleet::{
+    Change, EtcdConfig, EtcdStore, FleetError, FleetStore, LedgerStore, MemoryStore, Replica,
+};
+use wharf_tests::etcd::Etcd;
+
+/// Any single wait; reaching it means something hung.
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// A backend the contract runs on: it opens handles on one store, as processes would.
+enum Backend {
+    Memory(MemoryStore),
+    Ledger(tempfile::TempDir),
+    Etcd(Etcd, String),
+}
+
+impl Backend {
+    fn memory() -> Backend {
+        Backend::Memory(MemoryStore::new())
+    }
+
+    fn ledger() -> Backend {
+        Backend::Ledger(tempfile::tempdir().unwrap())
+    }
+
+    fn etcd() -> Backend {
+        let etcd = Etcd::start(LIMIT).unwrap_or_else(|e| panic!("{e}"));
+        Backend::Etcd(etcd, "/contract".into())
+    }
+
+    fn etcd_config(&self) -> EtcdConfig {
+        let Backend::Etcd(etcd, prefix) = self else { panic!("not etcd") };
+        EtcdConfig {
+            endpoints: vec![etcd.endpoint()],
+            prefix: prefix.clone(),
+            lease_ttl: Duration::from_secs(2),
+            ..EtcdConfig::default()
+        }
+    }
+
+    /// A handle on the store (for the ledger, only one may be open at once, as the file is
+    /// locked: drop the last before opening another).
+    async fn open(&self) -> Arc<dyn FleetStore> {
+        match self {
+            Backend::Memory(store) => Arc::new(store.clone()),
+            Backend::Ledger(dir) => {
+                Arc::new(LedgerStore::open(&dir.path().join("fleet.redb")).unwrap())
+            }
+            Backend::Etcd(..) => Arc::new(EtcdStore::connect(self.etcd_config()).await.unwrap()),
+        }
+    }
+
+    /// Writes bytes no reader of this build accepts (a record from a newer format) under `id`.
+    async fn put_unreadable(&self, id: &str) {
+        let newer = [u8::MAX, u8::MAX, b'{', b'}'];
+        match self {
+            Backend::Memory(_) => unreachable!("the memory store keeps records, not bytes"),
+            Backend::Ledger(dir) => {
+                let ledger = wharf_store::Ledger::open(dir.path().join("fleet.redb")).unwrap();
+                let term = ledger.term().await.unwrap();
+                let change =
+                    wharf_store::LedgerChange::Put { key: id.into(), value: newer.to_vec() };
+                ledger.write(term, vec![change]).await.unwrap();
+            }
+            Backend::Etcd(etcd, prefix) => {
+                let mut client =
+                    etcd_client::Client::connect([etcd.endpoint()], None).await.unwrap();
+                client.put(format!("{prefix}/work/{id}"), newer.to_vec(), None).await.unwrap();
+            }
+        }
+    }
+}
+
+fn replica(name: &str) -> Replica {
+    Replica { name: name.into(), address: format!("127.0.0.1:{}", 4000 + name.len()) }
+}
+
+fn record(id: &str, phase: Phase) -> WorkRecord {
+    let mut placement =
+        Placement::queued(id, Timestamp(1_000), Amount::ZERO, ReschedulePolicy::DISABLED);
+    placement.phase = phase;
+    WorkRecord { placement, payload: format!("{{\"spec\": \"{id}\"}}") }
+}
+
+fn running(worker: &str) -> Phase {
+    Phase::Running { worker: worker.into() }
+}
+
+async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
+    tokio::time::timeout(LIMIT, future).await.unwrap_or_else(|_| panic!("{what} hung"))
+}
+
+/// Records written under a term read back, one by one and all together, and outlive the
+/// handle that wrote them; a commit's puts and deletes apply together.
+async fn records_round_trip_and_outlive_their_writer(backend: Backend) {
+    let store = backend.open().await;
+    let term = within("campaign", store.campaign(&replica("a"))).await.unwrap();
+    assert!(store.load_all().await.unwrap().records.is_empty());
+    let (a, b, c) =
+        (record("a", Phase::Queued), record("b", running("h1")), record("c", Phase::Queued));
+    let changes = vec![Change::Put(a.clone()), Change::Put(b.clone()), Change::Put(c)];
+    store.commit(&term, changes).await.unwrap();
+    let mut b2 = b.clone();
+    b2.placement.phase = Phase::Ended { worker: "h1".into(), outcome: "complete".into() };
+    b2.placement.revision += 1;
+    store.commit(&term, vec![Change::Put(b2.clone()), Change::Delete("c".into())]).await.unwrap();
+    assert_eq!(store.load("a").await.unwrap(), Some(a.clone()));
+    assert_eq!(store.load("b").await.unwrap(), Some(b2.clone()));
+    assert_eq!(store.load("c").await.unwrap(), None);
+    assert_eq!(store.load("nope").await.unwrap(), None);
+    store.resign(&term).await.unwrap();
+    drop((store, term));
+
+    let store = backend.open().await;
+    let mut loaded = store.load_all().await.unwrap();
+    assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
+    loaded.records.sort_by(|x, y| x.placement.id.cmp(&y.placement.id));
+    assert_eq!(loaded.records, [a, b2]);
+}
+
+/// A term that ended writes nothing: resigned, or outdated by a later term. Later terms have
+/// higher numbers, and the leader is whoever holds the newest.
+async fn an_ended_term_writes_nothing_and_later_terms_lead(backend: Backend) {
+    let store = backend.open().await;
+    let first = within("campaign", store.campaign(&replica("a"))).await.unwrap();
+    assert!(first.holds());
+    assert_eq!(store.leader().await.unwrap(), Some(replica("a")));
+    assert!(store.replicas().await.unwrap().contains(&replica("a")));
+    store.commit(&first, vec![Change::Put(record("kept", Phase::Queued))]).await.unwrap();
+    store.resign(&first).await.unwrap();
+    assert!(!first.holds());
+    within("the end of a resigned term", first.lost()).await;
+    let refused = store.commit(&first, vec![Change::Put(record("late", Phase::Queued))]).await;
+    assert!(matches!(refused, Err(FleetError::Fenced { .. })), "{refused:?}");
+
+    let second = within("campaign", store.campaign(&replica("b"))).await.unwrap();
+    assert!(second.number() > first.number(), "{second:?} after {first:?}");
+    assert_eq!(store.leader().await.unwrap(), Some(replica("b")));
+    let refused = store.commit(&first, vec![Change::Delete("kept".into())]).await;
+    assert!(matches!(refused, Err(FleetError::Fenced { .. })), "{refused:?}");
+    store.commit(&second, vec![Change::Put(record("new", Phase::Queued))]).await.unwrap();
+    let mut ids: Vec<String> =
+        store.load_all().await.unwrap().records.into_iter().map(|r| r.placement.id).collect();
+    ids.sort();
+    assert_eq!(ids, ["kept", "new"], "nothing of the ended term's late writes");
+    store.resign(&second).await.unwrap();
+}
+
+/// A record this build cannot read (written by a newer one) is reported with its key, and the
+/// others still load.
+async fn an_unreadable_record_is_reported_not_dropped(backend: Backend) {
+    {
+        let store = backend.open().await;
+        let term = within("campaign", store.campaign(&replica("a"))).await.unwrap();
+        store.commit(&term, vec![Change::Put(record("good", Phase::Queued))]).await.unwrap();
+        store.resign(&term).await.unwrap();
+    }
+    backend.put_unreadable("from-the-future").await;
+    let store = backend.open().await;
+    let loaded = store.load_all().await.unwrap();
+    assert_eq!(loaded.records.len(), 1);
+    assert_eq!(loaded.problems.len(), 1, "{:?}", loaded.problems);
+    let (key, why) = &loaded.problems[0];
+    assert!(key.ends_with("from-the-future") && why.contains("newer"), "{key}: {why}");
+    assert!(store.load("from-the-future").await.is_err());
+}
+
+macro_rules! contract {
+    ($backend:ident: $($test:ident),*) => {
+        mod $backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test(super::Backend::$backend()).await;
+                }
+            )*
+        }
+    };
+}
+
+contract!(memory: records_round_trip_and_outlive_their_writer, an_ended_term_writes_nothing_and_later_terms_lead);
+contract!(ledger: records_round_trip_and_outlive_their_writer, an_ended_term_writes_nothing_and_later_terms_lead, an_unreadable_record_is_reported_not_dropped);
+contract!(etcd: records_round_trip_and_outlive_their_writer, an_ended_term_writes_nothing_and_later_terms_lead, an_unreadable_record_is_reported_not_dropped);
+
+/// etcd with replicas in earnest: while one leads, another's campaign waits; when the leader
+/// resigns it wins, with a higher term. When a leader's lease lapses (its keep-alive stopped,
+/// as in a process that was killed), its key goes with it within the lease's TTL: another
+/// takes over, and the old term's writes are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_campaigns_wait_for_the_leader_and_a_lapsed_lease_hands_over() {
+    let backend = Backend::etcd();
+    let a = backend.open().await;
+    let b = backend.open().await;
+    let first = within("campaign of a", a.campaign(&replica("a"))).await.unwrap();
+    let mut waiting = tokio::spawn({
+        let b = b.clone();
+        async move { b.campaign(&replica("b")).await }
+    });
+    // b registers before it campaigns; once it is listed, it must not win while a leads (an
+    // absence, seen only by watching a while).
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    let replicas = loop {
+        let mut names: Vec<String> =
+            a.replicas().await.unwrap().into_iter().map(|r| r.name).collect();
+        names.sort();
+        if names.len() == 2 || tokio::time::Instant::now() > deadline {
+            break names;
+        }
+        tokio::task::yield_now().await;
+    };
+    assert_eq!(replicas, ["a", "b"]);
+    let early = tokio::time::timeout(Duration::from_millis(500), &mut waiting).await;
+    assert!(early.is_err(), "b won while a leads: {early:?}");
+    a.resign(&first).await.unwrap();
+    let second = within("campaign of b", waiting).await.unwrap().unwrap();
+    assert!(second.number() > first.number());
+    assert_eq!(a.leader().await.unwrap(), Some(replica("b")));
+
+    // b's process goes away without resigning: its lease lapses, and a's campaign wins.
+    let lapsed = second.clone();
+    drop((b, second));
+    let ttl = backend.etcd_config().lease_ttl;
+    let started = tokio::time::Instant::now();
+    let third = within("campaign after the lapse", a.campaign(&replica("a"))).await.unwrap();
+    assert!(started.elapsed() < ttl + Duration::from_secs(2), "took {:?}", started.elapsed());
+    let refused = a.commit(&lapsed, vec![Change::Put(record("late", Phase::Queued))]).await;
+    assert!(matches!(refused, Err(FleetError::Fenced { .. })), "{refused:?}");
+    a.commit(&third, vec![Change::Put(record("new", Phase::Queued))]).await.unwrap();
+}
