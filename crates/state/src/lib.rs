@@ -27,8 +27,8 @@ pub use alloc::{
 pub use health::{CheckResult, CheckState, CheckStatus, ServiceEntry};
 pub use reschedule::{DelayFunction, RescheduleOverrides, ReschedulePolicy};
 pub use service::{
-    Check, CheckKind, CheckRestart, CheckRestartPolicy, HealthCheck, Network, PortSpec, Service,
-    UpdateStrategy,
+    Check, CheckKind, CheckRestart, CheckRestartPolicy, HealthCheck, Network, OnUpdate, PortSpec,
+    Service, UpdateStrategy,
 };
 pub use signal::Signal;
 pub use spec::{

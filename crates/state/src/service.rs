@@ -23,6 +23,7 @@
 //! interval = "10s"
 //! timeout = "2s"
 //! check_restart = { limit = 3, grace = "30s" }
+//! on_update = "require_healthy"      # require_healthy | ignore_warnings | ignore
 //! ```
 //!
 //! Validation lives here with the types (called from [`crate::Job::validate`]), so every
@@ -32,7 +33,9 @@
 //! services, since script checks run inside a task); the only provider is the node's own
 //! (`provider = "nomad"` is accepted, `consul` is not); ports are host ports with no `to`
 //! mapping (tasks run in the host's network namespace); http checks speak plain HTTP, so
-//! `protocol = "https"` is refused rather than silently downgraded.
+//! `protocol = "https"` is refused rather than silently downgraded. Checks warn (an HTTP 429,
+//! a script exiting 1) as Consul's do, so `on_update = "ignore_warnings"` is offered for
+//! every check, where Nomad offers it only for checks run by Consul.
 
 use crate::duration::{self, Formatted};
 use crate::spec::Problems;
@@ -124,6 +127,38 @@ pub enum HealthCheck {
     Manual,
 }
 
+/// How a check counts towards the allocation's health (Nomad's `on_update`). A check without
+/// its own takes its service's; both default to `require_healthy`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnUpdate {
+    /// The check must pass.
+    #[default]
+    RequireHealthy,
+    /// The check must pass or warn.
+    IgnoreWarnings,
+    /// The check does not count (a readiness check, in Nomad's terms): it runs, shows and can
+    /// restart nothing, whatever it says.
+    Ignore,
+}
+
+impl OnUpdate {
+    /// Whether a check with this setting and `status` lets the allocation be healthy; None if
+    /// the check does not count at all.
+    pub fn passes(self, status: crate::CheckStatus) -> Option<bool> {
+        use crate::CheckStatus::{Passing, Warning};
+        match self {
+            OnUpdate::RequireHealthy => Some(status == Passing),
+            OnUpdate::IgnoreWarnings => Some(matches!(status, Passing | Warning)),
+            OnUpdate::Ignore => None,
+        }
+    }
+
+    fn is_default(&self) -> bool {
+        *self == OnUpdate::RequireHealthy
+    }
+}
+
 /// Where a service is registered. Only the node's own catalog exists.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -151,6 +186,9 @@ pub struct Service {
     /// check_restart settings for every check of the service; a check's own settings win.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check_restart: Option<CheckRestart>,
+    /// How its checks count towards the allocation's health, unless a check says otherwise.
+    #[serde(default, skip_serializing_if = "OnUpdate::is_default")]
+    pub on_update: OnUpdate,
     /// The checks, in the order written.
     #[serde(default, rename = "check", skip_serializing_if = "Vec::is_empty")]
     pub checks: Vec<Check>,
@@ -212,6 +250,9 @@ pub struct Check {
     /// When failing runs restart the task; over the service's settings field by field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check_restart: Option<CheckRestart>,
+    /// How it counts towards the allocation's health; its service's setting by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_update: Option<OnUpdate>,
 }
 
 /// The shortest interval and timeout a check may have (Nomad's and Consul's minimum).
@@ -270,6 +311,7 @@ impl Service {
             tags: Vec::new(),
             provider: ServiceProvider::Nomad,
             check_restart: None,
+            on_update: OnUpdate::RequireHealthy,
             checks: Vec::new(),
         }
     }
@@ -312,6 +354,12 @@ impl Service {
         })
     }
 
+    /// How `check` counts towards the allocation's health: its own setting, else the
+    /// service's.
+    pub fn check_on_update(&self, check: &Check) -> OnUpdate {
+        check.on_update.unwrap_or(self.on_update)
+    }
+
     /// The port label `check` probes: its own, else the service's.
     pub fn check_port<'a>(&'a self, check: &'a Check) -> Option<&'a str> {
         check.port.as_deref().or(self.port.as_deref())
@@ -341,6 +389,7 @@ impl Check {
             interval,
             timeout,
             check_restart: None,
+            on_update: None,
         }
     }
 
@@ -559,6 +608,25 @@ fn validate_check(
                     "a script check needs the command to run inside the task".into(),
                 );
             }
+        }
+    }
+    // Nomad's rules: a check that does not count cannot restart its task, and one whose
+    // warnings count as healthy cannot restart it for warning.
+    if let Some(policy) = service.check_restart(check) {
+        match service.check_on_update(check) {
+            OnUpdate::Ignore => problems.add(
+                &format!("{at}.on_update"),
+                "\"ignore\" cannot be used with check_restart: a check that does not count for \
+                 health cannot restart its task"
+                    .into(),
+            ),
+            OnUpdate::IgnoreWarnings if !policy.ignore_warnings => problems.add(
+                &format!("{at}.on_update"),
+                "\"ignore_warnings\" needs check_restart's ignore_warnings = true, or warnings \
+                 would restart a task that counts as healthy"
+                    .into(),
+            ),
+            _ => {}
         }
     }
     if check.kind != CheckKind::Http {

@@ -4,7 +4,8 @@ use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use wharf_state::service::{
-    Check, CheckKind, CheckRestart, HealthCheck, Network, PortSpec, Service, UpdateStrategy,
+    Check, CheckKind, CheckRestart, HealthCheck, Network, OnUpdate, PortSpec, Service,
+    UpdateStrategy,
 };
 use wharf_state::spec::{self, Job, JobType, RestartMode, RestartPolicy, Stage, TaskGroup};
 
@@ -377,6 +378,7 @@ fn arb_job() -> impl Strategy<Value = Job> {
                 grace: grace.map(Duration::from_secs),
                 ignore_warnings: Some(ignore),
             }),
+            on_update: None,
         });
     let service =
         (proptest::collection::vec(check, 0..3), proptest::collection::vec("[a-z]{1,5}", 0..3))
@@ -390,6 +392,7 @@ fn arb_job() -> impl Strategy<Value = Job> {
                     tags,
                     provider: Default::default(),
                     check_restart: None,
+                    on_update: Default::default(),
                     checks,
                 }
             });
@@ -542,6 +545,7 @@ header = { X-Probe = ["wharf"] }
 interval = "2s"
 timeout = "1s"
 check_restart = { ignore_warnings = true }
+on_update = "ignore_warnings"
 
 [[group.task.service.check]]
 type = "tcp"
@@ -597,6 +601,12 @@ fn services_checks_ports_and_update_read_as_written() {
         ..service.clone()
     };
     assert_eq!(bare.check_restart(tcp).unwrap().grace, Duration::from_secs(1));
+    // on_update: the check's own, else the service's (Nomad's `Service.Canonicalize`).
+    assert_eq!(service.check_on_update(alive), OnUpdate::IgnoreWarnings);
+    assert_eq!(service.check_on_update(tcp), OnUpdate::RequireHealthy);
+    let readiness = Service { on_update: OnUpdate::Ignore, ..service.clone() };
+    assert_eq!(readiness.check_on_update(tcp), OnUpdate::Ignore);
+    assert_eq!(readiness.check_on_update(alive), OnUpdate::IgnoreWarnings);
 
     // Round trip, and the update block's defaults are Nomad's.
     assert_eq!(spec::parse_json(&serde_json::to_string(&job.to_spec()).unwrap()).unwrap(), job);
@@ -834,6 +844,31 @@ fn invalid_services_checks_and_ports_name_the_field() {
             service_with_check(&format!("{http}[[group.task.service.check]]\n{http}")),
             "group.task[0].service[0].check[1].name",
             "already has a check named \"service: \\\"web\\\" check\"",
+        ),
+        (
+            service_with_check(&format!("{http}on_update = \"sometimes\"\n")),
+            "group.task[0].service[0].check[0].on_update",
+            "unknown variant `sometimes`",
+        ),
+        // Nomad's `ServiceCheck.validateNomad` rules, through the service's settings too.
+        (
+            service_with_check(&format!(
+                "{http}on_update = \"ignore\"\ncheck_restart = {{ limit = 2 }}\n"
+            )),
+            "group.task[0].service[0].check[0].on_update",
+            "\"ignore\" cannot be used with check_restart",
+        ),
+        (
+            service_doc(
+                PORT_HTTP,
+                &format!(
+                    "[[group.task.service]]\nname = \"web\"\nport = \"http\"\n\
+                     on_update = \"ignore_warnings\"\ncheck_restart = {{ limit = 2 }}\n\
+                     [[group.task.service.check]]\n{http}"
+                ),
+            ),
+            "group.task[0].service[0].check[0].on_update",
+            "needs check_restart's ignore_warnings = true",
         ),
     ];
     for (doc, field, phrase) in cases {
