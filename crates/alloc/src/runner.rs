@@ -873,11 +873,29 @@ impl AllocRunner {
     /// seed persists before it broadcasts: health anyone was told of is health a restarted
     /// agent finds, and does not judge again.
     pub(crate) async fn record_health(&self, healthy: bool, description: Option<String>) {
-        let s = &self.shared;
-        let mut status = s.deployment.lock().clone().unwrap_or_default();
+        let mut status = self.shared.deployment.lock().clone().unwrap_or_default();
         status.healthy = Some(healthy);
-        status.timestamp = Some(s.clock.now());
+        status.timestamp = Some(self.now());
         status.description = description;
+        self.write_deployment(status).await;
+    }
+
+    /// Forgets the allocation's health (its deployment changed), persisted, so that it is
+    /// judged again (Nomad's `ClearHealth`). The canary flag stays.
+    pub(crate) async fn clear_health(&self) {
+        let Some(mut status) = self.shared.deployment.lock().clone() else { return };
+        if status.healthy.is_none() {
+            return;
+        }
+        status.healthy = None;
+        status.timestamp = None;
+        status.description = None;
+        self.write_deployment(status).await;
+    }
+
+    /// Writes `status` as the deployment status, then publishes it.
+    async fn write_deployment(&self, mut status: DeploymentStatus) {
+        let s = &self.shared;
         status.modify_index += 1;
         {
             let _records = s.records.lock().await;

@@ -11,8 +11,8 @@ use wharf_driver::mock::MockDriver;
 use wharf_health::ServiceCatalog;
 use wharf_health::fake::{Answer, FakeTransport};
 use wharf_state::{
-    AllocState, AllocatedPort, Allocation, CheckStatus, ClientStatus, DesiredStatus, TaskEventKind,
-    TaskStatus, Timestamp, spec,
+    AllocState, AllocatedPort, Allocation, CheckStatus, ClientStatus, DesiredStatus, HealthCheck,
+    TaskEventKind, TaskStatus, Timestamp, spec,
 };
 use wharf_store::{MemoryStore, StateStore};
 use wharf_task::TokioClock;
@@ -286,6 +286,10 @@ async fn services_leave_the_catalog_before_the_kill() {
     tokio::time::timeout(LIMIT, runner.wait()).await.unwrap();
     assert_eq!(h.net.hits(addr()), hits, "no check after the kill began");
     assert_eq!(healthy(&runner.state()), None, "a stopped allocation gets no health");
+    // `TestCheckHook_Checks_ResultsSet`'s end: a killed task's results are gone, as Nomad's
+    // checks hook purges them before the kill.
+    let check = runner.checks().remove(0);
+    assert_eq!((check.status, check.last), (CheckStatus::Pending, None));
 }
 
 /// check_restart (Nomad's watcher calling `Restart(..., failure = true)`): a task whose check
@@ -411,4 +415,165 @@ async fn health_is_durable_before_anyone_sees_it() {
     let stored = store.inner.load_alloc("a1").await.unwrap().unwrap();
     assert_eq!(stored.deployment_status, state.deployment_status);
     runner.destroy().await;
+}
+
+/// Seconds since the start of the test's clock.
+fn now_secs(start: tokio::time::Instant) -> u64 {
+    start.elapsed().as_secs()
+}
+
+/// `TestHealthHook_PrerunUpdatePostrun`: updates while the allocation is watched are applied
+/// one after the other without error, and each starts the watch over (Nomad's health hook
+/// cancels its tracker and makes a new one): health comes min_healthy_time after the last.
+#[tokio::test(start_paused = true)]
+async fn prerun_update_postrun() {
+    let h = Harness::new("service", UPDATE, &service(""));
+    h.net.answer(addr(), Answer::Status(200));
+    let start = tokio::time::Instant::now();
+    let runner = h.start();
+    elapse(4).await;
+    for index in [2, 3] {
+        runner.update(Allocation { modify_index: index, ..h.alloc.clone() });
+        elapse(2).await;
+    }
+    let state = until(&runner, "healthy", |s| healthy(s).is_some()).await;
+    assert_eq!(healthy(&state), Some(true));
+    assert!(
+        now_secs(start) >= 16,
+        "judged {}s in, before 10s after the last update",
+        now_secs(start)
+    );
+    assert_eq!(state.deployment_status.unwrap().modify_index, 1, "one verdict, written once");
+    // Postrun: the run ends and so does everything of it.
+    runner.update(Allocation {
+        desired_status: DesiredStatus::Stop,
+        modify_index: 4,
+        ..h.alloc.clone()
+    });
+    tokio::time::timeout(LIMIT, runner.wait()).await.unwrap();
+    assert!(h.catalog.is_empty());
+}
+
+/// `TestHealthHook_UpdatePrerunPostrun`: an update queued before the run may reach the hook
+/// before prerun does; either way one watcher judges the allocation, once, as the update
+/// says: here its `health_check = "task_states"` makes a failing check not matter.
+#[tokio::test(start_paused = true)]
+async fn update_prerun_postrun() {
+    let h = Harness::new("service", UPDATE, &service(""));
+    h.net.answer(addr(), Answer::Status(500));
+    let runner = h.runner(h.alloc.clone());
+    let mut updated = h.alloc.clone();
+    updated.modify_index = 2;
+    updated.deployment_id = Some("d1".into());
+    updated.job.groups[0].update.as_mut().unwrap().health_check = HealthCheck::TaskStates;
+    runner.update(updated);
+    spawn_run(&runner);
+    let state = until(&runner, "healthy", |s| healthy(s).is_some()).await;
+    assert_eq!(healthy(&state), Some(true), "{:?}", state.deployment_status);
+    assert_eq!(state.deployment_status.unwrap().modify_index, 1, "one verdict, written once");
+    assert_eq!(runner.checks()[0].status, CheckStatus::Critical);
+    runner.destroy().await;
+}
+
+/// `TestHealthHook_Postrun`: an allocation stopped before it ran has only its postrun: no
+/// prerun, no watcher, no health, and its run ends.
+#[tokio::test(start_paused = true)]
+async fn postrun_without_prerun() {
+    let h = Harness::new("service", UPDATE, &service(""));
+    let runner = h.runner(Allocation { desired_status: DesiredStatus::Stop, ..h.alloc.clone() });
+    spawn_run(&runner);
+    tokio::time::timeout(LIMIT, runner.wait()).await.unwrap();
+    elapse(120).await;
+    assert_eq!(healthy(&runner.state()), None);
+    assert_eq!(h.driver.start_count("a1", "web"), 0);
+    assert!(h.catalog.is_empty());
+}
+
+/// Nomad's health hook `Update` with a new deployment id (`ClearHealth`): the health the old
+/// deployment was given is cleared, durably, and the allocation is judged again for the new
+/// one, here unhealthy at its deadline since its check now fails.
+#[tokio::test(start_paused = true)]
+async fn a_new_deployment_is_judged_again() {
+    let h = Harness::new("service", UPDATE, &service(""));
+    h.net.answer(addr(), Answer::Status(200));
+    let alloc = Allocation { deployment_id: Some("d1".into()), ..h.alloc.clone() };
+    let runner = h.runner(alloc.clone());
+    spawn_run(&runner);
+    until(&runner, "healthy", |s| healthy(s) == Some(true)).await;
+
+    // The same deployment again: the verdict stands.
+    runner.update(Allocation { modify_index: 2, ..alloc.clone() });
+    elapse(70).await;
+    assert_eq!(healthy(&runner.state()), Some(true));
+
+    h.net.answer(addr(), Answer::Status(500));
+    runner.update(Allocation {
+        modify_index: 3,
+        deployment_id: Some("d2".into()),
+        ..alloc.clone()
+    });
+    let cleared = until(&runner, "cleared", |s| healthy(s).is_none()).await;
+    let stored = h.store.load_alloc("a1").await.unwrap().unwrap();
+    assert_eq!(stored.deployment_status, cleared.deployment_status, "cleared durably");
+    let state = until(&runner, "judged again", |s| healthy(s).is_some()).await;
+    let status = state.deployment_status.unwrap();
+    assert_eq!(status.healthy, Some(false));
+    assert!(status.description.unwrap().contains("Services not healthy by deadline: web"));
+    assert_eq!(h.driver.start_count("a1", "web"), 1, "the task ran on");
+    runner.destroy().await;
+}
+
+/// `TestCheckHook_Checks_UpdateSet`: an update that changes a running task's checks (a check's
+/// path fixed, a check added) and its service's tags puts them in place without restarting the
+/// task: the changed and the new check start pending, then run as now defined.
+#[tokio::test(start_paused = true)]
+async fn checks_update_set() {
+    let checks = |hang_path: &str, extra: &str| {
+        format!(
+            "[[group.task.service]]\nname = \"web\"\nport = \"http\"\ntags = [\"v1\"]\n\
+             {ok}{error}{hang}{extra}",
+            ok = check_block("check-ok", "/"),
+            error = check_block("check-error", "/fail"),
+            hang = check_block("check-hang", hang_path),
+        )
+    };
+    let h = Harness::new("service", UPDATE, &checks("/hang", ""));
+    h.net.answer(addr(), Answer::Status(200));
+    h.net.answer_path(addr(), "/fail", Answer::Body(500, "500 problem".into()));
+    h.net.answer_path(addr(), "/hang", Answer::Hang);
+    let runner = h.start();
+    elapse(5).await;
+    assert_eq!(tally(&runner), (1, 2, 0), "initial set: passing, failing, pending");
+
+    let mut updated = h.alloc.clone();
+    updated.modify_index = 2;
+    let doc = format!(
+        "[job]\nid = \"j\"\ntype = \"service\"\n[group]\nname = \"g\"\n\
+         [group.network.port.http]\n{UPDATE}\n\
+         [[group.task]]\nname = \"web\"\ndriver = \"mock\"\n{}",
+        checks("/", &check_block("check-error-2", "/fail")).replace("[\"v1\"]", "[\"v2\"]")
+    );
+    updated.job = spec::parse_toml(&doc).unwrap();
+    runner.update(updated);
+    elapse(5).await;
+    assert_eq!(tally(&runner), (2, 2, 0), "updated set: passing, failing, pending");
+    assert_eq!(h.driver.start_count("a1", "web"), 1, "not restarted");
+    assert_eq!(h.catalog.list()[0].tags, ["v2"]);
+    runner.destroy().await;
+    assert!(runner.checks().iter().all(|c| c.status == CheckStatus::Pending && c.last.is_none()));
+}
+
+/// An http check block named `name` asking for `path`.
+fn check_block(name: &str, path: &str) -> String {
+    format!(
+        "[[group.task.service.check]]\nname = \"{name}\"\ntype = \"http\"\npath = \"{path}\"\n\
+         interval = \"1s\"\ntimeout = \"1s\"\n"
+    )
+}
+
+/// How many of the allocation's checks pass, fail and wait.
+fn tally(runner: &AllocRunner) -> (usize, usize, usize) {
+    let checks = runner.checks();
+    let count = |status| checks.iter().filter(|c| c.status == status).count();
+    (count(CheckStatus::Passing), count(CheckStatus::Critical), count(CheckStatus::Pending))
 }

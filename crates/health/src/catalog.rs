@@ -3,73 +3,139 @@
 //! - [`CheckBook`]: one per allocation, every check of its group from the start (pending until
 //!   it first runs, as Nomad's stub results), with the latest result of each. It tells
 //!   watchers when a status changes (not on every run: a passing check that passes again
-//!   wakes nobody). Results live in memory: after an agent restart the checks run again.
+//!   wakes nobody). A task that stops has its checks' results cleared back to pending, as
+//!   Nomad's checks hook purges them before a kill; an allocation update that changes the
+//!   checks changes the book (a check whose definition is unchanged keeps its result).
+//!   Results live in memory: after an agent restart the checks run again.
 //! - [`ServiceCatalog`]: one per node, the services of running tasks with their address,
 //!   port and tags; their health is read from their allocation's book when listed.
 
 use crate::check::CheckId;
+use crate::tracker::CheckView;
 use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::watch;
-use wharf_state::service::CheckKind;
+use wharf_state::service::{Check, CheckKind, OnUpdate};
 use wharf_state::{Allocation, CheckResult, CheckState, CheckStatus, ServiceEntry};
 
 #[derive(Debug, Clone)]
 struct Entry {
     kind: CheckKind,
+    on_update: OnUpdate,
+    /// What the check is, to tell an update that changes it.
+    definition: (Check, Option<String>),
     last: Option<CheckResult>,
+}
+
+impl Entry {
+    fn status(&self) -> CheckStatus {
+        self.last.as_ref().map_or(CheckStatus::Pending, |r| r.status)
+    }
 }
 
 /// The checks of one allocation and their latest results.
 #[derive(Debug)]
 pub struct CheckBook {
-    entries: Mutex<BTreeMap<CheckId, Entry>>,
+    inner: Mutex<Inner>,
     /// Bumped whenever a check's status changes.
     changed: watch::Sender<u64>,
     /// Results recorded, ever.
     runs: AtomicU64,
 }
 
+#[derive(Debug)]
+struct Inner {
+    checks: BTreeMap<CheckId, Entry>,
+    /// Per task, how many times its results were cleared: a run begun before the last clear
+    /// records nothing (see [`CheckBook::record_run`]).
+    runs_of: BTreeMap<String, u64>,
+}
+
 impl CheckBook {
     /// A book with every check of `alloc`'s group, pending.
     pub fn new(alloc: &Allocation) -> CheckBook {
-        let mut entries = BTreeMap::new();
-        for task in alloc.group().map(|g| g.tasks.as_slice()).unwrap_or_default() {
-            for service in &task.services {
-                for check in &service.checks {
-                    let id = CheckId {
-                        task: task.name.clone(),
-                        service: service.name.clone(),
-                        check: service.check_name(check),
-                    };
-                    entries.insert(id, Entry { kind: check.kind, last: None });
-                }
-            }
-        }
+        let inner = Inner { checks: entries_of(alloc), runs_of: BTreeMap::new() };
         CheckBook {
-            entries: Mutex::new(entries),
+            inner: Mutex::new(inner),
             changed: watch::channel(0).0,
             runs: AtomicU64::new(0),
         }
     }
 
-    /// Records a run's result. A check the book does not have is ignored.
-    pub fn record(&self, id: &CheckId, result: CheckResult) {
-        let changed = {
-            let mut entries = self.entries.lock();
-            let Some(entry) = entries.get_mut(id) else { return };
-            self.runs.fetch_add(1, Ordering::Relaxed);
-            let before = entry.last.as_ref().map_or(CheckStatus::Pending, |r| r.status);
-            let changed = before != result.status;
-            entry.last = Some(result);
-            changed
-        };
+    /// Tells watchers if a status changed.
+    fn notify(&self, changed: bool) {
         if changed {
             self.changed.send_modify(|generation| *generation += 1);
         }
+    }
+
+    /// Takes the checks of `alloc`'s group, as updated: new checks are pending, removed ones
+    /// are gone, and a check whose definition did not change keeps its latest result.
+    pub fn update(&self, alloc: &Allocation) {
+        let mut fresh = entries_of(alloc);
+        let changed = {
+            let mut inner = self.inner.lock();
+            for (id, entry) in &mut fresh {
+                let old = inner.checks.get(id).filter(|old| old.definition == entry.definition);
+                entry.last = old.and_then(|old| old.last.clone());
+            }
+            let statuses = |map: &BTreeMap<CheckId, Entry>| -> Vec<(CheckId, CheckStatus)> {
+                map.iter().map(|(id, e)| (id.clone(), e.status())).collect()
+            };
+            let changed = statuses(&inner.checks) != statuses(&fresh);
+            inner.checks = fresh;
+            changed
+        };
+        self.notify(changed);
+    }
+
+    /// Clears the results of `task`'s checks back to pending: the task stopped. Runs of its
+    /// checks that began before this record nothing.
+    pub fn reset_task(&self, task: &str) {
+        let changed = {
+            let mut inner = self.inner.lock();
+            *inner.runs_of.entry(task.to_owned()).or_default() += 1;
+            let mut changed = false;
+            for (_, entry) in inner.checks.iter_mut().filter(|(id, _)| id.task == task) {
+                changed |= entry.status() != CheckStatus::Pending;
+                entry.last = None;
+            }
+            changed
+        };
+        self.notify(changed);
+    }
+
+    /// Which run of `task` this is: what a run of its checks hands to
+    /// [`CheckBook::record_run`].
+    pub fn run_of(&self, task: &str) -> u64 {
+        self.inner.lock().runs_of.get(task).copied().unwrap_or(0)
+    }
+
+    /// Records a run's result. A check the book does not have is ignored.
+    pub fn record(&self, id: &CheckId, result: CheckResult) {
+        self.record_run(id, None, result);
+    }
+
+    /// Records a result of a check of `run` of its task (from [`CheckBook::run_of`]), unless
+    /// the task's results were cleared since: a check of a stopped task that was still running
+    /// when the task stopped cannot bring back a result.
+    pub fn record_run(&self, id: &CheckId, run: Option<u64>, result: CheckResult) {
+        let changed = {
+            let mut inner = self.inner.lock();
+            let current = inner.runs_of.get(&id.task).copied().unwrap_or(0);
+            if run.is_some_and(|run| run != current) {
+                return;
+            }
+            let Some(entry) = inner.checks.get_mut(id) else { return };
+            self.runs.fetch_add(1, Ordering::Relaxed);
+            let changed = entry.status() != result.status;
+            entry.last = Some(result);
+            changed
+        };
+        self.notify(changed);
     }
 
     /// A receiver woken whenever a check's status changes.
@@ -84,31 +150,40 @@ impl CheckBook {
 
     /// Whether the book has any check.
     pub fn is_empty(&self) -> bool {
-        self.entries.lock().is_empty()
+        self.inner.lock().checks.is_empty()
     }
 
     /// Every check's status, pending for those that have not run.
     pub fn statuses(&self) -> Vec<(CheckId, CheckStatus)> {
-        self.entries
+        self.inner.lock().checks.iter().map(|(id, entry)| (id.clone(), entry.status())).collect()
+    }
+
+    /// Every check as the health tracker sees it.
+    pub fn views(&self) -> Vec<CheckView> {
+        self.inner
             .lock()
+            .checks
             .iter()
-            .map(|(id, entry)| {
-                (id.clone(), entry.last.as_ref().map_or(CheckStatus::Pending, |r| r.status))
+            .map(|(id, entry)| CheckView {
+                id: id.clone(),
+                status: entry.status(),
+                on_update: entry.on_update,
             })
             .collect()
     }
 
     /// Every check with its latest result, for people.
     pub fn states(&self) -> Vec<CheckState> {
-        self.entries
+        self.inner
             .lock()
+            .checks
             .iter()
             .map(|(id, entry)| CheckState {
                 task: id.task.clone(),
                 service: id.service.clone(),
                 check: id.check.clone(),
                 kind: entry.kind,
-                status: entry.last.as_ref().map_or(CheckStatus::Pending, |r| r.status),
+                status: entry.status(),
                 last: entry.last.clone(),
             })
             .collect()
@@ -116,14 +191,39 @@ impl CheckBook {
 
     /// The worst status of the checks of `task`'s `service`; passing if it has none.
     pub fn service_health(&self, task: &str, service: &str) -> CheckStatus {
-        self.entries
+        self.inner
             .lock()
+            .checks
             .iter()
             .filter(|(id, _)| id.task == task && id.service == service)
-            .map(|(_, entry)| entry.last.as_ref().map_or(CheckStatus::Pending, |r| r.status))
+            .map(|(_, entry)| entry.status())
             .max()
             .unwrap_or(CheckStatus::Passing)
     }
+}
+
+/// Every check of `alloc`'s group, with no result.
+fn entries_of(alloc: &Allocation) -> BTreeMap<CheckId, Entry> {
+    let mut entries = BTreeMap::new();
+    for task in alloc.group().map(|g| g.tasks.as_slice()).unwrap_or_default() {
+        for service in &task.services {
+            for check in &service.checks {
+                let id = CheckId {
+                    task: task.name.clone(),
+                    service: service.name.clone(),
+                    check: service.check_name(check),
+                };
+                let entry = Entry {
+                    kind: check.kind,
+                    on_update: service.check_on_update(check),
+                    definition: (check.clone(), service.check_port(check).map(str::to_owned)),
+                    last: None,
+                };
+                entries.insert(id, entry);
+            }
+        }
+    }
+    entries
 }
 
 /// A service as registered, before its health is read.
@@ -280,6 +380,53 @@ mod tests {
         book.record(&id("nope"), result(CheckStatus::Critical, 4));
         assert_eq!(book.states().len(), 2, "unknown checks are ignored");
         assert_eq!(book.runs(), 3);
+    }
+
+    /// Nomad's `TestShim_Difference` and `TestShim_Purge`, as the book does them: an update
+    /// drops the checks that are gone and adds new ones pending, keeping the results of the
+    /// unchanged; a task that stops has its results cleared back to pending.
+    #[test]
+    fn book_follows_updates_and_stops() {
+        let first = alloc("a1");
+        let book = CheckBook::new(&first);
+        book.record(&id("a"), result(CheckStatus::Passing, 1));
+        book.record(&id("b"), result(CheckStatus::Critical, 1));
+        let mut changes = book.subscribe();
+
+        // `a` unchanged, `b` gone, `c` new; `a`'s path of an update that changes nothing.
+        let mut updated = first.clone();
+        let service = &mut updated.job.groups[0].tasks[0].services[0];
+        service.checks[1].name = "c".into();
+        book.update(&updated);
+        assert_eq!(
+            book.statuses(),
+            [(id("a"), CheckStatus::Passing), (id("c"), CheckStatus::Pending)]
+        );
+        assert!(changes.has_changed().unwrap(), "a check went and one came");
+        changes.mark_unchanged();
+        book.update(&updated);
+        assert!(!changes.has_changed().unwrap(), "the same checks again change nothing");
+
+        // A changed definition is a new check: its old result does not stand for it.
+        let mut changed = updated.clone();
+        changed.job.groups[0].tasks[0].services[0].checks[0].args = vec!["-v".into()];
+        book.update(&changed);
+        assert_eq!(book.statuses()[0], (id("a"), CheckStatus::Pending));
+
+        book.record(&id("a"), result(CheckStatus::Passing, 2));
+        let run = book.run_of("t");
+        changes.mark_unchanged();
+        book.reset_task("other");
+        assert!(!changes.has_changed().unwrap());
+        book.reset_task("t");
+        assert!(changes.has_changed().unwrap());
+        assert!(book.states().iter().all(|s| s.status == CheckStatus::Pending && s.last.is_none()));
+        // A run that began before the task stopped brings nothing back; the next run does.
+        book.record_run(&id("a"), Some(run), result(CheckStatus::Passing, 3));
+        assert_eq!(book.statuses()[0].1, CheckStatus::Pending);
+        book.record_run(&id("a"), Some(book.run_of("t")), result(CheckStatus::Passing, 4));
+        assert_eq!(book.statuses()[0].1, CheckStatus::Passing);
+        assert_eq!(book.runs(), 4, "runs are counted, whatever became of their results");
     }
 
     #[test]

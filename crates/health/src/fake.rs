@@ -133,8 +133,15 @@ impl FakeControl {
 
     /// Waits until at least `count` restarts were asked for.
     pub async fn restarted(&self, count: usize) {
-        while self.restarts.lock().len() < count {
-            self.restarted.notified().await;
+        loop {
+            // Registered before looking, so a restart between the look and the wait wakes it.
+            let notified = self.restarted.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.restarts.lock().len() >= count {
+                return;
+            }
+            notified.await;
         }
     }
 }

@@ -27,7 +27,7 @@ pub use check::{CheckId, CheckPlan, plans};
 pub use ports::{PortError, PortTable};
 pub use restart::RestartWatch;
 pub use runner::{CheckIo, Now, TaskChecks, TaskControl};
-pub use tracker::{HealthTracker, Progress, Snapshot, TaskView, Verdict};
+pub use tracker::{CheckView, HealthTracker, Progress, Snapshot, TaskView, Verdict};
 pub use transport::{TcpTransport, Transport};
 
 /// The attribute that implementations of [`Transport`] and [`TaskControl`] put on their `impl`

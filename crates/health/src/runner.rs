@@ -77,6 +77,8 @@ struct Shared {
     io: CheckIo,
     restarts: Mutex<RestartWatch>,
     started: Instant,
+    /// Which run of the task these checks belong to, for the book.
+    run: u64,
 }
 
 /// The checks of one run of one task. They stop when this is stopped or dropped.
@@ -98,6 +100,7 @@ impl TaskChecks {
         let shared = Arc::new(Shared {
             task: task.to_owned(),
             restarts: Mutex::new(RestartWatch::new(policies)),
+            run: book.run_of(task),
             book,
             io,
             started: Instant::now(),
@@ -157,7 +160,7 @@ async fn run_check(plan: CheckPlan, shared: Arc<Shared>, mut stop: watch::Receiv
         };
         let status = result.status;
         tracing::trace!(task = %shared.task, check = %plan.id, %status, "check ran");
-        shared.book.record(&plan.id, result);
+        shared.book.record_run(&plan.id, Some(shared.run), result);
         let call = shared.restarts.lock().observe(&plan.id, status, shared.started.elapsed());
         if let Some(call) = call {
             tracing::info!(task = %shared.task, check = %plan.id, failures = call.failures, "check_restart: restarting the task");

@@ -16,7 +16,10 @@
 //!   restart in between.
 //! - With `health_check = "checks"`, every check must also pass, continuously for
 //!   `min_healthy_time`, counted from when every task ran and every check passed. A check
-//!   that has not run yet does not pass. With `"task_states"`, checks do not count.
+//!   that has not run yet does not pass. A check's `on_update` says what passing is:
+//!   `require_healthy` passes only when passing, `ignore_warnings` also when warning, and
+//!   `ignore` does not count at all (Nomad's readiness checks). With `"task_states"`, checks do
+//!   not count.
 //! - Not healthy by `healthy_deadline`: unhealthy, with a reason per task (Nomad's
 //!   "Task not running by healthy_deadline of 5m0s", "Services not healthy by deadline: web").
 //! - Once judged, the verdict never changes.
@@ -29,7 +32,7 @@ use crate::check::CheckId;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use wharf_state::duration::Formatted;
-use wharf_state::service::{HealthCheck, UpdateStrategy};
+use wharf_state::service::{HealthCheck, OnUpdate, UpdateStrategy};
 use wharf_state::spec::Stage;
 use wharf_state::{CheckStatus, TaskState, TaskStatus};
 
@@ -44,6 +47,29 @@ pub struct TaskView<'a> {
     pub state: &'a TaskState,
 }
 
+/// One check as the tracker sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckView {
+    /// Which check.
+    pub id: CheckId,
+    /// Its latest status, pending until it has run.
+    pub status: CheckStatus,
+    /// How it counts towards health.
+    pub on_update: OnUpdate,
+}
+
+impl CheckView {
+    /// A check that must pass (`on_update = "require_healthy"`).
+    pub fn new(id: CheckId, status: CheckStatus) -> CheckView {
+        CheckView { id, status, on_update: OnUpdate::RequireHealthy }
+    }
+
+    /// Whether it lets the allocation be healthy; None if it does not count.
+    fn passes(&self) -> Option<bool> {
+        self.on_update.passes(self.status)
+    }
+}
+
 /// The allocation as the tracker sees it.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot<'a> {
@@ -53,8 +79,8 @@ pub struct Snapshot<'a> {
     pub failed: bool,
     /// Its tasks.
     pub tasks: Vec<TaskView<'a>>,
-    /// Every check of its group and its status.
-    pub checks: Vec<(CheckId, CheckStatus)>,
+    /// Every check of its group.
+    pub checks: Vec<CheckView>,
 }
 
 /// The tracker's answer, once given.
@@ -140,11 +166,11 @@ impl HealthTracker {
             self.checks_since = None;
         }
         let min = self.strategy.min_healthy_time;
-        let use_checks =
-            self.strategy.health_check == HealthCheck::Checks && !snapshot.checks.is_empty();
+        let use_checks = self.strategy.health_check == HealthCheck::Checks
+            && snapshot.checks.iter().any(|c| c.passes().is_some());
         let tasks_ok = self.tasks_since.is_some_and(|since| now >= since + min);
         let checks_ok = if use_checks {
-            let passing = snapshot.checks.iter().all(|(_, status)| *status == CheckStatus::Passing);
+            let passing = snapshot.checks.iter().all(|c| c.passes() != Some(false));
             if !passing || self.tasks_since.is_none() {
                 self.checks_since = None;
             } else if self.checks_since.is_none() {
@@ -184,8 +210,8 @@ impl HealthTracker {
             let failing: BTreeSet<&str> = snapshot
                 .checks
                 .iter()
-                .filter(|(id, status)| id.task == task.name && *status != CheckStatus::Passing)
-                .map(|(id, _)| id.service.as_str())
+                .filter(|c| c.id.task == task.name && c.passes() == Some(false))
+                .map(|c| c.id.service.as_str())
                 .collect();
             let message = match task.state.status {
                 TaskStatus::Pending => {

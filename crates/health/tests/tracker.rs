@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 use wharf_health::CheckId;
-use wharf_health::tracker::{HealthTracker, Progress, Snapshot, TaskView, Verdict};
-use wharf_state::service::{HealthCheck, UpdateStrategy};
+use wharf_health::tracker::{CheckView, HealthTracker, Progress, Snapshot, TaskView, Verdict};
+use wharf_state::service::{HealthCheck, OnUpdate, UpdateStrategy};
 use wharf_state::spec::Stage;
 use wharf_state::{CheckStatus, TaskState, TaskStatus};
 
@@ -23,15 +23,18 @@ fn state(status: TaskStatus) -> TaskState {
     TaskState { status, ..TaskState::new() }
 }
 
-fn check(task: &str, service: &str, status: CheckStatus) -> (CheckId, CheckStatus) {
-    (CheckId { task: task.into(), service: service.into(), check: "c".into() }, status)
+fn check(task: &str, service: &str, status: CheckStatus) -> CheckView {
+    CheckView::new(
+        CheckId { task: task.into(), service: service.into(), check: "c".into() },
+        status,
+    )
 }
 
 /// A task as the tests write it: name, stage, state.
 type Task<'a> = (&'a str, Stage, TaskState);
 
 /// A snapshot of tasks and checks.
-fn snapshot<'a>(tasks: &'a [Task<'a>], checks: &[(CheckId, CheckStatus)]) -> Snapshot<'a> {
+fn snapshot<'a>(tasks: &'a [Task<'a>], checks: &[CheckView]) -> Snapshot<'a> {
     Snapshot {
         stopping: false,
         failed: false,
@@ -330,4 +333,119 @@ fn deadline_reasons_per_task() {
         unhealthy_because(&judged).0,
         "not healthy by its healthy_deadline of 20s: its checks did not pass for min_healthy_time of 10s"
     );
+}
+
+/// A running task `web` with `checks`, looked at once and then `MIN` later: whether that makes
+/// it healthy.
+fn healthy_with(checks: &[CheckView]) -> bool {
+    let mut tracker = HealthTracker::new(strategy(HealthCheck::Checks));
+    let tasks = [("web", Stage::Main, state(TaskStatus::Running))];
+    tracker.observe(&snapshot(&tasks, checks), secs(0));
+    tracker.observe(&snapshot(&tasks, checks), MIN) == healthy()
+}
+
+fn with_on_update(mut check: CheckView, on_update: OnUpdate) -> CheckView {
+    check.on_update = on_update;
+    check
+}
+
+/// `TestTracker_NomadChecks_OnUpdate`: a healthiness check (`require_healthy`) must pass; a
+/// readiness check (`on_update = "ignore"`) does not count, failing or not.
+#[test]
+fn nomad_checks_on_update() {
+    let cases = [
+        ("healthiness, passing", OnUpdate::RequireHealthy, CheckStatus::Passing, true),
+        ("healthiness, failing", OnUpdate::RequireHealthy, CheckStatus::Critical, false),
+        ("readiness, passing", OnUpdate::Ignore, CheckStatus::Passing, true),
+        ("readiness, failing", OnUpdate::Ignore, CheckStatus::Critical, true),
+    ];
+    for (name, on_update, status, want) in cases {
+        let checks = [with_on_update(check("web", "web", status), on_update)];
+        assert_eq!(healthy_with(&checks), want, "{name}");
+    }
+}
+
+/// `TestTracker_ConsulChecks_OnUpdate`: `ignore_warnings` lets a warning pass but not a
+/// critical check; `ignore` lets anything pass.
+#[test]
+fn checks_on_update() {
+    let cases = [
+        ("require_healthy, passing", OnUpdate::RequireHealthy, CheckStatus::Passing, true),
+        ("require_healthy, warning", OnUpdate::RequireHealthy, CheckStatus::Warning, false),
+        ("ignore_warnings, warning", OnUpdate::IgnoreWarnings, CheckStatus::Warning, true),
+        ("ignore_warnings, critical", OnUpdate::IgnoreWarnings, CheckStatus::Critical, false),
+        ("ignore_warnings, passing", OnUpdate::IgnoreWarnings, CheckStatus::Passing, true),
+        ("ignore_warnings, pending", OnUpdate::IgnoreWarnings, CheckStatus::Pending, false),
+        ("ignore, critical", OnUpdate::Ignore, CheckStatus::Critical, true),
+    ];
+    for (name, on_update, status, want) in cases {
+        let checks = [with_on_update(check("web", "web", status), on_update)];
+        assert_eq!(healthy_with(&checks), want, "{name}");
+    }
+}
+
+/// `TestTracker_evaluateConsulChecks`: no checks pass; a check with no result yet (not
+/// registered, in Consul's terms) or a failing one, in any service, does not; every check
+/// passing, or failing only where it does not count, does.
+#[test]
+fn evaluate_checks() {
+    let pending = CheckStatus::Pending;
+    let cases: Vec<(&str, Vec<CheckView>, bool)> = vec![
+        ("no checks", vec![], true),
+        (
+            "missing check",
+            vec![check("web", "s1", pending), check("web", "s2", CheckStatus::Passing)],
+            false,
+        ),
+        (
+            "failing check of another service",
+            vec![
+                check("web", "s1", CheckStatus::Passing),
+                check("web", "s2", CheckStatus::Critical),
+            ],
+            false,
+        ),
+        (
+            "passing checks",
+            vec![
+                check("web", "s1", CheckStatus::Passing),
+                check("web", "s2", CheckStatus::Passing),
+            ],
+            true,
+        ),
+        (
+            "on update ignore warn",
+            vec![with_on_update(
+                check("web", "s1", CheckStatus::Warning),
+                OnUpdate::IgnoreWarnings,
+            )],
+            true,
+        ),
+        (
+            "on update ignore critical",
+            vec![
+                with_on_update(check("web", "s1", CheckStatus::Critical), OnUpdate::Ignore),
+                check("web", "s2", CheckStatus::Passing),
+            ],
+            true,
+        ),
+    ];
+    for (name, checks, want) in cases {
+        assert_eq!(healthy_with(&checks), want, "{name}");
+    }
+}
+
+/// A check that does not count is not named at the deadline either: only those that keep
+/// the allocation from being healthy are.
+#[test]
+fn deadline_names_only_the_checks_that_count() {
+    let mut tracker = HealthTracker::new(strategy(HealthCheck::Checks));
+    let tasks = [("web", Stage::Main, state(TaskStatus::Running))];
+    let checks = [
+        with_on_update(check("web", "ready", CheckStatus::Critical), OnUpdate::Ignore),
+        check("web", "api", CheckStatus::Critical),
+    ];
+    tracker.observe(&snapshot(&tasks, &checks), secs(0));
+    let judged = tracker.observe(&snapshot(&tasks, &checks), DEADLINE);
+    assert_eq!(unhealthy_because(&judged).1, [("web", "Services not healthy by deadline: api")]);
 }

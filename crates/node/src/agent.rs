@@ -515,10 +515,7 @@ impl Agent {
 
     /// Every allocation, oldest first.
     pub fn list(&self) -> Vec<AllocRunner> {
-        let allocs = self.allocs.read();
-        let mut managed: Vec<&Managed> = allocs.values().collect();
-        managed.sort_by_key(|m| m.order);
-        managed.into_iter().map(|m| m.runner.clone()).collect()
+        oldest_first(&self.allocs.read())
     }
 
     /// One allocation.
@@ -567,7 +564,14 @@ impl Agent {
         for (index, (at, runner)) in finished.into_iter().enumerate() {
             if index < excess || now.since(at) > self.config.gc.max_age {
                 runner.destroy().await;
-                self.allocs.write().remove(runner.id());
+                {
+                    // Counted under the lock a scrape reads the allocations under, so the
+                    // total never goes down.
+                    let mut allocs = self.allocs.write();
+                    allocs.remove(runner.id());
+                    let runs = runner.check_runs();
+                    self.metrics.collected_check_runs.fetch_add(runs, Ordering::Relaxed);
+                }
                 tracing::info!(alloc_id = %runner.id(), "garbage-collected allocation");
                 removed.push(runner.id().to_owned());
             }
@@ -695,8 +699,11 @@ impl Agent {
         .map(|s| (s.to_string(), 0.0))
         .collect();
         let mut passing = Vec::new();
-        let mut check_runs = 0;
-        for runner in self.list() {
+        let (runners, mut check_runs) = {
+            let allocs = self.allocs.read();
+            (oldest_first(&allocs), self.metrics.collected_check_runs.load(Ordering::Relaxed))
+        };
+        for runner in runners {
             check_runs += runner.check_runs();
             let state = runner.state();
             let status = match state.client_status {
@@ -794,7 +801,7 @@ impl Agent {
                 ),
                 (
                     "wharf_check_runs_total",
-                    "Runs of the checks of the allocations on this node.",
+                    "Runs of the checks of the allocations on this node since the agent started.",
                     "counter",
                     check_runs as f64,
                 ),
@@ -869,6 +876,13 @@ pub fn new_alloc_id() -> String {
     bytes[8] = (bytes[8] & 0x3f) | 0x80;
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
+}
+
+/// The managed allocations' runners, oldest first.
+fn oldest_first(allocs: &BTreeMap<String, Managed>) -> Vec<AllocRunner> {
+    let mut managed: Vec<&Managed> = allocs.values().collect();
+    managed.sort_by_key(|m| m.order);
+    managed.into_iter().map(|m| m.runner.clone()).collect()
 }
 
 /// How long to wait between checks for things that have no notification (log files).

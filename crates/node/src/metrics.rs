@@ -22,6 +22,9 @@ pub struct Metrics {
     pub restore_micros: AtomicU64,
     /// Allocations restored at the last start.
     pub restored_allocs: AtomicU64,
+    /// Check runs of allocations garbage-collected since the agent started, so that the
+    /// total of check runs never goes down.
+    pub collected_check_runs: AtomicU64,
 }
 
 /// One sample line's worth: name, help, type, value.

@@ -31,8 +31,9 @@ fn ports(min: u16, max: u16) -> String {
 }
 
 /// A job whose task `server` serves its own directory over HTTP on its dynamic port `http`,
-/// as service `web` with an http check on `check_path`; `extra` goes into the check, `update`
-/// into the group, `prepare` runs in the shell before the server.
+/// as service `web` with an http check on `check_path` and a script check, run inside the
+/// task through raw_exec's exec, that says the address the task was given; `extra` goes into
+/// the http check, `update` into the group, `prepare` runs in the shell before the server.
 fn web_job(id: &str, update: &str, check_path: &str, extra: &str, prepare: &str) -> String {
     format!(
         r#"[job]
@@ -65,8 +66,21 @@ path = "{check_path}"
 interval = "1s"
 timeout = "1s"
 {extra}
+
+[[group.task.service.check]]
+name = "script"
+type = "script"
+command = "/bin/sh"
+args = ["-c", "echo serving on $WHARF_ADDR_http"]
+interval = "1s"
+timeout = "5s"
 "#
     )
+}
+
+/// The output a passing script check of `web_job` gives for `port`.
+fn script_output(port: &wharf_state::AllocatedPort) -> String {
+    format!("serving on {}\n", port.address())
 }
 
 const QUICK_HEALTH: &str =
@@ -102,6 +116,10 @@ async fn an_http_server_on_its_dynamic_port_becomes_healthy() {
     assert!((21_000..=21_099).contains(&port.value), "{port:?}");
     assert_eq!(detail.checks[0].status, CheckStatus::Passing);
     assert_eq!(detail.checks[0].last.as_ref().unwrap().status_code, Some(200));
+    // The script ran inside the task, through the driver's exec, with the task's environment.
+    let script = &detail.checks[1];
+    assert_eq!((script.check.as_str(), script.status), ("script", CheckStatus::Passing));
+    assert_eq!(script.last.as_ref().unwrap().output, script_output(port));
 
     let listed = services(&client).await;
     assert_eq!(listed.len(), 1);
@@ -317,10 +335,16 @@ async fn restarts_keep_ports_checks_and_health() {
 
     let agent = AgentProcess::launch(data_dir, config);
     let client = agent.client();
+    // Both checks run again: the http one over the network, the script one through the
+    // driver's exec into the reattached task.
     let after = until(&client, &id, "checked again", |d| {
-        d.checks[0].last.as_ref().is_some_and(|r| r.status == CheckStatus::Passing)
+        d.checks.iter().all(|c| c.last.as_ref().is_some_and(|r| r.status == CheckStatus::Passing))
     })
     .await;
+    assert_eq!(
+        after.checks[1].last.as_ref().unwrap().output,
+        script_output(&before.alloc.ports[0])
+    );
     assert_eq!(after.alloc.ports, before.alloc.ports, "the ports are held still");
     assert_eq!(after.state.deployment_status, before.state.deployment_status, "not judged again");
     assert!(
