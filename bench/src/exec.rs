@@ -1,9 +1,8 @@
 //! raw_exec scenarios: how long a start takes until the task runs, how much memory a shim
 //! costs, and starting then stopping a thousand `sleep` tasks.
 //!
-//! Figures come from real processes. The shim is the `wharf-shim` built with the same profile
-//! as this bench (the bench builds it first when run through cargo), so a release run
-//! measures a release shim.
+//! Figures come from real processes. The shim is the static one raw_exec starts by default
+//! (built by wharf-exec's build script, always optimised, whatever the bench's profile).
 
 use crate::Effort;
 use crate::report::{Better, Row};
@@ -142,9 +141,16 @@ pub(crate) fn run(effort: Effort) -> Vec<Row> {
     ]
 }
 
-/// The shim to measure: built now with this bench's profile when cargo runs the bench (a
-/// no-op if it is up to date), and found beside the bench's executable.
+/// The shim raw_exec starts, and so the one to measure: the static shim the driver carries,
+/// held in memory by this process.
 pub(crate) fn shim() -> Result<PathBuf, String> {
+    Ok(RawExecDriver::new(wharf_exec::RawExecOptions::default()).shim_path().to_owned())
+}
+
+/// The shim built with std, which the isolated driver starts: built now with this bench's
+/// profile when cargo runs the bench (a no-op if it is up to date), and found beside the
+/// bench's executable.
+pub(crate) fn std_shim() -> Result<PathBuf, String> {
     built("wharf-exec", SHIM_NAME)
 }
 

@@ -71,7 +71,7 @@ fn cpu_seconds(pid: u32) -> (f64, f64) {
 
 pub(crate) fn run(effort: Effort) -> Vec<Row> {
     let wharf = match crate::exec::built("wharf-node", "wharf").and_then(|wharf| {
-        crate::exec::shim()?;
+        crate::exec::std_shim()?;
         Ok(wharf)
     }) {
         Ok(wharf) => wharf,

@@ -22,7 +22,7 @@ use wharf_state::spec::Resources;
 const FULL_STARTS: usize = 1_000;
 
 pub(crate) fn run(effort: Effort) -> Vec<Row> {
-    let shim = match crate::exec::shim() {
+    let shim = match crate::exec::std_shim() {
         Ok(shim) => shim,
         Err(message) => {
             eprintln!("isolated exec scenarios skipped: {message}");

@@ -7,19 +7,16 @@
 //! foreign file is an error, never a panic and never a guess.
 
 use crate::sys::WaitStatus;
-use std::ffi::{OsStr, OsString};
-use std::os::unix::ffi::OsStrExt;
+use std::ffi::OsString;
 use std::path::PathBuf;
 use wharf_isolate::Containment;
 
-/// The first argument of every shim command line; a shim refuses any other.
-pub(crate) const SHIM_PROTOCOL: &str = "wharf-shim-2";
+pub(crate) use crate::shim::{EXIT_RECORD_VERSION, SHIM_PROTOCOL, Stage};
+
 /// The exit record's file name in the run directory.
 pub(crate) const EXIT_FILE: &str = "exit";
 /// The shim's own diagnostics, in the run directory.
 pub(crate) const SHIM_LOG: &str = "shim.log";
-/// The first word of an exit record.
-const EXIT_RECORD_VERSION: &str = "wharf-exit-1";
 
 /// The shim's command line, after the program name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,72 +61,6 @@ impl ShimArgs {
         out.extend(self.args.iter().cloned());
         out
     }
-
-    /// Reads a command line written by [`ShimArgs::to_args`].
-    pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<ShimArgs, String> {
-        let mut args = args.into_iter();
-        let mut next = |what: &str| args.next().ok_or_else(|| format!("missing argument: {what}"));
-        let marker = next("protocol")?;
-        if marker != OsStr::new(SHIM_PROTOCOL) {
-            return Err(format!(
-                "this shim speaks {SHIM_PROTOCOL}, the driver asked for {}",
-                marker.to_string_lossy()
-            ));
-        }
-        let number = |value: OsString, what: &str| {
-            value.to_str().and_then(|v| v.parse::<u64>().ok()).ok_or_else(|| format!("bad {what}"))
-        };
-        let run_dir = next("run dir")?.into();
-        let work_dir = next("work dir")?.into();
-        let log_dir = next("log dir")?.into();
-        let log_name = next("log name")?;
-        let max_file_bytes = number(next("max file bytes")?, "max file bytes")?;
-        let max_files = number(next("max files")?, "max files")?;
-        let containment = Containment::parse_args(&mut args)?;
-        let mut next = |what: &str| args.next().ok_or_else(|| format!("missing argument: {what}"));
-        let program = next("program")?.into();
-        let arg0 = next("arg0")?;
-        let rest: Vec<OsString> = args.collect();
-        if log_name.is_empty() || log_name.as_bytes().contains(&b'/') {
-            return Err("bad log name".into());
-        }
-        Ok(ShimArgs {
-            run_dir,
-            work_dir,
-            log_dir,
-            log_name,
-            max_file_bytes,
-            max_files: u32::try_from(max_files.max(1)).map_err(|_| "bad max files")?,
-            containment,
-            program,
-            arg0,
-            args: rest,
-        })
-    }
-}
-
-/// Where a start failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Stage {
-    /// The shim itself could not get going (arguments, session, signals).
-    Setup,
-    /// The working directory could not be entered.
-    WorkDir,
-    /// A containment step failed (joining the task's cgroup, ...).
-    Confine,
-    /// The task could not be executed.
-    Spawn,
-}
-
-impl Stage {
-    fn word(self) -> &'static str {
-        match self {
-            Stage::Setup => "setup",
-            Stage::WorkDir => "work_dir",
-            Stage::Confine => "confine",
-            Stage::Spawn => "spawn",
-        }
-    }
 }
 
 /// The one line the shim writes on its stdout.
@@ -154,8 +85,9 @@ pub(crate) enum StartReport {
 }
 
 impl StartReport {
-    /// The line, newline included.
-    pub(crate) fn line(&self) -> String {
+    /// The line, newline included, as the shim writes it.
+    #[cfg(test)]
+    fn line(&self) -> String {
         match self {
             StartReport::Started { pid, start_ticks } => format!("started {pid} {start_ticks}\n"),
             StartReport::Failed { stage, errno, message } => {
@@ -190,14 +122,6 @@ impl StartReport {
     }
 }
 
-/// The exit record for `status`.
-pub(crate) fn exit_record(status: WaitStatus) -> String {
-    match status {
-        WaitStatus::Exited(code) => format!("{EXIT_RECORD_VERSION} exited {code}\n"),
-        WaitStatus::Signaled(signal) => format!("{EXIT_RECORD_VERSION} signaled {signal}\n"),
-    }
-}
-
 /// Reads an exit record; the error says what is wrong with it.
 pub(crate) fn parse_exit_record(bytes: &[u8]) -> Result<WaitStatus, String> {
     let text = std::str::from_utf8(bytes).map_err(|_| "not text".to_owned())?;
@@ -216,9 +140,10 @@ pub(crate) fn parse_exit_record(bytes: &[u8]) -> Result<WaitStatus, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use wharf_isolate::nolibc::sys::WaitStatus as NolibcStatus;
 
     #[test]
-    fn shim_args_round_trip() {
+    fn shim_args_are_read_back_by_the_shim() {
         let args = ShimArgs {
             run_dir: "/d/run".into(),
             work_dir: "/d".into(),
@@ -235,36 +160,20 @@ mod tests {
             arg0: "sh".into(),
             args: vec!["-c".into(), "echo 'a b'".into(), "".into()],
         };
-        assert_eq!(ShimArgs::parse(args.to_args()).unwrap(), args);
-    }
-
-    #[test]
-    fn bad_shim_args_are_refused() {
-        let good: Vec<OsString> =
-            ["wharf-shim-2", "/r", "/w", "/l", "t", "10", "2", "end", "/p", "p"]
-                .iter()
-                .map(OsString::from)
-                .collect();
-        let with = |index: usize, value: &str| {
-            let mut args = good.clone();
-            args[index] = value.into();
-            args
-        };
-        for (args, expected) in [
-            (with(0, "wharf-shim-1"), "this shim speaks"),
-            (with(7, "chroot"), "unknown containment"),
-            (with(4, "a/b"), "bad log name"),
-            (with(4, ""), "bad log name"),
-            (with(5, "-1"), "bad max file bytes"),
-            (with(6, "x"), "bad max files"),
-            (with(6, "99999999999"), "bad max files"),
-            (good[..9].to_vec(), "missing argument: arg0"),
-            (vec![], "missing argument: protocol"),
-        ] {
-            let error = ShimArgs::parse(args.clone()).unwrap_err();
-            assert!(error.starts_with(expected), "{args:?}: {error}");
-        }
-        assert_eq!(ShimArgs::parse(with(6, "0")).unwrap().max_files, 1);
+        let owned = crate::shim::tests::OwnedArgv::new(&args.to_args());
+        let argv = owned.argv();
+        let parsed = crate::shim::tests::parse(&argv).unwrap();
+        let text = |index: usize| argv.get(index).unwrap().to_str().unwrap().to_owned();
+        assert_eq!(parsed.run_dir, c"/d/run");
+        assert_eq!(parsed.work_dir, c"/d");
+        assert_eq!(parsed.log_dir, c"/d/logs");
+        assert_eq!(parsed.log_name, b"web");
+        assert_eq!((parsed.max_file_bytes, parsed.max_files), (1024, 3));
+        let containment: Vec<String> = parsed.containment.clone().map(text).collect();
+        assert_eq!(containment, ["cgroup=/cg/a/cgroup.procs", "no-new-privs"]);
+        assert_eq!(parsed.program, c"/bin/sh");
+        let task: Vec<String> = (parsed.task_argv..argv.len()).map(text).collect();
+        assert_eq!(task, ["sh", "-c", "echo 'a b'", ""]);
     }
 
     #[test]
@@ -295,7 +204,13 @@ mod tests {
     #[test]
     fn exit_records_round_trip_and_garbage_is_refused() {
         for status in [WaitStatus::Exited(0), WaitStatus::Exited(255), WaitStatus::Signaled(9)] {
-            assert_eq!(parse_exit_record(exit_record(status).as_bytes()), Ok(status));
+            let mut record = String::new();
+            let raw = match status {
+                WaitStatus::Exited(code) => NolibcStatus::Exited(code),
+                WaitStatus::Signaled(signal) => NolibcStatus::Signaled(signal),
+            };
+            crate::shim::exit_record(raw, &mut record).unwrap();
+            assert_eq!(parse_exit_record(record.as_bytes()), Ok(status));
         }
         for (bytes, expected) in [
             (&b""[..], "not an exit record"),

@@ -54,7 +54,9 @@ pub const EXEC_RUNS_DIR: &str = ".exec";
 /// How the driver runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RawExecOptions {
-    /// The shim program. Default: `wharf-shim` in the directory of the current executable.
+    /// The shim program. Default: raw_exec starts the static shim this crate carries (from a
+    /// sealed in-memory file); the isolated `exec` driver, and raw_exec where that static
+    /// shim is not to be had, start `wharf-shim` in the directory of the current executable.
     pub shim_path: Option<PathBuf>,
     /// How long a shim may take to report that its task started.
     pub start_timeout: Duration,
@@ -125,7 +127,11 @@ impl RawExecDriver {
     /// A driver with `options`. It checks nothing yet: a missing shim shows in
     /// [`Driver::fingerprint`] and fails each start with a clear error.
     pub fn new(options: RawExecOptions) -> RawExecDriver {
-        let shim = options.shim_path.clone().unwrap_or_else(default_shim_path);
+        let shim = options
+            .shim_path
+            .clone()
+            .or_else(crate::shim::static_shim)
+            .unwrap_or_else(default_shim_path);
         let (events, _) = broadcast::channel(64);
         let boot_id = sys::boot_id().unwrap_or_default();
         RawExecDriver {
@@ -162,6 +168,11 @@ impl RawExecDriver {
 
     /// The same driver, containing each task as `isolation` says: the `exec` driver.
     pub(crate) fn with_isolation(mut self, isolation: Isolation) -> RawExecDriver {
+        // The static shim joins cgroups only: the isolated driver's tasks need the shim
+        // built with std, which takes every containment step.
+        if self.options.shim_path.is_none() {
+            self.shim = default_shim_path();
+        }
         self.isolation = Some(isolation);
         self
     }
@@ -307,6 +318,18 @@ fn run_dir(config: &TaskConfig, isolated: bool) -> Result<PathBuf, DriverError> 
 fn io_error(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> ExecError {
     let path = path.to_owned();
     move |source| ExecError::Io { action, path, source }
+}
+
+/// What a failed start report means, for people: the shim (which has no error texts) names
+/// the step; the path and the error's text are added here.
+fn failure_message(stage: Stage, errno: i32, message: String, args: &ShimArgs) -> String {
+    let error = std::io::Error::from_raw_os_error(errno);
+    match stage {
+        Stage::Spawn => format!("{message} {}: {error}", args.program.display()),
+        Stage::WorkDir => format!("{message} {}: {error}", args.work_dir.display()),
+        Stage::Setup if errno != 0 => format!("{message}: {error}"),
+        Stage::Setup | Stage::Confine => message,
+    }
 }
 
 /// The error for a start the shim reported as failed.
@@ -479,6 +502,7 @@ impl Driver for RawExecDriver {
                 StartReport::Started { pid, start_ticks } => (pid, start_ticks),
                 StartReport::Failed { stage, errno, message } => {
                     launched.reap_failed().await;
+                    let message = failure_message(stage, errno, message, &args);
                     return Err(match (&self.isolation, stage, errno) {
                         (Some(_), Stage::Spawn, libc::EACCES) => DriverError::invalid_config(
                             "config.command",

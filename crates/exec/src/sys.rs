@@ -86,22 +86,6 @@ pub(crate) fn reap_blocking(pid: Pid) -> io::Result<WaitStatus> {
     }
 }
 
-/// Reaps any exited child of this process (the shim, which is a subreaper, uses this):
-/// `Ok(None)` if children remain but none has exited, an `ECHILD` error if there are none.
-pub(crate) fn try_reap_any() -> io::Result<Option<(i32, WaitStatus)>> {
-    let mut status: libc::c_int = 0;
-    loop {
-        // SAFETY: `status` is a valid, writable int for the duration of the call.
-        let ret = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
-        match check(ret.into()) {
-            Ok(0) => return Ok(None),
-            Ok(pid) => return Ok(Some((pid as i32, WaitStatus::from_raw(status)))),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        }
-    }
-}
-
 /// Sends `signal` to one process.
 pub(crate) fn kill(pid: Pid, signal: i32) -> io::Result<()> {
     // SAFETY: kill takes plain integers; `Pid` rules out the broadcast forms.
@@ -243,49 +227,6 @@ pub(crate) fn getpid() -> i32 {
     unsafe { libc::getpid() }
 }
 
-/// Gives up the CPU to whatever else is ready to run on it (`sched_yield`).
-pub(crate) fn yield_cpu() {
-    // SAFETY: sched_yield takes no arguments, touches no memory and cannot fail on Linux.
-    unsafe { libc::sched_yield() };
-}
-
-/// Makes this process the leader of a new session (and process group).
-pub(crate) fn setsid() -> io::Result<()> {
-    // SAFETY: setsid takes no arguments and touches no memory.
-    check(unsafe { libc::setsid() }.into()).map(drop)
-}
-
-/// Makes this process adopt its orphaned descendants, so it can reap (and kill) all of them.
-pub(crate) fn set_child_subreaper() -> io::Result<()> {
-    // SAFETY: PR_SET_CHILD_SUBREAPER takes an integer and touches no memory.
-    check(unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) }.into()).map(drop)
-}
-
-/// Blocks SIGCHLD and returns a non-blocking signalfd that becomes readable when one is
-/// pending, so the shim can wait for children and pipes in one `poll`.
-pub(crate) fn sigchld_fd() -> io::Result<OwnedFd> {
-    let mut mask = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-    // SAFETY: sigemptyset initialises the set it is given; sigaddset then adds to it.
-    let mask = unsafe {
-        libc::sigemptyset(mask.as_mut_ptr());
-        libc::sigaddset(mask.as_mut_ptr(), libc::SIGCHLD);
-        mask.assume_init()
-    };
-    // SAFETY: `mask` is an initialised set; the old mask is not asked for.
-    check(unsafe { libc::sigprocmask(libc::SIG_BLOCK, &mask, std::ptr::null_mut()) }.into())?;
-    // SAFETY: `mask` is an initialised set; -1 asks for a new descriptor.
-    let fd =
-        check(unsafe { libc::signalfd(-1, &mask, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) }.into())?;
-    // SAFETY: the kernel just returned `fd` as a new descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-}
-
-/// Empties a signalfd made by [`sigchld_fd`].
-pub(crate) fn drain_signalfd(fd: &OwnedFd) {
-    let mut buf = [0u8; std::mem::size_of::<libc::signalfd_siginfo>() * 8];
-    while matches!(read(fd, &mut buf), Ok(n) if n > 0) {}
-}
-
 /// Closes every descriptor from 3 up: what the agent's process held without close-on-exec
 /// (a build tool's jobserver pipe, a service manager's sockets) is not the task's business.
 /// Needs Linux 5.9; on older kernels the descriptors stay open.
@@ -297,6 +238,31 @@ pub(crate) unsafe fn close_inherited_fds() {
     // SAFETY: close_range takes plain integers; the caller guarantees that no descriptor it
     // closes is owned by anything.
     unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
+}
+
+/// A sealed in-memory file holding `bytes`, executable, close-on-exec: it can be executed
+/// through `/proc/self/fd/<fd>` (here and in a child before its exec) and never changed.
+pub(crate) fn sealed_memory_file(name: &std::ffi::CStr, bytes: &[u8]) -> io::Result<OwnedFd> {
+    // `MFD_EXEC` (Linux 6.3): executable even where the default is not; older kernels refuse
+    // the flag, and their memory files are executable anyway.
+    const MFD_EXEC: libc::c_uint = 0x10;
+    let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
+    // SAFETY: `name` is NUL-terminated; the flags are plain integers.
+    let fd = match unsafe { libc::memfd_create(name.as_ptr(), flags | MFD_EXEC) } {
+        // SAFETY: as above.
+        -1 if io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) => unsafe {
+            libc::memfd_create(name.as_ptr(), flags)
+        },
+        fd => fd,
+    };
+    check(fd.into())?;
+    // SAFETY: the kernel just returned `fd` as a new descriptor that nothing else owns.
+    let file = fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    std::io::Write::write_all(&mut &file, bytes)?;
+    let seals = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
+    // SAFETY: F_ADD_SEALS takes an integer and touches no memory.
+    check(unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) }.into())?;
+    Ok(file.into())
 }
 
 /// Raises this process's soft limit on open descriptors to its hard limit; returns the new
@@ -311,281 +277,6 @@ pub(crate) fn raise_fd_limit() -> io::Result<u64> {
         check(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) }.into())?;
     }
     Ok(limit.rlim_cur)
-}
-
-/// A new pipe, both ends close-on-exec: `(read end, write end)`.
-pub(crate) fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [-1; 2];
-    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
-    check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }.into())?;
-    // SAFETY: the kernel just returned both descriptors as new ones that nothing else owns.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
-/// Turns a positive error number returned by a `posix_spawn*` call into an error.
-fn check_spawn(ret: libc::c_int) -> io::Result<()> {
-    if ret == 0 { Ok(()) } else { Err(io::Error::from_raw_os_error(ret)) }
-}
-
-/// Owns a `posix_spawnattr_t`.
-struct SpawnAttr(libc::posix_spawnattr_t);
-
-impl Drop for SpawnAttr {
-    fn drop(&mut self) {
-        // SAFETY: the attributes were initialised when this value was made.
-        unsafe { libc::posix_spawnattr_destroy(&mut self.0) };
-    }
-}
-
-/// Owns a `posix_spawn_file_actions_t`.
-struct FileActions(libc::posix_spawn_file_actions_t);
-
-impl Drop for FileActions {
-    fn drop(&mut self) {
-        // SAFETY: the actions were initialised when this value was made.
-        unsafe { libc::posix_spawn_file_actions_destroy(&mut self.0) };
-    }
-}
-
-/// Starts `program` with `argv` and `envp`, its stdin, stdout and stderr on `stdio`, in a new
-/// session (so its pid is also its process group and session id), with no blocked signals and
-/// SIGPIPE at its default action. Uses `posix_spawn` with `POSIX_SPAWN_SETSID` (glibc 2.26 or
-/// later): a vfork-style clone, much cheaper than fork and exec. The working directory is the
-/// caller's. Returns the pid once the program has been executed; a failed exec is the error.
-pub(crate) fn spawn_in_new_session(
-    program: &std::ffi::CStr,
-    argv: &[CString],
-    envp: &[CString],
-    stdio: [BorrowedFd<'_>; 3],
-) -> io::Result<i32> {
-    let mut attr = std::mem::MaybeUninit::<libc::posix_spawnattr_t>::uninit();
-    // SAFETY: posix_spawnattr_init initialises the attributes it is given.
-    check_spawn(unsafe { libc::posix_spawnattr_init(attr.as_mut_ptr()) })?;
-    // SAFETY: initialised just above; the guard destroys it exactly once.
-    let mut attr = SpawnAttr(unsafe { attr.assume_init() });
-    let mut empty = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-    let mut pipe_only = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-    // SAFETY: sigemptyset initialises each set; sigaddset adds to an initialised one.
-    let (empty, pipe_only) = unsafe {
-        libc::sigemptyset(empty.as_mut_ptr());
-        libc::sigemptyset(pipe_only.as_mut_ptr());
-        libc::sigaddset(pipe_only.as_mut_ptr(), libc::SIGPIPE);
-        (empty.assume_init(), pipe_only.assume_init())
-    };
-    let flags = libc::POSIX_SPAWN_SETSID
-        | libc::POSIX_SPAWN_SETSIGMASK as libc::c_short
-        | libc::POSIX_SPAWN_SETSIGDEF as libc::c_short;
-    // SAFETY: `attr` is initialised and the sets are valid for the calls.
-    unsafe {
-        check_spawn(libc::posix_spawnattr_setflags(&mut attr.0, flags))?;
-        check_spawn(libc::posix_spawnattr_setsigmask(&mut attr.0, &empty))?;
-        check_spawn(libc::posix_spawnattr_setsigdefault(&mut attr.0, &pipe_only))?;
-    }
-
-    let mut actions = std::mem::MaybeUninit::<libc::posix_spawn_file_actions_t>::uninit();
-    // SAFETY: posix_spawn_file_actions_init initialises the actions it is given.
-    check_spawn(unsafe { libc::posix_spawn_file_actions_init(actions.as_mut_ptr()) })?;
-    // SAFETY: initialised just above; the guard destroys it exactly once.
-    let mut actions = FileActions(unsafe { actions.assume_init() });
-    for (target, fd) in stdio.iter().enumerate() {
-        // SAFETY: `actions` is initialised; both descriptors are plain integers here, and
-        // `fd` stays open (borrowed) until posix_spawn has returned.
-        check_spawn(unsafe {
-            libc::posix_spawn_file_actions_adddup2(&mut actions.0, fd.as_raw_fd(), target as i32)
-        })?;
-    }
-
-    let pointers = |strings: &[CString]| -> Vec<*mut libc::c_char> {
-        strings
-            .iter()
-            .map(|s| s.as_ptr().cast_mut())
-            .chain(std::iter::once(std::ptr::null_mut()))
-            .collect()
-    };
-    let (argv, envp) = (pointers(argv), pointers(envp));
-    let mut pid: libc::pid_t = 0;
-    // SAFETY: every pointer is valid for the call: `program` and the strings behind `argv` and
-    // `envp` are NUL-terminated and outlive it, both arrays end with a null pointer, and the
-    // attributes and actions are initialised. posix_spawn does not write through argv or envp.
-    check_spawn(unsafe {
-        libc::posix_spawn(
-            &mut pid,
-            program.as_ptr(),
-            &actions.0,
-            &attr.0,
-            argv.as_ptr(),
-            envp.as_ptr(),
-        )
-    })?;
-    Ok(pid)
-}
-
-/// Where a contained start failed, for the start report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ChildFailure {
-    /// The new session or the standard descriptors.
-    Setup(i32),
-    /// A containment step.
-    Contain(wharf_isolate::Failure),
-    /// The program could not be executed.
-    Exec(i32),
-}
-
-/// What the child of [`spawn_contained`] reads: prepared by the parent, so the child only makes
-/// system calls. It lives on the parent's stack, which the parent does not touch until the
-/// child has executed the program or exited.
-struct ChildArgs<'a> {
-    program: *const libc::c_char,
-    argv: *const *const libc::c_char,
-    envp: *const *const libc::c_char,
-    stdio: [RawFd; 3],
-    confine: &'a wharf_isolate::Prepared,
-    /// Written by the child if it fails.
-    failure: std::cell::UnsafeCell<Option<ChildFailure>>,
-}
-
-/// The size of the child's stack: it makes a handful of system calls.
-const CHILD_STACK: usize = 64 * 1024;
-
-/// [`spawn_in_new_session`] with containment: the child takes `confine`'s steps (joining the
-/// task's cgroup, and whatever else a driver asks: its user, Landlock, namespaces) between its
-/// clone and its exec, so the program and everything it ever starts are contained from their
-/// first instruction. A PID namespace is made before the clone (`Prepared::before_fork`).
-///
-/// The child is a vfork-style clone (`CLONE_VM | CLONE_VFORK`, as `posix_spawn` makes it): it
-/// shares this process's memory and runs on a stack of its own while this process waits, until
-/// it has executed the program or exited. So it costs what `posix_spawn` costs, whatever this
-/// process's size, and it only makes system calls: nothing in it allocates or takes a lock.
-/// All signals are blocked around the clone, so no handler runs in the child on shared memory;
-/// the child unblocks them and puts SIGPIPE back to its default before the exec.
-pub(crate) fn spawn_contained(
-    program: &std::ffi::CStr,
-    argv: &[CString],
-    envp: &[CString],
-    stdio: [BorrowedFd<'_>; 3],
-    confine: &wharf_isolate::Prepared,
-) -> Result<i32, ChildFailure> {
-    confine.before_fork().map_err(|e| match e {
-        wharf_isolate::IsolateError::Sys { source, .. } => {
-            ChildFailure::Setup(source.raw_os_error().unwrap_or(0))
-        }
-        _ => ChildFailure::Setup(0),
-    })?;
-    let pointers = |strings: &[CString]| -> Vec<*const libc::c_char> {
-        strings.iter().map(|s| s.as_ptr()).chain(std::iter::once(std::ptr::null())).collect()
-    };
-    let (argv, envp) = (pointers(argv), pointers(envp));
-    let args = ChildArgs {
-        program: program.as_ptr(),
-        argv: argv.as_ptr(),
-        envp: envp.as_ptr(),
-        stdio: stdio.map(|fd| fd.as_raw_fd()),
-        confine,
-        failure: std::cell::UnsafeCell::new(None),
-    };
-    let mut stack = vec![0u8; CHILD_STACK];
-    // The stack grows down from its end, aligned as the ABI wants.
-    let top = (stack.as_mut_ptr() as usize + CHILD_STACK) & !15;
-
-    let mut all = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-    let mut old = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-    // SAFETY: sigfillset initialises the set; sigprocmask reads it and fills `old`.
-    let blocked = unsafe {
-        libc::sigfillset(all.as_mut_ptr());
-        libc::sigprocmask(libc::SIG_SETMASK, all.as_ptr(), old.as_mut_ptr())
-    };
-    if blocked != 0 {
-        return Err(ChildFailure::Setup(io::Error::last_os_error().raw_os_error().unwrap_or(0)));
-    }
-    // SAFETY: `child_main` only reads `args` and writes its `failure` cell, then executes the
-    // program or exits; with CLONE_VFORK this thread is suspended until then, so `args`,
-    // `argv`, `envp`, `stack` and everything `confine` holds outlive the child's use of them.
-    // The stack is ours, unused by anything else, and CHILD_STACK long.
-    let pid = unsafe {
-        libc::clone(
-            child_main,
-            top as *mut libc::c_void,
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-            std::ptr::from_ref(&args).cast_mut().cast(),
-        )
-    };
-    let clone_error = io::Error::last_os_error();
-    // SAFETY: `old` was filled by the sigprocmask above.
-    unsafe { libc::sigprocmask(libc::SIG_SETMASK, old.as_ptr(), std::ptr::null_mut()) };
-    drop(stack);
-    if pid < 0 {
-        return Err(ChildFailure::Setup(clone_error.raw_os_error().unwrap_or(0)));
-    }
-    // SAFETY: the child has executed the program or exited (CLONE_VFORK), so nothing writes
-    // the cell any more; a volatile read, since the write happened behind the compiler's back.
-    let failure = unsafe { std::ptr::read_volatile(args.failure.get()) };
-    match failure {
-        None => Ok(pid),
-        Some(failure) => {
-            if let Some(pid) = Pid::new(pid.into()) {
-                let _ = reap_blocking(pid);
-            }
-            Err(failure)
-        }
-    }
-}
-
-/// The child of [`spawn_contained`]. System calls only: it shares the parent's memory.
-extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
-    // SAFETY: `arg` is the `ChildArgs` the parent passed, alive while the parent waits.
-    let args = unsafe { &*(arg as *const ChildArgs<'_>) };
-    let errno = || {
-        // SAFETY: reading this thread's errno.
-        unsafe { *libc::__errno_location() }
-    };
-    let fail = |failure: ChildFailure| -> libc::c_int {
-        // SAFETY: the parent reads the cell only after this child has exited.
-        unsafe {
-            std::ptr::write_volatile(args.failure.get(), Some(failure));
-            libc::_exit(127)
-        }
-    };
-    // SAFETY: setsid takes no arguments.
-    if unsafe { libc::setsid() } < 0 {
-        return fail(ChildFailure::Setup(errno()));
-    }
-    for (target, fd) in args.stdio.iter().enumerate() {
-        // SAFETY: dup2 takes plain integers; the parent keeps `fd` open until we exec. A
-        // descriptor already in place keeps its close-on-exec flag through dup2, so clear it.
-        let ret = unsafe {
-            if *fd == target as RawFd {
-                libc::fcntl(*fd, libc::F_SETFD, 0)
-            } else {
-                libc::dup2(*fd, target as RawFd)
-            }
-        };
-        if ret < 0 {
-            return fail(ChildFailure::Setup(errno()));
-        }
-    }
-    if let Err(failure) = args.confine.apply() {
-        return fail(ChildFailure::Contain(failure));
-    }
-    let mut empty = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-    // SAFETY: resetting SIGPIPE in this child's own copy of the handler table (no
-    // CLONE_SIGHAND), then unblocking everything: sigemptyset initialises the set first.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-        libc::sigemptyset(empty.as_mut_ptr());
-        libc::sigprocmask(libc::SIG_SETMASK, empty.as_ptr(), std::ptr::null_mut());
-        libc::execve(args.program, args.argv, args.envp);
-    }
-    fail(ChildFailure::Exec(errno()))
-}
-
-/// The direct children of this (single-threaded) process.
-pub(crate) fn own_children() -> Vec<i32> {
-    let me = getpid();
-    match fs::read_to_string(format!("/proc/{me}/task/{me}/children")) {
-        Ok(text) => text.split_ascii_whitespace().filter_map(|p| p.parse().ok()).collect(),
-        // Kernels built without CONFIG_PROC_CHILDREN: ask every process for its parent.
-        Err(_) => all_pids().filter(|p| ProcStat::read(*p).is_some_and(|s| s.ppid == me)).collect(),
-    }
 }
 
 /// Registers a descriptor this crate owns with tokio's reactor, for read readiness. Fails

@@ -453,3 +453,41 @@ async fn garbage_handles_are_errors_not_panics() {
         }
     }
 }
+
+/// A field of `/proc/<pid>/smaps_rollup`, in KiB.
+fn smaps_kib(pid: i32, field: &str) -> u64 {
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap();
+    rollup
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in {rollup}"))
+}
+
+/// The static shim, once its task runs and its output has been copied, holds a few pages it
+/// wrote itself (stack, data, the output buffer), and its whole private memory, program text
+/// included (which shims running side by side share), stays small. The shim built with std
+/// held about 150 KiB it wrote and 540 KiB private in all.
+#[tokio::test]
+async fn a_running_shim_holds_a_few_pages_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let driver = driver();
+    let fifo = dir.path().join("ran");
+    mkfifo(&fifo);
+    let script = format!("echo up; echo > {}; exec sleep 600", fifo.display());
+    let config = shell(dir.path(), "t", &script);
+    let log = config.logs.dir.join("t.stdout.0");
+    let handle = driver.start_task(config).await.unwrap();
+    read_fifo(&fifo);
+    let copied = Instant::now();
+    while std::fs::read_to_string(&log).unwrap_or_default() != "up\n" {
+        assert!(copied.elapsed() < LIMIT, "the shim never copied the output");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let shim = pid_of(&handle, "shim_pid");
+    let written = smaps_kib(shim, "Anonymous:");
+    let private = smaps_kib(shim, "Private_Clean:") + smaps_kib(shim, "Private_Dirty:");
+    assert!(written <= 40, "the shim wrote {written} KiB");
+    assert!(private <= 96, "the shim holds {private} KiB of private memory");
+    driver.stop_task(handle.id(), Duration::from_secs(5), Signal::Kill).await.unwrap();
+    wait(&driver, &handle).await;
+}

@@ -3,51 +3,68 @@
 //! The current file is always `<stem>.0`; when it reaches the size limit it becomes
 //! `<stem>.1`, `.1` becomes `.2`, and so on, and the oldest beyond `max_files` is dropped (the
 //! renames replace it). A file never grows past the limit: a write that does not fit is split
-//! across the rotation. A new run of the same task appends to the current file.
+//! across the rotation. A new run of the same task appends to the current file. Files are
+//! opened without following a link, relative to the log directory's descriptor.
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use super::nolibc::sys::{self, Errno};
+use super::text::Line;
+use core::fmt::Write;
+
+/// A file name: the stem, a dot and an index.
+type Name = Line<320>;
 
 /// One stream's files.
 #[derive(Debug)]
 pub(crate) struct RotatingLog {
-    dir: PathBuf,
-    stem: String,
+    /// The log directory (a descriptor this value does not own).
+    dir: i32,
+    stem: Name,
     /// 0: never rotate.
     max_bytes: u64,
     max_files: u32,
-    file: File,
+    file: i32,
     size: u64,
 }
 
 impl RotatingLog {
-    /// Opens (creating or appending to) `<dir>/<stem>.0`.
+    /// Opens (creating or appending to) `<stem>.0` in the directory `dir`.
     pub(crate) fn open(
-        dir: &Path,
-        stem: String,
+        dir: i32,
+        stem: &[u8],
         max_bytes: u64,
         max_files: u32,
-    ) -> io::Result<RotatingLog> {
-        let path = dir.join(format!("{stem}.0"));
-        let file = OpenOptions::new().create(true).append(true).open(&path)?;
-        let size = file.metadata()?.len();
-        Ok(RotatingLog {
-            dir: dir.to_owned(),
-            stem,
+    ) -> Result<RotatingLog, Errno> {
+        let mut name = Name::new();
+        name.push(stem);
+        let mut log = RotatingLog {
+            dir,
+            stem: name,
             max_bytes,
             max_files: max_files.max(1),
-            file,
-            size,
-        })
+            file: -1,
+            size: 0,
+        };
+        log.file = log.open_current(sys::O_APPEND)?;
+        log.size = sys::seek_end(log.file)?;
+        Ok(log)
     }
 
-    fn path(&self, index: u32) -> PathBuf {
-        self.dir.join(format!("{}.{index}", self.stem))
+    fn name(&self, index: u32) -> Result<Name, Errno> {
+        let mut name = Name::new();
+        name.push(self.stem.bytes());
+        let _ = write!(name, ".{index}");
+        Ok(name)
+    }
+
+    fn open_current(&self, mode: i32) -> Result<i32, Errno> {
+        let mut name = self.name(0)?;
+        let name = name.c_str().ok_or(Errno(sys::EINVAL))?;
+        let flags = sys::O_WRONLY | sys::O_CREAT | sys::O_NOFOLLOW | sys::O_CLOEXEC | mode;
+        sys::openat(self.dir, name, flags, 0o644)
     }
 
     /// Appends `data`, rotating as often as the limit requires.
-    pub(crate) fn write(&mut self, mut data: &[u8]) -> io::Result<()> {
+    pub(crate) fn write(&mut self, mut data: &[u8]) -> Result<(), Errno> {
         while !data.is_empty() {
             if self.max_bytes > 0 && self.size >= self.max_bytes {
                 self.rotate()?;
@@ -57,36 +74,51 @@ impl RotatingLog {
             } else {
                 data.len().min(usize::try_from(self.max_bytes - self.size).unwrap_or(usize::MAX))
             };
-            self.file.write_all(&data[..room])?;
+            sys::write_all(self.file, &data[..room])?;
             self.size += room as u64;
             data = &data[room..];
         }
         Ok(())
     }
 
-    fn rotate(&mut self) -> io::Result<()> {
+    fn rotate(&mut self) -> Result<(), Errno> {
         // Oldest first, so each rename lands on a name already moved on (or dropped).
         for index in (0..self.max_files - 1).rev() {
-            match std::fs::rename(self.path(index), self.path(index + 1)) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            let (mut from, mut to) = (self.name(index)?, self.name(index + 1)?);
+            let (Some(from), Some(to)) = (from.c_str(), to.c_str()) else {
+                return Err(Errno(sys::EINVAL));
+            };
+            match sys::renameat(self.dir, from, to) {
+                Ok(()) | Err(Errno(sys::ENOENT)) => {}
                 Err(e) => return Err(e),
             }
         }
-        self.file =
-            OpenOptions::new().create(true).write(true).truncate(true).open(self.path(0))?;
+        let file = self.open_current(sys::O_TRUNC)?;
+        sys::close(core::mem::replace(&mut self.file, file));
         self.size = 0;
         Ok(())
+    }
+}
+
+impl Drop for RotatingLog {
+    fn drop(&mut self) {
+        sys::close(self.file);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsRawFd;
+    use std::path::Path;
 
     /// The files of stem `t` in `dir`, `.0` first, as text.
     fn files(dir: &Path) -> Vec<String> {
         (0..10).map_while(|i| std::fs::read_to_string(dir.join(format!("t.{i}"))).ok()).collect()
+    }
+
+    fn open(dir: &std::fs::File, max_bytes: u64, max_files: u32) -> RotatingLog {
+        RotatingLog::open(dir.as_raw_fd(), b"t", max_bytes, max_files).unwrap()
     }
 
     #[test]
@@ -107,8 +139,8 @@ mod tests {
         ];
         for (max_bytes, max_files, writes, expected) in cases {
             let dir = tempfile::tempdir().unwrap();
-            let mut log =
-                RotatingLog::open(dir.path(), "t".into(), *max_bytes, *max_files).unwrap();
+            let handle = std::fs::File::open(dir.path()).unwrap();
+            let mut log = open(&handle, *max_bytes, *max_files);
             for write in *writes {
                 log.write(write.as_bytes()).unwrap();
             }
@@ -119,11 +151,21 @@ mod tests {
     #[test]
     fn a_new_run_appends_to_the_current_file() {
         let dir = tempfile::tempdir().unwrap();
-        let mut first = RotatingLog::open(dir.path(), "t".into(), 8, 2).unwrap();
+        let handle = std::fs::File::open(dir.path()).unwrap();
+        let mut first = open(&handle, 8, 2);
         first.write(b"12345").unwrap();
         drop(first);
-        let mut second = RotatingLog::open(dir.path(), "t".into(), 8, 2).unwrap();
+        let mut second = open(&handle, 8, 2);
         second.write(b"6789").unwrap();
         assert_eq!(files(dir.path()), ["9", "12345678"]);
+    }
+
+    #[test]
+    fn a_link_in_place_of_the_log_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(dir.path().join("elsewhere"), dir.path().join("t.0")).unwrap();
+        let handle = std::fs::File::open(dir.path()).unwrap();
+        assert!(RotatingLog::open(handle.as_raw_fd(), b"t", 8, 2).is_err());
+        assert!(!dir.path().join("elsewhere").exists());
     }
 }

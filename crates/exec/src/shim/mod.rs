@@ -6,10 +6,12 @@
 //!    session (`setsid`), so nothing aimed at the agent's terminal or group reaches it, and
 //!    becomes a child subreaper, so every process the task leaves behind is re-parented to it
 //!    rather than to init;
-//! 2. starts the task with `posix_spawn` (a vfork-style clone: the shim is small, but fork and
-//!    exec still took it a few times longer) in a session and process group of its own (its
-//!    pid is both ids), in its working directory, with the shim's environment, which the
-//!    driver set to exactly the task's;
+//! 2. starts the task with a vfork-style clone (as `posix_spawn` does: it costs the same
+//!    whatever the shim's size) in a session and process group of its own (its pid is both
+//!    ids), in its working directory, with the shim's environment, which the driver set to
+//!    exactly the task's; the task's process takes its containment steps between its clone and
+//!    its exec (joining its cgroup; under the isolated driver also its user, Landlock,
+//!    namespaces);
 //! 3. writes one line on its stdout for the driver (the start report): the task's pid and start
 //!    time, or why it could not start; then it yields the CPU once, so that the driver it has
 //!    just woken runs first; only then does it create files (the log files and the run
@@ -23,32 +25,74 @@
 //!    directory) in the run directory, then exits.
 //!
 //! So the shim's exit means the whole task is gone and its exit record is on disk, whether or
-//! not the agent is alive to see it. The shim is single-threaded, has no async runtime and
-//! allocates almost nothing: about 0.5 MiB of private memory, most of it the binary's own
-//! pages, which shims running side by side share.
+//! not the agent is alive to see it. It writes its own diagnostics to `shim.log` in the run
+//! directory, made only when there is something to say; it never signals anything but its own
+//! children and the task's process group, pinned by a pidfd.
 //!
-//! It writes its own diagnostics (panics included) to `shim.log` in the run directory, made
-//! only when there is something to say; it never signals anything but its own children and
-//! the task's process group, pinned by a pidfd.
+//! ## Two builds of one shim
+//!
+//! The shim's code (modules `life`, `args`, `logs`, `text`) uses `core` alone, with system
+//! calls from [`wharf_isolate::nolibc`]: no allocator, no C library. The build script compiles
+//! it into a static program of its own (`static_main.rs`: no dynamic loader, no relocations,
+//! no C start-up), which this crate carries ([`STATIC_SHIM`]) and the raw_exec driver starts
+//! by default from a sealed in-memory file: a start then costs two program starts that load
+//! nothing, and a running shim holds a few pages of its own. That build joins the task's
+//! cgroup and takes no other containment step.
+//!
+//! The same code also runs inside a std program: the `wharf-shim` binary of this crate, and
+//! any program that embeds the shim through [`run_if_invoked`]. That build applies every
+//! containment step of [`wharf_isolate::Prepared`], so the isolated `exec` driver starts it
+//! (by default `wharf-shim` beside the current executable).
 
+// With no allocator, an error's text is a fixed buffer on the stack.
+#[allow(clippy::result_large_err)]
+mod args;
+#[allow(clippy::result_large_err)]
+mod life;
 mod logs;
+mod text;
 
-use crate::protocol::{self, EXIT_FILE, SHIM_LOG, ShimArgs, Stage, StartReport};
-use crate::sys::{self, Pid, ProcStat, WaitStatus};
-use std::ffi::CString;
-use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+pub(crate) use args::SHIM_PROTOCOL;
+#[cfg(test)]
+pub(crate) use life::exit_record;
+pub(crate) use life::{EXIT_RECORD_VERSION, Stage};
+
+use crate::sys;
+use args::Args;
+use life::{Confine, ConfineFailure};
+use std::ffi::{CString, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::sync::OnceLock;
+use text::{Argv, Lossy};
+use wharf_isolate::{Containment, Failure, Prepared, nolibc};
 
-use logs::RotatingLog;
+/// The static shim (see the module docs), built by this crate's build script; empty on an
+/// architecture it is not built for.
+pub const STATIC_SHIM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/wharf-shim"));
 
-/// After the task's main process exits, how long the shim waits for the rest of its processes
-/// to die and its pipes to close before it records the exit anyway.
-const CLEANUP_LIMIT: Duration = Duration::from_secs(5);
+/// A path that executes [`STATIC_SHIM`] in this process and its children: a sealed in-memory
+/// file, made once per process, named through `/proc/self/fd`. `None` where that cannot be
+/// had (no static build for this architecture, memory files refused execution).
+pub(crate) fn static_shim() -> Option<PathBuf> {
+    static SHIM: OnceLock<Option<PathBuf>> = OnceLock::new();
+    SHIM.get_or_init(|| {
+        if STATIC_SHIM.is_empty() {
+            return None;
+        }
+        match sys::sealed_memory_file(c"wharf-shim", STATIC_SHIM) {
+            // The descriptor stays open for the life of the process: every shim started from
+            // it shares its pages.
+            Ok(fd) => Some(PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::IntoRawFd::into_raw_fd(fd)))),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot hold the static shim in memory; using the wharf-shim program");
+                None
+            }
+        }
+    })
+    .clone()
+}
 
 /// Runs the shim and exits, if this process was started as one; returns at once otherwise.
 ///
@@ -57,8 +101,10 @@ const CLEANUP_LIMIT: Duration = Duration::from_secs(5);
 /// `main`, and make the program its own shim with
 /// `RawExecDriver::with_shim(std::env::current_exe()?)` (or
 /// [`RawExecOptions::shim_path`](crate::RawExecOptions::shim_path)). The driver starts a shim
-/// with a first argument that names the shim protocol, `wharf-shim-1`; with any other
-/// command line this returns at once and the program goes on as usual.
+/// with a first argument that names the shim protocol, `wharf-shim-2`; with any other
+/// command line this returns at once and the program goes on as usual. (The raw_exec driver
+/// needs none of this by default: it carries a static shim of its own. The isolated `exec`
+/// driver does, since that static shim takes no containment step beyond the cgroup.)
 ///
 /// Started as the shim, the process must have one thread: the shim closes every descriptor it
 /// inherited beyond stdin, stdout and stderr, and another thread (an async runtime's, for one)
@@ -77,8 +123,7 @@ const CLEANUP_LIMIT: Duration = Duration::from_secs(5);
 /// }
 /// ```
 pub fn run_if_invoked() {
-    if std::env::args_os().nth(1).as_deref() != Some(std::ffi::OsStr::new(protocol::SHIM_PROTOCOL))
-    {
+    if std::env::args_os().nth(1).as_deref() != Some(std::ffi::OsStr::new(SHIM_PROTOCOL)) {
         return;
     }
     let code = match std::fs::read_dir("/proc/self/task").map(Iterator::count) {
@@ -89,20 +134,23 @@ pub fn run_if_invoked() {
         threads => {
             let threads =
                 threads.map_or_else(|e| format!("an unknown number ({e}) of"), |n| n.to_string());
-            let message = format!(
-                "the program embedding the shim had {threads} threads when started as the shim; \
-                 call wharf_exec::shim::run_if_invoked() first in main, before any thread or \
-                 async runtime starts"
+            life::report_failure(
+                Stage::Setup,
+                0,
+                format_args!(
+                    "the program embedding the shim had {threads} threads when started as the \
+                     shim; call wharf_exec::shim::run_if_invoked() first in main, before any \
+                     thread or async runtime starts"
+                ),
             );
-            let _ = report(&StartReport::Failed { stage: Stage::Setup, errno: 0, message });
             2
         }
     };
     std::process::exit(i32::from(code))
 }
 
-/// The shim's entry point: the `wharf-shim` binary's `main` calls it and nothing else. A
-/// program that embeds the shim calls [`run_if_invoked`] instead.
+/// The shim's entry point in a std program: the `wharf-shim` binary's `main` calls it and
+/// nothing else. A program that embeds the shim calls [`run_if_invoked`] instead.
 ///
 /// # Safety
 ///
@@ -114,7 +162,7 @@ pub unsafe fn main() -> ExitCode {
     ExitCode::from(unsafe { run() })
 }
 
-/// The shim's whole life; returns its exit status.
+/// The shim's whole life in a std program; returns its exit status.
 ///
 /// # Safety
 ///
@@ -122,323 +170,132 @@ pub unsafe fn main() -> ExitCode {
 unsafe fn run() -> u8 {
     // SAFETY: the caller runs this first in `main`, so nothing owns a descriptor above 2.
     unsafe { sys::close_inherited_fds() };
-    let args = match ShimArgs::parse(std::env::args_os().skip(1)) {
+    let strings: Vec<CString> = std::env::args_os()
+        .skip(1)
+        .chain(std::iter::once(OsString::new()))
+        .map(|arg| CString::new(arg.into_vec()).unwrap_or_default())
+        .collect();
+    let environment: Vec<CString> = std::env::vars_os()
+        .map(|(name, value)| {
+            let mut entry = name.into_vec();
+            entry.push(b'=');
+            entry.extend_from_slice(value.as_bytes());
+            CString::new(entry).unwrap_or_default()
+        })
+        .collect();
+    let pointers = |strings: &[CString]| -> Vec<*const u8> {
+        strings.iter().map(|s| s.as_ptr().cast()).chain(std::iter::once(std::ptr::null())).collect()
+    };
+    // The extra empty argument above only reserves the array's last slot: drop it.
+    let mut argv_pointers = pointers(&strings);
+    argv_pointers.truncate(strings.len() - 1);
+    argv_pointers.push(std::ptr::null());
+    let envp = pointers(&environment);
+    // SAFETY: both arrays are null-terminated and live, with their strings, until the process
+    // exits (this function's caller never returns to anything else).
+    let argv = unsafe { Argv::new(argv_pointers.as_ptr()) };
+    let args = match Args::parse(&argv) {
         Ok(args) => args,
         Err(message) => {
-            let _ = report(&StartReport::Failed { stage: Stage::Setup, errno: 0, message });
+            life::report_failure(Stage::Setup, 0, format_args!("{}", Lossy(message.bytes())));
             return 2;
         }
     };
-    let mut diag = Diag::new(&args.run_dir);
-    let panic_log = diag.path.clone();
+    let run_dir = PathBuf::from(std::ffi::OsStr::from_bytes(args.run_dir.to_bytes()));
     std::panic::set_hook(Box::new(move |info| {
-        Diag { path: panic_log.clone(), file: None }.note(&format!("panicked: {info}"));
+        let run_dir = CString::new(run_dir.as_os_str().as_bytes()).unwrap_or_default();
+        life::Diag { run_dir: &run_dir, fd: -1 }.note(format_args!("panicked: {info}"));
     }));
-    match supervise(&args, &mut diag) {
-        Ok(()) => 0,
+    // Joining cgroups needs nothing of std; the other steps are wharf-isolate's.
+    if let Ok(cgroups) = life::JoinCgroups::new(&argv, args.containment.clone()) {
+        // SAFETY: this thread is the only one and runs nothing else; `argv` holds `args`.
+        return unsafe { life::run(&args, &argv, envp.as_ptr(), &cgroups) };
+    }
+    let mut containment_args = args
+        .containment
+        .clone()
+        .filter_map(|index| argv.get(index))
+        .map(|arg| OsString::from_vec(arg.to_bytes().to_vec()))
+        .chain(std::iter::once(OsString::from("end")));
+    let confine = match Containment::parse_args(&mut containment_args).map(|c| {
+        let prepared = c.prepare();
+        (c, prepared)
+    }) {
+        Ok((containment, Ok(prepared))) => StdConfine { containment, prepared },
+        Ok((_, Err(e))) => {
+            life::report_failure(Stage::Confine, 0, format_args!("{e}"));
+            return 1;
+        }
         Err(message) => {
-            diag.note(&message);
-            1
-        }
-    }
-}
-
-/// Writes the start report to the driver; false if the driver has closed its end (it gave up
-/// on the start, or died). SIGPIPE is ignored by Rust's runtime, so that is an error here.
-fn report(report: &StartReport) -> bool {
-    let mut out = io::stdout().lock();
-    out.write_all(report.line().as_bytes()).and_then(|()| out.flush()).is_ok()
-}
-
-/// Diagnostics for people, appended to `shim.log`, which is made only when there is something
-/// to say (a start costs one file fewer); lost if it cannot be opened.
-struct Diag {
-    path: PathBuf,
-    file: Option<File>,
-}
-
-impl Diag {
-    fn new(run_dir: &Path) -> Diag {
-        Diag { path: run_dir.join(SHIM_LOG), file: None }
-    }
-
-    fn note(&mut self, message: &str) {
-        if self.file.is_none() {
-            let open = || OpenOptions::new().create(true).append(true).open(&self.path);
-            self.file = open()
-                .or_else(|e| match self.path.parent() {
-                    // Notes can come before the run directory is made.
-                    Some(dir) if e.kind() == io::ErrorKind::NotFound => {
-                        std::fs::create_dir_all(dir).and_then(|()| open())
-                    }
-                    _ => Err(e),
-                })
-                .ok();
-        }
-        if let Some(file) = &mut self.file {
-            let _ = writeln!(file, "wharf-shim[{}]: {message}", sys::getpid());
-        }
-    }
-}
-
-fn failed(stage: Stage, error: &io::Error, what: &str) -> StartReport {
-    StartReport::Failed {
-        stage,
-        errno: error.raw_os_error().unwrap_or(0),
-        message: format!("{what}: {error}"),
-    }
-}
-
-fn supervise(args: &ShimArgs, diag: &mut Diag) -> Result<(), String> {
-    let setup = sys::setsid()
-        .map_err(|e| failed(Stage::Setup, &e, "setsid"))
-        .and_then(|()| sys::set_child_subreaper().map_err(|e| failed(Stage::Setup, &e, "prctl")))
-        .and_then(|()| sys::sigchld_fd().map_err(|e| failed(Stage::Setup, &e, "signalfd")));
-    let sigchld = match setup {
-        Ok(fd) => fd,
-        Err(failure) => {
-            let _ = report(&failure);
-            return Err(failure.line());
+            life::report_failure(Stage::Setup, 0, format_args!("{message}"));
+            return 2;
         }
     };
-    let (pid, pipes) = match spawn_task(args) {
-        Ok(spawned) => spawned,
-        Err(failure) => {
-            let _ = report(&failure);
-            return Err(failure.line());
-        }
-    };
-    // The task is our unreaped child, so this pidfd is certainly its. It pins the process
-    // group's id for the final kill.
-    let pidfd = Pid::new(pid.into()).and_then(|p| sys::pidfd_open(p).ok());
-    let start_ticks = ProcStat::read(pid).map_or(0, |s| s.start_ticks);
-    let mut supervisor = Supervisor { pid, pidfd, sigchld, pipes, logs: [None, None], diag };
-    if !report(&StartReport::Started { pid, start_ticks }) {
-        // No handle for this task will ever exist, so nobody could stop it: it goes now. The
-        // loop below still reaps it and everything it started.
-        supervisor.diag.note("the driver went away before hearing of the start; killing the task");
-        supervisor.kill_leftovers();
-    }
-    // The driver, woken by the report, is waiting for a CPU. With the task starting on one
-    // core and this shim creating files on the other, it would wait for both: about 1 ms on a
-    // two-core machine, more than the whole start. Stepping aside once lets it run first.
-    sys::yield_cpu();
-
-    // Creating files is the slowest part of a start on a busy file system, and nothing below
-    // is needed before the task has run a while: it is done after the report, off the start's
-    // path. The task's first output waits in its pipes meanwhile. A log file that cannot be
-    // opened is noted, and its output dropped, as when a disk fills up later.
-    let name = args.log_name.to_string_lossy();
-    let logs = ["stdout", "stderr"].map(|stream| {
-        let stem = format!("{name}.{stream}");
-        RotatingLog::open(&args.log_dir, stem, args.max_file_bytes, args.max_files)
-            .map_err(|e| {
-                let path = args.log_dir.join(format!("{name}.{stream}.0"));
-                supervisor
-                    .diag
-                    .note(&format!("cannot open {}, dropping the output: {e}", path.display()));
-            })
-            .ok()
-    });
-    supervisor.logs = logs;
-    // A record left by an earlier start of the same run must not pass for this one's.
-    if let Err(e) = std::fs::create_dir_all(&args.run_dir) {
-        supervisor.diag.note(&format!("cannot create {}: {e}", args.run_dir.display()));
-    }
-    match std::fs::remove_file(args.run_dir.join(EXIT_FILE)) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => {
-            supervisor.diag.note(&format!("cannot remove an old exit record: {e}"));
-        }
-        _ => {}
-    }
-
-    let status = supervisor.run()?;
-    record_exit(&args.run_dir, status).map_err(|e| format!("cannot record the exit status: {e}"))
+    // SAFETY: this thread is the only one and runs nothing else; `argv` holds `args`.
+    unsafe { life::run(&args, &argv, envp.as_ptr(), &confine) }
 }
 
-/// Starts the task: in the working directory (the shim moves there itself, so the task
-/// inherits it), with the shim's environment, its output on two new pipes. Returns its pid and
-/// the pipes' read ends.
-fn spawn_task(args: &ShimArgs) -> Result<(i32, [Option<OwnedFd>; 2]), StartReport> {
-    let setup = |e: io::Error, what: &str| failed(Stage::Setup, &e, what);
-    let cstring = |s: &std::ffi::OsStr| {
-        CString::new(s.as_bytes())
-            .map_err(|_| failed(Stage::Setup, &io::ErrorKind::InvalidInput.into(), "a NUL byte"))
-    };
-    let program = cstring(args.program.as_os_str())?;
-    let argv = std::iter::once(args.arg0.as_os_str())
-        .chain(args.args.iter().map(|a| a.as_os_str()))
-        .map(cstring)
-        .collect::<Result<Vec<_>, _>>()?;
-    let envp = std::env::vars_os()
-        .map(|(name, value)| {
-            let mut entry = name;
-            entry.push("=");
-            entry.push(value);
-            cstring(&entry)
+/// Every containment step, by wharf-isolate's [`Prepared`].
+struct StdConfine {
+    containment: Containment,
+    prepared: Prepared,
+}
+
+impl Confine for StdConfine {
+    fn before_clone(&self) -> Result<(), nolibc::sys::Errno> {
+        self.prepared.before_fork().map_err(|e| match e {
+            wharf_isolate::IsolateError::Sys { source, .. } => {
+                nolibc::sys::Errno(source.raw_os_error().unwrap_or(0))
+            }
+            _ => nolibc::sys::Errno(0),
         })
-        .collect::<Result<Vec<_>, _>>()?;
-    std::env::set_current_dir(&args.work_dir).map_err(|e| {
-        failed(Stage::WorkDir, &e, &format!("cannot enter {}", args.work_dir.display()))
-    })?;
-    let null = File::open("/dev/null").map_err(|e| setup(e, "/dev/null"))?;
-    let (out_read, out_write) = sys::pipe().map_err(|e| setup(e, "pipe"))?;
-    let (err_read, err_write) = sys::pipe().map_err(|e| setup(e, "pipe"))?;
-    let stdio = [null.as_fd(), out_write.as_fd(), err_write.as_fd()];
-    let cannot_run =
-        |e: &io::Error| failed(Stage::Spawn, e, &format!("cannot run {}", args.program.display()));
-    let pid = if args.containment.is_empty() {
-        sys::spawn_in_new_session(&program, &argv, &envp, stdio).map_err(|e| cannot_run(&e))?
-    } else {
-        // Containment steps need a child of our own between its clone and its exec.
-        let contain = |errno: i32, message: String| StartReport::Failed {
-            stage: Stage::Confine,
-            errno,
-            message,
+    }
+
+    fn apply(&self) -> Result<(), ConfineFailure> {
+        self.prepared
+            .apply()
+            .map_err(|failure| ConfineFailure { code: failure.encode(), errno: failure.errno })
+    }
+
+    fn describe(&self, failure: ConfineFailure, out: &mut dyn std::fmt::Write) {
+        let _ = match Failure::decode(&failure.code) {
+            Some(failure) => out.write_str(&failure.describe(&self.containment)),
+            None => out.write_str("a containment step failed"),
         };
-        let prepared = args.containment.prepare().map_err(|e| contain(0, e.to_string()))?;
-        sys::spawn_contained(&program, &argv, &envp, stdio, &prepared).map_err(|failure| {
-            match failure {
-                sys::ChildFailure::Setup(errno) => {
-                    setup(io::Error::from_raw_os_error(errno), "setsid, dup2 or namespaces")
-                }
-                sys::ChildFailure::Contain(failure) => {
-                    contain(failure.errno, failure.describe(&args.containment))
-                }
-                sys::ChildFailure::Exec(errno) => cannot_run(&io::Error::from_raw_os_error(errno)),
-            }
-        })?
-    };
-    Ok((pid, [Some(out_read), Some(err_read)]))
-}
-
-/// The loop that copies output and reaps children.
-struct Supervisor<'d> {
-    pid: i32,
-    pidfd: Option<OwnedFd>,
-    sigchld: OwnedFd,
-    pipes: [Option<OwnedFd>; 2],
-    /// `None` for a stream whose file could not be opened: its output is dropped.
-    logs: [Option<RotatingLog>; 2],
-    diag: &'d mut Diag,
-}
-
-impl Supervisor<'_> {
-    /// Runs until the task and everything it started are gone; returns how the main process
-    /// ended.
-    fn run(mut self) -> Result<WaitStatus, String> {
-        let mut buf = [0u8; 16 * 1024];
-        let mut main_exit: Option<(WaitStatus, Instant)> = None;
-        let mut children_left = true;
-        let mut log_failed = [false; 2];
-        loop {
-            let pipes_open = self.pipes.iter().any(Option::is_some);
-            let timeout_ms = match main_exit {
-                None => -1,
-                Some((status, _)) if !children_left && !pipes_open => return Ok(status),
-                Some((status, exited)) => {
-                    #[allow(clippy::disallowed_methods)] // The shim has no tokio; a bounded wait.
-                    let left = CLEANUP_LIMIT.saturating_sub(Instant::now() - exited);
-                    if left.is_zero() {
-                        self.diag.note(&format!(
-                            "gave up after {CLEANUP_LIMIT:?}: children left: {children_left}, \
-                             output still open: {pipes_open}"
-                        ));
-                        return Ok(status);
-                    }
-                    i32::try_from(left.as_millis() + 1).unwrap_or(i32::MAX)
-                }
-            };
-            let fd = |pipe: &Option<OwnedFd>| pipe.as_ref().map_or(-1, AsRawFd::as_raw_fd);
-            let mut fds = [
-                libc::pollfd { fd: self.sigchld.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-                libc::pollfd { fd: fd(&self.pipes[0]), events: libc::POLLIN, revents: 0 },
-                libc::pollfd { fd: fd(&self.pipes[1]), events: libc::POLLIN, revents: 0 },
-            ];
-            sys::poll(&mut fds, timeout_ms).map_err(|e| format!("poll: {e}"))?;
-
-            for stream in 0..2 {
-                if fds[stream + 1].revents == 0 {
-                    continue;
-                }
-                let Some(pipe) = &self.pipes[stream] else { continue };
-                match sys::read(pipe, &mut buf) {
-                    Ok(0) => self.pipes[stream] = None,
-                    Ok(n) => {
-                        // A full disk must not stop the copying: the task would block on its
-                        // pipe. Say so once and drop the output.
-                        let Some(log) = &mut self.logs[stream] else { continue };
-                        if let Err(e) = log.write(&buf[..n])
-                            && !std::mem::replace(&mut log_failed[stream], true)
-                        {
-                            self.diag.note(&format!("cannot write the log, dropping output: {e}"));
-                        }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) => {
-                        self.diag.note(&format!("cannot read the task's output: {e}"));
-                        self.pipes[stream] = None;
-                    }
-                }
-            }
-
-            if fds[0].revents != 0 {
-                sys::drain_signalfd(&self.sigchld);
-                loop {
-                    match sys::try_reap_any() {
-                        Ok(Some((pid, status))) if pid == self.pid => {
-                            #[allow(clippy::disallowed_methods)] // No tokio here.
-                            let now = Instant::now();
-                            main_exit = Some((status, now));
-                        }
-                        Ok(Some(_)) => {}
-                        Ok(None) => break,
-                        Err(e) => {
-                            if e.raw_os_error() != Some(libc::ECHILD) {
-                                self.diag.note(&format!("waitpid: {e}"));
-                            }
-                            children_left = false;
-                            break;
-                        }
-                    }
-                }
-                if main_exit.is_some() && children_left {
-                    self.kill_leftovers();
-                }
-            }
-        }
-    }
-
-    /// SIGKILL to the task's process group and to every child of the shim (descendants that
-    /// left the group were re-parented here). Children cannot be reused pids: they are ours and
-    /// unreaped.
-    fn kill_leftovers(&mut self) {
-        if let Some(group) = Pid::new(self.pid.into()) {
-            let killed = match &self.pidfd {
-                Some(pidfd) => sys::pidfd_kill_group(pidfd, group, libc::SIGKILL),
-                None => sys::kill_group(group, libc::SIGKILL),
-            };
-            if let Err(e) = killed
-                && e.raw_os_error() != Some(libc::ESRCH)
-            {
-                self.diag.note(&format!("cannot kill process group {group}: {e}"));
-            }
-        }
-        for child in sys::own_children() {
-            if let Some(child) = Pid::new(child.into()) {
-                let _ = sys::kill(child, libc::SIGKILL);
-            }
-        }
     }
 }
 
-/// Writes the exit record so that it is either absent or complete, even across a power cut.
-fn record_exit(run_dir: &Path, status: WaitStatus) -> io::Result<()> {
-    let temp = run_dir.join(format!("{EXIT_FILE}.tmp"));
-    let mut file = File::create(&temp)?;
-    file.write_all(protocol::exit_record(status).as_bytes())?;
-    file.sync_all()?;
-    drop(file);
-    std::fs::rename(&temp, run_dir.join(EXIT_FILE))?;
-    File::open(run_dir)?.sync_all()
+#[cfg(test)]
+pub(crate) mod tests {
+    pub(crate) use super::args::tests::OwnedArgv;
+    use super::*;
+
+    /// Reads a command line as the shim does; the error as text.
+    pub(crate) fn parse<'a>(argv: &Argv<'a>) -> Result<Args<'a>, String> {
+        Args::parse(argv).map_err(|e| String::from_utf8_lossy(e.bytes()).into_owned())
+    }
+
+    #[test]
+    fn the_static_shim_is_built_for_this_machine() {
+        assert!(STATIC_SHIM.starts_with(b"\x7fELF"), "{} bytes", STATIC_SHIM.len());
+        let path = static_shim().expect("an in-memory static shim");
+        assert!(crate::sys::executable(&path), "{}", path.display());
+    }
+
+    #[test]
+    fn both_sides_name_the_run_files_alike() {
+        assert_eq!(life::EXIT_FILE.to_str(), Ok(crate::protocol::EXIT_FILE));
+        assert_eq!(life::SHIM_LOG.to_str(), Ok(crate::protocol::SHIM_LOG));
+    }
+
+    #[test]
+    fn the_static_shim_takes_cgroups_and_nothing_else() {
+        let owned =
+            OwnedArgv::new(&["cgroup=/a/cgroup.procs".into(), "cgroup=/b/cgroup.procs".into()]);
+        let argv = owned.argv();
+        assert!(life::JoinCgroups::new(&argv, 0..2).is_ok());
+        let owned = OwnedArgv::new(&["cgroup=/a/cgroup.procs".into(), "pid-ns".into()]);
+        let argv = owned.argv();
+        assert_eq!(life::JoinCgroups::new(&argv, 0..2).unwrap_err(), c"pid-ns");
+    }
 }

@@ -14,10 +14,12 @@ use wharf_exec::RawExecDriver;
 /// Every wait in these tests gives up after this long.
 pub const LIMIT: Duration = Duration::from_secs(20);
 
+/// The shim built with std, which the isolated `exec` driver starts.
 pub const SHIM: &str = env!("CARGO_BIN_EXE_wharf-shim");
 
+/// A raw_exec driver as a user gets it: with the static shim the crate carries.
 pub fn driver() -> RawExecDriver {
-    RawExecDriver::with_shim(SHIM)
+    RawExecDriver::new(wharf_exec::RawExecOptions::default())
 }
 
 /// A task directory (with `logs/`) under `root`.

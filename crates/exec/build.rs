@@ -1,0 +1,72 @@
+//! Builds the static shim (`src/shim/static_main.rs`): the shim's code as a program with no C
+//! library, no start files and `panic=abort`, which cargo cannot build as a binary of this
+//! package (its profile would give it std's unwinding). It is compiled here with `rustc`
+//! directly, as one crate with no dependencies (the system calls are wharf-isolate's `nolibc`
+//! module, whose source the `DEP_WHARF_ISOLATE_NOLIBC` variable names), into
+//! `$OUT_DIR/wharf-shim`, which the library carries as `shim::STATIC_SHIM`. On another
+//! architecture than x86_64 or aarch64 that file is empty and the driver uses the
+//! `wharf-shim` program instead.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The shim's modules, beside `static_main.rs`.
+const MODULES: [&str; 4] = ["args", "life", "logs", "text"];
+
+fn main() {
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let shim = out.join("wharf-shim");
+    let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
+    let source = manifest.join("src/shim");
+    let nolibc = PathBuf::from(
+        std::env::var_os("DEP_WHARF_ISOLATE_NOLIBC")
+            .expect("wharf-isolate names its nolibc module"),
+    );
+    println!("cargo::rerun-if-changed=build.rs");
+    println!("cargo::rerun-if-changed={}", source.display());
+    println!("cargo::rerun-if-changed={}", nolibc.parent().unwrap_or(&nolibc).display());
+
+    let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
+    if !matches!(arch.as_str(), "x86_64" | "aarch64") {
+        std::fs::write(&shim, b"").expect("cannot write the empty static shim");
+        return;
+    }
+    let mut modules = String::new();
+    for module in MODULES {
+        modules += &path_module(&source.join(format!("{module}.rs")), module);
+    }
+    modules += &path_module(&nolibc, "nolibc");
+    std::fs::write(out.join("modules.rs"), modules).expect("cannot write modules.rs");
+
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let target = std::env::var("TARGET").expect("cargo sets TARGET");
+    #[allow(clippy::disallowed_methods)] // A build step: rustc, not a task.
+    let mut command = Command::new(rustc);
+    command
+        .env("WHARF_SHIM_OUT_DIR", &out)
+        .args(["--edition", "2024", "--crate-type", "bin", "--crate-name", "wharf_shim"])
+        .args(["--target", &target, "-A", "warnings"])
+        // No unwinding without std; nothing to relocate at start (not position-independent);
+        // no symbols to load.
+        .args(["-C", "panic=abort", "-C", "relocation-model=static", "-C", "opt-level=2"])
+        .args(["-C", "debuginfo=0", "-C", "strip=symbols", "-C", "codegen-units=1"])
+        // The program starts at its own `_start` and links nothing of the C library.
+        .args(["-C", "link-arg=-nostartfiles", "-C", "link-arg=-nostdlib"])
+        .args(["-C", "link-arg=-static", "-C", "link-arg=-no-pie"])
+        .arg("-o")
+        .arg(&shim)
+        .arg(source.join("static_main.rs"));
+    let output = command.output().expect("cannot run rustc for the static shim");
+    if !output.status.success() {
+        panic!(
+            "building the static shim failed ({}):\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
+/// `#[path = "<path>"] mod <name>;`
+fn path_module(path: &Path, name: &str) -> String {
+    format!("#[path = {:?}]\nmod {name};\n", path.display().to_string())
+}
