@@ -61,6 +61,7 @@
 pub mod capacity;
 pub mod clock;
 mod config;
+mod deadline;
 mod error;
 pub mod executor;
 pub mod instance;

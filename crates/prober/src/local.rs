@@ -3,9 +3,12 @@
 //! The loopback instance set's workers are this host, so their commands run here. This is the
 //! one place in the crate that starts processes. Each command runs in its own process group;
 //! at its deadline the whole group is killed, so a hung command (and anything it started that
-//! holds its output open) cannot outlive the deadline.
+//! holds its output open) cannot outlive the deadline. It also runs under `timeout` (see
+//! [`under_deadline`]), so it ends at its deadline even if this process is killed first: a
+//! start that a killed fleet left in flight is over by the time its successor judges it.
 
 use crate::ProberError;
+use crate::deadline::under_deadline;
 use crate::executor::{Executor, MAX_OUTPUT, Output};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -68,7 +71,7 @@ impl Executor for LocalExecutor {
         let mut builder = tokio::process::Command::new("sh");
         builder
             .arg("-c")
-            .arg(command)
+            .arg(under_deadline(command, deadline))
             .envs(&self.env)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -79,7 +82,9 @@ impl Executor for LocalExecutor {
             builder.current_dir(dir);
         }
         let mut child = builder.spawn().map_err(|e| exec_error(format!("cannot start sh: {e}")))?;
-        let pid = child.id();
+        // The group leader is sh (then `timeout`); its group holds whatever it started. Killed
+        // at the deadline, and if the call is dropped before the command ends.
+        let group = child.id().and_then(|p| i32::try_from(p).ok()).map(ProcessGroup);
         let (Some(mut input), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
@@ -102,23 +107,29 @@ impl Executor for LocalExecutor {
             })
         };
         match tokio::time::timeout(deadline, run).await {
-            Ok(Ok(output)) => Ok(output),
-            Ok(Err(e)) => Err(exec_error(format!("running {command:?}: {e}"))),
-            Err(_) => {
-                if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
-                    // The group leader is sh; its group holds whatever it started.
-                    let _ = nix::sys::signal::killpg(
-                        nix::unistd::Pid::from_raw(pid),
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
-                }
-                Err(ProberError::Timeout {
-                    worker: self.name.clone(),
-                    what: format!("command {command:?}"),
-                    deadline,
-                })
+            Ok(result) => {
+                // It ended: what it left running in its group (a daemon it started) is its own.
+                std::mem::forget(group);
+                result.map_err(|e| exec_error(format!("running {command:?}: {e}")))
             }
+            Err(_) => Err(ProberError::Timeout {
+                worker: self.name.clone(),
+                what: format!("command {command:?}"),
+                deadline,
+            }),
         }
+    }
+}
+
+/// A command's process group, killed when dropped.
+struct ProcessGroup(i32);
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(self.0),
+            nix::sys::signal::Signal::SIGKILL,
+        );
     }
 }
 
@@ -166,6 +177,58 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "command \"sleep 600 & wait\" on worker local did not finish within 300ms"
+        );
+    }
+
+    /// A call dropped before its command ends (its caller gave up) kills the command's group,
+    /// and a command that ends leaves what it started in the background alone.
+    #[test]
+    #[allow(clippy::disallowed_methods)] // Real processes on the real clock, polled within a bound.
+    fn a_dropped_call_kills_its_command_and_an_ended_one_leaves_its_daemons() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let exec = LocalExecutor::new("local").with_dir(dir.path());
+        let alive =
+            |pid: i32| nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok();
+        let pid_in = |name: &str| -> Option<i32> {
+            std::fs::read_to_string(dir.path().join(name)).ok()?.trim().parse().ok()
+        };
+        let until = |what: &str, check: &dyn Fn() -> bool| {
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            while !check() {
+                assert!(std::time::Instant::now() < deadline, "never {what}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        };
+
+        let call = runtime.spawn({
+            let exec = exec.clone();
+            async move {
+                exec.execute("echo $$ > hung.pid; sleep 600", b"", Duration::from_secs(600)).await
+            }
+        });
+        until("started", &|| pid_in("hung.pid").is_some());
+        let hung = pid_in("hung.pid").unwrap();
+        call.abort();
+        until("killed with its dropped call", &|| !alive(hung));
+
+        let out = runtime
+            .block_on(exec.execute(
+                "sleep 600 >/dev/null 2>&1 & echo $! > daemon.pid",
+                b"",
+                Duration::from_secs(20),
+            ))
+            .unwrap();
+        assert_eq!(out.status, Some(0));
+        let daemon = pid_in("daemon.pid").unwrap();
+        assert!(alive(daemon), "a daemon the command started was killed");
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(daemon),
+            nix::sys::signal::Signal::SIGKILL,
         );
     }
 

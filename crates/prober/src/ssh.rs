@@ -15,8 +15,8 @@
 //! group), the channel is closed and [`ProberError::Timeout`] returned.
 
 use crate::ProberError;
+use crate::deadline::under_deadline;
 use crate::executor::{Executor, MAX_OUTPUT, Output};
-use crate::quote::quote;
 use parking_lot::Mutex;
 use russh::client::{self, Handle};
 use russh::keys::{HashAlg, PrivateKeyWithHashAlg, PublicKeyOrCertificate};
@@ -267,7 +267,10 @@ impl SshExecutor {
             worker: self.worker.clone(),
             detail: format!("running {command:?}: {e}"),
         };
-        let guarded = with_remote_deadline(command, deadline);
+        let guarded = under_deadline(
+            command,
+            deadline.saturating_duration_since(tokio::time::Instant::now()),
+        );
         let io = async {
             write.exec(true, guarded).await.map_err(exec_error)?;
             let send = async {
@@ -326,7 +329,7 @@ impl SshExecutor {
 impl SshExecutor {
     /// Stops a command that overran its deadline, so that a hung probe does not stay on the
     /// worker (closing the channel alone leaves it running: sshd only closes its pipes). The
-    /// remote `timeout` (see [`with_remote_deadline`]) ends it at about this moment; this adds
+    /// remote `timeout` (see [`under_deadline`]) ends it at about this moment; this adds
     /// what the connection can carry: TERM to the command's process group (an SSH `signal`
     /// request, which OpenSSH's sshd delivers with `killpg`, though not for root logins, which
     /// it serves without privilege separation), then KILL if it has not exited within a
@@ -353,55 +356,6 @@ impl SshExecutor {
         }
         let _ = tokio::time::timeout(STEP, write.close()).await;
     }
-}
-
-/// `command` under a deadline enforced on the worker itself, so that it ends there even if
-/// the connection that carried it is gone by then: `timeout` (coreutils or busybox) sends TERM
-/// to the command's whole process group at the deadline (rounded up to a second) and KILL a
-/// second later. On a worker without `timeout` the command runs as it is. A simple command
-/// (the run probe, a start, a kill) is run by `timeout` itself; anything else through `sh -c`,
-/// which costs the worker one more program per command.
-fn with_remote_deadline(command: &str, deadline: tokio::time::Instant) -> String {
-    let Ok(quoted) = quote("command", command) else { return command.to_owned() };
-    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-    let seconds = (left.as_secs() + u64::from(left.subsec_nanos() > 0)).max(1);
-    let guarded =
-        if runs_without_a_shell(command) { command.to_owned() } else { format!("sh -c {quoted}") };
-    format!(
-        "if command -v timeout >/dev/null 2>&1; then exec timeout -k 1 {seconds} {guarded}; \
-         else exec sh -c {quoted}; fi"
-    )
-}
-
-/// Whether `command` means the same when `timeout` runs it as when a shell does: one simple
-/// command of plain or single-quoted words, led by a program rather than a shell keyword, a
-/// builtin or a variable assignment. Anything else (operators, expansions, redirections, a
-/// quote inside a word) is left to a shell.
-fn runs_without_a_shell(command: &str) -> bool {
-    /// Words a shell runs itself, or differently from the program of that name.
-    const SHELL_WORDS: &[&str] = &[
-        "!", "{", "}", "[[", "]]", "case", "do", "done", "elif", "else", "esac", "fi", "for",
-        "function", "if", "in", "select", "then", "until", "while", ".", ":", "alias", "bg",
-        "break", "builtin", "cd", "command", "continue", "declare", "echo", "eval", "exec", "exit",
-        "export", "fc", "fg", "getopts", "hash", "jobs", "kill", "let", "local", "printf", "pwd",
-        "read", "readonly", "return", "set", "shift", "source", "test", "[", "times", "trap",
-        "type", "typeset", "ulimit", "umask", "unalias", "unset", "wait",
-    ];
-    let plain = |word: &str| {
-        !word.is_empty()
-            && word.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-./=:,+@%".contains(&b))
-    };
-    let single_quoted = |word: &str| {
-        word.len() >= 2
-            && word.starts_with('\'')
-            && word.ends_with('\'')
-            && !word[1..word.len() - 1].contains('\'')
-    };
-    let mut words = command.split(' ');
-    let Some(first) = words.next() else { return false };
-    let program = (plain(first) && !first.contains('=') && !SHELL_WORDS.contains(&first))
-        || (single_quoted(first) && first.contains('/'));
-    program && words.all(|word| plain(word) || single_quoted(word))
 }
 
 /// Returns once the channel says its command exited, or closes.
@@ -510,55 +464,5 @@ impl Executor for SshExecutor {
             )
             .await;
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn which_commands_timeout_runs_without_a_shell() {
-        let cases = [
-            ("wharf alloc list --probe", true),
-            ("sudo wharf alloc stop --wait 1s job-1", true),
-            ("'/var/lib/wharf-runner/runner~0a1b' --list", true),
-            ("sha256sum '/var/lib/wharf-runner/runner~0a1b'", true),
-            ("systemctl is-system-running", true),
-            ("crunch-run --kill 15 'zzzzz-dz642-x'", true),
-            ("test -d /", false),
-            ("exit 0", false),
-            ("echo ok", false),
-            ("cd /tmp", false),
-            ("A=1 wharf alloc list", false),
-            ("'cd' /", false),
-            ("true; reboot", false),
-            ("cat a | wc -l", false),
-            ("sleep 600 & wait", false),
-            ("echo $HOME", false),
-            ("printf '%s' x", false),
-            ("wharf 'it'\\''s'", false),
-            ("wharf  alloc", false),
-            ("wharf > out", false),
-            ("", false),
-        ];
-        for (command, direct) in cases {
-            assert_eq!(runs_without_a_shell(command), direct, "{command:?}");
-        }
-    }
-
-    #[test]
-    fn the_remote_deadline_wraps_every_command() {
-        let in_20s = tokio::time::Instant::now() + Duration::from_millis(19_500);
-        let direct = with_remote_deadline("wharf alloc list --probe", in_20s);
-        assert_eq!(
-            direct,
-            "if command -v timeout >/dev/null 2>&1; then exec timeout -k 1 20 wharf alloc list \
-             --probe; else exec sh -c 'wharf alloc list --probe'; fi"
-        );
-        let shell = with_remote_deadline("true; echo x", in_20s);
-        assert!(shell.contains("exec timeout -k 1 20 sh -c 'true; echo x';"), "{shell}");
-        let past = tokio::time::Instant::now() - Duration::from_secs(1);
-        assert!(with_remote_deadline("wharf", past).contains("timeout -k 1 1 wharf"));
     }
 }
