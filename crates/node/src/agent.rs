@@ -624,7 +624,11 @@ impl Agent {
         if let Some(error) = self.store.failing() {
             return Some(format!("the state store cannot persist: {error}"));
         }
-        let probe = self.config.data_dir.join(".probe");
+        // A file of its own per check: probes that overlap (a prober that restarted, and its
+        // successor) must not remove each other's file and take that for a failure.
+        static CHECKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = CHECKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let probe = self.config.data_dir.join(format!(".probe.{n}"));
         if let Err(e) = std::fs::write(&probe, b"ok").and_then(|()| std::fs::remove_file(&probe)) {
             return Some(format!(
                 "data dir {} is not writable: {e}",
