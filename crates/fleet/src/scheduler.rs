@@ -159,9 +159,18 @@ struct Entry {
     payload: Arc<str>,
     /// An outcome query for it is in flight.
     asking: bool,
+    /// An unacknowledged start an earlier term left: its command may still be on its way to
+    /// the worker until [`Books::inherited_grace_until`].
+    inherited_start: bool,
+    /// This scheduler asked the worker to stop it (a stop is sent once a worker lists it).
+    stop_sent: bool,
 }
 
 impl Entry {
+    fn new(placement: Placement, payload: Arc<str>) -> Entry {
+        Entry { placement, payload, asking: false, inherited_start: false, stop_sent: false }
+    }
+
     fn record(&self) -> WorkRecord {
         WorkRecord { placement: self.placement.clone(), payload: self.payload.to_string() }
     }
@@ -195,6 +204,10 @@ pub(crate) struct Books {
     changed: BTreeSet<String>,
     /// The sequence number of the last changes sent to the journal.
     sequence: u64,
+    /// Until then, an unacknowledged start an earlier term left is not judged by its absence
+    /// from the worker: its command may still be running (each ends at its deadline, even
+    /// after the process that ran it is gone).
+    inherited_grace_until: Option<Timestamp>,
 }
 
 /// A start the scheduler decided on.
@@ -215,6 +228,9 @@ pub(crate) struct Decisions {
     pub(crate) ask: Vec<(String, InstanceId)>,
     /// Runner ids written off that a worker still runs: stop them.
     pub(crate) stop: Vec<String>,
+    /// Runner ids whose stop was asked (before a take-over, or before a worker listed them)
+    /// and not yet sent to the worker that runs them.
+    pub(crate) stop_asked: Vec<String>,
     /// Workers to create, to keep the minimum.
     pub(crate) creates: usize,
     /// A placement changed: subscribers should hear of it.
@@ -274,7 +290,11 @@ impl Scheduler {
         for (key, why) in &loaded.problems {
             warn!(key, why, "a fleet record cannot be read; it is left as it is");
         }
-        let books = Books::from_records(loaded.records, &config);
+        let mut books = Books::from_records(loaded.records, &config);
+        // A start command outlives the process that sent it by its deadline at most (it runs
+        // under `timeout` on the worker), and `timeout` kills a second after that.
+        let grace = pool.worker_config().command_deadline + Duration::from_secs(2);
+        books.inherited_grace_until = Some(config.wall(pool.clock().now()).saturating_add(grace));
         info!(
             term = term.number(),
             work = books.entries.len(),
@@ -403,11 +423,7 @@ impl Scheduler {
                 return Err(FleetError::QueueFull { id, limit: self.shared.config.max_queued });
             }
             let placement = Placement::queued(&id, now, submission.needs, submission.reschedule);
-            let entry = Entry {
-                placement: placement.clone(),
-                payload: submission.payload.into(),
-                asking: false,
-            };
+            let entry = Entry::new(placement.clone(), submission.payload.into());
             books.entries.insert(id.clone(), entry);
             books.queue.push_back(id.clone());
             books.counters.submitted += 1;
@@ -454,6 +470,7 @@ impl Scheduler {
                 }
                 Phase::Starting { .. } | Phase::Running { .. } => {
                     entry.placement.stop_requested = true;
+                    entry.stop_sent = true;
                     books.touch(id);
                     Some(runner_id)
                 }
@@ -462,14 +479,25 @@ impl Scheduler {
             (running, self.journal(books))
         };
         self.durable(sequence).await?;
-        if let Some(runner_id) = running
-            && self.acting()
-            && !self.shared.pool.kill_runner(&runner_id, reason).await
-        {
-            debug!(work = %id, "no worker lists it (yet); stopping it when one does");
+        if let Some(runner_id) = running {
+            self.send_stop(id, &runner_id, reason).await;
         }
         self.notify();
         self.get(id).ok_or_else(|| FleetError::UnknownWork(id.to_owned()))
+    }
+
+    /// Asks the worker that runs `runner_id` to stop it; if none lists it yet, the stop is sent
+    /// again once one does.
+    async fn send_stop(&self, id: &str, runner_id: &str, reason: &str) {
+        if self.acting() && self.shared.pool.kill_runner(runner_id, reason).await {
+            return;
+        }
+        debug!(work = %id, "no worker lists it (yet); stopping it when one does");
+        if let Some(entry) = self.shared.inner.lock().entries.get_mut(id)
+            && entry.placement.runner_id() == runner_id
+        {
+            entry.stop_sent = false;
+        }
     }
 
     /// Reconciles the work with the workers, then starts what fits; waits for those starts and
@@ -608,6 +636,16 @@ impl Scheduler {
             spawn(Box::pin(async move {
                 if scheduler.ready(sequence).await {
                     scheduler.ask_outcome(id, worker).await;
+                }
+            }));
+        }
+        for runner_id in decisions.stop_asked {
+            let scheduler = self.clone();
+            spawn(Box::pin(async move {
+                if scheduler.ready(sequence).await {
+                    let (id, _) = parse_runner_id(&runner_id);
+                    info!(runner = %runner_id, "sending a stop asked earlier");
+                    scheduler.send_stop(id, &runner_id, "stopped through the fleet").await;
                 }
             }));
         }
@@ -840,17 +878,19 @@ async fn write_journal(
 }
 
 /// What the scheduler sees of the pool at one moment: every worker, the creates in flight,
-/// and the time.
+/// the time, and whether the pool has listed its instances yet.
 #[derive(Debug, Clone)]
 pub(crate) struct Snapshot {
     pub(crate) workers: HashMap<InstanceId, WorkerView>,
     pub(crate) creating: usize,
     pub(crate) now: Timestamp,
+    pub(crate) loaded: bool,
 }
 
 impl Snapshot {
     fn of(pool: &Pool, now: Timestamp) -> Snapshot {
-        let mut snapshot = Snapshot { workers: HashMap::new(), creating: 0, now };
+        let mut snapshot =
+            Snapshot { workers: HashMap::new(), creating: 0, now, loaded: pool.loaded() };
         for instance in pool.instances() {
             match instance {
                 InstanceView::Worker(view) => {
@@ -879,13 +919,15 @@ impl Books {
                 }
                 _ => {}
             }
-            let mut entry = Entry { placement, payload: payload.into(), asking: false };
+            let mut entry = Entry::new(placement, payload.into());
             // A start in flight when the last scheduler stopped may have arrived: it counts as
             // running there until a probe says otherwise.
             if let Phase::Starting { worker } = &entry.placement.phase {
                 entry.placement.phase = Phase::Running { worker: worker.clone() };
                 books.changed.insert(id.clone());
             }
+            entry.inherited_start = matches!(entry.placement.phase, Phase::Running { .. })
+                && !entry.placement.confirmed;
             books.entries.insert(id, entry);
         }
         queued.sort();
@@ -921,9 +963,14 @@ impl Books {
     /// ended, what to stop and how many workers to create; updates the books to match. Pure:
     /// the snapshot carries the time, and the caller carries the decisions out.
     pub(crate) fn decide(&mut self, snapshot: &Snapshot, config: &SchedulerConfig) -> Decisions {
-        let Snapshot { workers: views, creating, now } = snapshot;
+        let Snapshot { workers: views, creating, now, loaded } = snapshot;
         let (now, creating) = (*now, *creating);
         let mut decisions = Decisions::default();
+        if !loaded {
+            // Until the pool has listed its instances once (a scheduler that just took over),
+            // a worker missing from it may simply not be known yet: nothing is judged.
+            return decisions;
+        }
         let mut changed = false;
 
         // Work believed running: still listed, gone with its worker, or ended.
@@ -959,12 +1006,22 @@ impl Books {
             let Some(entry) = self.entries.get_mut(&id) else { continue };
             let runner_id = entry.placement.runner_id();
             if view.running.contains(&runner_id) {
+                if entry.placement.stop_requested && !entry.stop_sent {
+                    entry.stop_sent = true;
+                    decisions.stop_asked.push(runner_id);
+                }
                 if !entry.placement.confirmed {
                     entry.placement.confirmed = true;
+                    entry.inherited_start = false;
                     entry.placement.started.get_or_insert(now);
                     self.touch(&id);
                     changed = true;
                 }
+            } else if entry.inherited_start
+                && !entry.placement.confirmed
+                && self.inherited_grace_until.is_some_and(|until| now < until)
+            {
+                // Its start command may still be on its way: its absence says nothing yet.
             } else if !view.starting.contains(&runner_id) && !entry.asking {
                 entry.asking = true;
                 decisions.ask.push((id, worker_id));
@@ -986,7 +1043,7 @@ impl Books {
                         placement.adopted = true;
                         placement.confirmed = true;
                         placement.attempt = attempt;
-                        let entry = Entry { placement, payload: Arc::from(""), asking: false };
+                        let entry = Entry::new(placement, Arc::from(""));
                         self.entries.insert(id.to_owned(), entry);
                         self.counters.adopted += 1;
                         self.touch(id);
@@ -1192,10 +1249,23 @@ impl Books {
             if *phase == Phase::Queued {
                 books.queue.push_back((*id).to_owned());
             }
-            let entry = Entry { placement, payload: Arc::from("spec"), asking: false };
+            let entry = Entry::new(placement, Arc::from("spec"));
             books.entries.insert((*id).to_owned(), entry);
         }
         books
+    }
+
+    /// Marks a stop of `id` asked but not yet sent to a worker (as after a take-over).
+    pub(crate) fn stop_asked(&mut self, id: &str) {
+        let entry = self.entries.get_mut(id).expect("work in the books");
+        entry.placement.stop_requested = true;
+        entry.stop_sent = false;
+    }
+
+    /// Marks `id`'s start as left unacknowledged by an earlier term, to be judged from `until`.
+    pub(crate) fn inherit_start(&mut self, id: &str, until: Timestamp) {
+        self.entries.get_mut(id).expect("work in the books").inherited_start = true;
+        self.inherited_grace_until = Some(until);
     }
 
     /// Where work `id` is.

@@ -544,6 +544,10 @@ fn creates_in_flight_count_toward_the_minimum() {
     runtime.block_on(async {
         let config = SchedulerConfig { min_workers: 2, ..config(1) };
         let scheduler = take_over(&pool, config, Arc::new(MemoryStore::new())).await;
+        // Nothing is created before the pool knows what exists.
+        scheduler.step().await;
+        assert_eq!(cloud.creates.load(std::sync::atomic::Ordering::SeqCst), 0);
+        pool.sync().await.unwrap();
         for _ in 0..3 {
             scheduler.step().await;
             for _ in 0..10 {
@@ -591,6 +595,8 @@ fn decide_table() {
         workers: Vec<WorkerView>,
         creating: usize,
         backoff: Option<&'static str>,
+        /// Whether the pool has listed its instances yet.
+        loaded: bool,
         config: SchedulerConfig,
         launches: &'static [(&'static str, &'static str)],
         asks: &'static [&'static str],
@@ -604,6 +610,7 @@ fn decide_table() {
         workers: Vec::new(),
         creating: 0,
         backoff: None,
+        loaded: true,
         config: config(2),
         launches: &[],
         asks: &[],
@@ -660,6 +667,12 @@ fn decide_table() {
             ..case("running work no longer listed: its worker is asked how it ended")
         },
         Case {
+            work: vec![("a", running("w1")), ("b", Phase::Queued)],
+            loaded: false,
+            phases: vec![("a", running("w1")), ("b", Phase::Queued)],
+            ..case("before the pool has listed its instances nothing is judged or placed")
+        },
+        Case {
             work: vec![("a", running("w1")), ("b", running("w2"))],
             workers: vec![
                 worker_view("w1", State::Unknown, Run, &[]),
@@ -707,6 +720,7 @@ fn decide_table() {
             workers: case.workers.into_iter().map(|v| (v.id.clone(), v)).collect(),
             creating: case.creating,
             now,
+            loaded: case.loaded,
         };
         let decisions = books.decide(&snapshot, &case.config);
         let launches: Vec<(String, String)> =
@@ -721,6 +735,63 @@ fn decide_table() {
         for (id, phase) in case.phases {
             assert_eq!(books.phase(id), Some(phase), "{name}: {id}");
         }
+    }
+}
+
+/// What a scheduler that took over does with what its predecessor left half done, as a table:
+/// a stop that was asked (and acknowledged) but never reached the worker is sent once a worker
+/// lists the work, and only once; a start left unacknowledged is not judged by its absence
+/// from the worker until its command has surely ended, then its worker is asked.
+#[test]
+fn take_over_table() {
+    use crate::scheduler::{Books, Snapshot};
+    use IdleBehavior::Run;
+    use State::Running;
+    let now = Timestamp(1_000_000);
+    let later = now.saturating_add(secs(30));
+    /// What the predecessor left: a stop asked but not sent, or a start not acknowledged.
+    #[derive(Clone, Copy)]
+    enum Left {
+        Stop,
+        Start,
+    }
+    use Left::{Start, Stop};
+    // (name, what was left, what the worker lists, the time, stops sent, asks)
+    type Row = (
+        &'static str,
+        Left,
+        &'static [&'static str],
+        Timestamp,
+        &'static [&'static str],
+        &'static [&'static str],
+    );
+    let cases: Vec<Row> = vec![
+        ("a stop asked is sent once the worker lists the work", Stop, &["a"], now, &["a"], &[]),
+        ("not before: no worker lists it yet", Stop, &[], now, &[], &["a"]),
+        ("an inherited start is not judged within the grace", Start, &[], now, &[], &[]),
+        ("after the grace its worker is asked", Start, &[], later, &[], &["a"]),
+        ("an inherited start found running is confirmed", Start, &["a"], now, &[], &[]),
+    ];
+    for (name, setup, listed, at, stops, asks) in cases {
+        let mut books = Books::holding(&[("a", running("w1"))], now);
+        match setup {
+            Stop => books.stop_asked("a"),
+            Start => books.inherit_start("a", later),
+        }
+        let workers = [worker_view("w1", Running, Run, listed)];
+        let snapshot = Snapshot {
+            workers: workers.into_iter().map(|v| (v.id.clone(), v)).collect(),
+            creating: 0,
+            now: at,
+            loaded: true,
+        };
+        let decisions = books.decide(&snapshot, &config(2));
+        assert_eq!(decisions.stop_asked, stops, "{name}: stops");
+        let asked: Vec<&str> = decisions.ask.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(asked, asks, "{name}: asks");
+        // Decided once: the next step sends no stop again.
+        let again = books.decide(&snapshot, &config(2));
+        assert!(again.stop_asked.is_empty(), "{name}: a stop sent twice");
     }
 }
 
