@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 /// command sets `RUST_LOG` itself), waits at most
 /// `limit` for a line containing `ready`, and returns the child and the `address=` value of
 /// that line. Standard error keeps being read so the child never blocks on it; every line of
-/// it goes to the file `log`, if given, and is dropped otherwise.
+/// it is appended to the file `log`, if given, and dropped otherwise.
 pub fn spawn_announcing(
     command: &mut Command,
     ready: &str,
@@ -23,7 +23,10 @@ pub fn spawn_announcing(
 ) -> Result<(Child, String), String> {
     let mut log = log
         .map(|path| {
-            std::fs::File::create(path)
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
                 .map_err(|e| format!("cannot create {}: {e}", path.display()))
         })
         .transpose()?;

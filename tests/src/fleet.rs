@@ -1,7 +1,8 @@
 //! A `wharf fleet` process for tests and benchmarks: started on a config written into the
 //! caller's directory, reached at the address it announces, its log kept in that directory,
-//! and, when dropped, killed with the agents it left behind wiped (its next start would wipe
-//! them; a test must leave nothing).
+//! and, when dropped, killed with the agents it left behind wiped (a test must leave nothing).
+//! [`Fleet::kill`] is the crash instead: SIGKILL, leaving its agents for the next fleet over
+//! the same directory to find.
 
 // This fixture's job is to start and stop a program.
 #![allow(clippy::disallowed_methods)]
@@ -19,12 +20,15 @@ pub struct Fleet {
     data_dir: PathBuf,
     log: PathBuf,
     wharf: PathBuf,
+    /// Dropped after a crash: its agents are left for the next fleet.
+    leave_instances: bool,
 }
 
 impl Fleet {
     /// Writes `<dir>/fleet.toml` (API on 127.0.0.1 at a free port, data in `<dir>/fleet`,
     /// then `settings`), starts `wharf fleet` on it, logging at `log_filter` (a `RUST_LOG`
-    /// value, which the agents of its loopback instances inherit) to `<dir>/fleet.log`, and
+    /// value, which the agents of its loopback instances inherit) to `<dir>/fleet.log` (appended
+    /// to, so a fleet started again over the same directory adds to it), and
     /// waits at most `limit` until it is ready.
     pub fn start(
         wharf: &Path,
@@ -66,7 +70,8 @@ impl Fleet {
             limit,
             Some(&log),
         )?;
-        Ok(Fleet { child, address, data_dir, log, wharf: wharf.to_owned() })
+        let wharf = wharf.to_owned();
+        Ok(Fleet { child, address, data_dir, log, wharf, leave_instances: false })
     }
 
     /// Where its API listens, `host:port`.
@@ -91,6 +96,14 @@ impl Fleet {
         all[all.len().saturating_sub(lines)..].join("\n")
     }
 
+    /// Kills it with SIGKILL, as a crash would, and leaves its loopback agents running with
+    /// their work: a fleet started again over the same directory finds them.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.leave_instances = true;
+    }
+
     /// Sends SIGTERM and waits at most `limit` for the exit.
     pub fn terminate(mut self, limit: Duration) -> Result<ExitStatus, String> {
         crate::announce::terminate(&mut self.child, limit)
@@ -101,6 +114,9 @@ impl Drop for Fleet {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if self.leave_instances {
+            return;
+        }
         let Ok(instances) = std::fs::read_dir(self.data_dir.join("instances")) else { return };
         for instance in instances.flatten() {
             let data = instance.path().join("data");
