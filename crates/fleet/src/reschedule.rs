@@ -8,10 +8,14 @@
 //! - Eligibility ([`decide`], Nomad's `NextRescheduleTime`): never with `attempts = 0` and not
 //!   `unlimited`; always when `unlimited`; otherwise while fewer than `attempts` reschedules
 //!   happened within `interval` before the failure, and the delay is shorter than `interval`.
+//! - What is kept ([`prune`], as Nomad's scheduler copies reschedule events to the next
+//!   allocation): a limited policy keeps the attempts that ended within `interval`, an
+//!   unlimited one the last [`MAX_PAST_RESCHEDULES`], so a record that keeps failing does not
+//!   grow without end.
 
 use std::time::Duration;
 use wharf_state::Timestamp;
-use wharf_state::fleet::RescheduleEvent;
+use wharf_state::fleet::{Attempt, RescheduleEvent};
 use wharf_state::reschedule::{DelayFunction, ReschedulePolicy};
 
 /// The wait before the next attempt, after a failure at `failed_at`.
@@ -62,6 +66,22 @@ pub fn decide(
         (recent as u64) < u64::from(policy.attempts) && delay < policy.interval
     };
     eligible.then(|| (failed_at.saturating_add(delay), delay))
+}
+
+/// Past reschedules an unlimited policy keeps (Nomad's `maxPastRescheduleEvents`).
+pub const MAX_PAST_RESCHEDULES: usize = 5;
+
+/// Drops the past attempts `policy` no longer needs at `now`, oldest first: a limited policy
+/// keeps those that ended within its interval (the only ones whose reschedules count), an
+/// unlimited one the last [`MAX_PAST_RESCHEDULES`]; the attempt that ended last always stays.
+pub fn prune(policy: &ReschedulePolicy, history: &mut Vec<Attempt>, now: Timestamp) {
+    let last = history.len().saturating_sub(1);
+    let keep_from = if policy.unlimited {
+        history.len().saturating_sub(MAX_PAST_RESCHEDULES)
+    } else {
+        history.iter().position(|a| now.since(a.finished) <= policy.interval).unwrap_or(last)
+    };
+    history.drain(..keep_from.min(last));
 }
 
 #[cfg(test)]
@@ -142,6 +162,59 @@ mod tests {
             let expected = due.map(|d| (failed_at.saturating_add(s(d)), s(d)));
             assert_eq!(decide(&policy, &events, failed_at), expected, "{name}");
         }
+    }
+
+    fn attempt(n: u32, rescheduled: Option<RescheduleEvent>) -> Attempt {
+        Attempt {
+            attempt: n,
+            runner_id: format!("w__{n}"),
+            worker: Some("h1".into()),
+            started: None,
+            finished: NOW,
+            outcome: "ended: failed".into(),
+            rescheduled,
+        }
+    }
+
+    /// Nomad's `TestServiceSched_Reschedule_PruneEvents`: an unlimited exponential policy with
+    /// six past reschedules (5s to 160s) waits 320s next, and keeps the last five of them
+    /// (from the 10s one) beside the new one.
+    #[test]
+    fn reschedule_prune_events() {
+        let policy = policy(DelayFunction::Exponential, 5, 3600);
+        let past = [(3600, 5), (2400, 10), (1800, 20), (1200, 40), (600, 80), (180, 160)];
+        // Attempt 1 was placed fresh; attempts 2..=7 were each a reschedule.
+        let mut history = vec![attempt(1, None)];
+        for (n, (ago_s, delay)) in (2..).zip(past) {
+            history.push(attempt(n, Some(event(s(ago_s), s(delay)))));
+        }
+        let events: Vec<&RescheduleEvent> =
+            history.iter().filter_map(|a| a.rescheduled.as_ref()).collect();
+        assert_eq!(decide(&policy, &events, NOW).map(|(_, d)| d), Some(s(320)));
+        prune(&policy, &mut history, NOW);
+        let kept: Vec<Duration> =
+            history.iter().filter_map(|a| a.rescheduled.as_ref()).map(|e| e.delay).collect();
+        assert_eq!(kept, [s(10), s(20), s(40), s(80), s(160)]);
+        assert_eq!(history[0].attempt, 3);
+    }
+
+    /// A limited policy keeps the attempts that ended within its interval, which hold every
+    /// reschedule that counts toward its attempts, and always the last one.
+    #[test]
+    fn a_limited_policy_keeps_the_attempts_within_its_interval() {
+        let policy = ReschedulePolicy {
+            attempts: 3,
+            interval: s(1800),
+            unlimited: false,
+            ..policy(DelayFunction::Constant, 5, 0)
+        };
+        let ended = |n: u32, ago_s: u64| Attempt { finished: ago(s(ago_s)), ..attempt(n, None) };
+        let mut history = vec![ended(1, 4000), ended(2, 3000), ended(3, 1000), ended(4, 10)];
+        prune(&policy, &mut history, NOW);
+        assert_eq!(history.iter().map(|a| a.attempt).collect::<Vec<_>>(), [3, 4]);
+        let mut old = vec![ended(1, 4000), ended(2, 3000)];
+        prune(&policy, &mut old, NOW);
+        assert_eq!(old.iter().map(|a| a.attempt).collect::<Vec<_>>(), [2]);
     }
 
     /// Nomad's `TestAllocation_ShouldReschedule` and `TestAllocation_NextRescheduleTime`:

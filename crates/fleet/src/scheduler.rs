@@ -1201,6 +1201,7 @@ impl Books {
             outcome: how.clone(),
             rescheduled: placement.rescheduled.take(),
         });
+        reschedule::prune(&placement.reschedule, &mut placement.history, now);
         placement.attempt += 1;
         placement.rescheduled = Some(RescheduleEvent { at: now, delay, reason: how });
         placement.phase = Phase::Queued;

@@ -919,6 +919,57 @@ fn failed_work_is_rescheduled_and_stopped_or_complete_work_is_not() {
     assert!(h.running_on("h1").contains(&"fails__2".to_owned()));
 }
 
+/// Nomad's `TestServiceSched_Reschedule_MultipleNow`: with `attempts = 3` in 30 minutes and a
+/// constant 5s delay, work that keeps failing is placed again three times, each attempt under
+/// its own id with one more reschedule behind it and the attempt before it in its history
+/// (its worker and how it ended); the fourth failure is final.
+#[test]
+fn reschedule_multiple_now() {
+    let h = harness(&["h1", "h2"], config(4));
+    let policy = ReschedulePolicy {
+        attempts: 3,
+        interval: secs(30 * 60),
+        delay: secs(5),
+        delay_function: wharf_state::DelayFunction::Constant,
+        max_delay: Duration::ZERO,
+        unlimited: false,
+    };
+    h.runtime
+        .block_on(h.scheduler.submit(Submission::new("a", "").with_reschedule(policy)))
+        .unwrap();
+    h.step();
+    for attempt in 1..=4u32 {
+        let placement = h.placement("a");
+        let worker = placement.phase.worker().expect("placed").to_owned();
+        assert_eq!(
+            (placement.attempt, placement.runner_id()),
+            (attempt, wharf_state::fleet::runner_id("a", attempt))
+        );
+        assert_eq!(placement.reschedules().count(), attempt as usize - 1);
+        h.host(&worker).end(&placement.runner_id(), "failed task t exited 1");
+        h.probe();
+        h.step();
+        let after = h.placement("a");
+        if attempt == 4 {
+            assert!(
+                matches!(&after.phase, Phase::Ended { outcome, .. } if outcome.starts_with("failed")),
+                "{after:?}"
+            );
+            break;
+        }
+        assert_eq!((after.phase.clone(), after.attempt), (Phase::Queued, attempt + 1));
+        let previous = after.history.last().expect("the attempt before");
+        assert_eq!(
+            (previous.attempt, previous.worker.as_deref()),
+            (attempt, Some(worker.as_str()))
+        );
+        assert!(previous.outcome.contains("failed task t exited 1"), "{previous:?}");
+        h.clock.advance(secs(6));
+        h.step();
+    }
+    assert_eq!(h.placement("a").history.len(), 3, "attempts 1 to 3, all within the interval");
+}
+
 /// A scheduler whose writes fail stops acting: no start goes out for a decision that is not
 /// durable, and submissions are refused rather than acknowledged.
 #[test]
