@@ -111,7 +111,12 @@ fn measure_pool(workers: usize, interval: Duration) -> (f64, f64) {
     let config = PoolConfig {
         worker: WorkerConfig {
             boot_probe_command: "true".into(),
-            runner: RunnerConfig { command: "wharf".into(), ..RunnerConfig::default() },
+            // The probe rows measure the run probe alone.
+            runner: RunnerConfig {
+                command: "wharf".into(),
+                resources_args: None,
+                ..RunnerConfig::default()
+            },
             timeouts: Timeouts { idle: Duration::from_secs(86_400), ..Timeouts::default() },
             ..WorkerConfig::default()
         },
@@ -246,6 +251,7 @@ fn probe_rate(
             runner: RunnerConfig {
                 command: "true".into(),
                 list_args: "--list".into(),
+                resources_args: None,
                 ..RunnerConfig::default()
             },
             ..WorkerConfig::default()

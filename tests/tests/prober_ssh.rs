@@ -269,6 +269,7 @@ fn boot_probe_deployment_and_run_probe_against_sshd() {
             start_args: "--start".into(),
             kill_args: "--kill".into(),
             outcome_args: None,
+            resources_args: None,
         },
         cluster_prefix: "zzzzz-".into(),
         command_deadline: 10 * SECOND,

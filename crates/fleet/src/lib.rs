@@ -8,6 +8,8 @@
 //! - [`scheduler`]: the [`Scheduler`]: places work on the pool's workers, queues it while none
 //!   has room, and follows it through the run probes until it ends. Its placement decision is
 //!   a pure function of its books and a snapshot of the pool.
+//! - [`placement`]: best fit on CPU and memory over the workers that take work, with the
+//!   reason work fits nowhere; pure.
 //! - [`reschedule`]: when lost or failed work is placed again, as pure functions of its
 //!   policy (wharf-state's [`ReschedulePolicy`](wharf_state::ReschedulePolicy)) and history.
 //! - [`store`]: [`FleetStore`], where the records live and who may write them, with its
@@ -21,6 +23,7 @@
 //! [`WorkRecord`]) are wharf-state's, so other tools read them without this crate.
 
 mod error;
+pub mod placement;
 pub mod reschedule;
 pub mod scheduler;
 pub mod store;

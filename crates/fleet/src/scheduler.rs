@@ -3,10 +3,11 @@
 //!
 //! Work is a [`Submission`]: an id, a payload the runner reads on stdin when it starts, what it
 //! needs of a worker and its reschedule policy. The scheduler keeps a queue in submission order
-//! and, whenever the pool changes or work arrives, puts queued work on the least-loaded worker
-//! that takes work (`idle` or `running`, idle behaviour `run`, fewer than
-//! [`SchedulerConfig::per_worker_limit`] runners), the idle ones first since their load is zero.
-//! From then on the workers' run probes are the truth:
+//! and, whenever the pool changes or work arrives, puts queued work on a worker that takes work
+//! (`idle` or `running`, idle behaviour `run`, fewer than [`SchedulerConfig::per_worker_limit`]
+//! runners) and has what it needs, the best fit (see [`placement`](crate::placement)); work
+//! that fits nowhere waits with its reason ([`Scheduler::waiting_reason`]). From then on the
+//! workers' run probes are the truth:
 //!
 //! - a start the runner acknowledged is `running`; one that failed cleanly (the command ran
 //!   and refused) is tried again on another worker, up to [`SchedulerConfig::max_start_attempts`],
@@ -39,6 +40,7 @@
 //! same on real time.
 
 use crate::FleetError;
+use crate::placement::{Placer, Slot};
 use crate::reschedule;
 use crate::store::{Change, FleetStore, Term};
 use parking_lot::Mutex;
@@ -164,11 +166,20 @@ struct Entry {
     inherited_start: bool,
     /// This scheduler asked the worker to stop it (a stop is sent once a worker lists it).
     stop_sent: bool,
+    /// Queued: why the last step placed it nowhere.
+    waiting: Option<String>,
 }
 
 impl Entry {
     fn new(placement: Placement, payload: Arc<str>) -> Entry {
-        Entry { placement, payload, asking: false, inherited_start: false, stop_sent: false }
+        Entry {
+            placement,
+            payload,
+            asking: false,
+            inherited_start: false,
+            stop_sent: false,
+            waiting: None,
+        }
     }
 
     fn record(&self) -> WorkRecord {
@@ -233,6 +244,8 @@ pub(crate) struct Decisions {
     pub(crate) stop_asked: Vec<String>,
     /// Workers to create, to keep the minimum.
     pub(crate) creates: usize,
+    /// Instance types to create one of each, for work no worker has room for.
+    pub(crate) creates_for_work: Vec<String>,
     /// A placement changed: subscribers should hear of it.
     pub(crate) changed: bool,
 }
@@ -440,6 +453,28 @@ impl Scheduler {
     /// One piece of work.
     pub fn get(&self, id: &str) -> Option<Placement> {
         self.shared.inner.lock().entries.get(id).map(|e| e.placement.clone())
+    }
+
+    /// Why queued work `id` waits: the reason the last step placed it nowhere (no worker has
+    /// room, or none has what it needs, with the most any has), or its reschedule delay.
+    pub fn waiting_reason(&self, id: &str) -> Option<String> {
+        let books = self.shared.inner.lock();
+        let entry = books.entries.get(id)?;
+        (entry.placement.phase == Phase::Queued).then(|| entry.waiting.clone()).flatten()
+    }
+
+    /// What the work placed on each worker needs, by worker (work that is starting or running;
+    /// adopted work counts as needing nothing).
+    pub fn usage(&self) -> BTreeMap<String, Amount> {
+        let books = self.shared.inner.lock();
+        let mut usage: BTreeMap<String, Amount> = BTreeMap::new();
+        for entry in books.entries.values() {
+            if let Phase::Starting { worker } | Phase::Running { worker } = &entry.placement.phase {
+                let total = usage.entry(worker.clone()).or_insert(Amount::ZERO);
+                *total = *total + entry.placement.needs;
+            }
+        }
+        usage
     }
 
     /// All work it knows, oldest first.
@@ -661,6 +696,17 @@ impl Scheduler {
             }));
         }
         // Creates return at once; the pool runs them and tells its subscribers how they went.
+        if self.acting() {
+            for instance_type in &decisions.creates_for_work {
+                match self.shared.pool.create(instance_type) {
+                    Ok(_) => info!(instance_type, "creating a worker for work that fits nowhere"),
+                    Err(e) => {
+                        debug!(instance_type, error = %e, "cannot create a worker for waiting work");
+                        break;
+                    }
+                }
+            }
+        }
         if decisions.creates > 0 && self.acting() {
             for _ in 0..decisions.creates {
                 match self.shared.pool.create(&self.shared.config.instance_type) {
@@ -877,26 +923,77 @@ async fn write_journal(
     }
 }
 
+/// One instance of the smallest type that fits each piece of work no worker had room for, as
+/// Arvados' scheduler creates for containers it cannot place; less the instances of that type
+/// already on their way (creates in flight, workers not yet booted). Nothing for work that no
+/// type fits, or when no type says what it has.
+fn creates_for_work(unplaced: &[Amount], snapshot: &Snapshot) -> Vec<String> {
+    if snapshot.types.is_empty() {
+        return Vec::new();
+    }
+    let mut wanted: BTreeMap<&str, usize> = BTreeMap::new();
+    for needs in unplaced {
+        if let Some((name, _)) =
+            snapshot.types.iter().find(|(_, has)| has.shortfall(needs).is_none())
+        {
+            *wanted.entry(name).or_default() += 1;
+        }
+    }
+    let mut creates = Vec::new();
+    for (name, count) in wanted {
+        let coming = snapshot.creating.get(name).copied().unwrap_or(0)
+            + snapshot
+                .workers
+                .values()
+                .filter(|v| {
+                    v.instance_type == name && matches!(v.state, State::Unknown | State::Booting)
+                })
+                .count();
+        creates.extend(std::iter::repeat_n(name.to_owned(), count.saturating_sub(coming)));
+    }
+    creates
+}
+
 /// What the scheduler sees of the pool at one moment: every worker, the creates in flight,
 /// the time, and whether the pool has listed its instances yet.
 #[derive(Debug, Clone)]
 pub(crate) struct Snapshot {
     pub(crate) workers: HashMap<InstanceId, WorkerView>,
-    pub(crate) creating: usize,
+    /// Creates in flight, by instance type.
+    pub(crate) creating: HashMap<String, usize>,
     pub(crate) now: Timestamp,
     pub(crate) loaded: bool,
+    /// The instance types that say what an instance has, smallest first.
+    pub(crate) types: Vec<(String, Amount)>,
 }
 
 impl Snapshot {
     fn of(pool: &Pool, now: Timestamp) -> Snapshot {
-        let mut snapshot =
-            Snapshot { workers: HashMap::new(), creating: 0, now, loaded: pool.loaded() };
+        let mut types: Vec<(String, Amount)> = pool
+            .instance_types()
+            .iter()
+            .filter_map(|it| {
+                let r = it.resources?;
+                let has = Amount { cpu_mhz: r.cpu_mhz, memory_mb: r.memory_mb, cores: r.cores };
+                Some((it.name.clone(), has))
+            })
+            .collect();
+        types.sort_by_key(|(name, has)| (has.memory_mb, has.cpu_mhz, has.cores, name.clone()));
+        let mut snapshot = Snapshot {
+            workers: HashMap::new(),
+            creating: HashMap::new(),
+            now,
+            loaded: pool.loaded(),
+            types,
+        };
         for instance in pool.instances() {
             match instance {
                 InstanceView::Worker(view) => {
                     snapshot.workers.insert(view.id.clone(), view);
                 }
-                InstanceView::Creating { .. } => snapshot.creating += 1,
+                InstanceView::Creating { instance_type, .. } => {
+                    *snapshot.creating.entry(instance_type).or_default() += 1;
+                }
             }
         }
         snapshot
@@ -963,8 +1060,9 @@ impl Books {
     /// ended, what to stop and how many workers to create; updates the books to match. Pure:
     /// the snapshot carries the time, and the caller carries the decisions out.
     pub(crate) fn decide(&mut self, snapshot: &Snapshot, config: &SchedulerConfig) -> Decisions {
-        let Snapshot { workers: views, creating, now, loaded } = snapshot;
-        let (now, creating) = (*now, *creating);
+        let Snapshot { workers: views, creating, now, loaded, .. } = snapshot;
+        let now = *now;
+        let creating: usize = creating.values().sum();
         let mut decisions = Decisions::default();
         if !loaded {
             // Until the pool has listed its instances once (a scheduler that just took over),
@@ -1082,29 +1180,33 @@ impl Books {
             }
         }
 
-        // Room on each worker that takes work. A worker counts every start through it as
-        // running until a probe says otherwise, so its view is the load, plus the starts
-        // decided but not yet begun; work it no longer lists has ended and takes no room.
-        let mut load: HashMap<&str, BTreeSet<&str>> = HashMap::new();
-        for view in views.values() {
-            let ids = load.entry(view.id.0.as_str()).or_default();
-            ids.extend(view.running.iter().chain(&view.starting).map(String::as_str));
-        }
-        let starting: Vec<(&str, String)> = self
-            .entries
-            .values()
-            .filter_map(|e| match &e.placement.phase {
-                Phase::Starting { worker } => Some((worker.as_str(), e.placement.runner_id())),
-                _ => None,
-            })
-            .collect();
-        let mut starting_load: HashMap<&str, usize> = HashMap::new();
-        for (worker, runner_id) in &starting {
-            if !load.get(worker).is_some_and(|ids| ids.contains(runner_id.as_str())) {
-                *starting_load.entry(worker).or_default() += 1;
+        // Each worker that takes work: its runners and what the work placed there needs. A
+        // worker counts every start through it as running until a probe says otherwise, so its
+        // view is the load, plus the starts decided but not yet begun; work it no longer lists
+        // has ended and takes no room. One pass over the books per step; each placement then
+        // updates the counts it changes.
+        let mut used: HashMap<&str, Amount> = HashMap::new();
+        let mut unlisted_starts: HashMap<&str, usize> = HashMap::new();
+        for entry in self.entries.values() {
+            let (worker, starting) = match &entry.placement.phase {
+                Phase::Starting { worker } => (worker.as_str(), true),
+                Phase::Running { worker } => (worker.as_str(), false),
+                _ => continue,
+            };
+            let total = used.entry(worker).or_insert(Amount::ZERO);
+            *total = *total + entry.placement.needs;
+            if starting
+                && let Some(view) = views.get(&InstanceId(worker.to_owned()))
+                && !view
+                    .running
+                    .iter()
+                    .chain(&view.starting)
+                    .any(|r| *r == entry.placement.runner_id())
+            {
+                *unlisted_starts.entry(worker).or_default() += 1;
             }
         }
-        let mut room: Vec<(usize, InstanceId)> = views
+        let slots: Vec<Slot> = views
             .values()
             .filter(|v| {
                 matches!(v.state, State::Idle | State::Running)
@@ -1112,29 +1214,53 @@ impl Books {
                     && self.backoff.get(&v.id).is_none_or(|until| *until <= now)
             })
             .map(|v| {
-                let n = load.get(v.id.0.as_str()).map_or(0, BTreeSet::len)
-                    + starting_load.get(v.id.0.as_str()).copied().unwrap_or(0);
-                (n, v.id.clone())
+                let listed: BTreeSet<&String> = v.running.iter().chain(&v.starting).collect();
+                let worker = v.id.0.as_str();
+                Slot {
+                    worker: v.id.clone(),
+                    count: listed.len() + unlisted_starts.get(worker).copied().unwrap_or(0),
+                    has: v.resources.map(|r| Amount {
+                        cpu_mhz: r.cpu_mhz,
+                        memory_mb: r.memory_mb,
+                        cores: r.cores,
+                    }),
+                    used: used.get(worker).copied().unwrap_or(Amount::ZERO),
+                }
             })
-            .filter(|(n, _)| *n < limit(config.per_worker_limit))
             .collect();
-        drop(load);
+        drop((used, unlisted_starts));
+        let mut placer = Placer::new(slots, limit(config.per_worker_limit));
         let mut waiting = VecDeque::new();
+        let mut unplaced: Vec<Amount> = Vec::new();
         while let Some(id) = self.queue.pop_front() {
             let Some(entry) = self.entries.get_mut(&id) else { continue };
-            if entry.placement.not_before.is_some_and(|at| at > now) {
+            if let Some(at) = entry.placement.not_before.filter(|at| *at > now) {
+                entry.waiting = Some(format!("rescheduled; not placed before {at}"));
                 waiting.push_back(id);
                 continue;
             }
-            let Some((slot, _)) = room.iter().enumerate().min_by(|a, b| a.1.cmp(b.1)) else {
-                waiting.push_back(id);
-                break;
+            let worker = match placer.place(&entry.placement.needs) {
+                Ok(worker) => worker,
+                Err(why) => {
+                    entry.waiting = Some(why);
+                    unplaced.push(entry.placement.needs);
+                    waiting.push_back(id);
+                    if placer.any_room() {
+                        continue;
+                    }
+                    // Full everywhere: the rest waits for the same reason.
+                    let why = entry.waiting.clone();
+                    for rest in self.queue.drain(..) {
+                        if let Some(entry) = self.entries.get_mut(&rest) {
+                            entry.waiting.clone_from(&why);
+                            unplaced.push(entry.placement.needs);
+                        }
+                        waiting.push_back(rest);
+                    }
+                    break;
+                }
             };
-            let worker = room[slot].1.clone();
-            room[slot].0 += 1;
-            if room[slot].0 >= limit(config.per_worker_limit) {
-                room.swap_remove(slot);
-            }
+            entry.waiting = None;
             entry.placement.phase = Phase::Starting { worker: worker.0.clone() };
             entry.placement.starts += 1;
             entry.placement.not_before = None;
@@ -1148,8 +1274,8 @@ impl Books {
             self.touch(&id);
             changed = true;
         }
-        waiting.extend(self.queue.drain(..));
         self.queue = waiting;
+        decisions.creates_for_work = creates_for_work(&unplaced, snapshot);
 
         // Creates in flight count: they become workers.
         let live = views.values().filter(|v| v.state != State::Shutdown).count() + creating;
@@ -1267,6 +1393,16 @@ impl Books {
     pub(crate) fn inherit_start(&mut self, id: &str, until: Timestamp) {
         self.entries.get_mut(id).expect("work in the books").inherited_start = true;
         self.inherited_grace_until = Some(until);
+    }
+
+    /// Makes work `id` need `needs` of a worker.
+    pub(crate) fn needing(&mut self, id: &str, needs: Amount) {
+        self.entries.get_mut(id).expect("work in the books").placement.needs = needs;
+    }
+
+    /// Why queued work `id` was placed nowhere, as the last decision found.
+    pub(crate) fn waiting(&self, id: &str) -> Option<String> {
+        self.entries.get(id).and_then(|e| e.waiting.clone())
     }
 
     /// Where work `id` is.

@@ -10,6 +10,7 @@ use std::time::Duration;
 use wharf_prober::*;
 use wharf_state::Timestamp;
 use wharf_state::reschedule::ReschedulePolicy;
+use wharf_state::resources::Amount;
 
 fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
@@ -34,6 +35,8 @@ struct RunnerState {
     starts: VecDeque<Start>,
     stdin: BTreeMap<String, Vec<u8>>,
     kills: Vec<String>,
+    /// What its resources command prints; `None`: it fails (a runner that cannot say).
+    resources: Option<String>,
 }
 
 /// A host whose runner keeps the work it is given until told it ended.
@@ -97,6 +100,10 @@ impl Executor for FakeRunner {
                     }
                 }
             }
+            Some("resources") => match &state.resources {
+                Some(line) => ok(line.clone()),
+                None => Err(ProberError::Exec { worker, detail: "cannot say".into() }),
+            },
             Some("outcome") => {
                 let id = last_word(command);
                 ok(state.outcomes.get(&id).cloned().unwrap_or_else(|| "unknown".into()) + "\n")
@@ -170,6 +177,7 @@ fn harness(hosts: &[&str], scheduling: SchedulerConfig) -> Harness {
                 start_args: "start".into(),
                 kill_args: "kill".into(),
                 outcome_args: Some("outcome".into()),
+                resources_args: Some("resources".into()),
                 ..RunnerConfig::default()
             },
             timeouts: Timeouts {
@@ -575,7 +583,15 @@ fn worker_view(id: &str, state: State, idle: IdleBehavior, running: &[&str]) -> 
         idle_for: Duration::ZERO,
         last_probe_failed: false,
         last_error: None,
+        resources: None,
     }
+}
+
+/// The same worker, saying it has `has` for work.
+fn having(mut view: WorkerView, has: Amount) -> WorkerView {
+    view.resources =
+        Some(Resources { cpu_mhz: has.cpu_mhz, memory_mb: has.memory_mb, cores: has.cores });
+    view
 }
 
 /// The scheduler's decision alone, as a table: its books and a snapshot of the pool in;
@@ -594,6 +610,12 @@ fn decide_table() {
         work: Vec<(&'static str, Phase)>,
         workers: Vec<WorkerView>,
         creating: usize,
+        /// The type of those creates.
+        creating_type: &'static str,
+        /// What each piece of work needs, where not nothing.
+        needs: Vec<(&'static str, Amount)>,
+        /// Instance types that say what they have.
+        types: Vec<(&'static str, Amount)>,
         backoff: Option<&'static str>,
         /// Whether the pool has listed its instances yet.
         loaded: bool,
@@ -602,13 +624,19 @@ fn decide_table() {
         asks: &'static [&'static str],
         stops: &'static [&'static str],
         creates: usize,
+        creates_for_work: &'static [&'static str],
         phases: Vec<(&'static str, Phase)>,
+        /// Queued work and a phrase of why it waits.
+        waits: Vec<(&'static str, &'static str)>,
     }
     let case = |name| Case {
         name,
         work: Vec::new(),
         workers: Vec::new(),
         creating: 0,
+        creating_type: "small",
+        needs: Vec::new(),
+        types: Vec::new(),
         backoff: None,
         loaded: true,
         config: config(2),
@@ -616,9 +644,14 @@ fn decide_table() {
         asks: &[],
         stops: &[],
         creates: 0,
+        creates_for_work: &[],
         phases: Vec::new(),
+        waits: Vec::new(),
     };
     let starting = |w: &str| Phase::Starting { worker: w.into() };
+    let big = Amount { cpu_mhz: 16_000, memory_mb: 32_768, cores: 8 };
+    let small = Amount { cpu_mhz: 4_000, memory_mb: 4_096, cores: 2 };
+    let mb = |memory_mb: u64| Amount { cpu_mhz: 0, memory_mb, cores: 0 };
     let cases = vec![
         Case {
             work: vec![("a", Phase::Queued)],
@@ -640,7 +673,53 @@ fn decide_table() {
             work: vec![("a", Phase::Queued)],
             workers: vec![worker_view("w1", Running, Run, &["x", "y"])],
             phases: vec![("a", Phase::Queued)],
+            waits: vec![("a", "every worker that takes work runs its limit of 2")],
             ..case("no room anywhere: stays queued")
+        },
+        Case {
+            work: vec![("a", Phase::Queued), ("b", Phase::Queued)],
+            workers: vec![
+                having(worker_view("big", Idle, Run, &[]), big),
+                having(worker_view("small", Idle, Run, &[]), small),
+            ],
+            needs: vec![("a", mb(1_024)), ("b", mb(20_000))],
+            launches: &[("a", "small"), ("b", "big")],
+            ..case("best fit: each to the worker it leaves least free")
+        },
+        Case {
+            work: vec![("a", Phase::Queued), ("b", Phase::Queued)],
+            workers: vec![having(worker_view("w1", Idle, Run, &[]), small)],
+            needs: vec![("a", mb(8_192))],
+            launches: &[("b", "w1")],
+            phases: vec![("a", Phase::Queued)],
+            waits: vec![("a", "no worker has 8192 MB free; largest free 4096 MB")],
+            ..case("work that fits nowhere waits with its reason; smaller work behind it goes")
+        },
+        Case {
+            work: vec![("a", Phase::Queued), ("b", Phase::Queued)],
+            workers: vec![having(worker_view("w1", Idle, Run, &[]), small)],
+            needs: vec![("a", mb(8_192)), ("b", mb(30_000))],
+            types: vec![("small", small), ("large", big)],
+            creates_for_work: &["large", "large"],
+            ..case("with types that say what they have, the smallest that fits is created for each")
+        },
+        Case {
+            work: vec![("a", Phase::Queued)],
+            workers: vec![having(worker_view("w1", Idle, Run, &[]), small)],
+            needs: vec![("a", mb(2_048))],
+            types: vec![("small", small)],
+            launches: &[("a", "w1")],
+            ..case("work that fits a worker creates nothing")
+        },
+        Case {
+            work: vec![("a", Phase::Queued), ("b", Phase::Queued)],
+            workers: vec![having(worker_view("w1", Idle, Run, &[]), small)],
+            needs: vec![("a", mb(8_192)), ("b", mb(8_192))],
+            types: vec![("small", small), ("large", big)],
+            creating: 1,
+            creating_type: "large",
+            creates_for_work: &["large"],
+            ..case("a create in flight of the type work needs counts toward it")
         },
         Case {
             work: vec![("a", Phase::Queued)],
@@ -713,14 +792,21 @@ fn decide_table() {
     for case in cases {
         let name = case.name;
         let mut books = Books::holding(&case.work, now);
+        for (id, needs) in &case.needs {
+            books.needing(id, *needs);
+        }
         if let Some(worker) = case.backoff {
             books.back_off(worker, now.saturating_add(secs(10)));
         }
         let snapshot = Snapshot {
             workers: case.workers.into_iter().map(|v| (v.id.clone(), v)).collect(),
-            creating: case.creating,
+            creating: [(case.creating_type.to_owned(), case.creating)]
+                .into_iter()
+                .filter(|(_, n)| *n > 0)
+                .collect(),
             now,
             loaded: case.loaded,
+            types: case.types.iter().map(|(name, has)| ((*name).to_owned(), *has)).collect(),
         };
         let decisions = books.decide(&snapshot, &case.config);
         let launches: Vec<(String, String)> =
@@ -732,6 +818,11 @@ fn decide_table() {
         assert_eq!(asks, case.asks, "{name}: asks");
         assert_eq!(decisions.stop, case.stops, "{name}: stops");
         assert_eq!(decisions.creates, case.creates, "{name}: creates");
+        assert_eq!(decisions.creates_for_work, case.creates_for_work, "{name}: creates for work");
+        for (id, phrase) in case.waits {
+            let why = books.waiting(id).unwrap_or_default();
+            assert!(why.contains(phrase), "{name}: {id} waits because {why:?}, not {phrase:?}");
+        }
         for (id, phase) in case.phases {
             assert_eq!(books.phase(id), Some(phase), "{name}: {id}");
         }
@@ -781,9 +872,10 @@ fn take_over_table() {
         let workers = [worker_view("w1", Running, Run, listed)];
         let snapshot = Snapshot {
             workers: workers.into_iter().map(|v| (v.id.clone(), v)).collect(),
-            creating: 0,
+            creating: HashMap::new(),
             now: at,
             loaded: true,
+            types: Vec::new(),
         };
         let decisions = books.decide(&snapshot, &config(2));
         assert_eq!(decisions.stop_asked, stops, "{name}: stops");
@@ -917,6 +1009,57 @@ fn failed_work_is_rescheduled_and_stopped_or_complete_work_is_not() {
     h.step();
     assert_eq!(h.phase("fails"), running("h1"));
     assert!(h.running_on("h1").contains(&"fails__2".to_owned()));
+}
+
+/// Placement by resources through the pool: each worker's runner says what it has at its first
+/// probe; work goes to the worker it fits best, what fits nowhere waits and says why, and once
+/// work ends its room is given to what waits. A host whose runner cannot say is placed on by
+/// count alone.
+#[test]
+fn work_is_placed_by_what_workers_have_and_waits_with_a_reason() {
+    let mut h = harness(&["big", "small"], config(4));
+    h.host("big").state.lock().resources = Some("cpu_mhz=16000 memory_mb=32768 cores=8".into());
+    h.host("small").state.lock().resources = Some("cpu_mhz=4000 memory_mb=4096 cores=2".into());
+    // Their first probe was in the harness, before they could say: ask again a minute on.
+    h.clock.advance(RESOURCES_RETRY);
+    h.probe();
+    let has = |name: &str| h.pool.workers().into_iter().find(|w| w.id.0 == name).unwrap().resources;
+    assert_eq!(has("small").map(|r| r.memory_mb), Some(4096));
+    let submit = |id: &str, memory_mb: u64| {
+        let needs = Amount { cpu_mhz: 500, memory_mb, cores: 0 };
+        let submission = Submission::new(id, "").with_needs(needs);
+        h.runtime.block_on(h.scheduler.submit(submission)).unwrap();
+    };
+    submit("tiny", 1_000);
+    submit("large", 20_000);
+    submit("huge", 40_000);
+    submit("medium", 3_500);
+    h.step();
+    assert_eq!(h.phase("tiny"), running("small"));
+    assert_eq!(h.phase("large"), running("big"));
+    assert_eq!(h.phase("huge"), Phase::Queued);
+    assert_eq!(
+        h.scheduler.waiting_reason("huge").as_deref(),
+        Some("no worker has 40000 MB free; largest free 12768 MB")
+    );
+    // `medium` does not fit beside `tiny` on the small worker: it goes to the big one.
+    assert_eq!(h.phase("medium"), running("big"));
+    assert_eq!(h.scheduler.waiting_reason("medium"), None);
+
+    h.host("big").end("large", "complete all tasks finished");
+    h.host("big").end("medium", "complete all tasks finished");
+    submit("later", 30_000);
+    h.probe();
+    h.step();
+    assert_eq!(h.phase("later"), Phase::Queued, "until the ends are known, their room is taken");
+    assert!(matches!(h.phase("large"), Phase::Ended { .. }));
+    h.step();
+    assert_eq!(h.phase("later"), running("big"), "room given back by work that ended");
+    let why = h.scheduler.waiting_reason("huge").unwrap();
+    assert!(why.contains("no worker has 40000 MB free"), "{why}");
+    h.take_over();
+    assert_eq!(h.phase("huge"), Phase::Queued, "what it needs survives a take-over");
+    assert_eq!(h.placement("huge").needs.memory_mb, 40_000);
 }
 
 /// Nomad's `TestServiceSched_Reschedule_MultipleNow`: with `attempts = 3` in 30 minutes and a

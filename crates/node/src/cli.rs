@@ -181,7 +181,12 @@ enum Command {
 enum NodeCommand {
     /// Show the node's CPU and memory, what it keeps for itself, what allocations hold, what
     /// is free, how tasks are contained, and each driver's health.
-    Status,
+    Status {
+        /// One line for a prober: what the node can give work in all
+        /// (`cpu_mhz=... memory_mb=... cores=...`), then what is free now (`free_cpu_mhz=...`).
+        #[arg(long)]
+        probe: bool,
+    },
 }
 
 /// How `wharf agent` combines its sources of settings.
@@ -372,7 +377,7 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Alloc(command) => {
             alloc(&client, command, data_dir, cli.json).await.map(|()| ExitCode::SUCCESS)
         }
-        Command::Node(NodeCommand::Status) => node_status(&client, cli.json).await,
+        Command::Node(NodeCommand::Status { probe }) => node_status(&client, cli.json, probe).await,
         Command::Service(ServiceCommand::List) => {
             list_services(&client, cli.json).await.map(|()| ExitCode::SUCCESS)
         }
@@ -381,10 +386,12 @@ async fn run(cli: Cli) -> ExitCode {
 }
 
 /// `wharf node status`.
-async fn node_status(client: &Client, json: bool) -> anyhow::Result<ExitCode> {
+async fn node_status(client: &Client, json: bool, probe: bool) -> anyhow::Result<ExitCode> {
     let status: crate::usage::NodeStatus =
         client.json(Method::GET, ApiPath::v1(["node"]), None).await?;
-    if json {
+    if probe {
+        println!("{}", crate::usage::probe_line(&status));
+    } else if json {
         println!("{}", serde_json::to_string_pretty(&status)?);
     } else {
         print!("{}", crate::usage::node_text(&status));

@@ -36,6 +36,17 @@ pub struct NodeStatus {
     pub drivers: BTreeMap<String, Fingerprint>,
 }
 
+/// The resources line a prober reads (wharf-prober's `Resources`): what the node can give work
+/// in all (what allocations hold plus what is free), then what is free now.
+pub fn probe_line(status: &NodeStatus) -> String {
+    let all = status.allocated + status.free;
+    let free = status.free;
+    format!(
+        "cpu_mhz={} memory_mb={} cores={} free_cpu_mhz={} free_memory_mb={} free_cores={}",
+        all.cpu_mhz, all.memory_mb, all.cores, free.cpu_mhz, free.memory_mb, free.cores
+    )
+}
+
 /// The node's CPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeCpu {

@@ -129,6 +129,28 @@ async fn loopback_workers_run_allocations_and_end_with_the_fleet() {
     })
     .await;
 
+    // Each worker's agent said what it has; work that fits on none waits and says why.
+    let listed = workers(&client).await;
+    let has = listed[0].resources.expect("the agent said what it has");
+    assert!(has.memory_mb > 0 && has.cpu_mhz > 0, "{listed:?}");
+    assert_eq!(listed[0].free, Some(has), "nothing placed yet");
+    let too_big = job("too-big", "batch", "true").replace(
+        "[[group.task]]\nname = \"t\"",
+        "[[group.task]]\nname = \"t\"\nresources = { memory = 99999999 }",
+    );
+    let waiting = submit(&client, &too_big).await.unwrap();
+    let waiting =
+        until_alloc(&client, &waiting.id, "a reason to wait", |a| a.waiting.is_some()).await;
+    let why = waiting.waiting.clone().unwrap();
+    assert!(why.starts_with("no worker has 99999999 MB free; largest free "), "{why}");
+    let out = fleet.cli(&["workers"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("MEMORY USED/ALL") && text.contains(&format!("0/{} MB", has.memory_mb)),
+        "{text}"
+    );
+    client.call(Method::POST, &format!("/v1/allocations/{}/stop", waiting.id), None).await.unwrap();
+
     // A batch allocation, followed by the CLI to its end.
     let spec = dir.path().join("batch.toml");
     std::fs::write(&spec, job("batch", "batch", "echo hi")).unwrap();

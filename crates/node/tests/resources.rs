@@ -156,7 +156,8 @@ async fn an_allocation_too_large_for_the_node_is_refused_and_nothing_is_kept() {
     assert_eq!(allocs.iter().map(|a| a.id.as_str()).collect::<Vec<_>>(), [id.as_str()]);
 }
 
-/// `GET /v1/node` and `wharf node status`: totals, the reservation, cgroups, drivers.
+/// `GET /v1/node` and `wharf node status`: totals, the reservation, cgroups, drivers, and the
+/// one line a fleet's prober reads (`--probe`).
 #[tokio::test]
 async fn the_node_reports_its_resources_cgroups_and_drivers() {
     let cgroups = CgroupParent::new();
@@ -188,6 +189,16 @@ async fn the_node_reports_its_resources_cgroups_and_drivers() {
     let out = agent.cli(&["--json", "node", "status"]);
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json["free"]["cpu_mhz"], 3500);
+    // The line a fleet's prober reads: what the node can give work, which it parses.
+    let out = agent.cli(&["node", "status", "--probe"]);
+    assert!(out.status.success(), "{out:?}");
+    let line = String::from_utf8_lossy(&out.stdout);
+    let has = wharf_prober::Resources::parse(&line).unwrap();
+    assert_eq!(
+        (has.cpu_mhz, has.memory_mb, has.cores),
+        (3500, node.free.memory_mb, node.free.cores)
+    );
+    assert!(line.contains(" free_cpu_mhz=3500 "), "{line}");
 }
 
 /// A task's usage comes from its cgroup, in the API, `wharf alloc status` and the metrics.

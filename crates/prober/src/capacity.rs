@@ -18,6 +18,7 @@
 
 use crate::clock::Moment;
 use crate::config::limit;
+use crate::resources::Resources;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::fmt;
@@ -37,6 +38,9 @@ pub struct InstanceType {
     /// Types that share a quota (an instance family's vCPU limit): a capacity refusal scoped
     /// to the group holds creates of every type in it. `None`: in no group.
     pub quota_group: Option<String>,
+    /// What an instance of it has for work, if known: a scheduler creates the smallest type
+    /// that fits work no worker has room for, as Arvados' does.
+    pub resources: Option<Resources>,
 }
 
 impl InstanceType {
@@ -47,7 +51,14 @@ impl InstanceType {
             provider_type: name.to_owned(),
             preemptible: false,
             quota_group: None,
+            resources: None,
         }
+    }
+
+    /// The same type, with what an instance of it has for work.
+    pub fn with_resources(mut self, resources: Resources) -> InstanceType {
+        self.resources = Some(resources);
+        self
     }
 }
 
@@ -360,6 +371,7 @@ pub(crate) fn typed(
         provider_type: provider_type.into(),
         preemptible,
         quota_group: Some(group.into()),
+        resources: None,
     }
 }
 

@@ -72,6 +72,10 @@ pub struct RunnerConfig {
     /// quoted id is appended): `unknown` if the runner never had it, else its final status
     /// and why. `None` for runners that cannot say (work that leaves the list just ended).
     pub outcome_args: Option<String>,
+    /// Arguments that print what the worker has for work, in one line (see
+    /// [`Resources`](crate::Resources)); run once it has booted, until it answers. `None` for
+    /// runners that cannot say: their workers are placed on by count alone.
+    pub resources_args: Option<String>,
 }
 
 impl Default for RunnerConfig {
@@ -84,6 +88,7 @@ impl Default for RunnerConfig {
             start_args: "run --detach - --id".into(),
             kill_args: "alloc stop --wait 1s".into(),
             outcome_args: Some("alloc outcome".into()),
+            resources_args: Some("node status --probe".into()),
         }
     }
 }

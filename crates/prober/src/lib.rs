@@ -20,7 +20,8 @@
 //!   [`ssh`] ([`SshExecutor`], on russh) and [`LocalExecutor`] (`sh -c`) implement it.
 //! - [`instance`]: the [`InstanceSet`] seam (the cloud), with [`LoopbackInstanceSet`] (this
 //!   host) and [`StaticInstanceSet`] (machines the user already has).
-//! - [`runner_list`]: the runner-list grammar; [`quote`]: shell quoting of ids and paths.
+//! - [`runner_list`]: the runner-list grammar; [`quote`]: shell quoting of ids and paths;
+//!   [`resources`]: what a worker has for work, as its runner reports it.
 //! - [`clock`]: the injected [`Clock`] ([`SystemClock`], [`FakeClock`]).
 //!
 //! Its neighbours: the runner on each worker is wharf's node CLI (`wharf alloc list --probe`)
@@ -70,6 +71,7 @@ mod loopback;
 mod metrics;
 pub mod pool;
 mod quote;
+pub mod resources;
 pub mod runner_list;
 #[cfg(feature = "ssh")]
 pub mod ssh;
@@ -89,6 +91,7 @@ pub use local::LocalExecutor;
 pub use loopback::{LoopbackConfig, LoopbackInstanceSet, TAGS_FILE};
 pub use pool::{BrakeConfig, Creating, InstanceView, NewExecutor, Pool, PoolConfig};
 pub use quote::quote;
+pub use resources::Resources;
 #[cfg(feature = "ssh")]
 pub use ssh::{SshExecutor, SshTarget};
 
@@ -97,8 +100,8 @@ pub use ssh::{SshExecutor, SshTarget};
 pub use async_trait::async_trait;
 pub use static_set::{StaticConfig, StaticHost, StaticInstanceSet};
 pub use worker::{
-    BootOutcome, Brake, Effect, IdleBehavior, Kill, ProbeOutcome, ProbeReport, Record, Rules,
-    RunReport, Runner, State, Worker, WorkerSpec, WorkerView,
+    BootOutcome, Brake, Effect, IdleBehavior, Kill, ProbeOutcome, ProbeReport, RESOURCES_RETRY,
+    Record, Rules, RunReport, Runner, State, Worker, WorkerSpec, WorkerView,
 };
 
 #[cfg(test)]

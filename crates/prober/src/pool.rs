@@ -384,6 +384,11 @@ impl Pool {
         self.shared.state.lock().holds.at_capacity(&it, now)
     }
 
+    /// The configured instance types (empty: any type the caller names).
+    pub fn instance_types(&self) -> &[InstanceType] {
+        &self.shared.config.instance_types
+    }
+
     /// The configured type named `name`; without a configured list, a type of that name.
     pub fn instance_type(&self, name: &str) -> InstanceType {
         self.shared

@@ -147,6 +147,8 @@ fn pool_config() -> PoolConfig {
             runner: RunnerConfig {
                 command: "crunch-run".into(),
                 list_args: "--list".into(),
+                // crunch-run cannot say what a worker has.
+                resources_args: None,
                 ..RunnerConfig::default()
             },
             tag_prefix: "t-".into(),
@@ -681,6 +683,7 @@ fn loopback_instances_boot_deploy_and_run_end_to_end() {
                 binary: Some(binary.into()),
                 directory: runner_dir.display().to_string(),
                 list_args: "--list".into(),
+                resources_args: None,
                 ..RunnerConfig::default()
             },
             ..WorkerConfig::default()

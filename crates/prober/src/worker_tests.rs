@@ -21,7 +21,11 @@ fn secs(s: u64) -> Duration {
 }
 
 fn config(deploy: bool) -> Arc<Prepared> {
-    let config = WorkerConfig {
+    Arc::new(worker_config(deploy).prepare().unwrap())
+}
+
+fn worker_config(deploy: bool) -> WorkerConfig {
+    WorkerConfig {
         timeouts: Timeouts {
             booting: 10 * MIN,
             probe: 10 * MIN,
@@ -40,13 +44,13 @@ fn config(deploy: bool) -> Arc<Prepared> {
             start_args: "--detach".into(),
             kill_args: "--kill 15".into(),
             outcome_args: None,
+            resources_args: None,
         },
         cluster_prefix: "zzzzz-".into(),
         tag_prefix: "t-".into(),
         command_deadline: secs(20),
         deploy_deadline: secs(60),
-    };
-    Arc::new(config.prepare().unwrap())
+    }
 }
 
 fn deployment() -> Deployment {
@@ -1217,6 +1221,46 @@ fn a_probe_moves_a_listed_starting_runner_to_running_and_keeps_unlisted_ones() {
     assert_eq!(view.starting, ["zzzzz-2"]);
     assert_eq!(view.state, State::Running);
     assert_eq!(view.last_runner.as_deref(), Some("zzzzz-1"));
+}
+
+/// Once a worker's run probe passes, its runner is asked what the worker has for work, until
+/// it answers (a minute apart after a failure); the view shows the answer, and later probes
+/// do not ask again.
+#[test]
+fn a_worker_learns_its_resources_once_its_run_probe_passes() {
+    let runtime = rt();
+    let clock = Arc::new(FakeClock::new(Moment::from_origin(secs(100_000))));
+    let script = ScriptedExecutor::new("w1");
+    let mut asking = worker_config(false);
+    asking.runner.resources_args = Some("--resources".into());
+    let prepared = asking.prepare().unwrap();
+    let instance = Instance::new(InstanceId::from("w1"), "127.0.0.1:22");
+    let spec = WorkerSpec {
+        instance,
+        instance_type: "small".into(),
+        state: State::Idle,
+        idle_behavior: IdleBehavior::Run,
+    };
+    let brake = Arc::new(Brake::default());
+    let worker =
+        Worker::new(spec, Arc::new(script.clone()), Arc::new(prepared), clock.clone(), brake);
+    let asked = || script.calls().iter().filter(|c| c.command.ends_with("--resources")).count();
+    script.exact(LIST, Reply::ok(""));
+    script.exact("crunch-run --resources", Reply::fail(1, "no agent"));
+    runtime.block_on(worker.probe_and_update());
+    assert_eq!((asked(), worker.view().resources), (1, None), "a failure is asked again");
+    script.exact("crunch-run --resources", Reply::ok("cpu_mhz=8000 memory_mb=4096 cores=2\n"));
+    clock.advance(secs(10));
+    runtime.block_on(worker.probe_and_update());
+    assert_eq!(asked(), 1, "not again within a minute");
+    clock.advance(RESOURCES_RETRY);
+    runtime.block_on(worker.probe_and_update());
+    let known = Resources { cpu_mhz: 8000, memory_mb: 4096, cores: 2 };
+    assert_eq!((asked(), worker.view().resources), (2, Some(known)));
+    clock.advance(secs(10));
+    runtime.block_on(worker.probe_and_update());
+    assert_eq!(asked(), 2, "known: not asked again");
+    assert_eq!(worker.view().state, State::Idle);
 }
 
 #[test]

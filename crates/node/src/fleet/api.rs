@@ -106,6 +106,11 @@ pub struct FleetAlloc {
     pub not_before: Option<String>,
     /// The attempts before the current one, oldest first.
     pub history: Vec<FleetAttempt>,
+    /// Queued: why it is placed nowhere yet (no worker has room, or none has what it needs,
+    /// with the most any has; or its reschedule delay).
+    pub waiting: Option<String>,
+    /// What it needs of a worker.
+    pub needs: Amount,
     /// Found running rather than submitted here.
     pub adopted: bool,
     /// Seconds from submission to the acknowledged start.
@@ -172,6 +177,8 @@ fn describe(fleet: &Fleet, placement: Placement, version: u64) -> FleetAlloc {
                 delay_seconds: a.rescheduled.as_ref().map(|r| r.delay.as_secs_f64()),
             })
             .collect(),
+        waiting: fleet.scheduler().waiting_reason(&placement.id),
+        needs: placement.needs,
         adopted: placement.adopted,
         start_latency_seconds: placement
             .started
@@ -281,10 +288,21 @@ pub struct FleetWorker {
     pub last_probe_seconds: f64,
     /// Whether its last probe failed, and why.
     pub last_error: Option<String>,
+    /// What it has for work, once its runner said.
+    pub resources: Option<Amount>,
+    /// What the work the fleet placed there needs.
+    pub used: Amount,
+    /// What it has less what is used, once its runner said.
+    pub free: Option<Amount>,
 }
 
-impl From<WorkerView> for FleetWorker {
-    fn from(view: WorkerView) -> FleetWorker {
+impl FleetWorker {
+    fn of(view: WorkerView, used: Amount) -> FleetWorker {
+        let resources = view.resources.map(|r| Amount {
+            cpu_mhz: r.cpu_mhz,
+            memory_mb: r.memory_mb,
+            cores: r.cores,
+        });
         FleetWorker {
             id: view.id.0,
             address: view.address,
@@ -293,12 +311,25 @@ impl From<WorkerView> for FleetWorker {
             allocations: view.running.into_iter().chain(view.starting).collect(),
             last_probe_seconds: view.probe_age.as_secs_f64(),
             last_error: if view.last_probe_failed { view.last_error } else { None },
+            free: resources.map(|has| has.saturating_sub(used)),
+            resources,
+            used,
         }
     }
 }
 
 async fn workers(State(fleet): State<Arc<Fleet>>) -> axum::Json<Vec<FleetWorker>> {
-    axum::Json(fleet.pool().workers().into_iter().map(FleetWorker::from).collect())
+    let usage = fleet.scheduler().usage();
+    let used = |id: &InstanceId| usage.get(&id.0).copied().unwrap_or(Amount::ZERO);
+    let views = fleet.pool().workers().into_iter();
+    axum::Json(
+        views
+            .map(|view| {
+                let used = used(&view.id);
+                FleetWorker::of(view, used)
+            })
+            .collect(),
+    )
 }
 
 async fn worker_action(

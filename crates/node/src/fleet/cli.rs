@@ -156,19 +156,35 @@ pub async fn run(args: FleetArgs, token: Option<String>, json: bool) -> anyhow::
                 return Ok(ExitCode::SUCCESS);
             }
             println!(
-                "{:<20}  {:<8}  {:<5}  {:>10}  {:<24}  ERROR",
-                "WORKER", "STATE", "IDLE", "PROBED", "ALLOCATIONS"
+                "{:<20}  {:<8}  {:<5}  {:>10}  {:>15}  {:>17}  {:>5}  {:<24}  ERROR",
+                "WORKER",
+                "STATE",
+                "IDLE",
+                "PROBED",
+                "CPU USED/ALL",
+                "MEMORY USED/ALL",
+                "CORES",
+                "ALLOCATIONS"
             );
             for w in workers {
                 // To a tenth of a second, as people read it: "4.2s", "1m5.3s".
                 let tenths = (w.last_probe_seconds.max(0.0) * 10.0).round() as u64;
                 let probed = Formatted(Duration::from_millis(tenths * 100)).to_string();
+                // Used of all it has, or just used where its runner has not said.
+                let of = |used: u64, all: Option<u64>, unit: &str| {
+                    let all = all.map_or_else(|| "?".to_owned(), |all| all.to_string());
+                    format!("{used}/{all} {unit}").trim_end().to_owned()
+                };
+                let has = w.resources;
                 println!(
-                    "{:<20}  {:<8}  {:<5}  {:>10}  {:<24}  {}",
+                    "{:<20}  {:<8}  {:<5}  {:>10}  {:>15}  {:>17}  {:>5}  {:<24}  {}",
                     w.id,
                     w.state,
                     w.idle_behavior,
                     probed,
+                    of(w.used.cpu_mhz, has.map(|h| h.cpu_mhz), "MHz"),
+                    of(w.used.memory_mb, has.map(|h| h.memory_mb), "MB"),
+                    of(u64::from(w.used.cores), has.map(|h| u64::from(h.cores)), ""),
                     w.allocations.join(","),
                     w.last_error.unwrap_or_default()
                 );
@@ -195,7 +211,7 @@ fn print_allocs(allocs: &[FleetAlloc], json: bool) -> anyhow::Result<()> {
             a.id,
             a.phase,
             a.worker.as_deref().unwrap_or("-"),
-            a.detail.as_deref().unwrap_or("")
+            a.detail.as_deref().or(a.waiting.as_deref()).unwrap_or("")
         );
     }
     Ok(())

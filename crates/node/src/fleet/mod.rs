@@ -82,6 +82,7 @@ impl Fleet {
                 start_args: format!("{agent}{}", defaults.start_args),
                 kill_args: format!("{agent}{}", defaults.kill_args),
                 outcome_args: defaults.outcome_args.map(|args| format!("{agent}{args}")),
+                resources_args: defaults.resources_args.map(|args| format!("{agent}{args}")),
                 ..defaults
             },
             command_deadline: config.command_deadline,

@@ -33,6 +33,7 @@ use crate::config::Prepared;
 use crate::executor::Executor;
 use crate::instance::{Instance, InstanceId, Tags};
 use crate::quote::quote;
+use crate::resources::Resources;
 use crate::runner_list;
 use parking_lot::Mutex;
 use std::fmt;
@@ -252,6 +253,8 @@ pub struct WorkerView {
     pub last_probe_failed: bool,
     /// The last probe error, if the last probe failed.
     pub last_error: Option<String>,
+    /// What it has for work, once its runner has said (see [`Resources`]).
+    pub resources: Option<Resources>,
 }
 
 /// What [`Worker::probe_and_update`] did.
@@ -266,6 +269,9 @@ pub enum ProbeOutcome {
     /// A probe failed (or an unbooted worker showed no work).
     Failed,
 }
+
+/// How long after a failed question a worker's runner is asked again what it has.
+pub const RESOURCES_RETRY: Duration = Duration::from_secs(60);
 
 /// One worker: an instance, its executor and its state machine.
 pub struct Worker {
@@ -447,6 +453,10 @@ impl Worker {
         if report.booted || report.initial == State::Unknown {
             report.run = Some(self.probe_running().await);
         }
+        let passed = report.run.as_ref().is_some_and(|run| run.result.is_ok());
+        if passed && self.resources_due() {
+            self.probe_resources().await;
+        }
         self.decide(|record, now, rules, fx| record.after_probe(report, now, rules, fx))
     }
 
@@ -498,6 +508,45 @@ impl Worker {
             Err(e) => warn!(worker = %self.id, error = %e, "boot probe failed"),
         }
         result.map(|_| ())
+    }
+
+    /// Whether to ask the runner what the worker has: not known yet, and not asked within
+    /// [`RESOURCES_RETRY`] (a runner that cannot say costs one command a minute).
+    fn resources_due(&self) -> bool {
+        let now = self.clock.now();
+        let mut slot = self.inner.lock();
+        let record = &mut slot.record;
+        let due = self.config.runner.resources_args.is_some()
+            && record.resources.is_none()
+            && record.resources_asked.is_none_or(|at| now.since(at) >= RESOURCES_RETRY);
+        if due {
+            record.resources_asked = Some(now);
+        }
+        due
+    }
+
+    /// Asks the runner what the worker has for work, and keeps the answer; a failure is
+    /// logged and asked again after [`RESOURCES_RETRY`].
+    async fn probe_resources(&self) {
+        let Some(args) = &self.config.runner.resources_args else { return };
+        let result: Result<Resources, ProberError> = async {
+            let command = self.runner_command(args, None)?;
+            let out = self
+                .executor
+                .execute(&command, &[], self.config.command_deadline)
+                .await?
+                .checked(&self.id.0, &command)?;
+            Resources::parse(&String::from_utf8_lossy(&out.stdout))
+                .map_err(|detail| ProberError::Exec { worker: self.id.0.clone(), detail })
+        }
+        .await;
+        match result {
+            Ok(resources) => {
+                info!(worker = %self.id, %resources, "worker resources");
+                self.inner.lock().record.resources = Some(resources);
+            }
+            Err(e) => warn!(worker = %self.id, error = %e, "cannot learn the worker's resources"),
+        }
     }
 
     async fn probe_running(&self) -> RunReport {

@@ -25,6 +25,7 @@ use crate::Tag;
 use crate::clock::Moment;
 use crate::config::Timeouts;
 use crate::instance::{Instance, Tags};
+use crate::resources::Resources;
 use crate::runner_list::RunnerList;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -149,6 +150,10 @@ pub struct Record {
     pub last_error: Option<String>,
     /// The last runner generation handed out.
     pub generation: u64,
+    /// What it has for work, once its runner has said.
+    pub resources: Option<Resources>,
+    /// When its runner was last asked what it has, if it was.
+    pub resources_asked: Option<Moment>,
 }
 
 impl Record {
@@ -174,6 +179,8 @@ impl Record {
             last_probe_failed: false,
             last_error: None,
             generation: 0,
+            resources: None,
+            resources_asked: None,
         }
     }
 
@@ -207,6 +214,7 @@ impl Record {
             idle_for: now.since(self.busy),
             last_probe_failed: self.last_probe_failed,
             last_error: self.last_error.clone(),
+            resources: self.resources,
         }
     }
 
