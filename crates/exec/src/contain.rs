@@ -1,11 +1,12 @@
 //! The drivers' side of containment: which tasks get a cgroup, and the signals a kill by
 //! cgroup needs (wharf-isolate owns the cgroup files, this crate every signal to a task).
 //!
-//! A driver is given a [`Containment`]: the node's [`Cgroups`] manager, or the reason there is
+//! A driver is given [`TaskCgroups`]: the node's [`Cgroups`] manager, or the reason there is
 //! none (then tasks run as plain processes, and the driver says so once in the log). For each
-//! task it asks [`Containment::cgroup_for`] for a cgroup with the task's limits, passes the
-//! cgroup's [`wharf_isolate::Confinement`] to the shim, whose child joins it between clone and
-//! exec, and later kills ([`kill_cgroup`]), measures ([`usage`]) and removes it.
+//! task it asks [`TaskCgroups::cgroup_for`] for a cgroup with the task's limits, passes the
+//! cgroup's `cgroup.procs` files to the shim (the first step of a
+//! [`wharf_isolate::Containment`]), whose child joins it between clone and exec, and later
+//! kills ([`kill_cgroup`]), measures ([`usage`]) and removes it.
 
 use std::io;
 use std::sync::Arc;
@@ -84,7 +85,7 @@ impl TaskCgroups {
             TaskCgroups::Off { reason } => return no_cgroup(reason),
         };
         let limits = cgroups.limits(&config.resources, hard_limit_period);
-        match cgroups.create(&config.id.0, &limits) {
+        match cgroups.create(&config.id.0, &limits, &mut kill_frozen) {
             Ok(cgroup) => Ok(Some(cgroup)),
             Err(error @ IsolateError::NotEnoughCores { .. }) => {
                 Err(DriverError::Retryable { reason: error.to_string() })

@@ -35,6 +35,7 @@ fn a_new_agent_sweeps_what_dead_agents_left_but_not_running_tasks() {
             .unwrap(),
         ),
         name: format!("{group}/{node}"),
+        under_own: false,
     };
     let parents = |scratch: &Scratch| -> Vec<PathBuf> {
         scratch.parents().into_iter().map(Path::to_path_buf).collect()

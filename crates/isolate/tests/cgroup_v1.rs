@@ -11,7 +11,7 @@ mod scratch;
 
 use scratch::*;
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use wharf_isolate::cgroup::Version;
 use wharf_isolate::{Cgroups, CpuSet, IsolateError};
@@ -111,6 +111,30 @@ fn a_kill_by_cgroup_reaches_escaped_processes() {
             || read(Path::new(&format!("/proc/{escaped}/cmdline"))).is_empty(),
         "the escaped process survived"
     );
+}
+
+/// A kill reaches every process the cgroup holds when it is killed, one that joined after the
+/// cgroup's processes were last read included: v1 keeps a `cgroup.procs` listing per open
+/// file, so a listing read again through a file kept open would not show it.
+#[test]
+fn a_kill_reaches_a_process_that_joined_after_the_last_read() {
+    let scratch = scratch();
+    let cgroup = scratch.create("a1/late/00000000", &limits(&scratch, 64, None)).unwrap();
+    let mut first = spawn_in(&cgroup, "echo up; exec sleep 60");
+    assert_eq!(first_line(&mut first), "up");
+    assert_eq!(cgroup.pids().unwrap(), vec![first.id() as i32]);
+    let mut late = spawn_in(&cgroup, "echo up; exec sleep 60");
+    assert_eq!(first_line(&mut late), "up");
+    let mut pids = cgroup.pids().unwrap();
+    pids.sort_unstable();
+    let mut expected = vec![first.id() as i32, late.id() as i32];
+    expected.sort_unstable();
+    assert_eq!(pids, expected);
+
+    assert_eq!(cgroup.kill_all(&mut sigkill).unwrap(), 2);
+    assert_eq!(wait(&mut late).signal(), Some(libc::SIGKILL));
+    assert_eq!(wait(&mut first).signal(), Some(libc::SIGKILL));
+    scratch.remove(&cgroup).unwrap();
 }
 
 /// A process that allocates past its limit is killed by the kernel, and the cgroup says so.
@@ -219,6 +243,81 @@ fn a_new_manager_adopts_live_cgroups_and_removes_orphans() {
     adopted.kill_all(&mut sigkill).unwrap();
     wait(&mut kept_child);
     second.remove(&adopted).unwrap();
+}
+
+/// `TestExecutor_CleanOldProcessesInCGroup`: a run started again under the id of a run whose
+/// agent died before it saved the run's handle finds that run's cgroup, with its process still
+/// in it. The process is killed, and the cgroup holds the new run's alone.
+#[test]
+fn a_run_started_again_kills_what_the_lost_run_left_in_its_cgroup() {
+    let mut agent = scratch();
+    let lost = agent.create("a1/again/00000000", &limits(&agent, 64, None)).unwrap();
+    let mut lost_child = spawn_in(&lost, "echo up; exec sleep 60");
+    assert_eq!(first_line(&mut lost_child), "up");
+    assert_eq!(lost.pids().unwrap(), vec![lost_child.id() as i32]);
+
+    agent.restart();
+    let again = agent.create("a1/again/00000000", &limits(&agent, 64, None)).unwrap();
+    assert_eq!(again.dirs(), lost.dirs());
+    assert_eq!(wait(&mut lost_child).signal(), Some(libc::SIGKILL));
+    let mut child = spawn_in(&again, "echo up; exec sleep 60");
+    assert_eq!(first_line(&mut child), "up");
+    assert_eq!(again.pids().unwrap(), vec![child.id() as i32]);
+
+    again.kill_all(&mut sigkill).unwrap();
+    wait(&mut child);
+    agent.remove(&again).unwrap();
+}
+
+/// `TestCustomPathCG1`: a parent is a path below each hierarchy's root (`absolute`) or, as an
+/// agent's is by default, below the agent's own cgroup in each hierarchy (`relative`),
+/// wherever the agent is in it (this host puts the tests' memory cgroup below the root).
+#[test]
+fn a_parent_is_below_each_root_or_below_the_agents_own_cgroup() {
+    let membership = read(Path::new("/proc/self/cgroup"));
+    // The directory of this process's cgroup in the hierarchy mounted at `mount`.
+    let own = |mount: &Path| -> PathBuf {
+        let controllers: Vec<&str> =
+            mount.file_name().unwrap().to_str().unwrap().split(',').collect();
+        let line = membership
+            .lines()
+            .find(|l| {
+                let mut names: Vec<&str> = l.split(':').nth(1).unwrap().split(',').collect();
+                names.sort_unstable();
+                let mut wanted = controllers.clone();
+                wanted.sort_unstable();
+                names == wanted
+            })
+            .unwrap_or_else(|| panic!("no line for {} in {membership}", mount.display()));
+        mount.join(line.splitn(3, ':').nth(2).unwrap().trim_start_matches('/'))
+    };
+    let absolute = scratch();
+    let relative = scratch_under_own();
+    for (scratch, under_own) in [(&absolute, false), (&relative, true)] {
+        let parents = scratch.parents();
+        assert!(parents.len() >= 5, "{parents:?}");
+        for parent in parents {
+            let mount =
+                parent.ancestors().find(|a| a.parent() == Some(Path::new("/sys/fs/cgroup")));
+            let mount =
+                mount.unwrap_or_else(|| panic!("{} is not in a v1 mount", parent.display()));
+            let base = if under_own { own(mount) } else { mount.to_owned() };
+            assert_eq!(parent, base.join(&scratch.name), "under own: {under_own}");
+        }
+    }
+    // A task's process in a relative parent's cgroup is below this process's own cgroup.
+    let cgroup = relative.create("a1/own/00000000", &limits(&relative, 16, None)).unwrap();
+    let mut child = spawn_in(&cgroup, "echo up; exec sleep 60");
+    assert_eq!(first_line(&mut child), "up");
+    let memory = dir_of(&cgroup, "memory");
+    assert_eq!(
+        memory,
+        own(Path::new("/sys/fs/cgroup/memory")).join(&relative.name).join("a1.own.00000000")
+    );
+    assert_eq!(cgroup.pids().unwrap(), vec![child.id() as i32]);
+    cgroup.kill_all(&mut sigkill).unwrap();
+    wait(&mut child);
+    relative.remove(&cgroup).unwrap();
 }
 
 #[test]

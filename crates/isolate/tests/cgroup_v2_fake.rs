@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 use wharf_isolate::cgroup::{NodeCpu, Version};
-use wharf_isolate::{CgroupOptions, CgroupParent, Cgroups, CpuSet, IsolateError};
+use wharf_isolate::{CgroupOptions, CgroupParent, Cgroups, CpuSet, IsolateError, TaskCgroup};
 use wharf_state::spec::Resources;
 
 const MIB: u64 = 1 << 20;
@@ -49,13 +49,18 @@ impl Fake {
     }
 
     fn open(&self) -> Result<Cgroups, IsolateError> {
+        self.open_as(CgroupParent::Absolute("/wharf".into()), "0::/\n")
+    }
+
+    /// A manager under `parent`, for an agent whose `/proc/self/cgroup` is `own`.
+    fn open_as(&self, parent: CgroupParent, own: &str) -> Result<Cgroups, IsolateError> {
         let mountinfo =
             format!("29 23 0:26 / {} rw,nosuid - cgroup2 cgroup2 rw\n", self.root.path().display());
         Cgroups::open_with(
             &mountinfo,
-            "0::/\n",
+            own,
             CgroupOptions {
-                parent: CgroupParent::Absolute("/wharf".into()),
+                parent,
                 pids_max: Some(100),
                 reserved_cores: CpuSet::parse("3").unwrap(),
                 cpu: NodeCpu { mhz_per_core: 2000 },
@@ -72,6 +77,20 @@ impl Fake {
             }
         }
     }
+}
+
+/// A kill that is never needed: a fake tree has no processes.
+fn no_kill(pid: i32) -> std::io::Result<()> {
+    panic!("nothing runs in a fake tree, yet pid {pid} was to be killed")
+}
+
+/// The cgroup of task run `task_id` with the limits of `resources` (no hard CPU limit).
+fn create(
+    cgroups: &Cgroups,
+    task_id: &str,
+    resources: Resources,
+) -> Result<TaskCgroup, IsolateError> {
+    cgroups.create(task_id, &cgroups.limits(&resources, None), &mut no_kill)
 }
 
 fn resources(memory: u32, memory_max: Option<u32>, cores: u32) -> Resources {
@@ -96,12 +115,52 @@ fn controllers_are_handed_down_to_the_partitions() {
     assert_eq!(cgroups.parents(), vec![fake.path("wharf")]);
 }
 
+/// `TestCustomPathCG2`: by default the parent is a `wharf` child of the agent's own cgroup
+/// (a systemd service's, here), and the controllers are handed down from that cgroup, not from
+/// the root, which is not the agent's to change.
+#[test]
+fn the_default_parent_is_a_wharf_child_of_the_agents_own_cgroup() {
+    let fake = Fake::new("cpu memory pids\n", true);
+    let own = "system.slice/wharf-agent.service";
+    fake.write(&format!("{own}/cgroup.controllers"), "cpu io memory pids\n");
+    fake.write(&format!("{own}/cgroup.subtree_control"), "");
+    let cgroups = fake.open_as(CgroupParent::default(), &format!("0::/{own}\n")).unwrap();
+    assert_eq!(cgroups.parents(), vec![fake.path(&format!("{own}/wharf"))]);
+    for level in ["", "wharf/", "wharf/share/", "wharf/reserve/"] {
+        assert_eq!(
+            fake.read(&format!("{own}/{level}cgroup.subtree_control")),
+            "+cpu +memory +pids",
+            "{level}"
+        );
+    }
+    assert_eq!(fake.read("cgroup.subtree_control"), "", "the root is left alone");
+    let cgroup = create(&cgroups, "a1/web/00000000", resources(64, None, 0)).unwrap();
+    assert_eq!(
+        cgroup.procs_files(),
+        vec![fake.path(&format!("{own}/wharf/share/a1.web.00000000/cgroup.procs"))]
+    );
+}
+
+/// A run started again under the id of a lost run (its agent died before saving its handle)
+/// finds that run's cgroup: what is in it is killed before the new run's limits are written.
+#[test]
+fn a_run_started_again_kills_what_the_lost_run_left() {
+    let fake = Fake::new("cpu memory pids\n", true);
+    let cgroups = fake.open().unwrap();
+    let dir = "wharf/share/a1.web.00000004";
+    fake.write(&format!("{dir}/cgroup.procs"), "4242\n");
+    fake.write(&format!("{dir}/cgroup.kill"), "");
+    create(&cgroups, "a1/web/00000004", resources(64, None, 0)).unwrap();
+    assert_eq!(fake.read(&format!("{dir}/cgroup.kill")), "1", "killed whole");
+    assert_eq!(fake.read(&format!("{dir}/memory.max")), (64 * MIB).to_string());
+}
+
 #[test]
 fn limits_go_into_the_v2_files() {
     let fake = Fake::new("cpuset cpu memory pids\n", true);
     let cgroups = fake.open().unwrap();
     let limits = cgroups.limits(&resources(256, Some(512), 0), Some(100_000));
-    let cgroup = cgroups.create("a1/web/00000000", &limits).unwrap();
+    let cgroup = cgroups.create("a1/web/00000000", &limits, &mut no_kill).unwrap();
     let dir = "wharf/share/a1.web.00000000";
     assert_eq!(cgroup.dirs(), vec![fake.path(dir)]);
     assert_eq!(fake.read(&format!("{dir}/memory.max")), (512 * MIB).to_string());
@@ -121,15 +180,13 @@ fn limits_go_into_the_v2_files() {
 fn reserved_cores_move_from_share_to_reserve_and_back() {
     let fake = Fake::new("cpuset cpu memory pids\n", true);
     let cgroups = fake.open().unwrap();
-    let cgroup = cgroups
-        .create("a1/pinned/00000000", &cgroups.limits(&resources(64, None, 2), None))
-        .unwrap();
+    let cgroup = create(&cgroups, "a1/pinned/00000000", resources(64, None, 2)).unwrap();
     let dir = "wharf/reserve/a1.pinned.00000000";
     assert_eq!(cgroup.dirs(), vec![fake.path(dir)]);
     assert_eq!(fake.read(&format!("{dir}/cpuset.cpus")), "0-1");
     assert_eq!(fake.read("wharf/reserve/cpuset.cpus"), "0-1");
     assert_eq!(fake.read("wharf/share/cpuset.cpus"), "2");
-    match cgroups.create("a1/more/00000000", &cgroups.limits(&resources(64, None, 1), None)) {
+    match create(&cgroups, "a1/more/00000000", resources(64, None, 1)) {
         Err(IsolateError::NotEnoughCores { needed: 1, free: 0 }) => {}
         other => panic!("{other:?}"),
     }
@@ -144,8 +201,7 @@ fn stats_and_oom_read_the_v2_files() {
     let fake = Fake::new("cpu memory pids\n", true);
     let cgroups = fake.open().unwrap();
     assert!(!cgroups.can_reserve_cores());
-    let cgroup =
-        cgroups.create("a1/web/00000001", &cgroups.limits(&resources(64, None, 0), None)).unwrap();
+    let cgroup = create(&cgroups, "a1/web/00000001", resources(64, None, 0)).unwrap();
     let dir = "wharf/share/a1.web.00000001";
     fake.write(&format!("{dir}/memory.stat"), "anon 1048576\nfile 4096\nkernel 8192\n");
     fake.write(&format!("{dir}/memory.swap.current"), "0\n");
@@ -178,8 +234,7 @@ fn stats_and_oom_read_the_v2_files() {
     assert_eq!(cgroup.stats().unwrap().processes, 5);
 
     // Before Linux 5.19 there is no memory.peak: max usage is not measured.
-    let older =
-        cgroups.create("a1/web/00000009", &cgroups.limits(&resources(64, None, 0), None)).unwrap();
+    let older = create(&cgroups, "a1/web/00000009", resources(64, None, 0)).unwrap();
     let dir = "wharf/share/a1.web.00000009";
     for file in ["memory.stat", "memory.swap.current", "cpu.stat", "pids.current"] {
         let source = fake.read(&format!("wharf/share/a1.web.00000001/{file}"));
@@ -193,8 +248,7 @@ fn stats_and_oom_read_the_v2_files() {
 fn kills_use_cgroup_kill_where_the_kernel_has_it() {
     let fake = Fake::new("cpu memory pids\n", true);
     let cgroups = fake.open().unwrap();
-    let cgroup =
-        cgroups.create("a1/web/00000002", &cgroups.limits(&resources(64, None, 0), None)).unwrap();
+    let cgroup = create(&cgroups, "a1/web/00000002", resources(64, None, 0)).unwrap();
     let dir = "wharf/share/a1.web.00000002";
     fake.write(&format!("{dir}/cgroup.kill"), "");
     let mut sent = Vec::new();
@@ -227,8 +281,7 @@ fn kills_use_cgroup_kill_where_the_kernel_has_it() {
 fn without_cgroup_kill_the_cgroup_is_frozen_killed_and_thawed() {
     let fake = Fake::new("cpu memory pids\n", false);
     let cgroups = fake.open().unwrap();
-    let cgroup =
-        cgroups.create("a1/web/00000003", &cgroups.limits(&resources(64, None, 0), None)).unwrap();
+    let cgroup = create(&cgroups, "a1/web/00000003", resources(64, None, 0)).unwrap();
     let dir = "wharf/share/a1.web.00000003";
     fake.write(&format!("{dir}/cgroup.procs"), "4242\n4243\n");
     fake.write(&format!("{dir}/cgroup.freeze"), "0");
@@ -253,8 +306,7 @@ fn without_cgroup_kill_the_cgroup_is_frozen_killed_and_thawed() {
 fn orphans_are_found_in_both_partitions() {
     let fake = Fake::new("cpuset cpu memory pids\n", true);
     let cgroups = fake.open().unwrap();
-    let live =
-        cgroups.create("a1/live/00000000", &cgroups.limits(&resources(64, None, 0), None)).unwrap();
+    let live = create(&cgroups, "a1/live/00000000", resources(64, None, 0)).unwrap();
     // Left by an agent that died: one sharing, one with core 1 reserved.
     std::fs::create_dir(fake.path("wharf/share/a0.old.00000000")).unwrap();
     fake.write("wharf/reserve/a0.pinned.00000000/cpuset.cpus", "1\n");

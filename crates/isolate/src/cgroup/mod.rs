@@ -348,7 +348,17 @@ impl Cgroups {
 
     /// Makes the cgroup of task run `task_id` with `limits`. Until it is removed, its name is
     /// this manager's, and no orphan sweep touches it.
-    pub fn create(&self, task_id: &str, limits: &Limits) -> Result<TaskCgroup, IsolateError> {
+    ///
+    /// A cgroup of that name may be there already: a run whose agent died before it saved the
+    /// run's handle is started again under the same id. Whatever that lost run left in it is
+    /// killed first (`kill` sends SIGKILL to one pid, as for [`TaskCgroup::kill_all`]), so
+    /// the new run counts, limits and kills its own processes only.
+    pub fn create(
+        &self,
+        task_id: &str,
+        limits: &Limits,
+        kill: &mut dyn FnMut(i32) -> io::Result<()>,
+    ) -> Result<TaskCgroup, IsolateError> {
         let name = cgroup_name(task_id);
         if !self.live.lock().insert(name.clone()) {
             return Err(IsolateError::Invalid {
@@ -356,7 +366,7 @@ impl Cgroups {
                 reason: "is in use by another run of the task".into(),
             });
         }
-        let made = self.make(&name, limits);
+        let made = self.make(&name, limits, kill);
         if made.is_err() {
             self.release_cores(&name);
             self.live.lock().remove(&name);
@@ -364,7 +374,12 @@ impl Cgroups {
         made
     }
 
-    fn make(&self, name: &str, limits: &Limits) -> Result<TaskCgroup, IsolateError> {
+    fn make(
+        &self,
+        name: &str,
+        limits: &Limits,
+        kill: &mut dyn FnMut(i32) -> io::Result<()>,
+    ) -> Result<TaskCgroup, IsolateError> {
         let cores = match limits.cores {
             0 => None,
             count => {
@@ -381,16 +396,27 @@ impl Cgroups {
             }
         };
         let task = self.task_at(name, cores);
+        let mut left_over = false;
         for dir in task.dirs.iter().filter(|d| d.owned) {
             match std::fs::create_dir(&dir.path) {
                 Ok(()) => {}
                 // A run that crashed before its handle was saved left it: take it over.
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => left_over = true,
                 Err(e) => {
                     let error = IsolateError::Io { path: dir.path.clone(), source: e };
                     let _ = self.remove_dirs(&task);
                     return Err(error);
                 }
+            }
+        }
+        if left_over {
+            match task.kill_all(kill) {
+                Ok(0) => {}
+                Ok(killed) => {
+                    tracing::warn!(cgroup = %name, killed, "killed what a lost run of the task left in its cgroup")
+                }
+                // Left as it is, for the next orphan sweep.
+                Err(error) => return Err(error),
             }
         }
         if let Err(error) = task.apply(limits) {
@@ -649,7 +675,8 @@ pub struct TaskCgroup {
 /// The files of a task's cgroup its stats, OOM record and kills use, kept open once used:
 /// opening a cgroup file again costs ten to thirty times reading it again (the lookups through
 /// kernfs), and a metrics scrape reads every running task's, a stop of many tasks freezes each.
-/// Closed when the cgroup is removed.
+/// A read from offset 0 makes the kernel write such a file afresh. Not `cgroup.procs`, whose
+/// v1 listing is kept per open file ([`TaskCgroup::pids`]). Closed when the cgroup is removed.
 #[derive(Debug, Default)]
 struct OpenFiles(Mutex<Vec<(PathBuf, Access, std::fs::File)>>);
 
@@ -835,20 +862,20 @@ impl TaskCgroup {
         Ok(())
     }
 
-    /// The processes in it (thread group ids).
+    /// The processes in it (thread group ids), as they are now.
     pub fn pids(&self) -> Result<Vec<i32>, IsolateError> {
         let path = self.procs_dir()?.join("cgroup.procs");
-        let text = match self.files.read(&path) {
+        // Opened afresh for every read, unlike the other files: v1 lists `cgroup.procs` once
+        // per open file and serves that list again to every read that follows within a second
+        // of the one before, so a kill that read it through a file kept open would miss what
+        // joined or was forked since, and a removal would wait for processes long gone.
+        let text = match std::fs::read_to_string(&path) {
             Ok(text) => text,
             // Gone: it holds nothing.
-            Err(IsolateError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
-                return Ok(Vec::new());
-            }
-            // Removed while its files were open.
-            Err(IsolateError::Io { source, .. }) if source.raw_os_error() == Some(libc::ENODEV) => {
-                return Ok(Vec::new());
-            }
-            Err(error) => return Err(error),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            // Removed while it was read.
+            Err(e) if e.raw_os_error() == Some(libc::ENODEV) => return Ok(Vec::new()),
+            Err(source) => return Err(IsolateError::Io { path, source }),
         };
         Ok(text.lines().filter_map(|l| l.trim().parse().ok()).collect())
     }

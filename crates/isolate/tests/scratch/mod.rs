@@ -9,7 +9,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 use wharf_isolate::cgroup::{Limits, NodeCpu};
-use wharf_isolate::{CgroupOptions, CgroupParent, Cgroups, Containment, CpuSet, TaskCgroup};
+use wharf_isolate::{
+    CgroupOptions, CgroupParent, Cgroups, Containment, CpuSet, IsolateError, TaskCgroup,
+};
 use wharf_state::spec::Resources;
 
 pub const MIB: u64 = 1 << 20;
@@ -19,6 +21,8 @@ pub const MIB: u64 = 1 << 20;
 pub struct Scratch {
     pub cgroups: Option<Cgroups>,
     pub name: String,
+    /// The parent is `name` below this process's own cgroup, not below each hierarchy's root.
+    pub under_own: bool,
 }
 
 impl Scratch {
@@ -26,7 +30,22 @@ impl Scratch {
     /// one opens the same parent.
     pub fn restart(&mut self) {
         self.cgroups = None;
-        self.cgroups = Some(Cgroups::open(options(&self.name)).unwrap());
+        self.cgroups = Some(Cgroups::open(self.options()).unwrap());
+    }
+
+    fn options(&self) -> CgroupOptions {
+        let mut options = options(&self.name);
+        if self.under_own {
+            options.parent = CgroupParent::UnderOwn(self.name.clone());
+        }
+        options
+    }
+}
+
+impl Scratch {
+    /// [`Cgroups::create`], killing what a lost run left in the cgroup with SIGKILL.
+    pub fn create(&self, task_id: &str, limits: &Limits) -> Result<TaskCgroup, IsolateError> {
+        self.cgroups.as_ref().unwrap().create(task_id, limits, &mut sigkill)
     }
 }
 
@@ -42,7 +61,7 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         // A restart that failed left no manager: a new one cleans up, once the lock is free.
         if self.cgroups.is_none() {
-            self.cgroups = Cgroups::open(options(&self.name)).ok();
+            self.cgroups = Cgroups::open(self.options()).ok();
         }
         if let Some(cgroups) = &self.cgroups
             && let Err(error) = cgroups.destroy_all(&mut sigkill)
@@ -79,19 +98,31 @@ pub fn options(parent: &str) -> CgroupOptions {
     }
 }
 
+/// A manager under a parent of this test's own, below each hierarchy's root.
 pub fn scratch() -> Scratch {
+    open_scratch(false)
+}
+
+/// A manager under a parent of this test's own, below this process's own cgroup in each
+/// hierarchy (the kind of parent an agent has by default).
+pub fn scratch_under_own() -> Scratch {
+    open_scratch(true)
+}
+
+fn open_scratch(under_own: bool) -> Scratch {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let name = format!(
         "wharf-test-isolate-{}-{}",
         std::process::id(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     );
-    let cgroups = Cgroups::open(options(&name)).unwrap_or_else(|e| {
+    let mut scratch = Scratch { cgroups: None, name, under_own };
+    scratch.cgroups = Some(Cgroups::open(scratch.options()).unwrap_or_else(|e| {
         panic!(
             "these tests need writable cgroups (run as root on a host with cgroup v1 or v2): {e}"
         )
-    });
-    Scratch { cgroups: Some(cgroups), name }
+    }));
+    scratch
 }
 
 pub fn limits(scratch: &Scratch, memory: u32, hard_limit: Option<u64>) -> Limits {
@@ -139,10 +170,20 @@ pub fn wait(child: &mut Child) -> std::process::ExitStatus {
     panic!("the child did not exit within 20 s");
 }
 
-/// Reads the first line the child writes: how the tests wait for it to reach a point.
+/// Reads the first line the child writes, waiting at most 20 s for it: how the tests wait for
+/// a child to reach a point.
 pub fn first_line(child: &mut Child) -> String {
     use std::io::BufRead;
+    use std::os::fd::AsRawFd;
+    let stdout = child.stdout.as_mut().unwrap();
+    let mut poll = libc::pollfd { fd: stdout.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd, for a descriptor the child handle keeps open.
+    let ready = unsafe { libc::poll(&mut poll, 1, 20_000) };
+    if ready != 1 {
+        let _ = child.kill();
+        panic!("the child wrote nothing within 20 s");
+    }
     let mut line = String::new();
-    std::io::BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    std::io::BufReader::new(stdout).read_line(&mut line).unwrap();
     line.trim().to_owned()
 }
