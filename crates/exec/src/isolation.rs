@@ -105,7 +105,8 @@ impl ExecOptions {
 ///
 /// | field | meaning |
 /// |---|---|
-/// | `command`, `args`, `work_dir` | as for raw_exec ([`RawExecConfig`]) |
+/// | `command`, `args` | as for raw_exec ([`RawExecConfig`]) |
+/// | `work_dir` | as for raw_exec, and somewhere the task may reach: its directory, the allocation's, or an unveiled path |
 /// | `unveil` | more paths for this task, `"<mode>:<path>"` with a mode of `r`, `w`, `x`, `c` (exec2's form); needs the node's `unveil_by_task` |
 /// | `pid_mode`, `ipc_mode` | `"private"` or `"host"`; default: the node's |
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -260,6 +261,15 @@ impl Isolation {
                 ));
             }
         }
+        if let Some(work_dir) = &exec.process.work_dir {
+            let defaults =
+                if self.options.unveil_defaults { landlock::default_unveils() } else { Vec::new() };
+            let unveiled = defaults.iter().chain(&self.options.unveil_paths).chain(&exec.unveil);
+            let reachable = [config.task_dir.as_path(), config.alloc_dir.as_path()]
+                .into_iter()
+                .chain(unveiled.map(|u| u.path.as_path()));
+            check_work_dir(&config.task_dir.join(work_dir), reachable)?;
+        }
         let pool = self.pool().map_err(|e| {
             DriverError::other(format!("the workload-user journal cannot be used: {e}"))
         })?;
@@ -390,6 +400,29 @@ impl Probe {
         }
         let abi = self.landlock.as_ref().map_or(0, |abi| *abi);
         (Health::Healthy, format!("exec: ready (Landlock ABI {abi})"))
+    }
+}
+
+/// Refuses a working directory the task could not use: one outside every path its rules give
+/// it (exec2 refuses a `work_dir` outside the allocation unless tasks may unveil paths, and then
+/// unveils it for the task; here the task or the node unveils it, which says what the task may
+/// do there). Paths are compared as the kernel resolves them, so `..` and symbolic links
+/// neither hide nor forge a way in. The default, the task directory, needs no check.
+fn check_work_dir<'a>(
+    work_dir: &Path,
+    mut reachable: impl Iterator<Item = &'a Path>,
+) -> Result<(), DriverError> {
+    let refused = |reason: String| DriverError::invalid_config("config.work_dir", reason);
+    let dir = std::fs::canonicalize(work_dir)
+        .map_err(|e| refused(format!("{}: {e}", work_dir.display())))?;
+    if reachable.any(|path| std::fs::canonicalize(path).is_ok_and(|path| dir.starts_with(path))) {
+        Ok(())
+    } else {
+        Err(refused(format!(
+            "{} is outside what the task may reach (its directory, the allocation's directory \
+             and the paths unveiled to it); unveil it to work there",
+            dir.display()
+        )))
     }
 }
 

@@ -11,7 +11,7 @@
 mod common;
 
 use common::*;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::time::Duration;
 use tokio::time::timeout;
 use wharf_driver::{Driver, DriverError, ExitResult, FsIsolation, Health, TaskConfig, TaskHandle};
@@ -181,8 +181,9 @@ async fn etc_passwd_is_out_of_reach_until_the_node_or_the_task_unveils_it() {
     }
 }
 
-/// exec2's "execute non-existent program", "execute non-executable file" and "run 'env'
-/// without default paths": each refused at the start, naming `config.command`.
+/// exec2's "execute non-existent program", "execute non-executable file" (unveiled with x, but
+/// not executable) and "run 'env' without default paths": each refused at the start, naming
+/// `config.command`.
 #[tokio::test]
 async fn programs_out_of_reach_are_refused_naming_the_command() {
     let scratch = CgroupScratch::new(Some(64));
@@ -198,8 +199,10 @@ async fn programs_out_of_reach_are_refused_naming_the_command() {
     bare.users_file = root.path().join("bare-users");
     bare.unveil_defaults = false;
     let bare = scratch.exec_driver(bare);
+    let not_executable = unveiled(command("noexec", "/etc/os-release"), &["rx:/etc"]);
     for (driver, config, reason) in [
         (&driver, command("missing", "/usr/bin/doesnotexist"), "does not exist"),
+        (&driver, not_executable, "is not executable"),
         (&driver, command("hidden", &tools.join("true").display().to_string()), "unveiled with x"),
         (&bare, command("bare", "/usr/bin/env"), "unveiled with x"),
     ] {
@@ -217,6 +220,118 @@ async fn programs_out_of_reach_are_refused_naming_the_command() {
         &[&format!("rx:{}", tools.display())],
     );
     assert_eq!(run(&driver, allowed).await.0, ExitResult::code(0));
+}
+
+/// exec2's "cwd is task dir", "work_dir overrides cwd to alloc dir", "work_dir relative path
+/// resolved" and "work_dir outside sandbox rejected without unveil_by_task": a task starts in
+/// its directory, or in a `work_dir` it may reach (its own directories, the allocation's, an
+/// unveiled path); one outside, such as `/tmp` or another task's directory, is refused at the
+/// start, naming `config.work_dir`.
+#[tokio::test]
+async fn a_task_works_in_its_directory_or_a_work_dir_within_its_reach() {
+    let scratch = CgroupScratch::new(Some(64));
+    let root = searchable_tempdir();
+    let driver = scratch.exec_driver(exec_options(root.path(), 14));
+    let alloc = root.path().join("alloc");
+    let scratch_dir = root.path().join("scratch");
+    for dir in [&alloc, &scratch_dir] {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    // Landlock allows the task in; the directory's mode must too.
+    std::fs::set_permissions(&scratch_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    task_dir(root.path(), "sibling");
+    let in_dir = |name: &str, work_dir: Option<&str>| {
+        let mut config = shell(root.path(), name, "pwd -P; touch here");
+        std::fs::create_dir_all(config.task_dir.join("local")).unwrap();
+        if let Some(dir) = work_dir {
+            config.driver_config.insert("work_dir".into(), dir.into());
+        }
+        config
+    };
+
+    let default = in_dir("default", None);
+    let own = default.task_dir.clone();
+    let local = in_dir("relative", Some("local"));
+    let local_dir = local.task_dir.join("local");
+    let unveiled_dir = unveiled(
+        in_dir("unveiled", Some(scratch_dir.to_str().unwrap())),
+        &[&format!("rwc:{}", scratch_dir.display())],
+    );
+    for (config, expected) in [
+        (default, own),
+        (in_dir("alloc", Some("../alloc")), alloc.clone()),
+        (local, local_dir),
+        (unveiled_dir, scratch_dir.clone()),
+    ] {
+        let (exit, stdout, stderr) = run(&driver, config).await;
+        assert_eq!(exit, ExitResult::code(0), "{stderr}");
+        assert_eq!(stdout, format!("{}\n", expected.display()));
+        assert!(expected.join("here").exists(), "{stdout}");
+    }
+
+    for (name, work_dir) in [("tmp", "/tmp"), ("nosy", "../sibling"), ("above", "..")] {
+        match driver.start_task(in_dir(name, Some(work_dir))).await {
+            Err(DriverError::InvalidConfig { field, reason }) => {
+                assert_eq!(field, "config.work_dir");
+                assert!(reason.contains("outside what the task may reach"), "{reason}");
+            }
+            other => panic!("{work_dir}: {other:?}"),
+        }
+    }
+}
+
+/// exec2's `TestFunctional_TaskStats_RSS`: a running task's usage comes from its cgroup, with
+/// its resident memory.
+#[tokio::test]
+async fn a_running_tasks_stats_come_from_its_cgroup() {
+    let scratch = CgroupScratch::new(Some(64));
+    let root = searchable_tempdir();
+    let driver = scratch.exec_driver(exec_options(root.path(), 15));
+    let alloc = root.path().join("alloc");
+    std::fs::create_dir_all(&alloc).unwrap();
+    let fifo = alloc.join("up");
+    mkfifo_for_anyone(&fifo);
+    // The shell is there and has run once it has written to the FIFO; it then waits.
+    let script = format!("echo up > {}; sleep 60", fifo.display());
+    let handle = driver.start_task(shell(root.path(), "idle", &script)).await.unwrap();
+    assert_eq!(read_fifo(&fifo).trim(), "up");
+    let usage = driver.task_stats(handle.id()).await.unwrap();
+    assert_eq!(usage.source, wharf_driver::UsageSource::Cgroup);
+    assert!(usage.memory_rss_bytes > 0, "{usage:?}");
+    assert!(usage.memory_max_usage_bytes >= usage.memory_rss_bytes, "{usage:?}");
+    assert!(usage.cpu_time > Duration::ZERO && usage.processes >= 1, "{usage:?}");
+    driver.stop_task(handle.id(), Duration::from_secs(5), Signal::Kill).await.unwrap();
+    driver.destroy_task(handle.id(), false).await.unwrap();
+}
+
+/// exec2's "/proc" cases: `/proc` is out of reach by default; a task that unveils a part of
+/// it (`/proc/cpuinfo`, its own `/proc/self/mountinfo`, all of `/proc`) reads that part of a
+/// `/proc` of its own, which shows it runs with `no_new_privs`.
+#[tokio::test]
+async fn a_task_reads_the_parts_of_proc_it_unveils() {
+    let scratch = CgroupScratch::new(Some(64));
+    let root = searchable_tempdir();
+    let driver = scratch.exec_driver(exec_options(root.path(), 16));
+    let (exit, _, stderr) =
+        run(&driver, shell(root.path(), "veiled", "head -1 /proc/cpuinfo")).await;
+    assert_eq!(exit, ExitResult::code(1));
+    assert!(stderr.contains("Permission denied"), "{stderr}");
+
+    let script = "head -1 /proc/cpuinfo | grep -c .; grep -c ' / / ' /proc/self/mountinfo";
+    for (name, entries) in
+        [("parts", &["r:/proc/cpuinfo", "r:/proc/self/mountinfo"][..]), ("whole", &["r:/proc"][..])]
+    {
+        let (exit, stdout, stderr) =
+            run(&driver, unveiled(shell(root.path(), name, script), entries)).await;
+        assert_eq!(exit, ExitResult::code(0), "{name}: {stderr}");
+        assert_eq!(stdout, "1\n1\n", "{name}");
+    }
+    let status = unveiled(
+        shell(root.path(), "status", "grep -E '^(NoNewPrivs|Uid)' /proc/self/status"),
+        &["r:/proc"],
+    );
+    let (_, stdout, _) = run(&driver, status).await;
+    assert!(stdout.contains("NoNewPrivs:\t1"), "{stdout}");
 }
 
 /// exec2's "pid namespace": the task is pid 1 of its own namespace, unless it asks for the

@@ -18,7 +18,7 @@
 
 use crate::IsolateError;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// A set of Landlock file-system access rights (the bits of `<linux/landlock.h>`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -247,13 +247,38 @@ impl Unveil {
         if path.contains('\0') {
             return Err(bad("the path contains a NUL byte".into()));
         }
-        Ok(Unveil { mode, path: PathBuf::from(path) })
+        let path = PathBuf::from(path);
+        if names_own_proc(&path) && (mode.write || mode.execute || mode.create) {
+            return Err(bad(
+                "under /proc/self only `r` can be unveiled: each process has its own, so the \
+                 entry opens /proc for reading"
+                    .into(),
+            ));
+        }
+        Ok(Unveil { mode, path })
     }
 
     /// The rule that enforces it; `if_exists` lets a missing path be skipped.
+    ///
+    /// A path under `/proc/self` (or `/proc/thread-self`) names the process that opens it, and
+    /// each of the task's processes has its own: its rule is on `/proc` instead, for reading,
+    /// as exec2 does. In the task's own PID namespace that `/proc` shows its processes only.
     pub fn rule(&self, if_exists: bool) -> Rule {
-        Rule { path: self.path.clone(), access: self.mode.access(), if_exists }
+        let path =
+            if names_own_proc(&self.path) { PathBuf::from("/proc") } else { self.path.clone() };
+        Rule { path, access: self.mode.access(), if_exists }
     }
+}
+
+/// Whether `path` is `/proc/self` or `/proc/thread-self`, or beneath either.
+fn names_own_proc(path: &Path) -> bool {
+    use std::path::Component::{Normal, RootDir};
+    let mut components = path.components();
+    matches!(
+        (components.next(), components.next(), components.next()),
+        (Some(RootDir), Some(Normal(proc)), Some(Normal(own)))
+            if proc == "proc" && (own == "self" || own == "thread-self")
+    )
 }
 
 impl fmt::Display for Unveil {
@@ -360,7 +385,6 @@ pub fn abi() -> Result<u32, IsolateError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::Path;
 
     #[test]
     fn modes_parse_and_print_back() {
@@ -391,6 +415,8 @@ mod tests {
             (":/etc", "an empty mode"),
             ("rz:/etc", "'z' is not one of"),
             ("r:/a\0b", "NUL byte"),
+            ("rw:/proc/self/oom_score_adj", "only `r`"),
+            ("rx:/proc/thread-self", "only `r`"),
         ] {
             match Unveil::parse(text) {
                 Err(IsolateError::Unveil { entry, reason: r }) => {
@@ -399,6 +425,18 @@ mod tests {
                 }
                 other => panic!("{text:?}: {other:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn an_entry_under_proc_self_opens_proc_for_reading() {
+        let rule = |entry: &str| Unveil::parse(entry).unwrap().rule(false);
+        for entry in ["r:/proc/self/mountinfo", "r:/proc/thread-self/status", "r:/proc/self"] {
+            assert_eq!(rule(entry).path, Path::new("/proc"), "{entry}");
+            assert_eq!(rule(entry).access, Access::READ_FILE.union(Access::READ_DIR));
+        }
+        for entry in ["r:/proc/cpuinfo", "r:/proc/selfish", "r:/srv/proc/self"] {
+            assert_eq!(rule(entry).path, Path::new(&entry[2..]), "{entry}");
         }
     }
 

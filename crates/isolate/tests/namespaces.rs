@@ -98,3 +98,60 @@ fn landlock_rules_for_proc_name_the_tasks_own_proc() {
     assert!(outcome.ok(), "{outcome:?}");
     assert_eq!(outcome.stdout, format!("/bin/sh -c {script} \nNoNewPrivs:\t1\n"));
 }
+
+/// A tmpfs mounted on a temporary directory of the host and made shared, unmounted when
+/// dropped.
+struct SharedMount {
+    dir: tempfile::TempDir,
+}
+
+impl SharedMount {
+    fn new() -> SharedMount {
+        let dir = tempfile::tempdir().unwrap();
+        let target = std::ffi::CString::new(dir.path().to_str().unwrap()).unwrap();
+        // SAFETY: NUL-terminated strings that outlive the calls.
+        let mounted = unsafe {
+            libc::mount(c"tmpfs".as_ptr(), target.as_ptr(), c"tmpfs".as_ptr(), 0, std::ptr::null())
+        };
+        assert_eq!(mounted, 0, "mount: {}", std::io::Error::last_os_error());
+        let mount = SharedMount { dir };
+        // SAFETY: as above; a propagation change takes no source, type or data.
+        let shared = unsafe {
+            libc::mount(
+                std::ptr::null(),
+                target.as_ptr(),
+                std::ptr::null(),
+                libc::MS_SHARED,
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(shared, 0, "make shared: {}", std::io::Error::last_os_error());
+        mount
+    }
+}
+
+impl Drop for SharedMount {
+    fn drop(&mut self) {
+        let target = std::ffi::CString::new(self.dir.path().to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated string that outlives the call.
+        unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+/// exec2's "mount propagation slave": the mount namespace that comes with the task's own
+/// `/proc` is a slave of the host's, so a mount the host shares shows in it as `master:`
+/// (mounts made on the host reach the task, none of the task's reach the host).
+#[test]
+fn the_tasks_mounts_are_slaves_of_the_hosts() {
+    require_root();
+    let shared = SharedMount::new();
+    let point = format!(" {} ", shared.dir.path().display());
+    let host = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let line = host.lines().find(|l| l.contains(&point)).unwrap();
+    assert!(line.contains(" shared:"), "{line}");
+
+    let outcome = run(&with(true, false), &["/usr/bin/grep", &point, "/proc/self/mountinfo"], &[]);
+    assert!(outcome.ok(), "{outcome:?}");
+    assert!(outcome.stdout.contains(" master:"), "not a slave: {outcome:?}");
+    assert!(!outcome.stdout.contains(" shared:"), "still shared: {outcome:?}");
+}
