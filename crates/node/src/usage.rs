@@ -338,20 +338,31 @@ pub fn stats_text(stats: &AllocStats) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<16} {:>9} {:>9} {:>9} {:>10} {:>9} {:>9} {:>6}",
-        "TASK", "CPU s", "USER s", "SYS s", "THROTTLED", "RSS MiB", "MAX MiB", "PROCS"
+        "{:<16} {:>9} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>6}",
+        "TASK",
+        "CPU s",
+        "USER s",
+        "SYS s",
+        "THROTTLED",
+        "RSS MiB",
+        "CACHE MiB",
+        "SWAP MiB",
+        "MAX MiB",
+        "PROCS"
     );
     for (name, usage) in &stats.tasks {
         let measured = usage.source == UsageSource::Cgroup;
         let or_dash = |text: String| if measured { text } else { "-".to_owned() };
         let _ = writeln!(
             out,
-            "{name:<16} {:>9.2} {:>9} {:>9} {:>10} {:>9} {:>9} {:>6}",
+            "{name:<16} {:>9.2} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>6}",
             usage.cpu.total_seconds,
             or_dash(format!("{:.2}", usage.cpu.user_seconds)),
             or_dash(format!("{:.2}", usage.cpu.system_seconds)),
             or_dash(usage.cpu.throttled_periods.to_string()),
             mib(usage.memory.rss_bytes),
+            or_dash(mib(usage.memory.cache_bytes)),
+            or_dash(mib(usage.memory.swap_bytes)),
             or_dash(mib(usage.memory.max_usage_bytes)),
             usage.processes,
         );
@@ -390,11 +401,27 @@ mod tests {
         assert_eq!(json["cpu"]["throttled_periods"], 7);
         assert_eq!(json["memory"]["max_usage_bytes"], 5 << 20);
         let text = stats_text(&AllocStats {
-            tasks: BTreeMap::from([("web".into(), task)]),
+            tasks: BTreeMap::from([("web".into(), task.clone())]),
             ..Default::default()
         });
-        assert!(text.lines().nth(1).unwrap().starts_with("web"), "{text}");
-        assert!(text.contains("1.50") && text.contains("5.0"), "{text}");
+        let header: Vec<&str> = text.lines().next().unwrap().split("  ").map(str::trim).collect();
+        let row: Vec<&str> = text.lines().nth(1).unwrap().split_whitespace().collect();
+        assert_eq!(
+            row,
+            ["web", "1.50", "1.00", "0.50", "7", "3.0", "0.0", "0.0", "5.0", "2"],
+            "{text}"
+        );
+        for column in ["THROTTLED", "RSS MiB", "CACHE MiB", "SWAP MiB", "MAX MiB"] {
+            assert!(header.contains(&column), "{column} missing: {text}");
+        }
+        // Figures a task without a cgroup does not have are not shown as zeros.
+        let plain = TaskUsage { source: UsageSource::Proc, ..task };
+        let text = stats_text(&AllocStats {
+            tasks: BTreeMap::from([("web".into(), plain)]),
+            ..Default::default()
+        });
+        let row: Vec<&str> = text.lines().nth(1).unwrap().split_whitespace().collect();
+        assert_eq!(row, ["web", "1.50", "-", "-", "-", "3.0", "-", "-", "-", "2"], "{text}");
     }
 
     #[test]

@@ -24,6 +24,9 @@ use wharf_state::{ClientStatus, TaskEventKind, TaskStatus};
 /// A cgroup parent for one test's agents, killed and removed when dropped.
 struct CgroupParent {
     name: String,
+    /// `name` is below the agent's own cgroup (which it inherits from the test), not below
+    /// each hierarchy's root.
+    under_own: bool,
 }
 
 impl CgroupParent {
@@ -34,7 +37,14 @@ impl CgroupParent {
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
-        CgroupParent { name }
+        CgroupParent { name, under_own: false }
+    }
+
+    /// The parent an agent with `data_dir` has by default: `wharf/<data dir>` below its own
+    /// cgroup.
+    fn default_for(data_dir: &Path) -> CgroupParent {
+        let name = format!("wharf/{}", wharf_node::resources::node_cgroup_name(data_dir));
+        CgroupParent { name, under_own: true }
     }
 
     /// The agent config lines that put its tasks' cgroups here.
@@ -64,8 +74,13 @@ impl CgroupParent {
 
 impl Drop for CgroupParent {
     fn drop(&mut self) {
+        let parent = if self.under_own {
+            wharf_isolate::CgroupParent::UnderOwn(self.name.clone())
+        } else {
+            wharf_isolate::CgroupParent::Absolute(self.name.clone())
+        };
         let options = wharf_isolate::CgroupOptions {
-            parent: wharf_isolate::CgroupParent::Absolute(self.name.clone()),
+            parent,
             pids_max: None,
             reserved_cores: wharf_isolate::CpuSet::new(),
             cpu: wharf_isolate::cgroup::NodeCpu { mhz_per_core: 1000 },
@@ -213,26 +228,45 @@ async fn task_stats_come_from_the_cgroup() {
         "x=$(head -c 8388608 /dev/zero | tr '\\0' a); echo $$ > \"$WHARF_TASK_DIR/pid\"; sleep 600";
     let id = submit(&client, &job("stats", "service", &task("t", script, ""))).await.unwrap();
     read_pid(&dir.path().join(format!("data/allocs/{id}/t/pid")));
+    // The stats are a running task's: the task can write its pid file before its runner has
+    // recorded the start.
+    until(&client, &id, "running", |d| d.state.task_states["t"].status == TaskStatus::Running)
+        .await;
 
     let stats: AllocStats =
         client.json(Method::GET, ApiPath::v1(["allocations", &id, "stats"]), None).await.unwrap();
     let usage = &stats.tasks["t"];
     assert_eq!(usage.source, wharf_driver::UsageSource::Cgroup);
     assert!(usage.memory.max_usage_bytes >= 8 << 20, "{usage:?}");
+    assert!(usage.memory.rss_bytes > 0, "{usage:?}");
     assert!(usage.cpu.total_seconds > 0.0 && usage.processes >= 1, "{usage:?}");
+    assert!(usage.cpu.user_seconds + usage.cpu.system_seconds <= usage.cpu.total_seconds + 0.05);
     assert_eq!(stats.total.memory.max_usage_bytes, usage.memory.max_usage_bytes);
 
     let out = agent.cli(&["alloc", "status", &id]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("Resources:") && text.contains("MAX MiB"), "{text}");
+    assert!(text.contains("Resources:"), "{text}");
+    for column in ["USER s", "SYS s", "THROTTLED", "RSS MiB", "CACHE MiB", "SWAP MiB", "MAX MiB"] {
+        assert!(text.contains(column), "no {column} in:\n{text}");
+    }
 
     let metrics = String::from_utf8(
         client.call(Method::GET, ApiPath::v1(["metrics"]), None).await.unwrap().to_vec(),
     )
     .unwrap();
-    let line =
-        format!("wharf_task_memory_bytes{{alloc_id=\"{id}\",task=\"t\",kind=\"max_usage\"}}");
-    assert!(metrics.lines().any(|l| l.starts_with(&line)), "no {line} in:\n{metrics}");
+    let labels = format!("alloc_id=\"{id}\",task=\"t\"");
+    for series in [
+        format!("wharf_task_memory_bytes{{{labels},kind=\"rss\"}}"),
+        format!("wharf_task_memory_bytes{{{labels},kind=\"cache\"}}"),
+        format!("wharf_task_memory_bytes{{{labels},kind=\"swap\"}}"),
+        format!("wharf_task_memory_bytes{{{labels},kind=\"max_usage\"}}"),
+        format!("wharf_task_cpu_seconds_total{{{labels},mode=\"user\"}}"),
+        format!("wharf_task_cpu_seconds_total{{{labels},mode=\"system\"}}"),
+        format!("wharf_task_cpu_throttled_periods_total{{{labels}}}"),
+        format!("wharf_task_cpu_throttled_seconds_total{{{labels}}}"),
+    ] {
+        assert!(metrics.lines().any(|l| l.starts_with(&series)), "no {series} in:\n{metrics}");
+    }
     assert!(metrics.contains("wharf_node_memory_bytes{state=\"free\"}"), "{metrics}");
 
     client.call(Method::POST, ApiPath::v1(["allocations", &id, "stop"]), None).await.unwrap();
@@ -312,4 +346,103 @@ async fn task_cgroups_survive_an_agent_sigkill_and_none_is_left_after_destroy() 
     // A clean shutdown with nothing left running leaves no cgroup at all.
     assert!(agent.terminate().success());
     assert!(!Path::new("/sys/fs/cgroup/memory").join(&cgroups.name).exists());
+}
+
+/// The node's default cgroup parent: `wharf/<data dir>` below the agent's own cgroup, in each
+/// hierarchy (the agent inherits the test's, whose memory cgroup on this host is not the root).
+/// A task's process is in its cgroup there, and an agent that leaves no task behind leaves no
+/// parent.
+#[tokio::test]
+async fn by_default_task_cgroups_are_below_the_agents_own_cgroup() {
+    let dir = tempfile::tempdir().unwrap();
+    let parent = CgroupParent::default_for(&dir.path().join("data"));
+    let own_memory = std::fs::read_to_string("/proc/self/cgroup")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.split_once(":memory:").map(|(_, path)| path.to_owned()))
+        .expect("a memory hierarchy");
+    let expected = format!("{}/{}", own_memory.trim_end_matches('/'), parent.name);
+    let memory_parent = Path::new("/sys/fs/cgroup/memory").join(expected.trim_start_matches('/'));
+
+    let agent = AgentProcess::start(dir.path(), "");
+    let client = agent.client();
+    let node = node_status(&client).await;
+    assert!(node.cgroups.enabled, "{:?}", node.cgroups);
+    assert!(
+        node.cgroups.parents.contains(&memory_parent.display().to_string()),
+        "{} is not among {:?}",
+        memory_parent.display(),
+        node.cgroups.parents
+    );
+    let script = "echo $$ > \"$WHARF_TASK_DIR/pid\"; exec sleep 600";
+    let id = submit(&client, &job("own", "service", &task("t", script, ""))).await.unwrap();
+    let pid = read_pid(&dir.path().join(format!("data/allocs/{id}/t/pid")));
+    let membership = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let line = membership.lines().find(|l| l.contains(":memory:")).unwrap();
+    assert!(line.ends_with(&format!(":{expected}/{id}.t.00000001")), "{line}");
+
+    client.call(Method::POST, ApiPath::v1(["allocations", &id, "stop"]), None).await.unwrap();
+    until(&client, &id, "stopped", |d| d.done).await;
+    assert!(agent.terminate().success());
+    assert!(!memory_parent.exists(), "{} is left", memory_parent.display());
+}
+
+/// Where cgroups cannot be written (here: an agent that is not root), raw_exec runs tasks as
+/// plain processes, as before cgroups, and says so once in the log, with the reason, however
+/// many tasks start. Their usage comes from `/proc`, `GET /v1/node` says why there are no
+/// cgroups, and a task that needs one (`cpu_hard_limit`) fails, naming the field.
+#[tokio::test]
+async fn without_writable_cgroups_raw_exec_runs_plain_processes_and_says_so_once() {
+    const NOBODY: u32 = 65534;
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::chown(dir.path(), Some(NOBODY), Some(NOBODY)).unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("agent.log");
+    let agent = AgentProcess::start_as(dir.path(), "", NOBODY, &log);
+    let client = agent.client();
+    let node = node_status(&client).await;
+    assert!(!node.cgroups.enabled, "{:?}", node.cgroups);
+    let reason = node.cgroups.reason.clone().unwrap_or_default();
+    assert!(reason.contains("Permission denied"), "{reason}");
+    assert_eq!(node.drivers["raw_exec"].health, wharf_driver::Health::Healthy);
+
+    let quick = submit(&client, &job("quick", "batch", &task("t", "exit 0", ""))).await.unwrap();
+    let detail = until(&client, &quick, "done", |d| d.done).await;
+    assert_eq!(detail.state.client_status, ClientStatus::Complete);
+    let script = "echo $$ > \"$WHARF_TASK_DIR/pid\"; exec sleep 600";
+    let long = submit(&client, &job("long", "service", &task("t", script, ""))).await.unwrap();
+    let pid = read_pid(&dir.path().join(format!("data/allocs/{long}/t/pid")));
+    until(&client, &long, "running", |d| d.state.task_states["t"].status == TaskStatus::Running)
+        .await;
+    let membership = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    assert!(!membership.contains("wharf"), "{membership}");
+    let stats: AllocStats =
+        client.json(Method::GET, ApiPath::v1(["allocations", &long, "stats"]), None).await.unwrap();
+    assert_eq!(stats.tasks["t"].source, wharf_driver::UsageSource::Proc);
+    assert!(stats.tasks["t"].processes >= 1, "{stats:?}");
+
+    let capped = "[[group.task]]\nname = \"t\"\ndriver = \"raw_exec\"\n\
+                  restart = { attempts = 0 }\n\
+                  config = { command = \"/bin/true\", cpu_hard_limit = true }\n";
+    let capped = submit(&client, &job("capped", "batch", capped)).await.unwrap();
+    let detail = until(&client, &capped, "failed", |d| d.done).await;
+    assert_eq!(detail.state.client_status, ClientStatus::Failed);
+    let events: Vec<String> =
+        detail.state.task_states["t"].events.iter().map(|e| e.kind.to_string()).collect();
+    assert!(
+        events.iter().any(|e| e.contains("config.cpu_hard_limit") && e.contains("needs a cgroup")),
+        "{events:?}"
+    );
+
+    client.call(Method::POST, ApiPath::v1(["allocations", &long, "stop"]), None).await.unwrap();
+    until(&client, &long, "stopped", |d| d.done).await;
+    assert!(agent.terminate().success());
+    eventually("the agent's last line is logged", || {
+        std::fs::read_to_string(&log).unwrap_or_default().contains("agent shut down")
+    });
+    let text = std::fs::read_to_string(&log).unwrap();
+    let said: Vec<&str> =
+        text.lines().filter(|l| l.contains("runs tasks without cgroups")).collect();
+    assert_eq!(said.len(), 1, "{text}");
+    assert!(said[0].contains("Permission denied"), "{}", said[0]);
 }

@@ -29,28 +29,35 @@ pub struct AgentProcess {
 
 impl AgentProcess {
     pub fn start(dir: &Path, extra_config: &str) -> AgentProcess {
-        let data_dir = dir.join("data");
-        let config = dir.join("node.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "data_dir = {:?}\nbind = \"127.0.0.1:0\"\ntoken = {TOKEN:?}\n{extra_config}",
-                data_dir.display().to_string()
-            ),
-        )
-        .unwrap();
+        let (data_dir, config) = write_config(dir, extra_config);
         AgentProcess::launch(data_dir, config)
     }
 
     pub fn launch(data_dir: PathBuf, config: PathBuf) -> AgentProcess {
+        AgentProcess::launch_with(data_dir, config, None, None)
+    }
+
+    /// [`AgentProcess::start`] for an agent that runs as the user and group `uid` (which
+    /// needs `dir` to be its own), with its log written to `log`.
+    pub fn start_as(dir: &Path, extra_config: &str, uid: u32, log: &Path) -> AgentProcess {
+        let (data_dir, config) = write_config(dir, extra_config);
+        AgentProcess::launch_with(data_dir, config, Some(uid), Some(log))
+    }
+
+    fn launch_with(
+        data_dir: PathBuf,
+        config: PathBuf,
+        uid: Option<u32>,
+        log: Option<&Path>,
+    ) -> AgentProcess {
+        use std::os::unix::process::CommandExt;
         shim_beside_wharf();
-        let (child, address) = spawn_announcing(
-            Command::new(WHARF).args(["agent", "--config", config.to_str().unwrap()]),
-            "agent ready",
-            LIMIT,
-            None,
-        )
-        .unwrap();
+        let mut command = Command::new(WHARF);
+        command.args(["agent", "--config", config.to_str().unwrap()]);
+        if let Some(uid) = uid {
+            command.uid(uid).gid(uid);
+        }
+        let (child, address) = spawn_announcing(&mut command, "agent ready", LIMIT, log).unwrap();
         AgentProcess { child, address, data_dir, config }
     }
 
@@ -103,6 +110,21 @@ impl Drop for AgentProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Writes an agent's config in `dir`, its data directory `dir/data`; returns both paths.
+fn write_config(dir: &Path, extra_config: &str) -> (PathBuf, PathBuf) {
+    let data_dir = dir.join("data");
+    let config = dir.join("node.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "data_dir = {:?}\nbind = \"127.0.0.1:0\"\ntoken = {TOKEN:?}\n{extra_config}",
+            data_dir.display().to_string()
+        ),
+    )
+    .unwrap();
+    (data_dir, config)
 }
 
 /// raw_exec starts tasks under `wharf-shim`, which wharf-exec builds beside `wharf`.
