@@ -17,7 +17,9 @@ use std::time::Duration;
 /// | processes | `pids.current` | `pids.current` |
 ///
 /// A figure the kernel does not give is 0, and [`CgroupStats::measured`] leaves it out. The
-/// total CPU time is the scheduler's exact count; the split into user and system time is
+/// kernel folds its per-CPU counters into `memory.stat` (RSS, cache, swap) every two seconds
+/// or so, so those lag a task that has just started; max usage does not. The total CPU time
+/// is the scheduler's exact count; the split into user and system time is
 /// sampled at the scheduler's ticks (4 ms at 250 Hz), which is why they need not add up to it
 /// and why a quota is checked against the total.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
