@@ -4,7 +4,7 @@
 //! A driver is given [`TaskCgroups`]: the node's [`Cgroups`] manager, or the reason there is
 //! none (then tasks run as plain processes, and the driver says so once in the log). For each
 //! task it asks [`TaskCgroups::cgroup_for`] for a cgroup with the task's limits, passes the
-//! cgroup's `cgroup.procs` files to the shim (the first step of a
+//! cgroup's files to join it through to the shim (the first step of a
 //! [`wharf_isolate::Containment`]), whose child joins it between clone and exec, and later
 //! kills ([`kill_cgroup`]), measures ([`usage`]) and removes it.
 

@@ -483,7 +483,7 @@ impl Driver for RawExecDriver {
             max_file_bytes: config.logs.max_file_bytes,
             max_files: config.logs.max_files.max(1),
             containment: wharf_isolate::Containment {
-                cgroup: cgroup.cgroup.as_ref().map(TaskCgroup::procs_files).unwrap_or_default(),
+                cgroup: cgroup.cgroup.as_ref().map(TaskCgroup::join_files).unwrap_or_default(),
                 ..containment
             },
             program,

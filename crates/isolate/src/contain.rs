@@ -32,8 +32,8 @@ use std::path::{Path, PathBuf};
 /// How one task is contained. The default contains nothing.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Containment {
-    /// Join the task's cgroup: these `cgroup.procs` files (one per hierarchy; see
-    /// [`crate::TaskCgroup::procs_files`]).
+    /// Join the task's cgroup: write `0` into these files (one per hierarchy; see
+    /// [`crate::TaskCgroup::join_files`]).
     pub cgroup: Vec<PathBuf>,
     /// Run as this workload user (uid and gid), with no supplementary groups.
     pub user: Option<Ugid>,
@@ -216,7 +216,7 @@ const SCOPE_SIGNAL: u64 = 1 << 1;
 /// A [`Containment`] ready to be applied.
 #[derive(Debug)]
 pub struct Prepared {
-    /// The `cgroup.procs` files, open for writing.
+    /// The cgroup files the process joins through, open for writing.
     cgroup: Vec<OwnedFd>,
     user: Option<Ugid>,
     no_new_privs: bool,

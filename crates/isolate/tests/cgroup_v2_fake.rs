@@ -136,7 +136,7 @@ fn the_default_parent_is_a_wharf_child_of_the_agents_own_cgroup() {
     assert_eq!(fake.read("cgroup.subtree_control"), "", "the root is left alone");
     let cgroup = create(&cgroups, "a1/web/00000000", resources(64, None, 0)).unwrap();
     assert_eq!(
-        cgroup.procs_files(),
+        cgroup.join_files(),
         vec![fake.path(&format!("{own}/wharf/share/a1.web.00000000/cgroup.procs"))]
     );
 }
@@ -169,7 +169,7 @@ fn limits_go_into_the_v2_files() {
     assert_eq!(fake.read(&format!("{dir}/cpu.weight")), "39");
     assert_eq!(fake.read(&format!("{dir}/cpu.max")), "50000 100000");
     assert_eq!(fake.read(&format!("{dir}/pids.max")), "100");
-    assert_eq!(cgroup.procs_files(), vec![fake.path(&format!("{dir}/cgroup.procs"))]);
+    assert_eq!(cgroup.join_files(), vec![fake.path(&format!("{dir}/cgroup.procs"))]);
 
     fake.clear(&fake.path(dir));
     cgroups.remove(&cgroup).unwrap();

@@ -4,7 +4,7 @@
 //! [`Cgroups`] is the node's one manager (the drivers share it): it finds the hierarchy, makes
 //! and locks the parent, keeps the books of reserved cores, and makes, adopts and removes the
 //! task cgroups under the parent. A [`TaskCgroup`] is one task run's cgroup: the files its
-//! process joins it through ([`TaskCgroup::procs_files`], a step of [`crate::Containment`]), its
+//! process joins it through ([`TaskCgroup::join_files`], a step of [`crate::Containment`]), its
 //! kill, its stats and its OOM record.
 //!
 //! ```text
@@ -771,10 +771,20 @@ impl TaskCgroup {
         self.dirs.iter().map(|d| d.path.as_path()).collect()
     }
 
-    /// The `cgroup.procs` file of each of its directories: a process that writes `0` into each
-    /// is in it ([`crate::Containment::cgroup`]).
-    pub fn procs_files(&self) -> Vec<PathBuf> {
-        self.dirs.iter().map(|d| d.path.join("cgroup.procs")).collect()
+    /// The file of each of its directories that a process joins it through by writing `0`
+    /// ([`crate::Containment::cgroup`]), between fork and exec while it has one thread.
+    ///
+    /// v1: `tasks`, which moves the writing thread, the whole of a process with one thread.
+    /// `cgroup.procs` would move the thread group, which on v1 takes the kernel's lock on
+    /// every thread group for writing (`cgroup_threadgroup_rwsem`) and waits out an RCU grace
+    /// period for it whenever no other migration came just before: a few milliseconds on an
+    /// idle machine, ten and more on a busy one, in every start. v2: `cgroup.procs`.
+    pub fn join_files(&self) -> Vec<PathBuf> {
+        let file = match self.version {
+            Version::V1 => "tasks",
+            Version::V2 => "cgroup.procs",
+        };
+        self.dirs.iter().map(|d| d.path.join(file)).collect()
     }
 
     fn dir(&self, controller: Controller) -> Option<&Path> {

@@ -131,7 +131,7 @@ pub fn limits(scratch: &Scratch, memory: u32, hard_limit: Option<u64>) -> Limits
 
 /// Starts `sh -c script` inside `cgroup`, joined between fork and exec as the shim does it.
 pub fn spawn_in(cgroup: &TaskCgroup, script: &str) -> Child {
-    let containment = Containment { cgroup: cgroup.procs_files(), ..Containment::default() };
+    let containment = Containment { cgroup: cgroup.join_files(), ..Containment::default() };
     let prepared = containment.prepare().unwrap();
     let mut command = Command::new("/bin/sh");
     command.args(["-c", script]).stdin(Stdio::null()).stdout(Stdio::piped());
