@@ -112,8 +112,9 @@ fn kill_frozen(pid: i32) -> io::Result<()> {
 /// When the cgroup holds the main process alone, as most tasks' do, it is killed through its
 /// identity-checked pidfd, without freezing the cgroup: a child it forks meanwhile is a
 /// descendant of the shim, which kills whatever the task left when its main process dies, and
-/// the cgroup is killed whole again when the task is destroyed.
-pub(crate) fn kill_cgroup(cgroup: &TaskCgroup, main: &Identity) -> Result<(), DriverError> {
+/// the cgroup is killed whole again when the task is destroyed. Otherwise the cgroup is frozen
+/// and killed on tokio's blocking pool: a freeze may wait (bounded) for its processes to stop.
+pub(crate) async fn kill_cgroup(cgroup: &TaskCgroup, main: &Identity) -> Result<(), DriverError> {
     let failed = |e: &dyn std::fmt::Display| {
         DriverError::other(format!("cannot kill the task's cgroup: {e}"))
     };
@@ -127,16 +128,32 @@ pub(crate) fn kill_cgroup(cgroup: &TaskCgroup, main: &Identity) -> Result<(), Dr
             _ => Ok(()),
         };
     }
-    cgroup.kill_all(&mut kill_frozen).map(drop).map_err(|e| failed(&e))
+    let cgroup = cgroup.clone();
+    tokio::task::spawn_blocking(move || cgroup.kill_all(&mut kill_frozen))
+        .await
+        .map_err(|e| failed(&e))?
+        .map(drop)
+        .map_err(|e| failed(&e))
 }
 
-/// Kills what is left in a task's cgroup and removes it, logging what fails (the orphan sweep
-/// of the next agent start tries again).
-pub(crate) fn discard(cgroups: &Cgroups, cgroup: &TaskCgroup) {
-    let result = cgroup.kill_all(&mut kill_frozen).and_then(|_| cgroups.remove(cgroup));
-    if let Err(error) = result {
-        tracing::warn!(cgroup = %cgroup.name(), %error, "cannot remove the task's cgroup");
-    }
+/// Kills what is left in a task's cgroup and removes it, on tokio's blocking pool (a freeze,
+/// and a removal while the last processes exit, wait a little), logging what fails: the
+/// orphan sweep of the next agent start tries again.
+pub(crate) async fn discard(cgroups: Arc<Cgroups>, cgroup: TaskCgroup) {
+    let name = cgroup.name().to_owned();
+    let result = tokio::task::spawn_blocking(move || discard_now(&cgroups, &cgroup)).await;
+    let error = match result {
+        Ok(Ok(())) => return,
+        Ok(Err(error)) => error.to_string(),
+        Err(error) => error.to_string(),
+    };
+    tracing::warn!(cgroup = %name, %error, "cannot remove the task's cgroup");
+}
+
+/// [`discard`] on the calling thread, for a start that failed: its cgroup holds at most the
+/// task's process, which never ran its program.
+pub(crate) fn discard_now(cgroups: &Cgroups, cgroup: &TaskCgroup) -> Result<(), IsolateError> {
+    cgroup.kill_all(&mut kill_frozen).and_then(|_| cgroups.remove(cgroup))
 }
 
 /// Kills and removes the task cgroups under the node's parent that no driver made or adopted:

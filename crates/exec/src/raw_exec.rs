@@ -280,8 +280,10 @@ impl CgroupGuard<'_> {
 
 impl Drop for CgroupGuard<'_> {
     fn drop(&mut self) {
-        if let (Some(cgroups), Some(cgroup)) = (self.cgroups.manager(), self.cgroup.take()) {
-            contain::discard(cgroups, &cgroup);
+        if let (Some(cgroups), Some(cgroup)) = (self.cgroups.manager(), self.cgroup.take())
+            && let Err(error) = contain::discard_now(cgroups, &cgroup)
+        {
+            tracing::warn!(cgroup = %cgroup.name(), %error, "cannot remove the task's cgroup");
         }
     }
 }
@@ -637,7 +639,7 @@ impl Driver for RawExecDriver {
                 let killed = same_boot && launch::kill_orphan(&state.task());
                 // Nothing of it may run on in its cgroup; no handle will own the cgroup now.
                 if let (Some(cgroups), Some(cgroup)) = (self.cgroups.manager(), &task.cgroup) {
-                    contain::discard(cgroups, cgroup);
+                    contain::discard(cgroups.clone(), cgroup.clone()).await;
                 }
                 span.in_scope(|| tracing::warn!(%reason, killed, "cannot recover the task"));
                 Err(DriverError::other(format!(
@@ -686,7 +688,7 @@ impl Driver for RawExecDriver {
         }
         match &task.cgroup {
             // Everything in the cgroup, processes that left the task's group included.
-            Some(cgroup) => contain::kill_cgroup(cgroup, &task.state.task())?,
+            Some(cgroup) => contain::kill_cgroup(cgroup, &task.state.task()).await?,
             None => drop(RawExecDriver::signal_group(&task, libc::SIGKILL)?),
         }
         tokio::time::timeout(self.options.kill_grace, task.wait()).await.map(drop).map_err(|_| {
@@ -709,7 +711,7 @@ impl Driver for RawExecDriver {
         }
         self.tasks.lock().remove(task_id);
         if let (Some(cgroups), Some(cgroup)) = (self.cgroups.manager(), &task.cgroup) {
-            contain::discard(cgroups, cgroup);
+            contain::discard(cgroups.clone(), cgroup.clone()).await;
         }
         let run_dir = &task.state.run_dir;
         match std::fs::remove_dir_all(run_dir) {
