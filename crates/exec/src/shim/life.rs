@@ -639,8 +639,8 @@ fn record_exit(dir: i32, status: WaitStatus) -> Result<(), Errno> {
     result
 }
 
-/// The static shim's containment: joining the task's cgroups (`cgroup=<cgroup.procs path>`
-/// arguments) and nothing else.
+/// The static shim's containment: joining the task's cgroups (`cgroup=<path>` arguments, the
+/// files of `TaskCgroup::join_files`) and nothing else.
 #[derive(Debug)]
 pub(crate) struct JoinCgroups<'a> {
     argv: &'a Argv<'a>,
@@ -665,7 +665,7 @@ impl<'a> JoinCgroups<'a> {
         Ok(JoinCgroups { argv, range })
     }
 
-    /// The `cgroup.procs` paths, in order.
+    /// The paths of the files to join through, in order.
     fn paths(&self) -> impl Iterator<Item = &'a CStr> + use<'a> {
         let argv = self.argv;
         self.range.clone().filter_map(move |index| {

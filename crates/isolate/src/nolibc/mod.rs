@@ -17,10 +17,11 @@ pub mod sys;
 use core::ffi::CStr;
 use sys::Errno;
 
-/// Moves the calling process into the cgroup whose `cgroup.procs` file is `procs` (writing
-/// `0`, the writer itself). Allocates nothing: safe in the child of a vfork-style clone.
-pub fn join_cgroup(procs: &CStr) -> Result<(), Errno> {
-    let fd = sys::open(procs, sys::O_WRONLY | sys::O_CLOEXEC, 0)?;
+/// Moves the calling process into a cgroup by writing `0`, the writer itself, into `file`, one
+/// of [`crate::TaskCgroup::join_files`] (v1 `tasks`, v2 `cgroup.procs`). Allocates nothing:
+/// safe in the child of a vfork-style clone, which has one thread.
+pub fn join_cgroup(file: &CStr) -> Result<(), Errno> {
+    let fd = sys::open(file, sys::O_WRONLY | sys::O_CLOEXEC, 0)?;
     let written = sys::write(fd, b"0");
     sys::close(fd);
     written.map(drop)
