@@ -14,17 +14,17 @@ use wharf_store::{RedbStore, StateStore};
 
 const FULL_ALLOCS: usize = 1000;
 
-pub(crate) fn run(effort: Effort) -> Vec<Row> {
+pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
     let runtime =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let allocs = effort.scaled(FULL_ALLOCS);
     let (mut seconds, mut per_runner) = (Vec::new(), Vec::new());
     for _ in 0..effort.runs {
-        let (elapsed, bytes) = runtime.block_on(start_all(allocs));
+        let (elapsed, bytes) = runtime.block_on(start_all(allocs))?;
         seconds.push(elapsed.as_secs_f64() * 1000.0);
         per_runner.push(bytes / 1024.0);
     }
-    vec![
+    Ok(vec![
         Row {
             name: format!("alloc: {allocs} one-task allocations (mock driver) to all running"),
             unit: "ms",
@@ -41,10 +41,10 @@ pub(crate) fn run(effort: Effort) -> Vec<Row> {
             baseline: None,
             target: Some("≤ 64 KiB".into()),
         },
-    ]
+    ])
 }
 
-async fn start_all(count: usize) -> (Duration, f64) {
+async fn start_all(count: usize) -> Result<(Duration, f64), String> {
     let dir = crate::scratch::dir("wharf-bench-alloc");
     let store: Arc<dyn StateStore> = Arc::new(RedbStore::open(dir.join("state.redb")).unwrap());
     let drivers = DriverRegistry::new().with(Arc::new(MockDriver::new()));
@@ -77,12 +77,39 @@ async fn start_all(count: usize) -> (Duration, f64) {
         tokio::spawn(async move { runner.run().await });
     }
     for runner in &runners {
-        let _ = runner.subscribe().wait_for(|s| s.client_status == ClientStatus::Running).await;
+        running(runner).await?;
     }
     let elapsed = started.elapsed();
-    let grown = (crate::heap::live_bytes() - before).max(0) as f64 / count as f64;
+    let grown = (crate::heap::live_bytes() - before) as f64 / count as f64;
     for runner in &runners {
         runner.destroy().await;
     }
-    (elapsed, grown)
+    Ok((elapsed, grown))
+}
+
+/// How long a bench waits for one allocation to run.
+pub(crate) const RUNNING_LIMIT: Duration = Duration::from_secs(60);
+
+/// Waits at most [`RUNNING_LIMIT`] until `runner`'s allocation runs; fails if it settles in
+/// another state, or its runner ends first.
+pub(crate) async fn running(runner: &AllocRunner) -> Result<(), String> {
+    let mut watch = runner.subscribe();
+    let settled = tokio::time::timeout(
+        RUNNING_LIMIT,
+        watch.wait_for(|s| {
+            s.client_status == ClientStatus::Running || s.client_status.is_terminal()
+        }),
+    )
+    .await;
+    match settled {
+        Ok(Ok(state)) if state.client_status == ClientStatus::Running => Ok(()),
+        Ok(Ok(state)) => Err(format!(
+            "{} is {:?} ({}), not running",
+            runner.id(),
+            state.client_status,
+            state.client_description
+        )),
+        Ok(Err(_)) => Err(format!("{}: its runner ended before it ran", runner.id())),
+        Err(_) => Err(format!("{} not running within {RUNNING_LIMIT:?}", runner.id())),
+    }
 }

@@ -3,7 +3,7 @@
 //! thousand tasks by cgroup.
 //!
 //! Real tasks in real cgroups, under a parent of the bench's own that is removed at the end.
-//! On a host where cgroups cannot be written the scenarios are skipped, with the reason.
+//! On a host where cgroups cannot be written the scenarios fail, saying why.
 
 use crate::Effort;
 use crate::exec::{finish, percentile, settle, shim, start_all, stop_all, task};
@@ -18,21 +18,9 @@ use wharf_state::Signal;
 const FULL_STARTS: usize = 1_000;
 const FULL_TASKS: usize = 1_000;
 
-pub(crate) fn run(effort: Effort) -> Vec<Row> {
-    let shim = match shim() {
-        Ok(shim) => shim,
-        Err(message) => {
-            eprintln!("cgroup scenarios skipped: {message}");
-            return Vec::new();
-        }
-    };
-    let host = match wharf_isolate::Host::detect() {
-        Ok(host) => host,
-        Err(e) => {
-            eprintln!("cgroup scenarios skipped: {e}");
-            return Vec::new();
-        }
-    };
+pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
+    let shim = shim()?;
+    let host = wharf_isolate::Host::detect().map_err(|e| format!("cannot read the host: {e}"))?;
     let options = CgroupOptions {
         parent: CgroupParent::Absolute(format!("wharf-bench-{}", std::process::id())),
         pids_max: Some(4096),
@@ -40,13 +28,10 @@ pub(crate) fn run(effort: Effort) -> Vec<Row> {
         cpu: wharf_isolate::cgroup::NodeCpu { mhz_per_core: host.mhz_per_core },
         sweep_siblings: false,
     };
-    let cgroups = match Cgroups::open(options) {
-        Ok(cgroups) => Arc::new(cgroups),
-        Err(e) => {
-            eprintln!("cgroup scenarios skipped: {e}");
-            return Vec::new();
-        }
-    };
+    let cgroups =
+        Arc::new(Cgroups::open(options).map_err(|e| {
+            format!("the cgroup scenarios need writable cgroups (run as root): {e}")
+        })?);
     if let Err(e) = RawExecDriver::raise_fd_limit() {
         eprintln!("cannot raise the descriptor limit: {e}");
     }
@@ -98,7 +83,7 @@ pub(crate) fn run(effort: Effort) -> Vec<Row> {
     }
     let tasks = effort.scaled(FULL_TASKS);
     let full = tasks == FULL_TASKS;
-    vec![
+    Ok(vec![
         Row {
             name: "cgroups: raw_exec start-to-running latency with a cgroup, p50".into(),
             unit: "ms",
@@ -137,7 +122,7 @@ pub(crate) fn run(effort: Effort) -> Vec<Row> {
             baseline: Some(("SIGKILL to each task's process group, no cgroups".into(), stop_plain)),
             target: full.then(|| "≤ 0.3 s".into()),
         },
-    ]
+    ])
 }
 
 /// Milliseconds from the call to `start_task` until it returns (the task runs); the task is

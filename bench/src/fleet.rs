@@ -1,6 +1,6 @@
 //! Fleet scenarios, with a real `wharf fleet` process over loopback workers (real agents on
-//! this host): the time from a submission through the fleet's API to the allocation running
-//! on a worker, with the embedded store (redb) and with a real etcd on 127.0.0.1 (Debian's
+//! this host): the time from a submission through the fleet's API until the worker's agent
+//! reports the allocation running (its task started), with the embedded store (redb) and with a real etcd on 127.0.0.1 (Debian's
 //! `etcd-server`); what a fleet of 100 loopback workers costs the fleet process (memory, CPU)
 //! once they are all idle and probed every 5 s; and how many placement decisions per second
 //! the scheduler's best fit makes at 1,000 workers and 10,000 queued allocations.
@@ -8,11 +8,14 @@
 use crate::Effort;
 use crate::report::{Better, Row};
 use hyper::Method;
+use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use wharf_fleet::placement::{Placer, Slot};
+use wharf_node::agent_file::AgentFile;
 use wharf_node::client::Client;
 use wharf_node::fleet::api::{FleetAlloc, FleetWorker};
+use wharf_state::ClientStatus;
 use wharf_state::resources::Amount;
 use wharf_tests::etcd::Etcd;
 use wharf_tests::fleet::Fleet;
@@ -21,6 +24,8 @@ const FULL_LATENCY_SAMPLES: usize = 50;
 const FULL_WORKERS: usize = 100;
 /// How long the idle fleet's CPU use is sampled.
 const FULL_WINDOW: Duration = Duration::from_secs(30);
+/// How long a submission may take to run on a worker.
+const WAIT_LIMIT: Duration = Duration::from_secs(60);
 /// /proc reports CPU time in USER_HZ, 100 per second on Linux.
 const TICKS_PER_SECOND: f64 = 100.0;
 
@@ -74,32 +79,17 @@ fn cpu_seconds(pid: u32) -> (f64, f64) {
     (field(14) + field(15), field(16) + field(17))
 }
 
-pub(crate) fn run(effort: Effort) -> Vec<Row> {
-    let wharf = match crate::exec::built("wharf-node", "wharf").and_then(|wharf| {
-        crate::exec::std_shim()?;
-        Ok(wharf)
-    }) {
-        Ok(wharf) => wharf,
-        Err(error) => {
-            eprintln!("fleet scenarios skipped: {error}");
-            return Vec::new();
-        }
-    };
+pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
+    let wharf = crate::exec::built("wharf-node", "wharf")?;
+    crate::exec::std_shim()?;
     let runtime =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let samples = effort.scaled(FULL_LATENCY_SAMPLES).max(3);
-    let etcd = match Etcd::start(Duration::from_secs(30)) {
-        Ok(etcd) => Some(etcd),
-        Err(error) => {
-            eprintln!("the fleet's etcd rows skipped: {error}");
-            None
-        }
-    };
-    let mut stores = vec![("redb", String::new())];
-    if let Some(etcd) = &etcd {
-        let store = format!("[store]\nbackend = \"etcd\"\nendpoints = [\"{}\"]\n", etcd.endpoint());
-        stores.push(("etcd", store));
-    }
+    let etcd = Etcd::start(Duration::from_secs(30))
+        .map_err(|e| format!("the fleet's etcd rows need etcd: {e}"))?;
+    let etcd_store =
+        format!("[store]\nbackend = \"etcd\"\nendpoints = [\"{}\"]\n", etcd.endpoint());
+    let stores = [("redb", String::new()), ("etcd", etcd_store)];
     let mut latency_rows = Vec::new();
     for (store, settings) in &stores {
         let (mut p50, mut p99) = (Vec::new(), Vec::new());
@@ -107,7 +97,7 @@ pub(crate) fn run(effort: Effort) -> Vec<Row> {
             // A fresh prefix per run: each fleet starts from an empty store.
             let settings =
                 settings.replace("[store]\n", &format!("[store]\nprefix = \"/bench/{run}\"\n"));
-            let mut latencies = runtime.block_on(submit_latencies(&wharf, samples, &settings));
+            let mut latencies = runtime.block_on(submit_latencies(&wharf, samples, &settings))?;
             latencies.sort_by(f64::total_cmp);
             p50.push(latencies[latencies.len() / 2]);
             p99.push(latencies[(latencies.len() * 99 / 100).min(latencies.len() - 1)]);
@@ -119,7 +109,7 @@ pub(crate) fn run(effort: Effort) -> Vec<Row> {
     let decisions: Vec<f64> = (0..effort.runs).map(|_| placements_per_second()).collect();
     let workers = effort.scaled(FULL_WORKERS).max(2);
     let window = FULL_WINDOW.mul_f64(effort.scale.max(0.1));
-    let scale = runtime.block_on(idle_fleet(&wharf, workers, window));
+    let scale = runtime.block_on(idle_fleet(&wharf, workers, window))?;
     let row = |name: String, unit, better, samples, target: Option<&str>| Row {
         name,
         unit,
@@ -180,7 +170,7 @@ pub(crate) fn run(effort: Effort) -> Vec<Row> {
             None,
         ),
     ]);
-    rows
+    Ok(rows)
 }
 
 const PLACEMENT_WORKERS: usize = 1_000;
@@ -217,9 +207,9 @@ fn placements_per_second() -> f64 {
 }
 
 /// Submits `samples` service allocations one after another through the fleet's API, with the
-/// store `store` configures (the embedded one if empty), and times each until the fleet
-/// reports it running on a worker (the worker's agent acknowledged it).
-async fn submit_latencies(wharf: &Path, samples: usize, store: &str) -> Vec<f64> {
+/// store `store` configures (the embedded one if empty), and times each until the agent of
+/// the worker the fleet placed it on reports it running.
+async fn submit_latencies(wharf: &Path, samples: usize, store: &str) -> Result<Vec<f64>, String> {
     let fleet = FleetProcess::start(
         wharf,
         &format!(
@@ -232,19 +222,37 @@ async fn submit_latencies(wharf: &Path, samples: usize, store: &str) -> Vec<f64>
                 config = { command = \"/bin/sleep\", args = [\"1000\"] }\n";
     let mut latencies = Vec::with_capacity(samples);
     let mut ids = Vec::with_capacity(samples);
+    let mut agents: HashMap<String, Client> = HashMap::new();
     for _ in 0..samples {
         let started = Instant::now();
         let body = fleet
             .client
             .call(Method::POST, "/v1/allocations", Some(("application/toml", spec.into())))
             .await
-            .unwrap();
-        let mut alloc: FleetAlloc = serde_json::from_slice(&body).unwrap();
+            .map_err(|e| format!("the fleet refused a submission: {e}"))?;
+        let mut alloc: FleetAlloc = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
+        // Placed and acknowledged by a worker's agent...
         while alloc.phase != "running" {
-            assert!(!alloc.is_final(), "{alloc:?}");
+            if alloc.is_final() || started.elapsed() > WAIT_LIMIT {
+                return Err(format!("not placed within {WAIT_LIMIT:?}: {alloc:?}"));
+            }
             let path = format!("/v1/allocations/{}?after={}&wait=10s", alloc.id, alloc.version);
-            alloc = fleet.client.json(Method::GET, &path, None).await.unwrap();
+            alloc = fleet.client.json(Method::GET, &path, None).await.map_err(|e| e.to_string())?;
         }
+        // ...and running there, as that agent reports.
+        let worker = alloc.worker.clone().ok_or_else(|| format!("running nowhere: {alloc:?}"))?;
+        let agent = match agents.get(&worker) {
+            Some(agent) => agent.clone(),
+            None => {
+                let data = fleet.fleet.data_dir().join("instances").join(&worker).join("data");
+                let file = AgentFile::read(&data)?
+                    .ok_or_else(|| format!("worker {worker} announces no agent"))?;
+                let agent = Client::new(&file.address, None);
+                agents.insert(worker, agent.clone());
+                agent
+            }
+        };
+        crate::node::wait_for(&agent, &alloc.id, ClientStatus::Running).await?;
         latencies.push(started.elapsed().as_secs_f64() * 1000.0);
         ids.push(alloc.id);
     }
@@ -253,7 +261,7 @@ async fn submit_latencies(wharf: &Path, samples: usize, store: &str) -> Vec<f64>
         let _ = fleet.client.call(Method::POST, &path, None).await;
     }
     fleet.terminate();
-    latencies
+    Ok(latencies)
 }
 
 struct IdleFleet {
@@ -266,7 +274,7 @@ struct IdleFleet {
 
 /// Starts a fleet of `workers` loopback workers, waits until all are idle, then measures the
 /// fleet over `window` of steady probing.
-async fn idle_fleet(wharf: &Path, workers: usize, window: Duration) -> IdleFleet {
+async fn idle_fleet(wharf: &Path, workers: usize, window: Duration) -> Result<IdleFleet, String> {
     let fleet = FleetProcess::start(
         wharf,
         &format!("probe_interval = \"5s\"\n[loopback]\ninstances = {workers}\n"),
@@ -278,21 +286,25 @@ async fn idle_fleet(wharf: &Path, workers: usize, window: Duration) -> IdleFleet
     let (own_after, children_after) = cpu_seconds(pid);
     let seconds = window.as_secs_f64();
     let instances = fleet.fleet.data_dir().join("instances");
-    let agents: Vec<u32> = std::fs::read_dir(&instances)
-        .unwrap()
-        .flatten()
-        .filter_map(|e| std::fs::read_to_string(e.path().join("data/agent.json")).ok())
-        .filter_map(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
-        .filter_map(|v| v["pid"].as_u64().and_then(|p| u32::try_from(p).ok()))
-        .collect();
-    let agent_kib: f64 = agents.iter().map(|pid| crate::peers::private_kib(*pid)).sum();
+    let mut agents = Vec::new();
+    for instance in std::fs::read_dir(&instances).map_err(|e| format!("{instances:?}: {e}"))? {
+        let data = instance.map_err(|e| e.to_string())?.path().join("data");
+        agents.push(AgentFile::read(&data)?.ok_or_else(|| format!("no agent in {data:?}"))?.pid);
+    }
+    if agents.len() != workers {
+        return Err(format!("{} agents for {workers} idle workers", agents.len()));
+    }
+    let mut agent_kib = 0.0;
+    for agent in &agents {
+        agent_kib += crate::peers::private_kib(*agent)?;
+    }
     let result = IdleFleet {
         boot,
-        fleet_mib: crate::peers::private_kib(pid) / 1024.0,
+        fleet_mib: crate::peers::private_kib(pid)? / 1024.0,
         fleet_cpu: (own_after - own_before) / seconds * 100.0,
         probe_cpu: (children_after - children_before) / seconds * 100.0,
         agent_mib: agent_kib / 1024.0 / agents.len().max(1) as f64,
     };
     fleet.terminate();
-    result
+    Ok(result)
 }

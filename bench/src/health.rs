@@ -24,15 +24,11 @@ const FULL_CHECKS: usize = 1000;
 const CHECKS_PER_ALLOC: usize = 100;
 const FULL_WINDOW: Duration = Duration::from_secs(10);
 const WARM_UP: Duration = Duration::from_secs(3);
+/// The longest the servers may take to be ready, or to stop.
+const WAIT_LIMIT: Duration = Duration::from_secs(120);
 
-pub(crate) fn run(effort: Effort) -> Vec<Row> {
-    let shim = match crate::exec::shim() {
-        Ok(shim) => shim,
-        Err(error) => {
-            eprintln!("health scenario skipped: {error}");
-            return Vec::new();
-        }
-    };
+pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
+    let shim = crate::exec::shim()?;
     let runtime =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let checks = effort.scaled(FULL_CHECKS);
@@ -49,7 +45,7 @@ pub(crate) fn run(effort: Effort) -> Vec<Row> {
         without.push(runtime.block_on(measure(&dir, &shim, checks, false, window)).cpu_percent);
     }
     let load = crate::report::median(&loads);
-    vec![
+    Ok(vec![
         Row {
             name: format!(
                 "health: {checks} http checks every 1s against local servers, agent CPU (load average {load:.1} on the machine)"
@@ -79,7 +75,7 @@ pub(crate) fn run(effort: Effort) -> Vec<Row> {
             baseline: None,
             target: None,
         },
-    ]
+    ])
 }
 
 struct Measured {
@@ -133,10 +129,14 @@ async fn measure(
         ids.push(value["id"].as_str().unwrap().to_owned());
     }
     // Every check has passed once (or, without checks, every server runs): then warm up.
+    let deadline = Instant::now() + WAIT_LIMIT;
     for id in &ids {
         let path = ApiPath::v1(["allocations", id]);
         loop {
             let detail: AllocDetail = client.json(Method::GET, &path, None).await.unwrap();
+            let status = detail.state.client_status;
+            assert!(!status.is_terminal() && !detail.done, "server {id} is {status:?}: {detail:?}");
+            assert!(Instant::now() < deadline, "server {id} not ready within {WAIT_LIMIT:?}");
             let ready = if with_checks {
                 detail.checks.iter().all(|c| c.status == CheckStatus::Passing)
             } else {
@@ -162,15 +162,17 @@ async fn measure(
     for id in &ids {
         client.call(Method::POST, ApiPath::v1(["allocations", id, "stop"]), None).await.unwrap();
     }
+    let deadline = Instant::now() + WAIT_LIMIT;
     for id in &ids {
         let mut version = String::new();
         loop {
             let path =
-                ApiPath::v1(["allocations", id]).query("after", &version).query("wait", "30s");
+                ApiPath::v1(["allocations", id]).query("after", &version).query("wait", "10s");
             let detail: AllocDetail = client.json(Method::GET, &path, None).await.unwrap();
             if detail.done {
                 break;
             }
+            assert!(Instant::now() < deadline, "server {id} not stopped within {WAIT_LIMIT:?}");
             version = detail.version;
         }
     }

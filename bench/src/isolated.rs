@@ -4,8 +4,8 @@
 //! `/proc`, the node's default Landlock rules, `no_new_privs`), beside raw_exec starting the
 //! same task in a cgroup with the same limits, measured in turns so both see the same load.
 //!
-//! Needs root and writable cgroups, as the driver does; without them the scenario says so and
-//! is skipped.
+//! Needs root and writable cgroups, as the driver does; without them the scenario fails,
+//! saying so.
 
 use crate::Effort;
 use crate::report::{Better, Row};
@@ -21,14 +21,8 @@ use wharf_state::spec::Resources;
 
 const FULL_STARTS: usize = 1_000;
 
-pub(crate) fn run(effort: Effort) -> Vec<Row> {
-    let shim = match crate::exec::std_shim() {
-        Ok(shim) => shim,
-        Err(message) => {
-            eprintln!("isolated exec scenarios skipped: {message}");
-            return Vec::new();
-        }
-    };
+pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
+    let shim = crate::exec::std_shim()?;
     let options = CgroupOptions {
         parent: CgroupParent::Absolute(format!("wharf-bench-{}", std::process::id())),
         pids_max: Some(1024),
@@ -36,13 +30,10 @@ pub(crate) fn run(effort: Effort) -> Vec<Row> {
         cpu: wharf_isolate::cgroup::NodeCpu { mhz_per_core: 2000 },
         sweep_siblings: false,
     };
-    let cgroups = match Cgroups::open(options) {
-        Ok(cgroups) => Arc::new(cgroups),
-        Err(e) => {
-            eprintln!("isolated exec scenarios skipped: no writable cgroups here ({e})");
-            return Vec::new();
-        }
-    };
+    let cgroups =
+        Arc::new(Cgroups::open(options).map_err(|e| {
+            format!("the isolated exec scenarios need root and writable cgroups: {e}")
+        })?);
     let runtime =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let (mut exec_p50, mut exec_p99, mut raw_p50, mut raw_p99) = (vec![], vec![], vec![], vec![]);
@@ -78,7 +69,7 @@ pub(crate) fn run(effort: Effort) -> Vec<Row> {
         eprintln!("cannot remove the bench's cgroups: {e}");
     }
     let baseline = "raw_exec, same task and cgroup limits";
-    vec![
+    Ok(vec![
         Row {
             name: "exec (isolated) with limits: start-to-running latency, p50".into(),
             unit: "ms",
@@ -103,7 +94,7 @@ pub(crate) fn run(effort: Effort) -> Vec<Row> {
             baseline: Some((baseline.into(), raw_p99)),
             target: None,
         },
-    ]
+    ])
 }
 
 /// A task directory laid out as the task runner makes it, for a task running `/bin/true` with

@@ -43,6 +43,8 @@ impl Effort {
     }
 }
 
+const USAGE: &str = "usage: wharf-bench [--quick] [--out FILE] [--only store|alloc|exec|isolated|cgroups|node|peers|health|fleet|prober]";
+
 fn main() -> ExitCode {
     let mut quick = false;
     let mut out = None;
@@ -59,9 +61,7 @@ fn main() -> ExitCode {
             "--out" => out = args.next().map(PathBuf::from),
             "--only" => only = args.next(),
             other => {
-                eprintln!(
-                    "unknown argument {other:?}; usage: wharf-bench [--quick] [--out FILE] [--only store|alloc|exec|isolated|cgroups|node|health|fleet|prober]"
-                );
+                eprintln!("unknown argument {other:?}; {USAGE}");
                 return ExitCode::from(2);
             }
         }
@@ -69,45 +69,48 @@ fn main() -> ExitCode {
     let effort =
         if quick { Effort { runs: 1, scale: 0.02 } } else { Effort { runs: 5, scale: 1.0 } };
 
-    let wanted = |scenario: &str| only.as_deref().is_none_or(|o| o == scenario);
+    type Scenario = fn(Effort) -> Result<Vec<Row>, String>;
+    let scenarios: [(&str, Scenario); 10] = [
+        ("store", |effort| Ok(store::run(effort))),
+        ("alloc", alloc::run),
+        ("exec", exec::run),
+        ("isolated", isolated::run),
+        ("cgroups", cgroups::run),
+        ("node", node::run),
+        ("peers", peers::run),
+        ("health", health::run),
+        ("fleet", fleet::run),
+        ("prober", prober::run),
+    ];
+    if let Some(only) = &only
+        && !scenarios.iter().any(|(name, _)| name == only)
+    {
+        eprintln!("unknown scenario {only:?}; {USAGE}");
+        return ExitCode::from(2);
+    }
     let mut rows: Vec<Row> = Vec::new();
-    if wanted("store") {
-        rows.extend(store::run(effort));
-    }
-    if wanted("alloc") {
-        rows.extend(alloc::run(effort));
-    }
-    if wanted("exec") {
-        rows.extend(exec::run(effort));
-    }
-    if wanted("isolated") {
-        rows.extend(isolated::run(effort));
-    }
-    if wanted("cgroups") {
-        rows.extend(cgroups::run(effort));
-    }
-    if wanted("node") {
-        rows.extend(node::run(effort));
-    }
-    if wanted("health") {
-        rows.extend(health::run(effort));
-    }
-    if wanted("fleet") {
-        rows.extend(fleet::run(effort));
-    }
-    let prober = wanted("prober").then(|| prober::run(effort));
-    scratch::remove_all();
-    match prober {
-        Some(Ok(prober_rows)) => rows.extend(prober_rows),
-        Some(Err(e)) => {
-            eprintln!("prober scenario failed: {e}");
-            return ExitCode::FAILURE;
+    // A scenario that cannot run fails the bench (quick runs included), after the others ran.
+    let mut failed = Vec::new();
+    for (name, scenario) in scenarios {
+        if only.as_deref().is_some_and(|o| o != name) {
+            continue;
         }
-        None => {}
+        match scenario(effort) {
+            Ok(scenario_rows) => rows.extend(scenario_rows),
+            Err(error) => {
+                eprintln!("the {name} scenario failed: {error}");
+                failed.push(name);
+            }
+        }
     }
+    scratch::remove_all();
     let report = Report::new(rows);
     let text = report.markdown(quick);
     println!("{text}");
+    if !failed.is_empty() {
+        eprintln!("scenarios that failed: {}", failed.join(", "));
+        return ExitCode::FAILURE;
+    }
     if let Some(missing) = report.rows.iter().find(|r| r.samples.is_empty()) {
         eprintln!("scenario {:?} produced no figures", missing.name);
         return ExitCode::FAILURE;

@@ -1,9 +1,9 @@
 //! Node scenarios, through the agent's real HTTP API with raw_exec tasks: submit-to-running
-//! latency, 1,000 allocations to all running and all stopped (beside supervisord and s6 doing
-//! the same with 1,000 processes), the agent's memory per running allocation, and restore.
+//! latency, the agent's heap per running allocation (an agent in this process, measured with
+//! the bench's counting allocator), and restore. The agent beside supervisord and s6 is in
+//! `peers`.
 
 use crate::Effort;
-use crate::peers::{self, PeerRun};
 use crate::report::{Better, Row};
 use hyper::Method;
 use std::path::Path;
@@ -20,46 +20,37 @@ const FULL_RECORDS: usize = 10_000;
 /// The kill timeout of the task that ignores SIGTERM.
 const KILL_TIMEOUT: Duration = Duration::from_millis(500);
 
-pub(crate) fn run(effort: Effort) -> Vec<Row> {
-    let shim = match crate::exec::shim() {
-        Ok(shim) => shim,
-        Err(error) => {
-            eprintln!("node scenarios skipped: {error}");
-            return Vec::new();
-        }
-    };
+pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
+    let shim = crate::exec::shim()?;
     let runtime =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let count = effort.scaled(FULL_ALLOCS);
     let mut latencies = Vec::new();
-    let mut fleet = Fleet::default();
     let records = effort.scaled(FULL_RECORDS);
-    let (mut restore_records, mut overshoot) = (Vec::new(), Vec::new());
-    // Each run starts 3,000 real processes (wharf, supervisord, s6): three runs are enough.
+    let (mut restore_records, mut overshoot, mut heap_kib, mut restore) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    // Each run starts a thousand real processes, and restores ten thousand records: three runs
+    // are enough.
     for _ in 0..effort.runs.min(3) {
         let dir = crate::scratch::dir("wharf-bench-node");
         restore_records.push(runtime.block_on(restore_finished(config(&dir, &shim), records)));
         let dir = crate::scratch::dir("wharf-bench-node");
-        overshoot.push(runtime.block_on(stop_overshoot(&dir, &shim)));
+        overshoot.push(runtime.block_on(stop_overshoot(&dir, &shim))?);
         let dir = crate::scratch::dir("wharf-bench-node");
         // What the scenarios before wrote (ten thousand records, a thousand task directories)
         // is flushed first, not measured as part of a submission's fsync.
         crate::exec::settle();
-        latencies.extend(
-            runtime.block_on(submit_latencies(
-                config(&dir, &shim),
-                effort.scaled(FULL_LATENCY_SAMPLES),
-            )),
-        );
+        latencies.extend(runtime.block_on(submit_latencies(
+            config(&dir, &shim),
+            effort.scaled(FULL_LATENCY_SAMPLES),
+        ))?);
         let dir = crate::scratch::dir("wharf-bench-node");
-        fleet.add(runtime.block_on(many(config(&dir, &shim), count)));
-        let peer_dir = crate::scratch::dir("wharf-bench-peer");
-        fleet.supervisord.push(peers::supervisord(&peer_dir, count));
-        let peer_dir = crate::scratch::dir("wharf-bench-peer");
-        fleet.s6.push(peers::s6(&peer_dir, count));
+        let held = runtime.block_on(held_and_restored(config(&dir, &shim), count))?;
+        heap_kib.push(held.heap_kib);
+        restore.push(held.restore);
     }
     let ms = |d: &Duration| d.as_secs_f64() * 1000.0;
-    let mut rows = vec![
+    Ok(vec![
         Row {
             name: "node: submit to running through the API, p50".into(),
             unit: "ms",
@@ -82,7 +73,7 @@ pub(crate) fn run(effort: Effort) -> Vec<Row> {
             ),
             unit: "KiB",
             better: Better::Lower,
-            samples: fleet.heap_kib.clone(),
+            samples: heap_kib,
             baseline: None,
             target: Some("≤ 64 KiB".into()),
         },
@@ -109,82 +100,34 @@ pub(crate) fn run(effort: Effort) -> Vec<Row> {
             name: format!("node: restore of {count} allocations with running tasks"),
             unit: "ms",
             better: Better::Lower,
-            samples: fleet.restore.iter().map(ms).collect(),
+            samples: restore.iter().map(ms).collect(),
             baseline: None,
             target: (count == FULL_ALLOCS).then(|| "≤ 200 ms".into()),
         },
-    ];
-    for (peer, runs) in [("supervisord", &fleet.supervisord), ("s6", &fleet.s6)] {
-        let peer_runs: Vec<PeerRun> = match runs.iter().cloned().collect::<Result<Vec<_>, _>>() {
-            Ok(runs) => runs,
-            Err(error) => {
-                eprintln!("{peer} not measured: {error}");
-                continue;
-            }
-        };
-        rows.push(Row {
-            name: format!("{count} processes: start until all reported running"),
-            unit: "ms",
-            better: Better::Lower,
-            samples: fleet.start.iter().map(ms).collect(),
-            baseline: Some((peer.into(), peer_runs.iter().map(|r| ms(&r.start)).collect())),
-            target: None,
-        });
-        rows.push(Row {
-            name: format!("{count} processes: stop until all reported down"),
-            unit: "ms",
-            better: Better::Lower,
-            samples: fleet.stop.iter().map(ms).collect(),
-            baseline: Some((peer.into(), peer_runs.iter().map(|r| ms(&r.stop)).collect())),
-            target: None,
-        });
-        rows.push(Row {
-            name: format!("{count} processes: memory the supervisor adds (wharf: agent heap for them plus shims; peers: private memory)"),
-            unit: "MiB",
-            better: Better::Lower,
-            samples: fleet.supervisor_mib.clone(),
-            baseline: Some((
-                peer.into(),
-                peer_runs.iter().map(|r| r.memory_kib / 1024.0).collect(),
-            )),
-            target: None,
-        });
-    }
-    rows
+    ])
 }
 
-#[derive(Default)]
-struct Fleet {
-    start: Vec<Duration>,
-    stop: Vec<Duration>,
-    restore: Vec<Duration>,
-    heap_kib: Vec<f64>,
-    supervisor_mib: Vec<f64>,
-    supervisord: Vec<Result<PeerRun, String>>,
-    s6: Vec<Result<PeerRun, String>>,
-}
+/// A task asks for 100 MHz and 300 MiB unless its job says otherwise: the node declares room
+/// for every allocation of a run, as an operator would for tasks that idle.
+pub(crate) const NODE_CPU_MHZ: u64 = 1_000_000;
+pub(crate) const NODE_MEMORY_MB: u64 = 1_000_000;
 
-impl Fleet {
-    fn add(&mut self, run: Many) {
-        self.start.push(run.start);
-        self.stop.push(run.stop);
-        self.restore.push(run.restore);
-        self.heap_kib.push(run.heap_kib);
-        self.supervisor_mib.push(run.supervisor_mib);
-    }
-}
-
-fn config(dir: &Path, shim: &Path) -> NodeConfig {
+pub(crate) fn config(dir: &Path, shim: &Path) -> NodeConfig {
     let mut config = NodeConfig { data_dir: dir.join("data"), ..NodeConfig::default() };
     config.drivers.raw_exec.shim_path = Some(shim.to_owned());
     config.gc.max_allocs = usize::MAX;
+    config.resources.cpu_total_compute = NODE_CPU_MHZ;
+    config.resources.memory_total_mb = NODE_MEMORY_MB;
     config
 }
 
 const SLEEPER: &str = "[job]\nid = \"bench\"\ntype = \"service\"\n[group]\nname = \"g\"\n\
     [[group.task]]\nname = \"t\"\ndriver = \"raw_exec\"\nkill_timeout = \"5s\"\nconfig = { command = \"/bin/sleep\", args = [\"1000\"] }\n";
 
-async fn submit(client: &Client) -> String {
+/// How long a bench waits for one allocation to reach a state.
+pub(crate) const WAIT_LIMIT: Duration = Duration::from_secs(60);
+
+pub(crate) async fn submit(client: &Client) -> Result<String, String> {
     let bytes = client
         .call(
             Method::POST,
@@ -192,84 +135,88 @@ async fn submit(client: &Client) -> String {
             Some(("application/toml", SLEEPER.as_bytes().to_vec())),
         )
         .await
-        .unwrap();
-    let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-    value["id"].as_str().unwrap().to_owned()
+        .map_err(|e| format!("submission refused: {e}"))?;
+    let value: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|e| format!("submission's answer: {e}"))?;
+    value["id"].as_str().map(str::to_owned).ok_or_else(|| format!("no id in {value}"))
 }
 
-async fn wait_for(client: &Client, id: &str, done: impl Fn(&AllocDetail) -> bool) {
+/// Waits at most [`WAIT_LIMIT`] until allocation `id` is `wanted`; fails if it settles in
+/// another state (its runner is done) or the wait runs out.
+pub(crate) async fn wait_for(
+    client: &Client,
+    id: &str,
+    wanted: ClientStatus,
+) -> Result<(), String> {
+    let deadline = Instant::now() + WAIT_LIMIT;
     let mut version = String::new();
     loop {
-        let detail: AllocDetail = client
-            .json(Method::GET, &format!("/v1/allocations/{id}?after={version}&wait=30s"), None)
-            .await
-            .unwrap();
-        if done(&detail) {
-            return;
+        let path = format!("/v1/allocations/{id}?after={version}&wait=10s");
+        let detail: AllocDetail =
+            client.json(Method::GET, &path, None).await.map_err(|e| format!("{id}: {e}"))?;
+        if detail.state.client_status == wanted {
+            return Ok(());
+        }
+        if detail.done || detail.state.client_status.is_terminal() {
+            return Err(format!(
+                "{id} is {:?} ({}), not {wanted:?}",
+                detail.state.client_status, detail.state.client_description
+            ));
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{id} not {wanted:?} within {WAIT_LIMIT:?}"));
         }
         version = detail.version;
     }
 }
 
-fn running(detail: &AllocDetail) -> bool {
-    detail.state.client_status == ClientStatus::Running
-}
-
 /// Milliseconds from each POST until the allocation's state says running.
-async fn submit_latencies(config: NodeConfig, samples: usize) -> Vec<f64> {
-    let (client, agent) = wharf_node::serve::embedded(config).await.unwrap();
+async fn submit_latencies(config: NodeConfig, samples: usize) -> Result<Vec<f64>, String> {
+    let (client, agent) = wharf_node::serve::embedded(config).await.map_err(|e| e.to_string())?;
     let mut latencies = Vec::with_capacity(samples);
     let mut ids = Vec::new();
     for _ in 0..samples {
         let started = Instant::now();
-        let id = submit(&client).await;
-        wait_for(&client, &id, running).await;
+        let id = submit(&client).await?;
+        wait_for(&client, &id, ClientStatus::Running).await?;
         latencies.push(started.elapsed().as_secs_f64() * 1000.0);
         ids.push(id);
     }
-    stop_all(&client, &ids).await;
+    stop_all(&client, &ids).await?;
     agent.stop().await;
-    latencies
+    Ok(latencies)
 }
 
-struct Many {
-    start: Duration,
-    stop: Duration,
+struct Held {
     restore: Duration,
     heap_kib: f64,
-    supervisor_mib: f64,
 }
 
-/// `count` allocations through the API until all run; the agent's heap and the shims' memory;
-/// a restart of the agent (restore); then stop them all.
-async fn many(config: NodeConfig, count: usize) -> Many {
+/// `count` allocations through the API of an agent in this process until all run, for the
+/// heap it holds for them (the bench's counting allocator); a restart of the agent (restore);
+/// then a stop of them all.
+async fn held_and_restored(config: NodeConfig, count: usize) -> Result<Held, String> {
     let heap_before = crate::heap::live_bytes();
-    let (client, agent) = wharf_node::serve::embedded(config.clone()).await.unwrap();
-    let started = Instant::now();
+    let (client, agent) =
+        wharf_node::serve::embedded(config.clone()).await.map_err(|e| e.to_string())?;
     let mut ids = Vec::with_capacity(count);
     for _ in 0..count {
-        ids.push(submit(&client).await);
+        ids.push(submit(&client).await?);
     }
     for id in &ids {
-        wait_for(&client, id, running).await;
+        wait_for(&client, id, ClientStatus::Running).await?;
     }
-    let start = started.elapsed();
-    let heap_kib = (crate::heap::live_bytes() - heap_before).max(0) as f64 / 1024.0 / count as f64;
-    let shims: f64 = shim_pids(&config).into_iter().map(peers::private_kib).sum();
-    // The agent runs inside this bench process, whose own memory holds earlier scenarios too:
-    // count what the agent holds for these allocations (heap) plus the shims' private memory.
-    let supervisor_mib = (heap_kib * count as f64 + shims) / 1024.0;
+    let heap_kib = (crate::heap::live_bytes() - heap_before) as f64 / 1024.0 / count as f64;
 
     // Restart the agent: tasks keep running; the new agent restores and reattaches.
     agent.stop().await;
     let restarting = Instant::now();
-    let restored = Agent::start(config, StartOptions::default()).await.unwrap();
+    let restored =
+        Agent::start(config, StartOptions::default()).await.map_err(|e| e.to_string())?;
     let restore = restarting.elapsed();
     for runner in restored.list() {
-        let _ = runner.subscribe().wait_for(|s| s.client_status == ClientStatus::Running).await;
+        crate::alloc::running(&runner).await?;
     }
-
-    let stopping = Instant::now();
     // Each stop returns once durable; sent together, they share the store's group commits.
     let mut stops = tokio::task::JoinSet::new();
     for id in ids {
@@ -277,14 +224,15 @@ async fn many(config: NodeConfig, count: usize) -> Many {
         stops.spawn(async move { agent.stop(&id).await });
     }
     while let Some(stopped) = stops.join_next().await {
-        stopped.unwrap().unwrap();
+        stopped.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
     }
     for runner in restored.list() {
-        runner.wait().await;
+        tokio::time::timeout(WAIT_LIMIT, runner.wait())
+            .await
+            .map_err(|_| format!("{} did not stop within {WAIT_LIMIT:?}", runner.id()))?;
     }
-    let stop = stopping.elapsed();
     restored.shutdown().await;
-    Many { start, stop, restore, heap_kib, supervisor_mib }
+    Ok(Held { restore, heap_kib })
 }
 
 /// Writes `count` finished allocations into a fresh store, then times an agent's start.
@@ -327,7 +275,7 @@ async fn restore_finished(config: NodeConfig, count: usize) -> Duration {
 }
 
 /// How long stopping a task that ignores SIGTERM takes beyond its kill timeout.
-async fn stop_overshoot(dir: &Path, shim: &Path) -> Duration {
+async fn stop_overshoot(dir: &Path, shim: &Path) -> Result<Duration, String> {
     use wharf_driver::Driver;
     let driver = wharf_exec::RawExecDriver::with_shim(shim);
     let task_dir = dir.join("task");
@@ -349,29 +297,38 @@ async fn stop_overshoot(dir: &Path, shim: &Path) -> Duration {
             .unwrap(),
     };
     let handle = driver.start_task(config).await.unwrap();
-    // The trap is set once the shell printed: wait for that line.
+    // The trap is set once the shell printed: wait (bounded) for that line.
     let out = task_dir.join("logs/stubborn.stdout.0");
+    let deadline = Instant::now() + WAIT_LIMIT;
     while std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0) == 0 {
+        if Instant::now() > deadline {
+            let _ = driver.destroy_task(handle.id(), true).await;
+            return Err(format!("the stubborn task printed nothing within {WAIT_LIMIT:?}"));
+        }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let started = Instant::now();
-    driver.stop_task(handle.id(), KILL_TIMEOUT, wharf_state::Signal::Term).await.unwrap();
+    let stopped = driver.stop_task(handle.id(), KILL_TIMEOUT, wharf_state::Signal::Term).await;
     let overshoot = started.elapsed().saturating_sub(KILL_TIMEOUT);
     let _ = driver.destroy_task(handle.id(), true).await;
-    overshoot
+    stopped.map_err(|e| format!("stopping the stubborn task: {e}"))?;
+    Ok(overshoot)
 }
 
-async fn stop_all(client: &Client, ids: &[String]) {
+/// Stops every allocation and waits (bounded) until each has finished, complete.
+async fn stop_all(client: &Client, ids: &[String]) -> Result<(), String> {
     for id in ids {
-        client.call(Method::POST, &format!("/v1/allocations/{id}/stop"), None).await.unwrap();
+        let path = format!("/v1/allocations/{id}/stop");
+        client.call(Method::POST, &path, None).await.map_err(|e| format!("{id}: {e}"))?;
     }
     for id in ids {
-        wait_for(client, id, |d| d.done).await;
+        wait_for(client, id, ClientStatus::Complete).await?;
     }
+    Ok(())
 }
 
 /// The shims of this agent's tasks: `wharf-shim` processes whose command line names its data dir.
-fn shim_pids(config: &NodeConfig) -> Vec<u32> {
+pub(crate) fn shim_pids(config: &NodeConfig) -> Vec<u32> {
     let data = config.data_dir.canonicalize().unwrap_or_else(|_| config.data_dir.clone());
     let data = data.display().to_string();
     let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
