@@ -349,6 +349,11 @@ impl AllocRunner {
         self.shared.record.lock().alloc.clone()
     }
 
+    /// Reads the allocation as of the latest update without copying it.
+    pub fn with_alloc<R>(&self, read: impl FnOnce(&Allocation) -> R) -> R {
+        read(&self.shared.record.lock().alloc)
+    }
+
     /// Applies `alloc` as the allocation; a change is a new generation for the next persist.
     fn set_alloc(&self, alloc: Allocation) {
         let mut record = self.shared.record.lock();

@@ -104,6 +104,9 @@ struct Managed {
     runner: AllocRunner,
     /// Submission order, for listing.
     order: u64,
+    /// What its group holds of the node while it may run, worked out once: the agent changes
+    /// an allocation's desired status, never its job, so this does not change.
+    needed: Amount,
 }
 
 enum Claim<'a> {
@@ -299,14 +302,11 @@ impl Agent {
     }
 
     /// What the allocations that may still run hold between them, and how many there are.
+    /// Every admission asks, so this reads what each holds rather than its allocation.
     pub fn allocated(&self) -> (Amount, usize) {
-        let holding: Vec<Allocation> =
-            self.list().into_iter().filter(|r| !r.is_done()).map(|r| r.alloc()).collect();
-        let held = holding
-            .iter()
-            .filter_map(|alloc| Some(self.resources.needed(alloc.job.group(&alloc.task_group)?)))
-            .sum();
-        (held, holding.len())
+        let allocs = self.allocs.read();
+        let holding = allocs.values().filter(|m| !m.runner.is_done());
+        holding.fold((Amount::ZERO, 0), |(held, count), m| (held + m.needed, count + 1))
     }
 
     /// Admits an allocation of `group` if it fits in what is free, holding its share until the
@@ -403,9 +403,14 @@ impl Agent {
     /// Takes an allocation under management and runs it.
     fn adopt(&self, runner: AllocRunner) {
         let order = self.next_order.fetch_add(1, Ordering::Relaxed);
+        let alloc = runner.alloc();
+        let needed = alloc
+            .job
+            .group(&alloc.task_group)
+            .map_or(Amount::ZERO, |group| self.resources.needed(group));
         self.allocs
             .write()
-            .insert(runner.id().to_owned(), Managed { runner: runner.clone(), order });
+            .insert(runner.id().to_owned(), Managed { runner: runner.clone(), order, needed });
         let metrics = self.metrics.clone();
         let mut watch = runner.subscribe();
         tokio::spawn(async move {

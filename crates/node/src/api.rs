@@ -332,12 +332,18 @@ pub struct AllocSummary {
     pub healthy: Option<bool>,
 }
 
-fn summary(alloc: &Allocation, state: &AllocState) -> AllocSummary {
+/// An allocation's summary, read in place (a node lists thousands, and callers poll the list):
+/// the allocation's fields first, then its state, one lock at a time.
+fn summary(runner: &wharf_alloc::AllocRunner) -> AllocSummary {
+    let (job_id, group, desired_status) =
+        runner.with_alloc(|a| (a.job.id.clone(), a.task_group.clone(), a.desired_status));
+    let state = runner.subscribe();
+    let state = state.borrow();
     AllocSummary {
-        id: alloc.id.clone(),
-        job_id: alloc.job.id.clone(),
-        group: alloc.task_group.clone(),
-        desired_status: alloc.desired_status,
+        id: runner.id().to_owned(),
+        job_id,
+        group,
+        desired_status,
         client_status: state.client_status,
         description: state.client_description.clone(),
         tasks: state.task_states.iter().map(|(name, task)| (name.clone(), task.status)).collect(),
@@ -346,7 +352,7 @@ fn summary(alloc: &Allocation, state: &AllocState) -> AllocSummary {
 }
 
 async fn list(State(agent): State<Arc<Agent>>) -> axum::Json<Vec<AllocSummary>> {
-    axum::Json(agent.list().iter().map(|r| summary(&r.alloc(), &r.state())).collect())
+    axum::Json(agent.list().iter().map(summary).collect())
 }
 
 /// One allocation in full, as `GET /v1/allocations/{id}` returns it.
