@@ -577,3 +577,40 @@ fn tally(runner: &AllocRunner) -> (usize, usize, usize) {
     let count = |status| checks.iter().filter(|c| c.status == status).count();
     (count(CheckStatus::Passing), count(CheckStatus::Critical), count(CheckStatus::Pending))
 }
+
+/// Nomad's `Test_serviceHook_Update_beforePoststart`: an update that reaches a task before it
+/// has started registers nothing; the task registers its services when it starts, as the
+/// update left them.
+#[tokio::test(start_paused = true)]
+async fn service_hook_update_before_poststart() {
+    let h = Harness::new(
+        "service",
+        UPDATE,
+        &format!("config = {{ start_block_for = \"10s\" }}\n{}", service("")),
+    );
+    h.net.answer(addr(), Answer::Status(200));
+    let runner = h.start();
+    elapse(2).await;
+    let mut updated = Allocation { modify_index: 2, ..h.alloc.clone() };
+    updated.job.groups[0].tasks[0].services[0].tags = vec!["v2".into()];
+    runner.update(updated);
+    elapse(2).await;
+    assert!(h.catalog.is_empty(), "not started yet: nothing registered");
+    until(&runner, "running", |s| s.task_states["web"].status == TaskStatus::Running).await;
+    let listed = listed(&h.catalog).await;
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].tags, ["v2"], "registered as the update left it");
+    runner.destroy().await;
+}
+
+/// The catalog once something is in it: services are registered right after their task's
+/// start is recorded (its poststart hooks), which the catalog has no notification for.
+async fn listed(catalog: &ServiceCatalog) -> Vec<wharf_state::ServiceEntry> {
+    for _ in 0..1000 {
+        if !catalog.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    catalog.list()
+}

@@ -99,6 +99,7 @@ impl Transport for FakeTransport {
 pub struct FakeControl {
     exec: Mutex<Option<(i32, String)>>,
     exec_hangs: Mutex<bool>,
+    exec_error: Mutex<Option<String>>,
     execs: Mutex<Vec<(String, Vec<String>)>>,
     restarts: Mutex<Vec<(String, String)>>,
     restarted: Notify,
@@ -114,11 +115,18 @@ impl FakeControl {
     pub fn script_exits(&self, code: i32, output: &str) {
         *self.exec.lock() = Some((code, output.to_owned()));
         *self.exec_hangs.lock() = false;
+        *self.exec_error.lock() = None;
     }
 
     /// From now on, scripts never end.
     pub fn script_hangs(&self) {
         *self.exec_hangs.lock() = true;
+    }
+
+    /// From now on, scripts cannot be run: exec fails with `error`.
+    pub fn script_fails(&self, error: &str) {
+        *self.exec_error.lock() = Some(error.to_owned());
+        *self.exec_hangs.lock() = false;
     }
 
     /// The scripts run, by task, oldest first.
@@ -157,6 +165,9 @@ impl TaskControl for FakeControl {
         self.execs.lock().push((task.to_owned(), command.to_vec()));
         if *self.exec_hangs.lock() {
             return std::future::pending().await;
+        }
+        if let Some(error) = self.exec_error.lock().clone() {
+            return Err(error);
         }
         let (code, output) = self.exec.lock().clone().unwrap_or((0, String::new()));
         Ok(ExecResult {

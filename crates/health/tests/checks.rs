@@ -187,23 +187,31 @@ async fn results_say_what_happened() {
     assert!(lost.last.unwrap().output.contains("holds no port \"http\""));
 }
 
-/// Script checks run through the task's exec: exit 0 passes, 1 warns, others fail; a script
-/// that never ends is critical once its timeout (and the exec's grace) has passed.
+/// `TestScript_Exec_Codes` and `TestScript_Exec_TimeoutCritical`: script checks run through
+/// the task's exec: exit 0 passes, 1 warns, others (9000 too) fail, an exec that fails is
+/// critical with its error; a script that never ends is critical once its timeout (and the
+/// exec's grace) has passed.
 #[tokio::test(start_paused = true)]
 async fn script_checks_run_in_the_task() {
     let checks = "[[group.task.service.check]]\nname = \"script\"\ntype = \"script\"\ncommand = \"/bin/check\"\nargs = [\"-q\"]\ninterval = \"2s\"\ntimeout = \"1s\"\n";
     let alloc = allocation(checks, true);
     let running = start(&alloc, Arc::new(FakeTransport::new()));
     for (code, output, want) in [
+        (1, "output", CheckStatus::Warning),
         (0, "fine", CheckStatus::Passing),
-        (1, "meh", CheckStatus::Warning),
         (2, "bad", CheckStatus::Critical),
+        (0, "fine again", CheckStatus::Passing),
+        (9000, "error9000", CheckStatus::Critical),
     ] {
         running.control.script_exits(code, output);
         elapse(3).await;
         assert_eq!(statuses(&running.book)[0].1, want, "exit {code}");
         assert_eq!(last_output(&running.book, "script"), output);
     }
+    running.control.script_fails("some error");
+    elapse(3).await;
+    assert_eq!(statuses(&running.book)[0].1, CheckStatus::Critical);
+    assert_eq!(last_output(&running.book, "script"), "cannot run the script: some error");
     assert_eq!(
         running.control.execs()[0],
         ("web".to_owned(), vec!["/bin/check".to_owned(), "-q".to_owned()])
@@ -212,6 +220,22 @@ async fn script_checks_run_in_the_task() {
     elapse(10).await;
     assert_eq!(statuses(&running.book)[0].1, CheckStatus::Critical);
     assert_eq!(last_output(&running.book, "script"), "the script did not end within 1s");
+}
+
+/// `TestScript_Exec_Cancel`: stopping the checks while a script runs abandons it at once:
+/// no result is recorded for it and no other run starts.
+#[tokio::test(start_paused = true)]
+async fn script_exec_cancel() {
+    let checks = "[[group.task.service.check]]\nname = \"script\"\ntype = \"script\"\ncommand = \"/bin/check\"\ninterval = \"1s\"\ntimeout = \"1h\"\n";
+    let alloc = allocation(checks, true);
+    let running = start(&alloc, Arc::new(FakeTransport::new()));
+    running.control.script_hangs();
+    elapse(2).await;
+    assert_eq!(running.control.execs().len(), 1, "blocked in its first run");
+    running.checks.stop();
+    elapse(3600 * 3).await;
+    assert_eq!(running.control.execs().len(), 1);
+    assert_eq!(statuses(&running.book)[0].1, CheckStatus::Pending, "nothing recorded");
 }
 
 /// `TestCheckWatcher_Unhealthy`: a check that always fails restarts its task exactly once,

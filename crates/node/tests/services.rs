@@ -369,3 +369,50 @@ async fn restarts_keep_ports_checks_and_health() {
     assert_eq!((listed.len(), listed[0].port), (1, Some(port)));
     assert!(agent.terminate().success());
 }
+
+/// `wharf_check_runs_total` from the agent's metrics.
+async fn check_runs(client: &Client) -> f64 {
+    let text = client.call(Method::GET, "/v1/metrics", None).await.unwrap();
+    String::from_utf8_lossy(&text)
+        .lines()
+        .find_map(|l| l.strip_prefix("wharf_check_runs_total ")?.parse().ok())
+        .expect("wharf_check_runs_total is exported")
+}
+
+/// `wharf_check_runs_total` is a counter: the runs of an allocation's checks stay counted
+/// after the allocation is garbage-collected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_runs_stay_counted_after_garbage_collection() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!("{}[gc]\nmax_allocs = 0\ninterval = \"100ms\"\n", ports(21_500, 21_599));
+    let agent = AgentProcess::start(dir.path(), &config);
+    let client = agent.client();
+    let spec = job(
+        "counted",
+        "batch",
+        "[[group.task]]\nname = \"t\"\ndriver = \"raw_exec\"\n\
+         config = { command = \"/bin/sleep\", args = [\"600\"] }\n\
+         [[group.task.service]]\nname = \"s\"\n\
+         [[group.task.service.check]]\ntype = \"script\"\ncommand = \"/bin/true\"\n\
+         interval = \"1s\"\ntimeout = \"2s\"\n",
+    );
+    let id = submit(&client, &spec).await.unwrap();
+    until(&client, &id, "checked", |d| d.checks[0].last.is_some()).await;
+    let counted = check_runs(&client).await;
+    assert!(counted >= 1.0, "{counted}");
+    client.call(Method::POST, ApiPath::v1(["allocations", &id, "stop"]), None).await.unwrap();
+    let collected = async {
+        loop {
+            let list: Vec<wharf_node::api::AllocSummary> =
+                client.json(Method::GET, "/v1/allocations", None).await.unwrap();
+            if list.is_empty() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(LIMIT, collected).await.expect("the allocation is collected");
+    let after = check_runs(&client).await;
+    assert!(after >= counted, "the total went down from {counted} to {after}");
+    assert!(agent.terminate().success());
+}
