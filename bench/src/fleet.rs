@@ -50,8 +50,9 @@ impl FleetProcess {
     async fn until_idle(&self, count: usize, limit: Duration) -> Duration {
         let started = Instant::now();
         loop {
+            // A replica on etcd answers 503 until it leads.
             let workers: Vec<FleetWorker> =
-                self.client.json(Method::GET, "/v1/workers", None).await.unwrap();
+                self.client.json(Method::GET, "/v1/workers", None).await.unwrap_or_default();
             if workers.iter().filter(|w| w.state == "idle").count() >= count {
                 return started.elapsed();
             }
@@ -105,6 +106,9 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
         let target = if *store == "redb" { "≤ 8 ms" } else { "≤ 15 ms" };
         latency_rows.push((*store, p50, p99, target));
     }
+    let failovers: Vec<f64> = (0..effort.runs.min(3))
+        .map(|run| runtime.block_on(failover_seconds(&wharf, &etcd, run)))
+        .collect();
     drop(etcd);
     let decisions: Vec<f64> = (0..effort.runs).map(|_| placements_per_second()).collect();
     let workers = effort.scaled(FULL_WORKERS).max(2);
@@ -123,6 +127,13 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
         let name = |p: &str| format!("fleet ({store}): submit to running on a worker, {p}");
         rows.push(row(name("p50"), "ms", Better::Lower, p50, Some(target)));
         rows.push(row(name("p99"), "ms", Better::Lower, p99, None));
+    }
+    if !failovers.is_empty() {
+        let name = format!(
+            "fleet (etcd, 3 replicas, {}s lease): leader SIGKILL to the new leader's first placement",
+            FAILOVER_LEASE.as_secs()
+        );
+        rows.push(row(name, "s", Better::Lower, failovers, None));
     }
     rows.push(row(
         format!(
@@ -171,6 +182,79 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
         ),
     ]);
     Ok(rows)
+}
+
+/// The lease of the failover scenario's replicas (the default is 5 s).
+const FAILOVER_LEASE: Duration = Duration::from_secs(3);
+
+/// The replica that says it leads, among `replicas`.
+async fn leader_of(replicas: &[Option<FleetProcess>]) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        for (i, replica) in replicas.iter().enumerate() {
+            let Some(replica) = replica else { continue };
+            let status: Option<serde_json::Value> =
+                replica.client.json(Method::GET, "/v1/status", None).await.ok();
+            if status.is_some_and(|s| s["role"] == "leader") {
+                return i;
+            }
+        }
+        assert!(Instant::now() < deadline, "no replica leads");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Three replicas on `etcd` over two shared loopback workers: the leader is killed with
+/// SIGKILL, and the time is taken until a submission through another replica runs, placed by
+/// the new leader.
+async fn failover_seconds(wharf: &Path, etcd: &Etcd, run: usize) -> f64 {
+    let shared = crate::scratch::dir("wharf-bench-failover");
+    let settings = format!(
+        "probe_interval = \"200ms\"\nsync_interval = \"1s\"\n[loopback]\ninstances = 2\nroot = {:?}\n\
+         [runner]\ndirectory = {:?}\n[store]\nbackend = \"etcd\"\nendpoints = [\"{}\"]\n\
+         prefix = \"/bench-failover/{run}\"\nlease_ttl = \"{}s\"\n",
+        shared.join("instances").display().to_string(),
+        shared.join("runner").display().to_string(),
+        etcd.endpoint(),
+        FAILOVER_LEASE.as_secs(),
+    );
+    let mut replicas: Vec<Option<FleetProcess>> =
+        (0..3).map(|_| Some(FleetProcess::start(wharf, &settings))).collect();
+    let first = leader_of(&replicas).await;
+    replicas[first].as_ref().unwrap().until_idle(2, Duration::from_secs(120)).await;
+    let killed = Instant::now();
+    replicas[first].take().unwrap().fleet.kill();
+    let next = leader_of(&replicas).await;
+    let client = replicas[next].as_ref().unwrap().client.clone();
+    let spec = "[job]\nid = \"after\"\ntype = \"service\"\n[group]\nname = \"g\"\n\
+                [[group.task]]\nname = \"t\"\ndriver = \"raw_exec\"\n\
+                config = { command = \"/bin/sleep\", args = [\"1000\"] }\n";
+    let mut alloc: FleetAlloc = loop {
+        let body = Some(("application/toml", spec.as_bytes().to_vec()));
+        match client.call(Method::POST, "/v1/allocations", body).await {
+            Ok(body) => break serde_json::from_slice(&body).unwrap(),
+            Err(_) if killed.elapsed() < Duration::from_secs(60) => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("no submission after the failover: {e}"),
+        }
+    };
+    while alloc.phase != "running" {
+        assert!(!alloc.is_final(), "{alloc:?}");
+        let path = format!("/v1/allocations/{}?after={}&wait=10s", alloc.id, alloc.version);
+        alloc = client.json(Method::GET, &path, None).await.unwrap();
+    }
+    let seconds = killed.elapsed().as_secs_f64();
+    for replica in replicas.into_iter().flatten() {
+        replica.terminate();
+    }
+    // With a shared store the workers are the fleet's, not a replica's: wipe them here.
+    for instance in std::fs::read_dir(shared.join("instances")).into_iter().flatten().flatten() {
+        let data = instance.path().join("data");
+        #[allow(clippy::disallowed_methods)] // Ending what the scenario started.
+        let _ = std::process::Command::new(wharf).arg("--data-dir").arg(data).arg("wipe").output();
+    }
+    seconds
 }
 
 const PLACEMENT_WORKERS: usize = 1_000;

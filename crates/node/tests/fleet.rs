@@ -129,6 +129,11 @@ async fn loopback_workers_run_allocations_and_end_with_the_fleet() {
     })
     .await;
 
+    // Alone on its embedded store, the fleet leads.
+    let status = fleet.cli(&["status"]);
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(text.contains("(leader)") && text.contains("Store    = redb ("), "{status:?}");
+
     // Each worker's agent said what it has; work that fits on none waits and says why.
     let listed = workers(&client).await;
     let has = listed[0].resources.expect("the agent said what it has");

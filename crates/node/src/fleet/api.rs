@@ -10,8 +10,14 @@
 //! | `GET /v1/workers` | every worker: state, idle behaviour, probes, allocations |
 //! | `POST /v1/workers/{id}/{hold,drain,run,kill,probe}` | operator actions (`probe`: now) |
 //! | `GET /v1/metrics` | the pool's and the scheduler's metrics (Prometheus) |
+//! | `GET /v1/status` | this replica, the leader, the replicas and the store |
+//!
+//! Every replica answers. The leader serves everything; a follower serves its status, its
+//! metrics and the allocations as the store holds them, and forwards the rest to the leader
+//! (the answer says who in `x-wharf-leader`); with no leader (an election under way) it
+//! answers 503, and a client tries again.
 
-use super::Fleet;
+use super::{Fleet, Leading};
 use crate::api::extract::{Path, Query};
 use crate::api::{ApiError, check_token, job_spec};
 use axum::Router;
@@ -24,7 +30,7 @@ use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
-use wharf_fleet::{FleetError, Phase, Placement, Submission};
+use wharf_fleet::{FleetError, Phase, Placement, Replica, StoreInfo, Submission};
 use wharf_prober::{IdleBehavior, InstanceId, ProberError, WorkerView};
 use wharf_state::resources::Amount;
 
@@ -39,6 +45,8 @@ pub fn router(fleet: Arc<Fleet>) -> Router {
         .route("/v1/workers", get(workers))
         .route("/v1/workers/{id}/{action}", post(worker_action))
         .route("/v1/metrics", get(metrics))
+        .route("/v1/status", get(fleet_status))
+        .route_layer(axum::middleware::from_fn_with_state(fleet.clone(), follow_the_leader))
         .route_layer(axum::middleware::from_fn_with_state(fleet.clone(), require_token));
     Router::new()
         .route("/v1/health", get(health))
@@ -55,6 +63,86 @@ async fn require_token(State(fleet): State<Arc<Fleet>>, request: Request, next: 
         Ok(()) => next.run(request).await,
         Err(refused) => refused.into_response(),
     }
+}
+
+/// What a follower answers itself; everything else goes to the leader.
+fn followers_answer(request: &Request) -> bool {
+    let path = request.uri().path();
+    request.method() == axum::http::Method::GET
+        && (path.starts_with("/v1/allocations") || path == "/v1/status" || path == "/v1/metrics")
+}
+
+/// On a follower, forwards what only the leader can answer.
+async fn follow_the_leader(
+    State(fleet): State<Arc<Fleet>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if fleet.leading().is_some() || followers_answer(&request) {
+        return next.run(request).await;
+    }
+    forward(&fleet, request).await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// Sends `request` to the leader and returns its answer, naming the leader.
+async fn forward(fleet: &Fleet, request: Request) -> ApiResult<Response> {
+    let unavailable = |why: String| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why);
+    let leader = fleet
+        .store()
+        .leader()
+        .await
+        .map_err(|e| unavailable(format!("cannot learn who leads the fleet: {e}")))?
+        .filter(|leader| leader.name != fleet.replica().name)
+        .ok_or_else(|| unavailable("no replica leads the fleet now; try again shortly".into()))?;
+    let (parts, body) = request.into_parts();
+    let bytes = axum::body::to_bytes(body, fleet.config().max_body_bytes)
+        .await
+        .map_err(|e| ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, e.to_string()))?;
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let content_type = parts
+        .headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
+    let client = crate::client::Client::new(&leader.address, fleet.config().token.clone());
+    let answer = client.send(parts.method, path, Some((content_type, bytes.to_vec()))).await;
+    let mut response = match answer {
+        Ok(answer) => {
+            let status = answer.status();
+            let content_type = answer.headers().get(axum::http::header::CONTENT_TYPE).cloned();
+            let body = http_body_util::BodyExt::collect(answer.into_body())
+                .await
+                .map_err(|e| {
+                    unavailable(format!("the leader at {} broke off: {e}", leader.address))
+                })?
+                .to_bytes();
+            let mut response = (status, body).into_response();
+            if let Some(content_type) = content_type {
+                response.headers_mut().insert(axum::http::header::CONTENT_TYPE, content_type);
+            }
+            response
+        }
+        Err(crate::client::ClientError::Api { status, message }) => {
+            ApiError::new(status, message).into_response()
+        }
+        Err(e) => {
+            return Err(unavailable(format!(
+                "the leader at {} does not answer: {e}",
+                leader.address
+            )));
+        }
+    };
+    if let Ok(value) = axum::http::HeaderValue::from_str(&leader.address) {
+        response.headers_mut().insert("x-wharf-leader", value);
+    }
+    Ok(response)
+}
+
+/// What leads here, or a 503 (it stopped leading since the request was let in).
+fn leading(fleet: &Fleet) -> ApiResult<Arc<Leading>> {
+    fleet.leading().ok_or_else(|| {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "this replica no longer leads; try again")
+    })
 }
 
 fn prober_error(error: &ProberError) -> ApiError {
@@ -147,7 +235,14 @@ impl FleetAlloc {
     }
 }
 
-fn describe(fleet: &Fleet, placement: Placement, version: u64) -> FleetAlloc {
+/// The allocation as the API shows it; `waiting` is why it is queued, where the scheduler
+/// knows.
+fn describe(
+    fleet: &Fleet,
+    placement: Placement,
+    version: u64,
+    waiting: Option<String>,
+) -> FleetAlloc {
     let now = fleet.now();
     let detail = match &placement.phase {
         Phase::Ended { outcome, .. } => Some(outcome.clone()),
@@ -177,7 +272,7 @@ fn describe(fleet: &Fleet, placement: Placement, version: u64) -> FleetAlloc {
                 delay_seconds: a.rescheduled.as_ref().map(|r| r.delay.as_secs_f64()),
             })
             .collect(),
-        waiting: fleet.scheduler().waiting_reason(&placement.id),
+        waiting,
         needs: placement.needs,
         adopted: placement.adopted,
         start_latency_seconds: placement
@@ -220,15 +315,31 @@ async fn submit(
         needs: Amount::of_group(group, 0),
         reschedule: job.reschedule_policy(group),
     };
-    let placement = fleet.scheduler().submit(submission).await.map_err(fleet_error)?;
-    let version = *fleet.scheduler().subscribe().borrow();
-    Ok((StatusCode::CREATED, axum::Json(describe(&fleet, placement, version))).into_response())
+    let scheduler = leading(&fleet)?.scheduler().clone();
+    let placement = scheduler.submit(submission).await.map_err(fleet_error)?;
+    let version = *scheduler.subscribe().borrow();
+    let alloc = describe(&fleet, placement, version, None);
+    Ok((StatusCode::CREATED, axum::Json(alloc)).into_response())
 }
 
-async fn list(State(fleet): State<Arc<Fleet>>) -> axum::Json<Vec<FleetAlloc>> {
-    let version = *fleet.scheduler().subscribe().borrow();
-    let all = fleet.scheduler().list();
-    axum::Json(all.into_iter().map(|p| describe(&fleet, p, version)).collect())
+async fn list(State(fleet): State<Arc<Fleet>>) -> ApiResult<axum::Json<Vec<FleetAlloc>>> {
+    let Some(leading) = fleet.leading() else {
+        // A follower reads the store.
+        let loaded = fleet.store().load_all().await.map_err(fleet_error)?;
+        let mut all: Vec<Placement> = loaded.records.into_iter().map(|r| r.placement).collect();
+        all.sort_by(|a, b| (a.submitted, &a.id).cmp(&(b.submitted, &b.id)));
+        return Ok(axum::Json(all.into_iter().map(|p| describe(&fleet, p, 0, None)).collect()));
+    };
+    let scheduler = leading.scheduler();
+    let version = *scheduler.subscribe().borrow();
+    let all = scheduler.list().into_iter();
+    Ok(axum::Json(
+        all.map(|p| {
+            let waiting = scheduler.waiting_reason(&p.id);
+            describe(&fleet, p, version, waiting)
+        })
+        .collect(),
+    ))
 }
 
 #[derive(Deserialize)]
@@ -249,26 +360,38 @@ async fn status(
             .min(Duration::from_secs(60)),
         None => Duration::ZERO,
     };
-    let mut changes = fleet.scheduler().subscribe();
+    let Some(leading) = fleet.leading() else {
+        // A follower reads the store, which tells it of no changes: a client that waits for
+        // one is kept a second (at most its wait), so a follow loop does not spin.
+        if query.after.is_some() {
+            tokio::time::sleep(wait.min(Duration::from_secs(1))).await;
+        }
+        let record = fleet.store().load(&id).await.map_err(fleet_error)?;
+        let record = record.ok_or_else(|| fleet_error(FleetError::UnknownWork(id)))?;
+        return Ok(axum::Json(describe(&fleet, record.placement, 0, None)));
+    };
+    let scheduler = leading.scheduler();
+    let mut changes = scheduler.subscribe();
     if let Some(after) = query.after
         && *changes.borrow_and_update() == after
     {
         let _ = tokio::time::timeout(wait, changes.changed()).await;
     }
     let version = *changes.borrow();
-    let placement =
-        fleet.scheduler().get(&id).ok_or_else(|| fleet_error(FleetError::UnknownWork(id)))?;
-    Ok(axum::Json(describe(&fleet, placement, version)))
+    let placement = scheduler.get(&id).ok_or_else(|| fleet_error(FleetError::UnknownWork(id)))?;
+    let waiting = scheduler.waiting_reason(&placement.id);
+    Ok(axum::Json(describe(&fleet, placement, version, waiting)))
 }
 
 async fn stop(
     State(fleet): State<Arc<Fleet>>,
     Path(id): Path<String>,
 ) -> ApiResult<axum::Json<FleetAlloc>> {
+    let scheduler = leading(&fleet)?.scheduler().clone();
     let placement =
-        fleet.scheduler().stop(&id, "stopped through the fleet API").await.map_err(fleet_error)?;
-    let version = *fleet.scheduler().subscribe().borrow();
-    Ok(axum::Json(describe(&fleet, placement, version)))
+        scheduler.stop(&id, "stopped through the fleet API").await.map_err(fleet_error)?;
+    let version = *scheduler.subscribe().borrow();
+    Ok(axum::Json(describe(&fleet, placement, version, None)))
 }
 
 /// One worker as the fleet reports it.
@@ -318,18 +441,19 @@ impl FleetWorker {
     }
 }
 
-async fn workers(State(fleet): State<Arc<Fleet>>) -> axum::Json<Vec<FleetWorker>> {
-    let usage = fleet.scheduler().usage();
+async fn workers(State(fleet): State<Arc<Fleet>>) -> ApiResult<axum::Json<Vec<FleetWorker>>> {
+    let leading = leading(&fleet)?;
+    let usage = leading.scheduler().usage();
     let used = |id: &InstanceId| usage.get(&id.0).copied().unwrap_or(Amount::ZERO);
-    let views = fleet.pool().workers().into_iter();
-    axum::Json(
+    let views = leading.pool().workers().into_iter();
+    Ok(axum::Json(
         views
             .map(|view| {
                 let used = used(&view.id);
                 FleetWorker::of(view, used)
             })
             .collect(),
-    )
+    ))
 }
 
 async fn worker_action(
@@ -337,11 +461,13 @@ async fn worker_action(
     Path((id, action)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
     let id = InstanceId(id);
+    let leading = leading(&fleet)?;
+    let pool = leading.pool();
     let result = match action.as_str() {
-        "kill" => fleet.pool().kill_instance(&id, "killed through the fleet API").await,
-        "probe" => fleet.pool().probe_now(&id).await.map(drop),
+        "kill" => pool.kill_instance(&id, "killed through the fleet API").await,
+        "probe" => pool.probe_now(&id).await.map(drop),
         other => match IdleBehavior::parse(other) {
-            Some(behavior) => fleet.set_idle_behavior(&id, behavior).await,
+            Some(behavior) => fleet.set_idle_behavior(&leading, &id, behavior).await,
             None => {
                 return Err(ApiError::bad_request(format!(
                     "unknown action {other:?}: use hold, drain, run, kill or probe"
@@ -353,18 +479,59 @@ async fn worker_action(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// The leader's pool and scheduler metrics; every replica says whether it leads.
 async fn metrics(State(fleet): State<Arc<Fleet>>) -> String {
-    let mut text = fleet.pool().metrics();
-    text.push_str(&fleet.scheduler().metrics());
+    let leading = fleet.leading();
+    let mut text = String::new();
+    if let Some(leading) = &leading {
+        text.push_str(&leading.pool().metrics());
+        text.push_str(&leading.scheduler().metrics());
+    }
+    text.push_str("# HELP wharf_fleet_leading Whether this replica leads the fleet.\n");
+    text.push_str("# TYPE wharf_fleet_leading gauge\n");
+    text.push_str(&format!("wharf_fleet_leading {}\n", u8::from(leading.is_some())));
     text
 }
 
 async fn health(State(fleet): State<Arc<Fleet>>) -> axum::Json<serde_json::Value> {
-    let brake = fleet.pool().brake();
+    let leading = fleet.leading();
+    let brake = leading.as_ref().map(|l| l.pool().brake());
     axum::Json(serde_json::json!({
         "status": "ok",
-        "workers": fleet.pool().workers().len(),
-        "brake_engaged": brake.engaged(),
-        "brake_reason": brake.engaged().then(|| brake.reason()),
+        "leading": leading.is_some(),
+        "workers": leading.as_ref().map_or(0, |l| l.pool().workers().len()),
+        "brake_engaged": brake.is_some_and(|b| b.engaged()),
+        "brake_reason": brake.filter(|b| b.engaged()).map(|b| b.reason()),
+    }))
+}
+
+/// The fleet as one replica sees it: itself, the leader, the replicas and the store.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FleetStatus {
+    /// This replica.
+    pub replica: Replica,
+    /// `leader` or `follower`.
+    pub role: String,
+    /// The leader's term, when this replica leads.
+    pub term: Option<u64>,
+    /// Who leads, if anyone.
+    pub leader: Option<Replica>,
+    /// Every replica that is up.
+    pub replicas: Vec<Replica>,
+    /// Where the fleet's state is kept.
+    pub store: StoreInfo,
+}
+
+async fn fleet_status(State(fleet): State<Arc<Fleet>>) -> ApiResult<axum::Json<FleetStatus>> {
+    let store = fleet.store();
+    let leading = fleet.leading();
+    let (leader, replicas) = (store.leader().await, store.replicas().await);
+    Ok(axum::Json(FleetStatus {
+        replica: fleet.replica().clone(),
+        role: if leading.is_some() { "leader" } else { "follower" }.into(),
+        term: leading.map(|l| l.scheduler().term().number()),
+        leader: leader.map_err(fleet_error)?,
+        replicas: replicas.map_err(fleet_error)?,
+        store: store.describe(),
     }))
 }

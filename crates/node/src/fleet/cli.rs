@@ -3,7 +3,7 @@
 // A command line's output is its interface.
 #![allow(clippy::print_stdout)]
 
-use super::api::{FleetAlloc, FleetWorker};
+use super::api::{FleetAlloc, FleetStatus, FleetWorker};
 use super::config::FleetConfig;
 use crate::cli::{EXIT_ALLOC_FAILED, UsageError, init_logs, read_spec};
 use crate::client::{ApiPath, Client};
@@ -43,10 +43,11 @@ pub enum FleetCommand {
         #[arg(long)]
         id: Option<String>,
     },
-    /// Show one allocation.
+    /// Show one allocation with its attempts; without an id, the fleet: this replica, the
+    /// leader, the replicas and the store.
     Status {
         /// The allocation id.
-        id: String,
+        id: Option<String>,
     },
     /// List the allocations the fleet knows.
     Allocs,
@@ -127,7 +128,26 @@ pub async fn run(args: FleetArgs, token: Option<String>, json: bool) -> anyhow::
             }
             follow(&client, alloc, json).await
         }
-        FleetCommand::Status { id } => {
+        FleetCommand::Status { id: None } => {
+            let status: FleetStatus =
+                client.json(Method::GET, ApiPath::v1(["status"]), None).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&status)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            let name = |r: &wharf_fleet::Replica| format!("{} at {}", r.name, r.address);
+            println!("Replica  = {} ({})", name(&status.replica), status.role);
+            match &status.leader {
+                Some(leader) => println!("Leader   = {}", name(leader)),
+                None => println!("Leader   = none (an election is under way)"),
+            }
+            for replica in &status.replicas {
+                println!("Replicas = {}", name(replica));
+            }
+            println!("Store    = {} ({})", status.store.backend, status.store.location);
+            Ok(ExitCode::SUCCESS)
+        }
+        FleetCommand::Status { id: Some(id) } => {
             let alloc: FleetAlloc =
                 client.json(Method::GET, ApiPath::v1(["allocations", &id]), None).await?;
             print_allocs(std::slice::from_ref(&alloc), json)?;

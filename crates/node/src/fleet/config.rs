@@ -172,6 +172,10 @@ impl Default for StoreSettings {
 pub struct LoopbackSettings {
     /// How many agents to keep.
     pub instances: usize,
+    /// Where their directories are; by default `instances` in the data directory. Replicas
+    /// of one fleet on one host (sharing an etcd) share it, so a new leader adopts the
+    /// workers and their work.
+    pub root: Option<PathBuf>,
 }
 
 /// Static workers.
@@ -248,7 +252,7 @@ impl Default for BrakeSettings {
 
 impl Default for LoopbackSettings {
     fn default() -> LoopbackSettings {
-        LoopbackSettings { instances: 2 }
+        LoopbackSettings { instances: 2, root: None }
     }
 }
 
@@ -292,7 +296,7 @@ impl FleetConfig {
 
     /// Where the workers come from: loopback unless `[static]` is given.
     pub fn instances(&self) -> Instances<'_> {
-        const DEFAULT: LoopbackSettings = LoopbackSettings { instances: 2 };
+        const DEFAULT: LoopbackSettings = LoopbackSettings { instances: 2, root: None };
         match (&self.loopback, &self.static_hosts) {
             (_, Some(hosts)) => Instances::Static(hosts),
             (Some(loopback), None) => Instances::Loopback(loopback),
@@ -354,7 +358,10 @@ mod tests {
     fn no_file_means_two_loopback_workers() {
         let config = FleetConfig::parse("").unwrap();
         assert_eq!(config, FleetConfig::default());
-        assert_eq!(config.instances(), Instances::Loopback(&LoopbackSettings { instances: 2 }));
+        assert_eq!(
+            config.instances(),
+            Instances::Loopback(&LoopbackSettings { instances: 2, root: None })
+        );
         assert_eq!(config.bind.to_string(), "127.0.0.1:4748");
     }
 

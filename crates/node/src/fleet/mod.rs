@@ -23,7 +23,8 @@ use config::{FleetConfig, Instances};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use wharf_fleet::{FleetStore, Replica, Scheduler, SchedulerConfig};
+use tokio::sync::watch;
+use wharf_fleet::{FleetStore, Replica, Scheduler, SchedulerConfig, Term};
 use wharf_prober::{
     BrakeConfig, Clock, Executor, IdleBehavior, Instance, InstanceId, InstanceSet, LocalExecutor,
     LoopbackConfig, LoopbackInstanceSet, NewExecutor, Pool, PoolConfig, RunnerConfig, SshExecutor,
@@ -33,100 +34,153 @@ use wharf_prober::{
 /// Idle workers are kept: a fleet of fixed size is not shrunk for idleness.
 const NEVER: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
-/// The running fleet.
+/// The running fleet: this replica, its store, and while it leads, the pool and the scheduler
+/// ([`Leading`]). Only the leader probes, creates, destroys and places; a follower serves
+/// reads from the store and forwards the rest to the leader (see [`api`]).
 #[derive(Debug)]
 pub struct Fleet {
     config: FleetConfig,
-    pool: Pool,
-    scheduler: Scheduler,
+    plan: Plan,
     store: Arc<dyn FleetStore>,
     replica: Replica,
+    clock: Arc<dyn Clock>,
+    wall_origin: wharf_state::Timestamp,
+    /// What this replica runs while it leads; `None` while it follows.
+    leading: watch::Sender<Option<Arc<Leading>>>,
+    stopping: watch::Sender<bool>,
+}
+
+/// What the leader runs: the pool of workers and the scheduler, under one term.
+#[derive(Debug)]
+pub struct Leading {
+    pool: Pool,
+    scheduler: Scheduler,
     static_set: Option<Arc<StaticInstanceSet>>,
     loopback: Option<Arc<LoopbackInstanceSet>>,
 }
 
+impl Leading {
+    /// The pool of workers.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// The scheduler.
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.scheduler
+    }
+}
+
+/// The settings a lead is built from, worked out once from the configuration.
+#[derive(Debug, Clone)]
+struct Plan {
+    data_dir: PathBuf,
+    wharf: PathBuf,
+    pool: PoolConfig,
+    scheduling: SchedulerConfig,
+    /// The SSH identity of static workers, read at start so a bad one fails at once.
+    ssh_key: Option<Arc<wharf_prober::ssh::PrivateKey>>,
+}
+
 impl Fleet {
-    /// Builds the pool and the scheduler and starts them on real time.
+    /// Opens the store and starts this replica: it campaigns in the background, and leads
+    /// (builds the pool and the scheduler, and starts them on real time) once it wins. With the
+    /// embedded store there is no one to wait for: it returns once it leads, or with the reason
+    /// it cannot.
     pub async fn start(config: FleetConfig) -> anyhow::Result<Arc<Fleet>> {
         std::fs::create_dir_all(&config.data_dir)
             .with_context(|| format!("cannot create {}", config.data_dir.display()))?;
         let data_dir = config.data_dir.canonicalize()?;
-        let wharf = match &config.runner.binary {
-            Some(path) => path.clone(),
-            None => std::env::current_exe().context("cannot find the running wharf binary")?,
-        };
-        // Read when a worker needs a copy, not held: it is tens of megabytes.
-        let binary = wharf_prober::RunnerBinary::file(wharf.clone());
         let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
-        // Where the runner finds the worker's agent, when not at its default address.
-        let agent = match &config.runner.agent_address {
-            Some(address) => format!("--address {} ", quote("agent address", address)?),
-            None => String::new(),
+        let mut plan = plan(&config, &data_dir)?;
+        let wall_origin = wall_origin(clock.as_ref());
+        plan.scheduling.wall_origin = wall_origin;
+        let store = open_store(&config, &data_dir).await?;
+        let replica = Replica {
+            name: config.store.replica.clone().unwrap_or_else(|| config.bind.to_string()),
+            address: config.store.advertise.clone().unwrap_or_else(|| config.bind.to_string()),
         };
-        // The prober's defaults are wharf's own commands; only the agent's address is added.
-        let defaults = RunnerConfig::default();
-        let mut worker = WorkerConfig {
-            timeouts: Timeouts {
-                booting: config.timeouts.booting,
-                probe: config.timeouts.probe,
-                idle: NEVER,
-                stale_run_lock: config.timeouts.stale_run_lock,
-                signal: config.timeouts.signal,
-                term: config.timeouts.term,
-                ..Timeouts::default()
-            },
-            boot_probe_command: "true".into(),
-            runner: RunnerConfig {
-                binary: Some(binary),
-                list_args: format!("{agent}{}", defaults.list_args),
-                start_args: format!("{agent}{}", defaults.start_args),
-                kill_args: format!("{agent}{}", defaults.kill_args),
-                outcome_args: defaults.outcome_args.map(|args| format!("{agent}{args}")),
-                resources_args: defaults.resources_args.map(|args| format!("{agent}{args}")),
-                ..defaults
-            },
-            command_deadline: config.command_deadline,
-            ..WorkerConfig::default()
-        };
-        let mut pool_config = PoolConfig {
-            probe_interval: config.probe_interval,
-            sync_interval: config.sync_interval,
-            max_concurrent_creates: 4,
-            brake: BrakeConfig {
-                max_failing_share: config.brake.max_failing_share,
-                min_failing: config.brake.min_failing,
-            },
-            cloud_deadline: Duration::from_secs(60),
-            ..PoolConfig::default()
-        };
-        let mut scheduling = SchedulerConfig {
-            per_worker_limit: config.per_worker_limit,
-            max_queued: config.max_queued,
-            ..SchedulerConfig::default()
-        };
-        let (instances, new_executor, static_set, loopback): (
-            Arc<dyn InstanceSet>,
-            NewExecutor,
-            _,
-            _,
-        ) = match config.instances() {
+        let fleet = Arc::new(Fleet {
+            wall_origin,
+            config,
+            plan,
+            store,
+            replica,
+            clock,
+            leading: watch::Sender::new(None),
+            stopping: watch::Sender::new(false),
+        });
+        let (first, first_lead) = tokio::sync::oneshot::channel();
+        tokio::spawn(lead(fleet.clone(), first));
+        if fleet.config.store.backend == StoreBackend::Redb {
+            first_lead.await.unwrap_or_else(|_| Err(anyhow::anyhow!("the fleet stopped")))?;
+        }
+        Ok(fleet)
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &FleetConfig {
+        &self.config
+    }
+
+    /// What it runs while it leads; `None` while it follows.
+    pub fn leading(&self) -> Option<Arc<Leading>> {
+        self.leading.borrow().clone()
+    }
+
+    /// The wall-clock time now.
+    pub fn now(&self) -> wharf_state::Timestamp {
+        self.wall_origin.saturating_add(self.clock.now().since_origin())
+    }
+
+    /// The store that keeps the fleet's state.
+    pub fn store(&self) -> &Arc<dyn FleetStore> {
+        &self.store
+    }
+
+    /// This replica.
+    pub fn replica(&self) -> &Replica {
+        &self.replica
+    }
+
+    /// Builds what a leader runs under `term`, and starts the pool.
+    async fn take_lead(&self, term: Term) -> anyhow::Result<Arc<Leading>> {
+        let plan = &self.plan;
+        let mut pool_config = plan.pool.clone();
+        let (instances, new_executor, static_set, loopback) =
+            self.instance_set(&mut pool_config).await?;
+        let pool = Pool::new(pool_config, self.clock.clone(), instances, new_executor)?;
+        let scheduler =
+            Scheduler::take_over(pool.clone(), plan.scheduling.clone(), self.store.clone(), term)
+                .await?;
+        let leading = Arc::new(Leading { pool, scheduler, static_set, loopback });
+        let pool = leading.pool.clone();
+        tokio::spawn(async move { pool.run().await });
+        Ok(leading)
+    }
+
+    /// The instance set of the configured workers, with the executors that reach them. Made
+    /// when this replica takes the lead: a loopback set lists the instances it finds then (those
+    /// an earlier leader made are workers again, with their work) and wipes the creates no one
+    /// finished.
+    async fn instance_set(
+        &self,
+        pool_config: &mut PoolConfig,
+    ) -> anyhow::Result<(
+        Arc<dyn InstanceSet>,
+        NewExecutor,
+        Option<Arc<StaticInstanceSet>>,
+        Option<Arc<LoopbackInstanceSet>>,
+    )> {
+        match self.config.instances() {
             Instances::Loopback(settings) => {
-                let root = data_dir.join("instances");
-                std::fs::create_dir_all(&root)?;
-                let wharf = quote("wharf binary", &wharf.display().to_string())?;
-                // Each agent on a loopback port the kernel picks, found by its data dir, with no
-                // token: flags, so that a WHARF_ADDR or WHARF_DATA_DIR in the fleet's
-                // environment does not override them, and no WHARF_TOKEN inherited.
-                pool_config.init_command = format!(
-                    "mkdir -p data && {{ env -u WHARF_TOKEN setsid {wharf} --data-dir \"$PWD/data\" agent --address 127.0.0.1:0 </dev/null >agent.log 2>&1 & }}"
-                );
-                pool_config.secret_path = "secret".into();
-                pool_config.max_instances = settings.instances;
-                worker.boot_probe_command = "test -s data/agent.json".into();
-                worker.runner.directory = data_dir.join("runner").display().to_string();
-                scheduling.min_workers = settings.instances;
+                let root =
+                    settings.root.clone().unwrap_or_else(|| self.plan.data_dir.join("instances"));
+                std::fs::create_dir_all(&root)
+                    .with_context(|| format!("cannot create {}", root.display()))?;
+                let wharf = quote("wharf binary", &self.plan.wharf.display().to_string())?;
                 let set = Arc::new(LoopbackInstanceSet::new(LoopbackConfig {
-                    root: root.clone(),
+                    root,
                     max_instances: settings.instances,
                     address: None,
                     host_key: None,
@@ -135,8 +189,6 @@ impl Fleet {
                     init_deadline: Duration::from_secs(30),
                     destroy_command: format!("{wharf} --data-dir \"$PWD/data\" wipe >/dev/null"),
                 }));
-                // Instances a killed fleet left are workers again, with their work; a create it
-                // was in the middle of is wiped.
                 wipe_strays(&set.strays()).await?;
                 let for_executor = set.clone();
                 let new_executor: NewExecutor = Arc::new(move |instance: &Instance| {
@@ -151,13 +203,9 @@ impl Fleet {
                             .with_env("WHARF_ADDR", ""),
                     ) as Arc<dyn Executor>
                 });
-                (set.clone() as Arc<dyn InstanceSet>, new_executor, None, Some(set))
+                Ok((set.clone() as Arc<dyn InstanceSet>, new_executor, None, Some(set)))
             }
             Instances::Static(settings) => {
-                let pem = std::fs::read_to_string(&settings.identity).with_context(|| {
-                    format!("cannot read the SSH identity {}", settings.identity.display())
-                })?;
-                let key = Arc::new(wharf_prober::ssh::parse_private_key(&pem)?);
                 let hosts = settings
                     .host
                     .iter()
@@ -171,85 +219,33 @@ impl Fleet {
                 pool_config.max_instances = hosts.len();
                 let set = Arc::new(StaticInstanceSet::new(
                     StaticConfig { hosts, rejoin_after: settings.rejoin_after },
-                    clock.clone(),
+                    self.clock.clone(),
                 )?);
+                let key = self.plan.ssh_key.clone().context("no SSH identity for static hosts")?;
                 let new_executor: NewExecutor = Arc::new(move |instance: &Instance| {
                     Arc::new(SshExecutor::for_instance(instance, key.clone())) as Arc<dyn Executor>
                 });
-                (set.clone() as Arc<dyn InstanceSet>, new_executor, Some(set), None)
+                Ok((set.clone() as Arc<dyn InstanceSet>, new_executor, Some(set), None))
             }
-        };
-        if let Some(probe) = &config.runner.boot_probe {
-            worker.boot_probe_command = probe.clone();
         }
-        if let Some(directory) = &config.runner.directory {
-            worker.runner.directory = directory.clone();
-        }
-        pool_config.worker = worker;
-        scheduling.wall_origin = wall_origin(clock.as_ref());
-        let store = open_store(&config, &data_dir).await?;
-        let replica = Replica {
-            name: config.store.replica.clone().unwrap_or_else(|| config.bind.to_string()),
-            address: config.store.advertise.clone().unwrap_or_else(|| config.bind.to_string()),
-        };
-        let term = store.campaign(&replica).await?;
-        tracing::info!(term = term.number(), store = ?store.describe(), "leading the fleet");
-        let pool = Pool::new(pool_config, clock, instances, new_executor)?;
-        let scheduler = Scheduler::take_over(pool.clone(), scheduling, store.clone(), term).await?;
-        let fleet =
-            Arc::new(Fleet { config, pool, scheduler, store, replica, static_set, loopback });
-        let pool = fleet.pool.clone();
-        tokio::spawn(async move { pool.run().await });
-        let scheduler = fleet.scheduler.clone();
-        tokio::spawn(async move { scheduler.run().await });
-        Ok(fleet)
-    }
-
-    /// Its configuration.
-    pub fn config(&self) -> &FleetConfig {
-        &self.config
-    }
-
-    /// The pool of workers.
-    pub fn pool(&self) -> &Pool {
-        &self.pool
-    }
-
-    /// The scheduler.
-    pub fn scheduler(&self) -> &Scheduler {
-        &self.scheduler
-    }
-
-    /// The wall-clock time now, on the pool's clock.
-    pub fn now(&self) -> wharf_state::Timestamp {
-        self.scheduler.config().wall(self.pool.clock().now())
-    }
-
-    /// The store that keeps the fleet's state.
-    pub fn store(&self) -> &Arc<dyn FleetStore> {
-        &self.store
-    }
-
-    /// This replica.
-    pub fn replica(&self) -> &Replica {
-        &self.replica
     }
 
     /// Sets a worker's idle behaviour. `run` also puts a static host that was taken out of
-    /// service back in.
+    /// service back in. Only the leader acts on workers.
     pub async fn set_idle_behavior(
         &self,
+        leading: &Leading,
         id: &InstanceId,
         idle_behavior: IdleBehavior,
     ) -> Result<(), wharf_prober::ProberError> {
-        match self.pool.set_idle_behavior(id, idle_behavior).await {
+        match leading.pool.set_idle_behavior(id, idle_behavior).await {
             Err(wharf_prober::ProberError::UnknownWorker(_))
                 if idle_behavior == IdleBehavior::Run
-                    && let Some(set) = &self.static_set =>
+                    && let Some(set) = &leading.static_set =>
             {
-                let key = Tag::IdleBehavior.key(&self.pool.worker_config().tag_prefix);
+                let key = Tag::IdleBehavior.key(&leading.pool.worker_config().tag_prefix);
                 if set.restore(id, &key) {
-                    self.pool.sync().await.map(drop)
+                    leading.pool.sync().await.map(drop)
                 } else {
                     Err(wharf_prober::ProberError::UnknownWorker(id.0.clone()))
                 }
@@ -258,21 +254,172 @@ impl Fleet {
         }
     }
 
-    /// Stops the pool and the scheduler; loopback instances are destroyed (their agents and
-    /// tasks end), static hosts are left as they are.
+    /// Stops leading (the pool and the scheduler stop, the term is given up so another replica
+    /// may lead at once) and campaigning. Loopback instances are destroyed with the embedded
+    /// store, whose fleet is this process alone; with a shared store they are the fleet's, and
+    /// the next leader adopts them. Static hosts are left as they are.
     pub async fn shutdown(&self) {
-        self.scheduler.stop_running();
-        self.pool.stop();
-        // Another replica may lead at once, rather than after the lease lapses.
-        if let Err(error) = self.store.resign(self.scheduler.term()).await {
+        self.stopping.send_replace(true);
+        let Some(leading) = self.leading.send_replace(None) else { return };
+        leading.scheduler.stop_running();
+        leading.pool.stop();
+        if let Err(error) = self.store.resign(leading.scheduler.term()).await {
             tracing::warn!(%error, "cannot resign the fleet's term");
         }
-        if let Some(set) = &self.loopback {
+        if self.config.store.backend == StoreBackend::Redb
+            && let Some(set) = &leading.loopback
+        {
             for (worker, error) in set.destroy_all().await {
                 tracing::warn!(%worker, %error, "cannot destroy loopback instance");
             }
         }
     }
+}
+
+/// A replica's life: campaign, lead until the term is lost (or the fleet stops), follow, and
+/// campaign again. `first` hears how the first attempt to lead went.
+async fn lead(fleet: Arc<Fleet>, first: tokio::sync::oneshot::Sender<anyhow::Result<()>>) {
+    let mut first = Some(first);
+    let mut stopping = fleet.stopping.subscribe();
+    loop {
+        let campaign = tokio::select! {
+            term = fleet.store.campaign(&fleet.replica) => term,
+            _ = stopping.wait_for(|stop| *stop) => return,
+        };
+        let outcome = match campaign {
+            Ok(term) => {
+                tracing::info!(term = term.number(), store = ?fleet.store.describe(), "leading the fleet");
+                match fleet.take_lead(term.clone()).await {
+                    Ok(leading) => Ok((term, leading)),
+                    Err(error) => {
+                        let _ = fleet.store.resign(&term).await;
+                        Err(error)
+                    }
+                }
+            }
+            Err(error) => Err(error.into()),
+        };
+        let (term, leading) = match outcome {
+            Ok(lead) => lead,
+            Err(error) => {
+                tracing::error!(error = %format!("{error:#}"), "cannot lead the fleet");
+                if let Some(first) = first.take() {
+                    let _ = first.send(Err(error));
+                }
+                // Another replica may lead meanwhile; this one tries again.
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                    _ = stopping.wait_for(|stop| *stop) => return,
+                }
+            }
+        };
+        if *stopping.borrow() {
+            // Shut down while it campaigned: the term is given back at once.
+            leading.pool.stop();
+            let _ = fleet.store.resign(&term).await;
+            return;
+        }
+        fleet.leading.send_replace(Some(leading.clone()));
+        if let Some(first) = first.take() {
+            let _ = first.send(Ok(()));
+        }
+        leading.scheduler.run().await;
+        if *stopping.borrow() {
+            return;
+        }
+        // The term is over (its lease lapsed, or a write was fenced): stop acting at once.
+        leading.pool.stop();
+        fleet.leading.send_replace(None);
+        let _ = fleet.store.resign(&term).await;
+        tracing::warn!(term = term.number(), "this replica no longer leads the fleet; it follows");
+    }
+}
+
+/// Works out the pool's and the scheduler's settings from the configuration.
+fn plan(config: &FleetConfig, data_dir: &Path) -> anyhow::Result<Plan> {
+    let wharf = match &config.runner.binary {
+        Some(path) => path.clone(),
+        None => std::env::current_exe().context("cannot find the running wharf binary")?,
+    };
+    // Read when a worker needs a copy, not held: it is tens of megabytes.
+    let binary = wharf_prober::RunnerBinary::file(wharf.clone());
+    // Where the runner finds the worker's agent, when not at its default address.
+    let agent = match &config.runner.agent_address {
+        Some(address) => format!("--address {} ", quote("agent address", address)?),
+        None => String::new(),
+    };
+    // The prober's defaults are wharf's own commands; only the agent's address is added.
+    let defaults = RunnerConfig::default();
+    let mut worker = WorkerConfig {
+        timeouts: Timeouts {
+            booting: config.timeouts.booting,
+            probe: config.timeouts.probe,
+            idle: NEVER,
+            stale_run_lock: config.timeouts.stale_run_lock,
+            signal: config.timeouts.signal,
+            term: config.timeouts.term,
+            ..Timeouts::default()
+        },
+        boot_probe_command: "true".into(),
+        runner: RunnerConfig {
+            binary: Some(binary),
+            list_args: format!("{agent}{}", defaults.list_args),
+            start_args: format!("{agent}{}", defaults.start_args),
+            kill_args: format!("{agent}{}", defaults.kill_args),
+            outcome_args: defaults.outcome_args.map(|args| format!("{agent}{args}")),
+            resources_args: defaults.resources_args.map(|args| format!("{agent}{args}")),
+            ..defaults
+        },
+        command_deadline: config.command_deadline,
+        ..WorkerConfig::default()
+    };
+    let mut pool = PoolConfig {
+        probe_interval: config.probe_interval,
+        sync_interval: config.sync_interval,
+        max_concurrent_creates: 4,
+        brake: BrakeConfig {
+            max_failing_share: config.brake.max_failing_share,
+            min_failing: config.brake.min_failing,
+        },
+        cloud_deadline: Duration::from_secs(60),
+        ..PoolConfig::default()
+    };
+    let mut scheduling = SchedulerConfig {
+        per_worker_limit: config.per_worker_limit,
+        max_queued: config.max_queued,
+        ..SchedulerConfig::default()
+    };
+    let mut ssh_key = None;
+    match config.instances() {
+        Instances::Loopback(settings) => {
+            let wharf = quote("wharf binary", &wharf.display().to_string())?;
+            // Each agent on a loopback port the kernel picks, found by its data dir, with no
+            // token: flags, so that a WHARF_ADDR or WHARF_DATA_DIR in the fleet's environment
+            // does not override them, and no WHARF_TOKEN inherited.
+            pool.init_command = format!(
+                "mkdir -p data && {{ env -u WHARF_TOKEN setsid {wharf} --data-dir \"$PWD/data\" agent --address 127.0.0.1:0 </dev/null >agent.log 2>&1 & }}"
+            );
+            pool.secret_path = "secret".into();
+            pool.max_instances = settings.instances;
+            worker.boot_probe_command = "test -s data/agent.json".into();
+            worker.runner.directory = data_dir.join("runner").display().to_string();
+            scheduling.min_workers = settings.instances;
+        }
+        Instances::Static(settings) => {
+            let pem = std::fs::read_to_string(&settings.identity).with_context(|| {
+                format!("cannot read the SSH identity {}", settings.identity.display())
+            })?;
+            ssh_key = Some(Arc::new(wharf_prober::ssh::parse_private_key(&pem)?));
+        }
+    }
+    if let Some(probe) = &config.runner.boot_probe {
+        worker.boot_probe_command = probe.clone();
+    }
+    if let Some(directory) = &config.runner.directory {
+        worker.runner.directory = directory.clone();
+    }
+    pool.worker = worker;
+    Ok(Plan { data_dir: data_dir.to_owned(), wharf, pool, scheduling, ssh_key })
 }
 
 /// The wall-clock time at `clock`'s origin: the scheduler's records carry wall-clock times.

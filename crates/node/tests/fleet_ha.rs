@@ -1,0 +1,264 @@
+//! Three `wharf fleet` replicas on one etcd (a real one on 127.0.0.1, from Debian's
+//! `etcd-server`; without it these tests fail and say what to install) and one set of loopback
+//! workers they share. One leads; the others answer reads from the store and forward the rest.
+//!
+//! When the leader is killed with SIGKILL, or frozen with SIGSTOP (a leader cut off), another
+//! takes over within the lease's TTL (a little more, for the election's round trips), adopts
+//! the work running on the workers without starting any of it again, and places new work; a
+//! frozen leader that wakes up has lost its term and follows.
+
+// Real processes on the real clock: the tests start, freeze and kill fleets, and poll within
+// bounds.
+#![allow(clippy::disallowed_methods)]
+
+use hyper::Method;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use wharf_node::client::{ApiPath, Client, ClientError};
+use wharf_node::fleet::api::{FleetAlloc, FleetStatus, FleetWorker};
+use wharf_tests::etcd::Etcd;
+use wharf_tests::fleet::Fleet;
+
+const WHARF: &str = env!("CARGO_BIN_EXE_wharf");
+/// The lease each replica holds; a replica that stops renewing it loses its place this long
+/// after its last renewal.
+const LEASE: Duration = Duration::from_secs(3);
+/// Any single wait; reaching it means something hung.
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// Three replicas and what they share. Dropped: every fleet is killed and the shared loopback
+/// workers are wiped with everything they ran.
+struct Replicas {
+    fleets: Vec<Option<Fleet>>,
+    shared: tempfile::TempDir,
+    _etcd: Etcd,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+impl Drop for Replicas {
+    fn drop(&mut self) {
+        for fleet in self.fleets.iter_mut() {
+            drop(fleet.take());
+        }
+        for instance in
+            std::fs::read_dir(self.shared.path().join("instances")).into_iter().flatten().flatten()
+        {
+            let data = instance.path().join("data");
+            let _ = Command::new(WHARF).arg("--data-dir").arg(data).arg("wipe").output();
+        }
+    }
+}
+
+impl Replicas {
+    /// Starts etcd and three replicas over two shared loopback workers, and waits until one
+    /// leads and both workers are idle.
+    async fn start() -> Replicas {
+        let shim = Path::new(WHARF).with_file_name("wharf-shim");
+        assert!(shim.exists(), "{} is missing: build the whole workspace", shim.display());
+        let etcd = Etcd::start(LIMIT).unwrap_or_else(|e| panic!("{e}"));
+        let shared = tempfile::tempdir().unwrap();
+        let mut dirs = Vec::new();
+        let mut fleets = Vec::new();
+        for i in 0..3 {
+            let dir = tempfile::tempdir().unwrap();
+            let settings = format!(
+                "per_worker_limit = 4\nprobe_interval = \"200ms\"\nsync_interval = \"1s\"\n\
+                 [loopback]\ninstances = 2\nroot = {root:?}\n\
+                 [runner]\ndirectory = {runner:?}\n\
+                 [store]\nbackend = \"etcd\"\nendpoints = [\"{endpoint}\"]\nprefix = \"/ha\"\n\
+                 lease_ttl = \"{lease}s\"\nreplica = \"r{i}\"\n",
+                root = shared.path().join("instances").display().to_string(),
+                runner = shared.path().join("runner").display().to_string(),
+                endpoint = etcd.endpoint(),
+                lease = LEASE.as_secs(),
+            );
+            fleets.push(Some(
+                Fleet::start(Path::new(WHARF), dir.path(), &settings, "info", LIMIT).unwrap(),
+            ));
+            dirs.push(dir);
+        }
+        let replicas = Replicas { fleets, shared, _etcd: etcd, _dirs: dirs };
+        let leader = replicas.leader(None).await;
+        replicas
+            .until("two idle workers", async || {
+                let workers: Vec<FleetWorker> =
+                    replicas.client(leader).json(Method::GET, "/v1/workers", None).await.ok()?;
+                (workers.iter().filter(|w| w.state == "idle").count() == 2).then_some(())
+            })
+            .await;
+        replicas
+    }
+
+    fn fleet(&self, i: usize) -> &Fleet {
+        self.fleets[i].as_ref().expect("a replica that runs")
+    }
+
+    fn client(&self, i: usize) -> Client {
+        Client::new(self.fleet(i).address(), None)
+    }
+
+    async fn status(&self, i: usize) -> Option<FleetStatus> {
+        self.client(i).json(Method::GET, "/v1/status", None).await.ok()
+    }
+
+    /// Polls `check` until it returns something, within [`LIMIT`].
+    async fn until<T>(&self, what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            if let Some(value) = check().await {
+                return value;
+            }
+            if Instant::now() > deadline {
+                let logs: Vec<String> = (0..3)
+                    .filter_map(|i| {
+                        self.fleets[i].as_ref().map(|f| format!("r{i}:\n{}", f.log_tail(30)))
+                    })
+                    .collect();
+                panic!("never {what}\n{}", logs.join("\n"));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The replica that leads (other than `not`), once one says so.
+    async fn leader(&self, not: Option<usize>) -> usize {
+        self.until("a replica leads", async || {
+            for i in (0..3).filter(|i| Some(*i) != not && self.fleets[*i].is_some()) {
+                if self.status(i).await.is_some_and(|s| s.role == "leader") {
+                    return Some(i);
+                }
+            }
+            None
+        })
+        .await
+    }
+
+    /// Submits a service through replica `via` until one is acknowledged (while an election is
+    /// under way, replicas answer 503).
+    async fn submit(&self, via: usize, id: &str) -> FleetAlloc {
+        let spec = format!(
+            "[job]\nid = \"{id}\"\ntype = \"service\"\n[group]\nname = \"g\"\n\
+             [[group.task]]\nname = \"t\"\ndriver = \"raw_exec\"\n\
+             config = {{ command = \"/bin/sleep\", args = [\"1000\"] }}\n"
+        );
+        let path = ApiPath::v1(["allocations"]).query("id", id);
+        self.until(&format!("{id} acknowledged"), async || {
+            let body = Some(("application/toml", spec.clone().into_bytes()));
+            match self.client(via).call(Method::POST, &path, body).await {
+                Ok(body) => Some(serde_json::from_slice(&body).unwrap()),
+                Err(ClientError::Api { status, .. }) if status == 503 => None,
+                Err(e) => panic!("submitting {id}: {e}"),
+            }
+        })
+        .await
+    }
+
+    /// Waits until replica `via` shows allocation `id` running.
+    async fn running(&self, via: usize, id: &str) -> FleetAlloc {
+        self.until(&format!("{id} running"), async || {
+            let path = ApiPath::v1(["allocations", id]);
+            let alloc: FleetAlloc = self.client(via).json(Method::GET, path, None).await.ok()?;
+            assert!(!alloc.is_final(), "{alloc:?}");
+            (alloc.phase == "running").then_some(alloc)
+        })
+        .await
+    }
+
+    /// Which workers' agents run allocation `id` (each agent asked directly).
+    fn agents_running(&self, id: &str) -> Vec<String> {
+        let mut on = Vec::new();
+        for instance in std::fs::read_dir(self.shared.path().join("instances")).unwrap().flatten() {
+            let data: PathBuf = instance.path().join("data");
+            let out = Command::new(WHARF)
+                .arg("--data-dir")
+                .arg(&data)
+                .args(["alloc", "list", "--probe"])
+                .output()
+                .unwrap();
+            if String::from_utf8_lossy(&out.stdout).lines().any(|l| l == id) {
+                on.push(instance.file_name().to_string_lossy().into_owned());
+            }
+        }
+        on
+    }
+
+    fn signal(&self, i: usize, signal: &str) {
+        let pid = self.fleet(i).pid().to_string();
+        let sent = Command::new("kill").args([signal, &pid]).status().unwrap();
+        assert!(sent.success(), "kill {signal} {pid}");
+    }
+}
+
+/// Checks that the work placed before a failover runs on as it did: on the same worker, in
+/// its first attempt, on one agent only.
+async fn runs_on_as_before(replicas: &Replicas, via: usize, before: &[FleetAlloc]) {
+    for alloc in before {
+        let now = replicas.running(via, &alloc.id).await;
+        assert_eq!((now.worker.as_deref(), now.attempt), (alloc.worker.as_deref(), 1), "{now:?}");
+        let on = replicas.agents_running(&alloc.id);
+        assert_eq!(on.len(), 1, "{} runs on {on:?}", alloc.id);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_leader_is_replaced_within_its_lease_and_nothing_is_lost_or_run_twice() {
+    let mut replicas = Replicas::start().await;
+    let leader = replicas.leader(None).await;
+    let follower = (leader + 1) % 3;
+    // A follower forwards a submission to the leader, and reads it back from the store.
+    let mut before = Vec::new();
+    for id in ["kept-1", "kept-2"] {
+        replicas.submit(follower, id).await;
+        before.push(replicas.running(follower, id).await);
+    }
+    let status = replicas.status(follower).await.unwrap();
+    assert_eq!((status.role.as_str(), status.store.backend.as_str()), ("follower", "etcd"));
+    assert_eq!(status.leader.map(|l| l.name), Some(format!("r{leader}")));
+    assert_eq!(status.replicas.len(), 3, "{:?}", status.replicas);
+
+    let killed = Instant::now();
+    replicas.fleets[leader].take().unwrap().kill();
+    let next = replicas.leader(Some(leader)).await;
+    let took = killed.elapsed();
+    assert!(took < LEASE + Duration::from_secs(2), "a new leader after {took:?}");
+    replicas.submit(next, "after").await;
+    replicas.running(next, "after").await;
+    runs_on_as_before(&replicas, next, &before).await;
+    assert_eq!(replicas.agents_running("after").len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_leader_loses_its_term_and_follows_when_it_wakes() {
+    let replicas = Replicas::start().await;
+    let leader = replicas.leader(None).await;
+    replicas.submit(leader, "kept").await;
+    let before = vec![replicas.running(leader, "kept").await];
+
+    // Frozen, as a leader cut off from etcd would be: it renews nothing, and another leads.
+    replicas.signal(leader, "-STOP");
+    let frozen = Instant::now();
+    let next = replicas.leader(Some(leader)).await;
+    let took = frozen.elapsed();
+    assert!(took < LEASE + Duration::from_secs(2), "a new leader after {took:?}");
+    replicas.submit(next, "meanwhile").await;
+    replicas.running(next, "meanwhile").await;
+
+    // It wakes up past its lease: it acts no more, and follows.
+    replicas.signal(leader, "-CONT");
+    replicas
+        .until("the old leader follows", async || {
+            let status = replicas.status(leader).await?;
+            (status.role == "follower"
+                && status.leader.is_some_and(|l| l.name == format!("r{next}")))
+            .then_some(())
+        })
+        .await;
+    // What it is asked now goes to the new leader.
+    replicas.submit(leader, "through-the-old").await;
+    replicas.running(next, "through-the-old").await;
+    runs_on_as_before(&replicas, next, &before).await;
+    for id in ["meanwhile", "through-the-old"] {
+        assert_eq!(replicas.agents_running(id).len(), 1, "{id}");
+    }
+}
