@@ -19,12 +19,15 @@ pub const WHARF: &str = env!("CARGO_BIN_EXE_wharf");
 pub const LIMIT: Duration = Duration::from_secs(30);
 pub const TOKEN: &str = "e2e-secret-token-0123456789";
 
-/// An agent process with its own data dir.
+/// An agent process with its own data dir. Dropped, it takes its tasks with it (`wharf wipe`),
+/// so that no test leaves processes, ports or cgroups to the next; [`AgentProcess::kill9`] and
+/// [`AgentProcess::terminate`] leave the tasks running for an agent started again on the dir.
 pub struct AgentProcess {
     pub child: Child,
     pub address: String,
     pub data_dir: PathBuf,
     pub config: PathBuf,
+    keep_tasks: bool,
 }
 
 impl AgentProcess {
@@ -58,7 +61,7 @@ impl AgentProcess {
             command.uid(uid).gid(uid);
         }
         let (child, address) = spawn_announcing(&mut command, "agent ready", LIMIT, log).unwrap();
-        AgentProcess { child, address, data_dir, config }
+        AgentProcess { child, address, data_dir, config, keep_tasks: false }
     }
 
     pub fn client(&self) -> Client {
@@ -66,12 +69,14 @@ impl AgentProcess {
     }
 
     pub fn kill9(mut self) -> (PathBuf, PathBuf) {
+        self.keep_tasks = true;
         self.child.kill().unwrap();
         self.child.wait().unwrap();
         (self.data_dir.clone(), self.config.clone())
     }
 
     pub fn terminate(mut self) -> std::process::ExitStatus {
+        self.keep_tasks = true;
         wharf_tests::announce::terminate(&mut self.child, LIMIT).unwrap()
     }
 
@@ -109,6 +114,9 @@ impl Drop for AgentProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if !self.keep_tasks && self.data_dir.exists() {
+            let _ = Command::new(WHARF).arg("wipe").arg("--data-dir").arg(&self.data_dir).output();
+        }
     }
 }
 
