@@ -108,7 +108,7 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
     }
     let failovers: Vec<f64> = (0..effort.runs.min(3))
         .map(|run| runtime.block_on(failover_seconds(&wharf, &etcd, run)))
-        .collect();
+        .collect::<Result<_, _>>()?;
     drop(etcd);
     let decisions: Vec<f64> = (0..effort.runs).map(|_| placements_per_second()).collect();
     let workers = effort.scaled(FULL_WORKERS).max(2);
@@ -188,18 +188,20 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
 const FAILOVER_LEASE: Duration = Duration::from_secs(3);
 
 /// The replica that says it leads, among `replicas`.
-async fn leader_of(replicas: &[Option<FleetProcess>]) -> usize {
-    let deadline = Instant::now() + Duration::from_secs(60);
+async fn leader_of(replicas: &[Option<FleetProcess>]) -> Result<usize, String> {
+    let deadline = Instant::now() + WAIT_LIMIT;
     loop {
         for (i, replica) in replicas.iter().enumerate() {
             let Some(replica) = replica else { continue };
             let status: Option<serde_json::Value> =
                 replica.client.json(Method::GET, "/v1/status", None).await.ok();
             if status.is_some_and(|s| s["role"] == "leader") {
-                return i;
+                return Ok(i);
             }
         }
-        assert!(Instant::now() < deadline, "no replica leads");
+        if Instant::now() > deadline {
+            return Err(format!("no replica led within {WAIT_LIMIT:?}"));
+        }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -207,7 +209,7 @@ async fn leader_of(replicas: &[Option<FleetProcess>]) -> usize {
 /// Three replicas on `etcd` over two shared loopback workers: the leader is killed with
 /// SIGKILL, and the time is taken until a submission through another replica runs, placed by
 /// the new leader.
-async fn failover_seconds(wharf: &Path, etcd: &Etcd, run: usize) -> f64 {
+async fn failover_seconds(wharf: &Path, etcd: &Etcd, run: usize) -> Result<f64, String> {
     let shared = crate::scratch::dir("wharf-bench-failover");
     let settings = format!(
         "probe_interval = \"200ms\"\nsync_interval = \"1s\"\n[loopback]\ninstances = 2\nroot = {:?}\n\
@@ -220,11 +222,11 @@ async fn failover_seconds(wharf: &Path, etcd: &Etcd, run: usize) -> f64 {
     );
     let mut replicas: Vec<Option<FleetProcess>> =
         (0..3).map(|_| Some(FleetProcess::start(wharf, &settings))).collect();
-    let first = leader_of(&replicas).await;
+    let first = leader_of(&replicas).await?;
     replicas[first].as_ref().unwrap().until_idle(2, Duration::from_secs(120)).await;
     let killed = Instant::now();
     replicas[first].take().unwrap().fleet.kill();
-    let next = leader_of(&replicas).await;
+    let next = leader_of(&replicas).await?;
     let client = replicas[next].as_ref().unwrap().client.clone();
     let spec = "[job]\nid = \"after\"\ntype = \"service\"\n[group]\nname = \"g\"\n\
                 [[group.task]]\nname = \"t\"\ndriver = \"raw_exec\"\n\
@@ -232,17 +234,19 @@ async fn failover_seconds(wharf: &Path, etcd: &Etcd, run: usize) -> f64 {
     let mut alloc: FleetAlloc = loop {
         let body = Some(("application/toml", spec.as_bytes().to_vec()));
         match client.call(Method::POST, "/v1/allocations", body).await {
-            Ok(body) => break serde_json::from_slice(&body).unwrap(),
-            Err(_) if killed.elapsed() < Duration::from_secs(60) => {
+            Ok(body) => break serde_json::from_slice(&body).map_err(|e| e.to_string())?,
+            Err(_) if killed.elapsed() < WAIT_LIMIT => {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            Err(e) => panic!("no submission after the failover: {e}"),
+            Err(e) => return Err(format!("no submission taken after the failover: {e}")),
         }
     };
     while alloc.phase != "running" {
-        assert!(!alloc.is_final(), "{alloc:?}");
+        if alloc.is_final() || killed.elapsed() > WAIT_LIMIT {
+            return Err(format!("not placed after the failover: {alloc:?}"));
+        }
         let path = format!("/v1/allocations/{}?after={}&wait=10s", alloc.id, alloc.version);
-        alloc = client.json(Method::GET, &path, None).await.unwrap();
+        alloc = client.json(Method::GET, &path, None).await.map_err(|e| e.to_string())?;
     }
     let seconds = killed.elapsed().as_secs_f64();
     for replica in replicas.into_iter().flatten() {
@@ -254,7 +258,7 @@ async fn failover_seconds(wharf: &Path, etcd: &Etcd, run: usize) -> f64 {
         #[allow(clippy::disallowed_methods)] // Ending what the scenario started.
         let _ = std::process::Command::new(wharf).arg("--data-dir").arg(data).arg("wipe").output();
     }
-    seconds
+    Ok(seconds)
 }
 
 const PLACEMENT_WORKERS: usize = 1_000;
