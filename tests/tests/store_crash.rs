@@ -7,24 +7,13 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 use wharf_store::{RedbStore, StateStore};
+use wharf_tests::rng::Rng;
 
 const ROUNDS: u64 = 50;
 const WRITERS: usize = 8;
 const SEQUENCE_STRIDE: u64 = 1_000_000;
 /// A round that takes longer than this has hung; the bound keeps the test finite.
 const ROUND_LIMIT: Duration = Duration::from_secs(30);
-
-/// xorshift64*: a fixed seed makes a failing round reproducible.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, bound: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % bound
-    }
-}
 
 #[test]
 fn every_acknowledged_write_survives_sigkill() {

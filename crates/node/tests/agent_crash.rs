@@ -15,24 +15,13 @@ use std::process::Command;
 use wharf_node::api::AllocSummary;
 use wharf_node::client::{ApiPath, Client};
 use wharf_state::{DesiredStatus, TaskStatus};
+use wharf_tests::rng::Rng;
 
 const ROUNDS: u64 = 30;
 /// The job every submission runs: one task that sleeps until it is killed.
 const JOB: &str = "[job]\nid = \"sleeper\"\ntype = \"service\"\n[group]\nname = \"g\"\n\
     [[group.task]]\nname = \"sleep\"\ndriver = \"raw_exec\"\n\
     config = { command = \"/bin/sleep\", args = [\"600\"] }\n";
-
-/// xorshift64*: a fixed seed makes a failing round reproducible.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, bound: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % bound
-    }
-}
 
 /// What the client was told: the allocations it submitted, and those whose stop was
 /// acknowledged.

@@ -22,6 +22,7 @@ use tokio::sync::mpsc;
 use wharf_node::client::{ApiPath, Client};
 use wharf_node::fleet::api::FleetAlloc;
 use wharf_tests::fleet::Fleet;
+use wharf_tests::rng::Rng;
 
 const WHARF: &str = env!("CARGO_BIN_EXE_wharf");
 const ROUNDS: u64 = 30;
@@ -33,18 +34,6 @@ const LIMIT: Duration = Duration::from_secs(60);
 /// and so how long its successor waits before judging it.
 const SETTINGS: &str = "per_worker_limit = 8\nprobe_interval = \"100ms\"\nsync_interval = \"1s\"\n\
                         command_deadline = \"3s\"\n[loopback]\ninstances = 2\n";
-
-/// xorshift64*: a fixed seed makes a failing round reproducible.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, bound: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % bound
-    }
-}
 
 /// What a submitter asked, and what the fleet acknowledged.
 #[derive(Debug)]
