@@ -24,8 +24,9 @@ impl Setup {
         self.dir.path().join("workload-users")
     }
 
+    /// A pool of the ids `BASE + min` to `BASE + max`.
     fn pool(&self, min: u32, max: u32) -> UserPool {
-        UserPool::open(&self.journal(), UgidRange::new(min, max).unwrap()).unwrap()
+        UserPool::open(&self.journal(), UgidRange::new(BASE + min, BASE + max).unwrap()).unwrap()
     }
 
     /// A task directory that exists.
@@ -36,8 +37,18 @@ impl Setup {
     }
 }
 
+/// Where the ids these tests lease start: far above any account's, so that no process of the
+/// host runs as one of them (the pool keeps a uid that a process runs as, and the tests, which
+/// run beside others, would see their answers change).
+const BASE: u32 = 1_900_200_000;
+
+/// A leased id, counted from [`BASE`].
+fn id(user: Ugid) -> u32 {
+    user.get() - BASE
+}
+
 fn ids(users: &[Ugid]) -> Vec<u32> {
-    let mut ids: Vec<u32> = users.iter().map(|u| u.get()).collect();
+    let mut ids: Vec<u32> = users.iter().map(|u| id(*u)).collect();
     ids.sort_unstable();
     ids
 }
@@ -51,7 +62,8 @@ fn pool_acquire_exhausted() {
         (0..10).map(|n| pool.acquire(&setup.owner(&format!("t{n}"))).unwrap()).collect();
     assert_eq!(ids(&users), (200..=209).collect::<Vec<_>>());
     match pool.acquire(&setup.owner("one-too-many")) {
-        Err(IsolateError::UsersExhausted { min: 200, max: 209, leased: 10 }) => {}
+        Err(IsolateError::UsersExhausted { min, max, leased: 10 })
+            if (min, max) == (BASE + 200, BASE + 209) => {}
         other => panic!("{other:?}"),
     }
     // Let go of one (its task directory is collected): the next acquire gets it.
@@ -71,9 +83,9 @@ fn pool_acquire_round_robin() {
     std::fs::remove_dir(setup.owner("t0")).unwrap();
     assert_eq!(pool.sweep().unwrap(), 1);
     let next: Vec<u32> =
-        (3..10).map(|n| pool.acquire(&setup.owner(&format!("t{n}"))).unwrap().get()).collect();
+        (3..10).map(|n| id(pool.acquire(&setup.owner(&format!("t{n}"))).unwrap())).collect();
     assert_eq!(next, (203..=209).collect::<Vec<_>>(), "200 is free but comes back last");
-    assert_eq!(pool.acquire(&setup.owner("t10")).unwrap().get(), 200);
+    assert_eq!(id(pool.acquire(&setup.owner("t10")).unwrap()), 200);
 }
 
 /// `TestPool_Restore`: leases made before an agent restart are in use after it.
@@ -83,7 +95,7 @@ fn pool_restore() {
     {
         let pool = setup.pool(500, 505);
         for (n, expected) in [(0, 500), (1, 501), (2, 502), (3, 503), (4, 504)] {
-            assert_eq!(pool.acquire(&setup.owner(&format!("t{n}"))).unwrap().get(), expected);
+            assert_eq!(id(pool.acquire(&setup.owner(&format!("t{n}"))).unwrap()), expected);
         }
         for gone in ["t0", "t3"] {
             std::fs::remove_dir(setup.owner(gone)).unwrap();
@@ -106,7 +118,7 @@ fn a_task_keeps_its_user_across_runs_and_restarts() {
     let pool = setup.pool(100, 199);
     assert_eq!(pool.acquire(&owner).unwrap(), first);
     assert_ne!(pool.acquire(&setup.owner("db")).unwrap(), first);
-    assert!((100..=199).contains(&first.get()));
+    assert!((100..=199).contains(&id(first)));
 }
 
 /// Kills and reaps its process when dropped.
@@ -137,7 +149,7 @@ fn a_uid_that_a_process_still_runs_as_is_never_reused() {
     require_root();
     let setup = Setup::new();
     let (min, max) = (test_user(10).get(), test_user(11).get());
-    let pool = setup.pool(min, max);
+    let pool = UserPool::open(&setup.journal(), UgidRange::new(min, max).unwrap()).unwrap();
     let owner = setup.owner("escaped");
     let user = pool.acquire(&owner).unwrap();
     let process = Sleeper::as_user(user);
@@ -145,7 +157,7 @@ fn a_uid_that_a_process_still_runs_as_is_never_reused() {
     // taken.
     std::fs::remove_dir(&owner).unwrap();
     drop(pool);
-    let pool = setup.pool(min, max);
+    let pool = UserPool::open(&setup.journal(), UgidRange::new(min, max).unwrap()).unwrap();
     assert_eq!(pool.leases().unwrap(), [(user, owner.clone())]);
     assert_ne!(pool.acquire(&setup.owner("new")).unwrap(), user);
     match pool.acquire(&setup.owner("newer")) {
