@@ -83,3 +83,37 @@ fn a_new_agent_sweeps_what_dead_agents_left_but_not_running_tasks() {
         assert!(left.is_empty(), "left behind: {left:?}");
     }
 }
+
+/// Agents that start at the same moment beside each other each keep their parent: one's sweep
+/// never takes another's parent for a dead agent's in the moment between its making and its
+/// locking. Each round starts four at once; every one must be able to make a task's cgroup.
+#[test]
+fn agents_starting_together_never_sweep_each_others_parents() {
+    let group = format!("wharf-test-isolate-together-{}", std::process::id());
+    let mut groups = Vec::new();
+    for round in 0..10 {
+        let agents: Vec<Scratch> = std::thread::scope(|s| {
+            let starts: Vec<_> = (0..4)
+                .map(|agent| {
+                    let name = format!("{group}/r{round}-a{agent}");
+                    s.spawn(move || {
+                        let options = CgroupOptions { sweep_siblings: true, ..options(&name) };
+                        let opened = Cgroups::open(options);
+                        Scratch { cgroups: Some(opened.unwrap()), name, under_own: false }
+                    })
+                })
+                .collect();
+            starts.into_iter().map(|start| start.join().unwrap()).collect()
+        });
+        for agent in &agents {
+            let task = agent.create("a1/t/00000001", &limits(agent, 16, None));
+            let task = task.unwrap_or_else(|e| panic!("round {round}, {}: {e}", agent.name));
+            agent.remove(&task).unwrap();
+        }
+        groups =
+            agents[0].parents().iter().filter_map(|p| p.parent()).map(Path::to_path_buf).collect();
+    }
+    for dir in groups {
+        let _ = std::fs::remove_dir(dir);
+    }
+}

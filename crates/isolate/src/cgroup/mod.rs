@@ -218,13 +218,17 @@ impl Cgroups {
         let mut cpuset = None;
         let mut usable = CpuSet::new();
         for (hierarchy, base, parent) in &places {
-            make_dirs(
-                base,
-                parent,
-                hierarchy.controllers.contains(&Controller::Cpuset)
-                    && layout.version == Version::V1,
-            )?;
+            let cpuset_v1 = hierarchy.controllers.contains(&Controller::Cpuset)
+                && layout.version == Version::V1;
+            // The directory above is locked while the parent is made and locked, as a sweep
+            // of siblings locks it: an agent starting beside this one then either sees the
+            // parent locked or does not see it yet, never made but unlocked (and so removed).
+            let above = parent.parent().filter(|above| above.starts_with(base)).unwrap_or(base);
+            make_dirs(base, above, cpuset_v1)?;
+            let making = lock_above(above)?;
+            make_dirs(base, parent, cpuset_v1)?;
             locks.push(lock_parent(parent)?);
+            drop(making);
             // cpuset alone in its hierarchy (v1), or v2's one hierarchy, can keep the books.
             let partitions = hierarchy.controllers.contains(&Controller::Cpuset)
                 && (layout.version == Version::V2 || hierarchy.controllers.len() == 1);
@@ -289,6 +293,14 @@ impl Cgroups {
     fn sweep_siblings(&self) {
         for place in &self.places {
             let Some(above) = place.parent.parent() else { continue };
+            // Held for the sweep, so no agent makes its parent here meanwhile (see `open_with`).
+            let _sweeping = match lock_above(above) {
+                Ok(lock) => lock,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot sweep beside the cgroup parent");
+                    continue;
+                }
+            };
             let siblings = std::fs::read_dir(above).into_iter().flatten().flatten();
             for sibling in siblings.filter(|e| e.file_type().is_ok_and(|t| t.is_dir())) {
                 let dir = sibling.path();
@@ -1044,21 +1056,36 @@ impl TaskCgroup {
     }
 }
 
-/// Locks a parent for this manager, waiting briefly for a holder that is only a child of an
-/// earlier agent on its way to exec; a lock still held after that belongs to a live agent.
-fn lock_parent(parent: &Path) -> Result<OwnedFd, IsolateError> {
-    let lock = crate::sys::open_dir(parent).map_err(IsolateError::io(parent))?;
+/// Locks a directory, waiting briefly for a holder that is only a child of an agent on its
+/// way to exec (it keeps a copy of the descriptor until then). `None`: still held after that,
+/// by a live agent.
+fn lock_dir(dir: &Path) -> Result<Option<OwnedFd>, IsolateError> {
+    let lock = crate::sys::open_dir(dir).map_err(IsolateError::io(dir))?;
     let mut wait = Duration::from_millis(1);
     let mut waited = Duration::ZERO;
-    while !crate::sys::try_lock_exclusive(lock.as_fd()).map_err(IsolateError::io(parent))? {
+    while !crate::sys::try_lock_exclusive(lock.as_fd()).map_err(IsolateError::io(dir))? {
         if waited >= LOCK_LIMIT {
-            return Err(IsolateError::ParentInUse { path: parent.to_owned() });
+            return Ok(None);
         }
         std::thread::sleep(wait);
         waited += wait;
         wait = (wait * 2).min(Duration::from_millis(100));
     }
-    Ok(lock)
+    Ok(Some(lock))
+}
+
+/// Locks the parent for this manager.
+fn lock_parent(parent: &Path) -> Result<OwnedFd, IsolateError> {
+    lock_dir(parent)?.ok_or_else(|| IsolateError::ParentInUse { path: parent.to_owned() })
+}
+
+/// Locks the directory above the parent, while an agent makes its parent there or sweeps it.
+fn lock_above(above: &Path) -> Result<OwnedFd, IsolateError> {
+    lock_dir(above)?.ok_or_else(|| IsolateError::Invalid {
+        what: above.display().to_string(),
+        reason: "stays locked: another wharf agent is making or sweeping its cgroup parent here"
+            .into(),
+    })
 }
 
 /// The cgroup name of a task run's id: `<alloc>/<task>/<run>` becomes `<alloc>.<task>.<run>`,

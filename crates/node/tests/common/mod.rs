@@ -169,6 +169,8 @@ pub async fn until(
     what: &str,
     done: impl Fn(&AllocDetail) -> bool,
 ) -> AllocDetail {
+    // The last state seen, for the message of a wait that times out.
+    let last = std::sync::Mutex::new(None);
     let wait = async {
         let mut version = String::new();
         loop {
@@ -179,9 +181,15 @@ pub async fn until(
                 return detail;
             }
             version = detail.version.clone();
+            *last.lock().unwrap() = Some(detail);
         }
     };
-    tokio::time::timeout(LIMIT, wait).await.unwrap_or_else(|_| panic!("never {what}"))
+    match tokio::time::timeout(LIMIT, wait).await {
+        Ok(detail) => detail,
+        Err(_) => {
+            panic!("never {what}; last seen: {:?}", last.lock().unwrap().as_ref().map(|d| &d.state))
+        }
+    }
 }
 
 pub fn job(id: &str, kind: &str, tasks: &str) -> String {
