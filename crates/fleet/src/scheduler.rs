@@ -1082,9 +1082,23 @@ impl Books {
             .collect();
         for (id, worker) in running {
             let worker_id = InstanceId(worker.clone());
+            let Some((runner_id, asking)) =
+                self.entries.get(&id).map(|e| (e.placement.runner_id(), e.asking))
+            else {
+                continue;
+            };
             let lost = match views.get(&worker_id) {
+                // Unlisted before its worker went: the question in flight says how it ended.
+                None if asking => continue,
                 None => Some(format!("worker {worker} disappeared")),
-                Some(view) if view.state == State::Shutdown => {
+                // Shut down while it last listed the work (or its start): the work went with it.
+                // A worker its last probe found without the work, such as a drained worker shut
+                // down for being idle, ran it to its end first: it is asked below how it ended.
+                Some(view)
+                    if view.state == State::Shutdown
+                        && (view.running.contains(&runner_id)
+                            || view.starting.contains(&runner_id)) =>
+                {
                     Some(format!("worker {worker} was shut down"))
                 }
                 Some(_) => None,
@@ -1098,11 +1112,10 @@ impl Books {
             let view = &views[&worker_id];
             // A worker whose run probe has not passed yet (a scheduler that just took over sees
             // every worker so) lists nothing: its silence says nothing about the work.
-            if !matches!(view.state, State::Idle | State::Running) {
+            if !matches!(view.state, State::Idle | State::Running | State::Shutdown) {
                 continue;
             }
             let Some(entry) = self.entries.get_mut(&id) else { continue };
-            let runner_id = entry.placement.runner_id();
             if view.running.contains(&runner_id) {
                 if entry.placement.stop_requested && !entry.stop_sent {
                     entry.stop_sent = true;

@@ -770,6 +770,13 @@ fn decide_table() {
             ..case("work on a shut-down or vanished worker is lost")
         },
         Case {
+            work: vec![("a", running("w1"))],
+            workers: vec![worker_view("w1", Shutdown, Run, &[])],
+            asks: &["a"],
+            phases: vec![("a", running("w1"))],
+            ..case("work a worker no longer listed before it was shut down is asked how it ended")
+        },
+        Case {
             work: vec![("a", lost("w1", "gone"))],
             workers: vec![worker_view("w1", Running, Run, &["a"])],
             stops: &["a"],
