@@ -63,7 +63,7 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
             better: Better::Lower,
             samples: p50,
             baseline: None,
-            target: Some("≤ 2 ms".into()),
+            target: Some("≤ 0.6 ms".into()),
         },
         Row {
             name: "exec: start-to-running latency, p99".into(),

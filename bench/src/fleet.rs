@@ -150,7 +150,7 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
             "s",
             Better::Lower,
             vec![scale.boot.as_secs_f64()],
-            None,
+            (workers == FULL_WORKERS).then_some("≤ 10 s"),
         ),
         row(
             format!("fleet: {workers} idle workers, fleet private memory"),

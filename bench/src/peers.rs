@@ -28,7 +28,9 @@
 //! Differences worth knowing when reading the figures: wharf writes each submission durably
 //! before it answers, and each exit record; neither peer persists anything to survive its
 //! own `kill -9` with reattachment. supervisord and wharf capture each process's output into
-//! files; s6 here does not (a logger per service would double its process count).
+//! files; s6 here does not (a logger per service would double its process count). wharf puts
+//! each task in a cgroup of its own (made, limited, and removed when the task ends), which
+//! neither peer does: a second wharf, with `cgroups.enabled = false`, shows what that costs.
 
 use crate::Effort;
 use crate::report::{Better, Row};
@@ -53,14 +55,19 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
     let count = effort.scaled(FULL_PROCESSES);
     let mut systems: [(&str, Vec<PeerRun>); 3] =
         [("wharf", Vec::new()), ("supervisord", Vec::new()), ("s6", Vec::new())];
-    // Each run starts 3,000 real processes: three runs are enough.
+    let mut uncontained = Vec::new();
+    // Each run starts 4,000 real processes: three runs are enough.
     for _ in 0..effort.runs.min(3) {
         // What the scenarios before wrote is flushed first, not measured as part of an fsync.
         crate::exec::settle();
-        let dir = crate::scratch::dir("wharf-bench-peers");
-        let mut agent = AgentProcess::start(&wharf, &crate::node::config(&dir, &shim), count)?;
-        systems[0].1.push(measure(&mut agent, count).map_err(|e| format!("wharf: {e}"))?);
-        agent.terminate()?;
+        for (cgroups, runs) in [(true, &mut systems[0].1), (false, &mut uncontained)] {
+            let dir = crate::scratch::dir("wharf-bench-peers");
+            let mut config = crate::node::config(&dir, &shim);
+            config.cgroups.enabled = cgroups;
+            let mut agent = AgentProcess::start(&wharf, &config, count)?;
+            runs.push(measure(&mut agent, count).map_err(|e| format!("wharf: {e}"))?);
+            agent.terminate()?;
+        }
         let dir = crate::scratch::dir("wharf-bench-peers");
         let mut supervisord = Supervisord::start(&dir, count)?;
         systems[1]
@@ -106,6 +113,22 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
             "KiB",
             Some("≤ 45 KiB"),
         ));
+    }
+    // The same measure without cgroups, beside s6: what wharf's own work costs.
+    let (_, s6) = &systems[2];
+    for (name, figure, unit) in [
+        ("start", &(|r: &PeerRun| ms(&r.start)) as &dyn Fn(&PeerRun) -> f64, "ms"),
+        ("stop", &|r: &PeerRun| ms(&r.stop), "ms"),
+        ("private memory per process", &per_process, "KiB"),
+    ] {
+        rows.push(Row {
+            name: format!("{count} processes: {name}, wharf without cgroups"),
+            unit,
+            better: Better::Lower,
+            samples: uncontained.iter().map(figure).collect(),
+            baseline: Some(("s6".into(), s6.iter().map(figure).collect())),
+            target: None,
+        });
     }
     Ok(rows)
 }
@@ -258,20 +281,22 @@ struct AgentProcess {
 }
 
 impl AgentProcess {
-    /// Starts `wharf agent` with `config`'s data directory and resources (an API on a free
-    /// loopback port), logging at its default level into the scratch directory, and waits
-    /// until it is ready.
+    /// Starts `wharf agent` with `config`'s data directory, resources and cgroups switch (an
+    /// API on a free loopback port), logging at its default level into the scratch directory,
+    /// and waits until it is ready.
     fn start(wharf: &Path, config: &NodeConfig, count: usize) -> Result<AgentProcess, String> {
         let root = config.data_dir.parent().unwrap_or(&config.data_dir).to_owned();
         let file = root.join("agent.toml");
         // Its shim is the one it carries, as for any user.
         let text = format!(
             "data_dir = {:?}\nbind = \"127.0.0.1:0\"\n[gc]\nmax_allocs = {}\n\
-             [resources]\ncpu_total_compute = {}\nmemory_total_mb = {}\n",
+             [resources]\ncpu_total_compute = {}\nmemory_total_mb = {}\n\
+             [cgroups]\nenabled = {}\n",
             config.data_dir.display().to_string(),
             u32::MAX,
             config.resources.cpu_total_compute,
             config.resources.memory_total_mb,
+            config.cgroups.enabled,
         );
         std::fs::write(&file, text).map_err(|e| format!("cannot write {}: {e}", file.display()))?;
         let (child, address) = wharf_tests::announce::spawn_announcing(
