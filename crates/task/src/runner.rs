@@ -859,8 +859,10 @@ impl TaskRunner {
         let s = &self.shared;
         self.run_hooks(HookPhase::Prekill).await;
         let signal = s.task.kill_signal;
+        // Noted, not waited on: written with the end of the stop (see `release`). An agent that
+        // dies before then finds the stop in the allocation's record and kills again.
         let event = self.event(TaskEventKind::Killing { signal, kill_timeout: s.kill_timeout });
-        self.commit(|state| state.append_event(event)).await;
+        self.note(|state| state.append_event(event));
         let stopped = tokio::time::timeout(
             s.kill_timeout + STOP_GRACE,
             s.driver.stop_task(task_id, s.kill_timeout, signal),
@@ -906,13 +908,15 @@ impl TaskRunner {
             }));
         }
         events.push(self.event(TaskEventKind::Killed { error }));
-        self.commit(|state| events.into_iter().for_each(|e| state.append_event(e))).await;
+        // Written by the `release` that follows every stop, in one commit with the cleared handle.
+        self.note(|state| events.into_iter().for_each(|e| state.append_event(e)));
         if let Some(exit) = &exit {
             self.exited_hooks(exit).await;
         }
     }
 
-    /// Forgets a run that has ended: the driver frees it, the handle is cleared.
+    /// Forgets a run that has ended: the driver frees it, the handle is cleared, and the state
+    /// is written with it (including what a stop noted).
     async fn release(&self, task_id: &TaskId) {
         let s = &self.shared;
         s.current.send_replace(None);
