@@ -17,7 +17,10 @@
 //! - work a probe no longer lists has ended: the runner is asked how
 //!   ([`RunnerConfig::outcome_args`](wharf_prober::RunnerConfig)), and work the runner never
 //!   received after a start that was not acknowledged goes back to the queue;
-//! - work on a worker that is shut down or gone is lost. Lost work, and work that ended
+//! - work on a worker that is shut down or gone is lost; but work the worker's last probe saw
+//!   end before it went (a drained worker goes as soon as it is idle) has ended, and the
+//!   worker is asked how, and work whose worker is being asked is judged by the answer, never
+//!   written off while it is on its way. Lost work, and work that ended
 //!   `failed`, is placed again as its reschedule policy says (see [`reschedule`]),
 //!   as a new attempt under its own runner id; otherwise it stays `lost` (or `ended`). An
 //!   attempt that was written off and is found running again is stopped;
@@ -811,6 +814,16 @@ impl Scheduler {
         let shared = &self.shared;
         let Some(runner_id) = self.get(&id).map(|p| p.runner_id()) else { return };
         let answer = shared.pool.runner_outcome(&worker, &runner_id).await;
+        let not_ended = matches!(&answer, Ok(Some(line))
+            if matches!(line.split(' ').next(), Some("pending" | "running")));
+        // Asked because its worker went after its last probe: what still runs went with it.
+        let worker_out = not_ended
+            && shared
+                .pool
+                .workers()
+                .iter()
+                .find(|w| w.id == worker)
+                .is_none_or(|w| w.state == State::Shutdown);
         let now = self.now();
         let mut guard = shared.inner.lock();
         let books = &mut *guard;
@@ -846,9 +859,14 @@ impl Scheduler {
                 shared.wake.notify_one();
                 return;
             }
-            Ok(Some(line)) if matches!(line.split(' ').next(), Some("pending" | "running")) => {
+            Ok(Some(_)) if not_ended && !worker_out => {
                 // Not ended after all (the probe raced its start): the next probe lists it.
                 return;
+            }
+            Ok(Some(_)) if not_ended => {
+                // Still there, on a worker taken out of service: it went with its worker.
+                let reason = format!("worker {worker} was shut down");
+                AttemptEnd::Lost { worker, reason }
             }
             Ok(Some(line)) => AttemptEnd::Ended { worker, outcome: line },
             Err(e) if confirmed => AttemptEnd::Ended {

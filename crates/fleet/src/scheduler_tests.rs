@@ -326,6 +326,60 @@ fn workers_on_hold_or_draining_get_no_work() {
     assert!(h.running_on("h1").is_empty() && h.running_on("h2").is_empty());
 }
 
+/// A drained worker goes once its work has ended; the work ended, so it is recorded as ended
+/// with the outcome its worker's runner reports, never as lost with its worker. Here the pool
+/// shuts the worker down (its next probe round) before the scheduler has looked at it since
+/// the probe that saw the work end: the order a loaded fleet sees when its probes run ahead of
+/// its steps.
+#[test]
+fn a_drained_worker_shut_down_after_its_work_ended_records_the_end_not_a_loss() {
+    let h = harness(&["h1", "h2"], config(1));
+    h.submit("a");
+    h.submit("b");
+    h.step();
+    assert_eq!((h.phase("a"), h.phase("b")), (running("h1"), running("h2")));
+    h.runtime.block_on(h.pool.set_idle_behavior(&"h1".into(), IdleBehavior::Drain)).unwrap();
+    h.host("h1").end("a", "complete all tasks finished");
+    // The probe that sees `a` end leaves h1 idle; the next round shuts the drained worker down.
+    h.probe();
+    h.probe();
+    let h1 = h.pool.workers().into_iter().find(|w| w.id.0 == "h1").unwrap();
+    assert_eq!(h1.state, State::Shutdown, "{h1:?}");
+    h.step();
+    assert_eq!(
+        h.phase("a"),
+        Phase::Ended { worker: "h1".into(), outcome: "complete all tasks finished".into() }
+    );
+    assert_eq!(h.phase("b"), running("h2"));
+    let metrics = h.scheduler.metrics();
+    assert!(metrics.contains("wharf_fleet_finished_total{phase=\"lost\"} 0"), "{metrics}");
+}
+
+/// A shut-down worker whose last probe did not list the work, but whose runner says it still
+/// runs (the probe raced its start): it went with its worker, and is lost at once rather than
+/// asked about again at every step until the worker leaves the pool.
+#[test]
+fn work_still_running_on_a_worker_shut_down_without_listing_it_is_lost_with_it() {
+    let h = harness(&["h1"], config(1));
+    h.submit("a");
+    h.step();
+    h.runtime.block_on(h.pool.set_idle_behavior(&"h1".into(), IdleBehavior::Drain)).unwrap();
+    {
+        let mut runner = h.host("h1").state.lock();
+        runner.running.remove("a");
+        runner.outcomes.insert("a".into(), "running".into());
+    }
+    h.probe();
+    h.probe();
+    h.step();
+    match h.phase("a") {
+        Phase::Lost { worker, reason } => {
+            assert_eq!((worker.as_str(), reason.as_str()), ("h1", "worker h1 was shut down"));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn a_refused_start_goes_to_another_worker_and_fails_after_the_last_attempt() {
     let h = harness(&["h1", "h2"], SchedulerConfig { max_start_attempts: 2, ..config(4) });
@@ -833,6 +887,33 @@ fn decide_table() {
         for (id, phase) in case.phases {
             assert_eq!(books.phase(id), Some(phase), "{name}: {id}");
         }
+    }
+}
+
+/// While its worker is asked how work ended, the work is not written off when the worker is
+/// shut down or vanishes meanwhile: the answer decides (a drained worker goes as soon as it is
+/// idle, which may be before the answer comes back). Nor is it asked twice.
+#[test]
+fn work_being_asked_about_is_not_written_off_before_the_answer() {
+    use crate::scheduler::{Books, Snapshot};
+    let now = Timestamp(1_000_000);
+    let snapshot = |workers: Vec<WorkerView>| Snapshot {
+        workers: workers.into_iter().map(|v| (v.id.clone(), v)).collect(),
+        creating: HashMap::new(),
+        now,
+        loaded: true,
+        types: Vec::new(),
+    };
+    let mut books = Books::holding(&[("a", running("w1"))], now);
+    let idle = worker_view("w1", State::Idle, IdleBehavior::Drain, &[]);
+    let first = books.decide(&snapshot(vec![idle]), &config(2));
+    let asks: Vec<&str> = first.ask.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(asks, ["a"]);
+    let shut_down = worker_view("w1", State::Shutdown, IdleBehavior::Drain, &[]);
+    for (name, workers) in [("shut down", vec![shut_down]), ("vanished", Vec::new())] {
+        let decisions = books.decide(&snapshot(workers), &config(2));
+        assert!(decisions.ask.is_empty(), "{name}: asked again");
+        assert_eq!(books.phase("a"), Some(running("w1")), "{name}");
     }
 }
 
