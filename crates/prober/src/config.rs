@@ -103,16 +103,27 @@ pub enum RunnerBinary {
     File(RunnerFile),
 }
 
-/// A runner binary in a file ([`RunnerBinary::file`]), read each time a worker needs a copy.
+/// A runner binary in a file ([`RunnerBinary::file`]), read when a worker needs a copy. The
+/// copies under way share one read (a fleet booting a hundred workers holds the binary once,
+/// not a hundred times), and it is let go when the last of them ends.
 #[derive(Debug, Clone)]
 pub struct RunnerFile {
     path: PathBuf,
+    /// The bytes while some copy holds them.
+    loaded: Arc<tokio::sync::Mutex<Option<std::sync::Weak<[u8]>>>>,
 }
 
 impl RunnerFile {
     async fn load(&self) -> Result<Arc<[u8]>, ProberError> {
-        let bytes = tokio::fs::read(&self.path).await.map_err(|e| unreadable(&self.path, e))?;
-        Ok(bytes.into())
+        // Held across the read, so copies that start together wait for one read.
+        let mut loaded = self.loaded.lock().await;
+        if let Some(bytes) = loaded.as_ref().and_then(std::sync::Weak::upgrade) {
+            return Ok(bytes);
+        }
+        let bytes: Arc<[u8]> =
+            tokio::fs::read(&self.path).await.map_err(|e| unreadable(&self.path, e))?.into();
+        *loaded = Some(Arc::downgrade(&bytes));
+        Ok(bytes)
     }
 }
 
@@ -138,7 +149,7 @@ impl From<Arc<[u8]>> for RunnerBinary {
 impl RunnerBinary {
     /// The runner binary in the file at `path`.
     pub fn file(path: impl Into<PathBuf>) -> RunnerBinary {
-        RunnerBinary::File(RunnerFile { path: path.into() })
+        RunnerBinary::File(RunnerFile { path: path.into(), loaded: Arc::default() })
     }
 
     /// Its bytes (reading the file, off the async threads).
@@ -315,7 +326,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_binary_file_is_hashed_once_and_read_only_when_needed() {
+    async fn a_binary_file_is_hashed_once_and_read_once_for_the_copies_under_way() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("runner");
         let content = vec![7u8; 200_000];
@@ -325,6 +336,10 @@ mod tests {
         assert_eq!(from_file.deployment(), from_bytes.deployment());
         let binary = from_file.runner.binary.clone().unwrap();
         assert_eq!(&*binary.load().await.unwrap(), &content[..]);
+        // Copies under way share one read of the file.
+        let (first, second) = tokio::join!(binary.load(), binary.load());
+        assert!(Arc::ptr_eq(&first.unwrap(), &second.unwrap()), "one read for both");
+        // Once no copy holds it, it is let go: the next copy reads the file again.
         std::fs::remove_file(&path).unwrap();
         let gone = binary.load().await.unwrap_err().to_string();
         assert!(gone.contains("runner.binary") && gone.contains("cannot read"), "{gone}");

@@ -51,6 +51,15 @@
 //!   age (Arvados' main branch does, after the boot timeout, losing the work it runs).
 //! - **Probe scheduling** is per worker, each at its own interval, with a bound on probes in
 //!   flight, instead of one loop at a global rate whose passes stretch with the fleet.
+//! - **A new instance is probed as soon as its create returns**, and again after half the time
+//!   it has been booting (at least 250 ms, at most `probe_interval`) until it has booted,
+//!   where Arvados waits for its next probe tick each time: an instance that boots in a second
+//!   is in service about then, not up to two intervals later (a fleet of 100 loopback workers
+//!   took a minute to boot on 5 s ticks). Instances a list finds (a restarted prober) still
+//!   have their first probes spread over one interval.
+//! - **One read of the runner binary for the copies under way.** A binary named by file is
+//!   read when a worker needs a copy; the copies that run together share that read, so a
+//!   hundred workers booting at once hold the binary once, not a hundred times.
 //! - **Creates in flight**: at `max_concurrent_creates`, creates wait until one ends (and
 //!   subscribers hear when it does) rather than for a fixed 5 s; an instance a list shows
 //!   before its create returns counts once, not twice.

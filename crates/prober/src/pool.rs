@@ -18,7 +18,10 @@
 //! - **Probe** each worker every `probe_interval` from its own point in the cycle (spread by
 //!   jitter at first sight), with at most `max_concurrent_probes` in flight. A worker whose
 //!   previous probe is still running is skipped without using a slot. Unlike a single loop at
-//!   a global rate, 10,000 workers are each still probed at their interval.
+//!   a global rate, 10,000 workers are each still probed at their interval. An instance this
+//!   pool created is probed as soon as its create returns, and while it boots again after
+//!   half its age so far (at least 250 ms, at most the interval): its boot is seen when it
+//!   ends, not at a later tick.
 //! - **The fleet brake**: when more than `brake.max_failing_share` of the booted workers (and
 //!   at least `brake.min_failing`) fail their last probe, no worker is destroyed for being
 //!   unresponsive until that clears; the reason is logged and exported.
@@ -185,6 +188,9 @@ struct Shared {
     counters: Mutex<Counters>,
     probes: tokio::sync::Semaphore,
     changed: tokio::sync::watch::Sender<u64>,
+    /// Wakes [`Pool::run`] when a probe falls due sooner than it planned to look (a worker
+    /// just created is probed at once).
+    schedule_changed: tokio::sync::Notify,
     stopping: AtomicBool,
     stop: tokio::sync::Notify,
 }
@@ -256,6 +262,7 @@ impl Pool {
                 state: Mutex::new(state),
                 counters: Mutex::new(Counters::default()),
                 changed: tokio::sync::watch::Sender::new(0),
+                schedule_changed: tokio::sync::Notify::new(),
                 stopping: AtomicBool::new(false),
                 stop: tokio::sync::Notify::new(),
             }),
@@ -529,10 +536,17 @@ impl Pool {
         ));
         state.generation += 1;
         let generation = state.generation;
-        // Spread first probes over one interval so a fleet found at once is not probed at once.
-        let first = now + state.random_below(shared.config.probe_interval);
+        // An instance this pool created is probed as soon as the cloud has answered: nothing
+        // is gained by waiting, and its boot is seen as soon as it ends. Those a list found
+        // have their first probes spread over one interval, so a fleet found at once (a
+        // prober that restarted) is not probed at once.
+        let first = match initial {
+            State::Booting => now,
+            _ => now + state.random_below(shared.config.probe_interval),
+        };
         state.schedule.push(Reverse((first, generation, id.clone())));
         state.workers.insert(id, Entry { worker, generation });
+        shared.schedule_changed.notify_one();
     }
 
     /// Reads the instance list and reconciles the workers with it. Returns the number of
@@ -711,9 +725,13 @@ impl Pool {
             }
             let worker = entry.worker.clone();
             // The next probe one interval after this one was due, with a little jitter
-            // either way; a pool that fell behind starts again from now.
+            // either way; a pool that fell behind starts again from now. A worker still
+            // booting is looked at again sooner.
             let jitter = state.random_below(interval / 16);
-            let mut next = at + interval + jitter - interval / 32;
+            let mut next = match worker.state() {
+                State::Booting => now + reprobe_while_booting(worker.probe_age(), interval),
+                _ => at + interval + jitter - interval / 32,
+            };
             if next <= now {
                 next = now + jitter;
             }
@@ -865,6 +883,7 @@ impl Pool {
             let wait = wake.since(now).clamp(Duration::from_millis(1), Duration::from_secs(1));
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
+                _ = shared.schedule_changed.notified() => {}
                 _ = shared.stop.notified() => {}
             }
         }
@@ -1076,6 +1095,17 @@ impl Creating {
             })
         })
     }
+}
+
+/// The shortest wait between probes of a booting worker.
+const MIN_BOOT_REPROBE: Duration = Duration::from_millis(250);
+
+/// How soon a worker this pool created is probed again while it boots: after half the time it
+/// has been booting, at least [`MIN_BOOT_REPROBE`] and at most `interval`. An instance that is
+/// up in a second is seen within a fraction of a second more, not an interval later; one that
+/// boots in minutes costs a handful of probes more than at the interval alone.
+pub(crate) fn reprobe_while_booting(booting_for: Duration, interval: Duration) -> Duration {
+    (booting_for / 2).clamp(MIN_BOOT_REPROBE.min(interval), interval)
 }
 
 /// 20 random bytes as hex, from the kernel.

@@ -231,6 +231,62 @@ fn a_created_instance_boots_and_becomes_idle() {
     assert!(h.pool.metrics().contains("wharf_prober_boot_outcomes_total{outcome=\"success\"} 1"));
 }
 
+/// A created instance is probed as soon as its create returns, not at a tick up to an interval
+/// later, and while it boots again after half its age (at least 250 ms): one that boots in half
+/// a second is in service then, with a probe interval of 10 s. Once booted, the interval holds.
+#[test]
+fn a_created_instance_is_probed_at_once_and_often_while_it_boots() {
+    let h = harness();
+    let id = h.create("small").unwrap();
+    let not_yet = Reply::fail(1, "not yet");
+    h.script(&id.0).on(Match::Exact(BOOT.into()), [not_yet.clone(), not_yet, Reply::ok("")]);
+    let probe_after = |wait: Duration| {
+        h.clock.advance(wait);
+        h.runtime.block_on(h.pool.probe_due())
+    };
+    let ms = Duration::from_millis;
+    assert_eq!(probe_after(Duration::ZERO), 1, "probed without waiting");
+    assert_eq!(h.state_of(&id.0), State::Booting);
+    assert_eq!(probe_after(ms(249)), 0);
+    assert_eq!(probe_after(ms(1)), 1, "again after the shortest wait");
+    assert_eq!(probe_after(ms(250)), 1);
+    assert_eq!(h.state_of(&id.0), State::Idle, "in service half a second after its create");
+    let boot_probes =
+        |h: &Harness| h.script(&id.0).calls().iter().filter(|call| call.command == BOOT).count();
+    assert_eq!(boot_probes(&h), 3);
+    // Booted: the last wait planned while booting, then one interval apart.
+    assert_eq!(probe_after(ms(250)), 1);
+    assert_eq!(probe_after(secs(9)), 0);
+    assert_eq!(probe_after(ms(1_400)), 1, "an interval (with its jitter) later");
+    assert_eq!(boot_probes(&h), 3, "no boot probe once booted");
+}
+
+/// The wait between probes of a booting worker grows with its age, so a slow boot (minutes)
+/// costs a handful of probes more than at the interval alone, never more than one per
+/// 250 ms, and never less than one per interval.
+#[test]
+fn a_booting_worker_is_probed_again_after_half_its_age_within_bounds() {
+    let cases = [
+        (Duration::ZERO, Duration::from_millis(250)),
+        (Duration::from_millis(300), Duration::from_millis(250)),
+        (secs(1), Duration::from_millis(500)),
+        (secs(8), secs(4)),
+        (secs(60), secs(10)),
+    ];
+    for (booting_for, wait) in cases {
+        assert_eq!(
+            crate::pool::reprobe_while_booting(booting_for, secs(10)),
+            wait,
+            "{booting_for:?}"
+        );
+    }
+    assert_eq!(
+        crate::pool::reprobe_while_booting(secs(1), Duration::from_millis(100)),
+        Duration::from_millis(100),
+        "an interval shorter than the shortest wait is the wait"
+    );
+}
+
 struct CreateCase {
     name: &'static str,
     /// Cloud replies to the creates, in order.
