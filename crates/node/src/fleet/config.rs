@@ -9,6 +9,7 @@
 //!
 //! [loopback]                        # N agents on this host, created and destroyed by the pool
 //! instances = 2
+//! max_concurrent_creates = 4        # agents started at once (0: no limit)
 //!
 //! [store]                           # what the fleet must not lose
 //! backend = "redb"                  # <data_dir>/fleet.redb, one fleet process (the default)
@@ -61,7 +62,7 @@ pub struct FleetConfig {
     pub timeouts: TimeoutsConfig,
     /// When unresponsive workers stop being shut down.
     pub brake: BrakeSettings,
-    /// The runner deployed to every worker.
+    /// The runner on every worker.
     pub runner: RunnerSettings,
     /// Where the fleet keeps its queue, placements, attempts and outcomes.
     pub store: StoreSettings,
@@ -107,9 +108,10 @@ pub struct BrakeSettings {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RunnerSettings {
-    /// The `wharf` binary to deploy; by default the one running the fleet.
+    /// The `wharf` binary to deploy; by default the one running the fleet. Loopback instances
+    /// run it in place (it starts their agents too): they are this host, nothing is copied.
     pub binary: Option<PathBuf>,
-    /// Where it goes on each worker, as `runner~<sha256>`.
+    /// Where it goes on each static host, as `runner~<sha256>`.
     pub directory: Option<String>,
     /// The boot probe; by default `true` for static hosts, and "the agent announced itself"
     /// for loopback instances.
@@ -176,6 +178,8 @@ pub struct LoopbackSettings {
     /// of one fleet on one host (sharing an etcd) share it, so a new leader adopts the
     /// workers and their work.
     pub root: Option<PathBuf>,
+    /// At most this many creates at once (each starts an agent); 0: no limit.
+    pub max_concurrent_creates: usize,
 }
 
 /// Static workers.
@@ -250,9 +254,14 @@ impl Default for BrakeSettings {
     }
 }
 
+impl LoopbackSettings {
+    const DEFAULT: LoopbackSettings =
+        LoopbackSettings { instances: 2, root: None, max_concurrent_creates: 4 };
+}
+
 impl Default for LoopbackSettings {
     fn default() -> LoopbackSettings {
-        LoopbackSettings { instances: 2, root: None }
+        LoopbackSettings::DEFAULT
     }
 }
 
@@ -296,7 +305,7 @@ impl FleetConfig {
 
     /// Where the workers come from: loopback unless `[static]` is given.
     pub fn instances(&self) -> Instances<'_> {
-        const DEFAULT: LoopbackSettings = LoopbackSettings { instances: 2, root: None };
+        const DEFAULT: LoopbackSettings = LoopbackSettings::DEFAULT;
         match (&self.loopback, &self.static_hosts) {
             (_, Some(hosts)) => Instances::Static(hosts),
             (Some(loopback), None) => Instances::Loopback(loopback),
@@ -358,10 +367,7 @@ mod tests {
     fn no_file_means_two_loopback_workers() {
         let config = FleetConfig::parse("").unwrap();
         assert_eq!(config, FleetConfig::default());
-        assert_eq!(
-            config.instances(),
-            Instances::Loopback(&LoopbackSettings { instances: 2, root: None })
-        );
+        assert_eq!(config.instances(), Instances::Loopback(&LoopbackSettings::DEFAULT));
         assert_eq!(config.bind.to_string(), "127.0.0.1:4748");
     }
 

@@ -3,7 +3,8 @@
 //!
 //! This module only wires wharf-prober's pool and wharf-fleet's scheduler to the `wharf`
 //! binary:
-//! - the runner is `wharf` itself, deployed to every worker by sha256; the run probe is
+//! - the runner is `wharf` itself, deployed to every static worker by sha256 (loopback workers
+//!   run the fleet's own binary in place, as their agents do); the run probe is
 //!   `wharf alloc list --probe`, a start is `wharf run --detach - --id ID` with the job spec on
 //!   stdin, a stop is `wharf alloc stop --wait`, and `wharf alloc outcome ID` says how an
 //!   allocation that left the list ended;
@@ -401,8 +402,13 @@ fn plan(config: &FleetConfig, data_dir: &Path) -> anyhow::Result<Plan> {
             );
             pool.secret_path = "secret".into();
             pool.max_instances = settings.instances;
+            pool.max_concurrent_creates = settings.max_concurrent_creates;
             worker.boot_probe_command = "test -s data/agent.json".into();
-            worker.runner.directory = data_dir.join("runner").display().to_string();
+            // A loopback instance is this host, and its agent runs the fleet's own binary in
+            // place: so do the runner commands. Nothing is copied (a copy per instance would be
+            // the same file written and hashed once per worker on one disk and one CPU).
+            worker.runner.binary = None;
+            worker.runner.command = wharf;
             scheduling.min_workers = settings.instances;
         }
         Instances::Static(settings) => {
