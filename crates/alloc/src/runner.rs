@@ -482,11 +482,15 @@ impl AllocRunner {
 
     /// Runs the allocation until every task has finished (or the agent shuts down). Returns at
     /// once if called again, or after destroy or shutdown.
+    ///
+    /// The run's future lives as long as the allocation runs, so it holds only what waiting
+    /// takes: every step that does more (hooks, kills, reactions, updates) is boxed, and
+    /// its state lives on the heap only while it runs.
     pub async fn run(&self) {
         if self.step(Event::Run).1 != Action::StartRun {
             return;
         }
-        self.persist_alloc().await;
+        Box::pin(self.persist_alloc()).await;
         tokio::join!(self.run_tasks(), self.watch_task_states(), self.handle_updates());
         self.publish();
         self.step(Event::RunOver);
@@ -494,8 +498,25 @@ impl AllocRunner {
 
     async fn run_tasks(&self) {
         let s = &self.shared;
-        let alloc = self.alloc();
-        if alloc.server_terminal() {
+        Box::pin(self.before_tasks()).await;
+        self.apply_gates();
+        let mut running = JoinSet::new();
+        for task in &s.tasks {
+            let task = task.clone();
+            running.spawn(async move { task.run().await });
+        }
+        while running.join_next().await.is_some() {}
+        s.runners_finished.send_replace(true);
+        if !self.lifecycle().shutting_down() {
+            Box::pin(self.postrun()).await;
+        }
+    }
+
+    /// What comes before the task runners start: the kill of a stopped allocation, or the
+    /// prerun hooks.
+    async fn before_tasks(&self) {
+        let s = &self.shared;
+        if self.with_alloc(Allocation::server_terminal) {
             // Stopped, perhaps while the agent was away with tasks still running: they are
             // killed in the usual order and poststop tasks run after them, unless nothing of
             // the allocation ever ran (then there is nothing to clean up after).
@@ -521,21 +542,15 @@ impl AllocRunner {
                 task.mark_failed_dead(TaskEvent::new(s.clock.now(), kind)).await;
             }
         }
-        self.apply_gates();
-        let mut running = JoinSet::new();
-        for task in &s.tasks {
-            let task = task.clone();
-            running.spawn(async move { task.run().await });
-        }
-        while running.join_next().await.is_some() {}
-        s.runners_finished.send_replace(true);
-        if !self.lifecycle().shutting_down() {
-            let alloc = self.alloc();
-            for hook in &s.hooks {
-                let ctx = AllocHookContext { alloc: &alloc, alloc_root: &s.alloc_root };
-                if let Err(error) = bounded(hook.name(), hook.postrun(ctx)).await {
-                    tracing::warn!(alloc_id = %s.id, %error, "postrun hook failed");
-                }
+    }
+
+    async fn postrun(&self) {
+        let s = &self.shared;
+        let alloc = self.alloc();
+        for hook in &s.hooks {
+            let ctx = AllocHookContext { alloc: &alloc, alloc_root: &s.alloc_root };
+            if let Err(error) = bounded(hook.name(), hook.postrun(ctx)).await {
+                tracing::warn!(alloc_id = %s.id, %error, "postrun hook failed");
             }
         }
     }
@@ -558,7 +573,7 @@ impl AllocRunner {
                 () = s.state_changed.notified() => false,
                 () = raised(&mut done) => true,
             };
-            self.react().await;
+            Box::pin(self.react()).await;
             if finished {
                 break;
             }
@@ -745,7 +760,7 @@ impl AllocRunner {
             }
             let next = s.queued_update.lock().take();
             if let Some(update) = next {
-                self.apply_update(update).await;
+                Box::pin(self.apply_update(update)).await;
             }
         }
     }

@@ -516,6 +516,9 @@ impl TaskRunner {
     }
 
     /// The body of [`TaskRunner::run`], for whoever claimed the run.
+    /// The run's future lives as long as the task runs, so it holds only what waiting takes:
+    /// every step that does more (starts, hooks, stops, writes) is boxed, and its state lives
+    /// on the heap only while it runs.
     async fn run_claimed(&self) {
         let s = &self.shared;
         if s.fresh.load(Ordering::Relaxed) {
@@ -530,12 +533,12 @@ impl TaskRunner {
             // A task restored dead has only the end of its run left.
             let looped = if restored_dead { Ending::Dead } else { self.main_loop().await };
             match looped {
-                Ending::Dead => self.after_death().await,
+                Ending::Dead => Box::pin(self.after_death()).await,
                 Ending::Shutdown => Ending::Shutdown,
             }
         };
         if let Ending::Shutdown = ending {
-            self.on_shutdown().await;
+            Box::pin(self.on_shutdown()).await;
         }
         self.step(Event::RunEnded);
     }
@@ -556,23 +559,15 @@ impl TaskRunner {
             let decision = s.tracker.lock().decide(&outcome, s.origin.elapsed());
             match decision {
                 Decision::Restart { delay, reason } => {
-                    let event = self.event(TaskEventKind::Restarting { delay, reason });
-                    self.commit(|state| {
-                        state.append_event(event);
-                        let _ = state.set_status(TaskStatus::Pending, self.now());
-                    })
-                    .await;
-                    tokio::select! {
-                        () = tokio::time::sleep(delay) => {}
-                        wind_down = self.wind_down_requested() => match wind_down {
-                            WindDown::Kill => break,
-                            WindDown::Shutdown => return Ending::Shutdown,
-                        },
+                    match Box::pin(self.restart_delay(delay, reason)).await {
+                        None => {}
+                        Some(WindDown::Kill) => break,
+                        Some(WindDown::Shutdown) => return Ending::Shutdown,
                     }
                 }
                 Decision::Fail { reason } => {
                     let event = self.event(TaskEventKind::NotRestarting { reason }).failing();
-                    self.commit(|state| state.append_event(event)).await;
+                    Box::pin(self.commit(|state| state.append_event(event))).await;
                     break;
                 }
                 Decision::Done | Decision::Killed => break,
@@ -582,6 +577,21 @@ impl TaskRunner {
     }
 
     /// One run: wait for the gate, prepare, start (or adopt a recovered task), wait for it.
+    /// Records a restart and waits out its delay, unless the runner is asked to wind down
+    /// first.
+    async fn restart_delay(&self, delay: Duration, reason: String) -> Option<WindDown> {
+        let event = self.event(TaskEventKind::Restarting { delay, reason });
+        self.commit(|state| {
+            state.append_event(event);
+            let _ = state.set_status(TaskStatus::Pending, self.now());
+        })
+        .await;
+        tokio::select! {
+            () = tokio::time::sleep(delay) => None,
+            wind_down = self.wind_down_requested() => Some(wind_down),
+        }
+    }
+
     async fn run_once(&self) -> RunEnded {
         let s = &self.shared;
         let recovered = s.recovered.lock().take();
@@ -590,10 +600,10 @@ impl TaskRunner {
                 let id = handle.id().clone();
                 s.current.send_replace(Some(id.clone()));
                 let event = self.event(TaskEventKind::Reattached);
-                self.commit(|state| {
+                Box::pin(self.commit(|state| {
                     state.append_event(event);
                     let _ = state.set_status(TaskStatus::Running, self.now());
-                })
+                }))
                 .await;
                 id
             }
@@ -607,14 +617,20 @@ impl TaskRunner {
                     },
                     () = raised(&mut gate) => {}
                 }
-                match self.start().await {
+                match Box::pin(self.start()).await {
                     Ok(id) => id,
                     Err(outcome) => return RunEnded::Outcome(outcome),
                 }
             }
         };
-        self.poststart().await;
+        Box::pin(self.poststart()).await;
         let waited = self.wait(&task_id).await;
+        Box::pin(self.after_wait(waited, task_id)).await
+    }
+
+    /// What follows a wait on the running task: the exit recorded, or the task stopped, and
+    /// its driver resources released.
+    async fn after_wait(&self, waited: Waited, task_id: TaskId) -> RunEnded {
         let outcome = match waited {
             Waited::Shutdown => return RunEnded::Shutdown,
             Waited::Exited(exit) => {
@@ -993,7 +1009,7 @@ impl TaskRunner {
         }
         match self.step(Event::Kill) {
             // Killed before it ran: the kill runs it to its end here, and a later `run` returns.
-            Action::RunToEnd => self.run_claimed().await,
+            Action::RunToEnd => Box::pin(self.run_claimed()).await,
             Action::AwaitFinished => self.wait_finished().await,
             Action::Ignore | Action::RunLoop => {}
         }
