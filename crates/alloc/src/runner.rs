@@ -201,7 +201,8 @@ pub struct AllocRunner {
 /// index did not change is written all the same.
 #[derive(Debug)]
 struct Record {
-    alloc: Allocation,
+    /// Shared with the task runners, which hold the version last applied to them.
+    alloc: Arc<Allocation>,
     generation: u64,
     persisted: Option<u64>,
 }
@@ -265,7 +266,8 @@ impl AllocRunner {
     /// Builds the runner and its task runners without running anything. Fails if the group is
     /// missing from the job or a task names a driver the node does not have.
     pub fn new(config: AllocRunnerConfig) -> Result<AllocRunner, AllocError> {
-        let group = config.alloc.group()?.clone();
+        let alloc = Arc::new(config.alloc);
+        let group = alloc.group()?;
         let mut drivers = Vec::with_capacity(group.tasks.len());
         for task in &group.tasks {
             let driver = config.drivers.get(&task.driver).cloned().ok_or_else(|| {
@@ -280,7 +282,7 @@ impl AllocRunner {
         // The health hooks reach the runner they belong to through a weak reference.
         let shared = Arc::new_cyclic(|weak: &Weak<Shared>| {
             let runner = WeakRunner { shared: weak.clone(), clock: config.clock.clone() };
-            let health = Health::new(&config.alloc, config.health, runner);
+            let health = Health::new(&alloc, config.health, runner);
             let state_changed = Arc::new(Notify::new());
             let events = EventStream::new(config.event_buffer);
             let mut task_hooks = config.task_hooks;
@@ -291,7 +293,7 @@ impl AllocRunner {
                 .zip(drivers)
                 .map(|(task, driver)| {
                     let mut task_config = TaskRunnerConfig::new(
-                        config.alloc.clone(),
+                        alloc.clone(),
                         task.clone(),
                         driver,
                         config.store.clone(),
@@ -313,8 +315,8 @@ impl AllocRunner {
             hooks.extend(config.hooks);
             let initial = AllocState::pending(group.tasks.iter().map(|t| t.name.clone()));
             Shared {
-                id: config.alloc.id.clone(),
-                record: Mutex::new(Record { alloc: config.alloc, generation: 0, persisted: None }),
+                id: alloc.id.clone(),
+                record: Mutex::new(Record { alloc: alloc.clone(), generation: 0, persisted: None }),
                 tasks,
                 store: config.store,
                 clock: config.clock,
@@ -346,6 +348,11 @@ impl AllocRunner {
 
     /// The allocation as of the latest update.
     pub fn alloc(&self) -> Allocation {
+        (*self.shared.record.lock().alloc).clone()
+    }
+
+    /// The allocation as of the latest update, shared rather than copied.
+    fn current(&self) -> Arc<Allocation> {
         self.shared.record.lock().alloc.clone()
     }
 
@@ -355,7 +362,7 @@ impl AllocRunner {
     }
 
     /// Applies `alloc` as the allocation; a change is a new generation for the next persist.
-    fn set_alloc(&self, alloc: Allocation) {
+    fn set_alloc(&self, alloc: Arc<Allocation>) {
         let mut record = self.shared.record.lock();
         if record.alloc != alloc {
             record.alloc = alloc;
@@ -453,7 +460,7 @@ impl AllocRunner {
         *s.persisted_deployment.lock() = stored.deployment_status.clone();
         {
             let mut record = s.record.lock();
-            if record.alloc == stored.alloc {
+            if *record.alloc == stored.alloc {
                 record.persisted = Some(record.generation);
             }
         }
@@ -546,7 +553,7 @@ impl AllocRunner {
 
     async fn postrun(&self) {
         let s = &self.shared;
-        let alloc = self.alloc();
+        let alloc = self.current();
         for hook in &s.hooks {
             let ctx = AllocHookContext { alloc: &alloc, alloc_root: &s.alloc_root };
             if let Err(error) = bounded(hook.name(), hook.postrun(ctx)).await {
@@ -556,7 +563,7 @@ impl AllocRunner {
     }
 
     async fn prerun(&self) -> Result<(), AllocError> {
-        let alloc = self.alloc();
+        let alloc = self.current();
         for hook in &self.shared.hooks {
             let ctx = AllocHookContext { alloc: &alloc, alloc_root: &self.shared.alloc_root };
             bounded(hook.name(), hook.prerun(ctx)).await?;
@@ -653,7 +660,7 @@ impl AllocRunner {
     /// Recomputes the allocation's state and tells watchers if it changed.
     fn publish(&self) {
         let s = &self.shared;
-        let alloc = self.alloc();
+        let alloc = self.current();
         let task_states: BTreeMap<String, TaskState> =
             s.tasks.iter().map(|t| (t.name().to_owned(), t.state())).collect();
         let mut state = AllocState {
@@ -707,7 +714,7 @@ impl AllocRunner {
     }
 
     async fn prekill_hooks(&self) {
-        let alloc = self.alloc();
+        let alloc = self.current();
         for hook in &self.shared.hooks {
             let ctx = AllocHookContext { alloc: &alloc, alloc_root: &self.shared.alloc_root };
             let _ = tokio::time::timeout(HOOK_TIMEOUT, hook.prekill(ctx)).await;
@@ -724,7 +731,7 @@ impl AllocRunner {
             tracing::debug!(alloc_id = %s.id, "allocation finished; update ignored");
             return;
         }
-        let current = self.alloc().modify_index;
+        let current = self.with_alloc(|a| a.modify_index);
         let mut queued = s.queued_update.lock();
         let newest = queued.as_ref().map_or(current, |q| q.modify_index.max(current));
         if alloc.modify_index < newest {
@@ -741,10 +748,10 @@ impl AllocRunner {
     /// of the agent: a restored stopped allocation is killed. A stale update (older than the
     /// current one) changes nothing.
     pub async fn update_durably(&self, alloc: Allocation) -> Result<(), AllocError> {
-        if alloc.modify_index < self.alloc().modify_index {
+        if alloc.modify_index < self.with_alloc(|a| a.modify_index) {
             return Ok(());
         }
-        self.set_alloc(alloc.clone());
+        self.set_alloc(Arc::new(alloc.clone()));
         self.persist().await?;
         self.update(alloc);
         Ok(())
@@ -767,10 +774,11 @@ impl AllocRunner {
 
     async fn apply_update(&self, update: Allocation) {
         let s = &self.shared;
-        if update.modify_index < self.alloc().modify_index {
+        if update.modify_index < self.with_alloc(|a| a.modify_index) {
             return;
         }
         let stopping = update.server_terminal();
+        let update = Arc::new(update);
         self.set_alloc(update.clone());
         self.persist_alloc().await;
         if !update.server_terminal() {
@@ -832,7 +840,7 @@ impl AllocRunner {
             }
         }
         self.publish();
-        let alloc = self.alloc();
+        let alloc = self.current();
         for hook in &s.hooks {
             let ctx = AllocHookContext { alloc: &alloc, alloc_root: &s.alloc_root };
             if let Err(error) = bounded(hook.name(), hook.destroy(ctx)).await {
@@ -870,7 +878,7 @@ impl AllocRunner {
             }
             _ => return,
         }
-        let alloc = self.alloc();
+        let alloc = self.current();
         for hook in &s.hooks {
             let ctx = AllocHookContext { alloc: &alloc, alloc_root: &s.alloc_root };
             let _ = tokio::time::timeout(HOOK_TIMEOUT, hook.shutdown(ctx)).await;
@@ -982,7 +990,7 @@ impl AllocRunner {
         if let Action::Refuse(reason) = self.step(Event::RestartAll).1 {
             return Err(refuse(reason));
         }
-        if self.alloc().server_terminal() {
+        if self.with_alloc(Allocation::server_terminal) {
             return Err(refuse("it is stopped"));
         }
         let status = self.state().client_status;

@@ -80,8 +80,9 @@ pub const DEFAULT_MAX_KILL_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct TaskRunnerConfig {
-    /// The allocation the task belongs to.
-    pub alloc: Allocation,
+    /// The allocation the task belongs to, shared with whoever else holds it (the alloc
+    /// runner and its other task runners share one).
+    pub alloc: Arc<Allocation>,
     /// The task, as in the allocation's group.
     pub task: Task,
     /// The driver named by the task.
@@ -110,14 +111,14 @@ impl TaskRunnerConfig {
     /// A runner of `task` of `alloc` through `driver`, persisting through `store`, with its
     /// directory under `alloc_root` (`<alloc_root>/<task>`), and defaults for the rest.
     pub fn new(
-        alloc: Allocation,
+        alloc: impl Into<Arc<Allocation>>,
         task: Task,
         driver: Arc<dyn Driver>,
         store: Arc<dyn StateStore>,
         alloc_root: impl Into<PathBuf>,
     ) -> TaskRunnerConfig {
         TaskRunnerConfig {
-            alloc,
+            alloc: alloc.into(),
             task,
             driver,
             store,
@@ -184,7 +185,7 @@ pub struct TaskRunner {
 struct Shared {
     task: Task,
     stage: Stage,
-    alloc: Mutex<Allocation>,
+    alloc: Mutex<Arc<Allocation>>,
     driver: Arc<dyn Driver>,
     store: Arc<dyn StateStore>,
     clock: Arc<dyn WallClock>,
@@ -1173,8 +1174,8 @@ impl TaskRunner {
     }
 
     /// Applies an allocation update and runs the update hooks.
-    pub async fn update(&self, alloc: Allocation) {
-        *self.shared.alloc.lock() = alloc;
+    pub async fn update(&self, alloc: impl Into<Arc<Allocation>>) {
+        *self.shared.alloc.lock() = alloc.into();
         self.run_hooks(HookPhase::Update).await;
     }
 
