@@ -468,7 +468,7 @@ impl Cgroups {
         task.files.close();
         self.remove_dirs(task)?;
         self.release_cores(&task.name);
-        self.live.lock().remove(&task.name);
+        self.live.lock().remove(&*task.name);
         Ok(())
     }
 
@@ -578,10 +578,10 @@ impl Cgroups {
             dirs.push(TaskDir { controllers: place.controllers.clone(), path, owned: true });
         }
         TaskCgroup {
-            name: name.to_owned(),
+            name: name.into(),
             version: self.version,
             kill_file: self.kill_file,
-            dirs,
+            dirs: dirs.into(),
             cores,
             files: Arc::default(),
         }
@@ -673,13 +673,14 @@ struct TaskDir {
     owned: bool,
 }
 
-/// One task run's cgroup. Clones share the files they keep open.
+/// One task run's cgroup. Clones share its name, directories and the files they keep open:
+/// a driver holds one for each running task, and its exit watcher another.
 #[derive(Debug, Clone)]
 pub struct TaskCgroup {
-    name: String,
+    name: Arc<str>,
     version: Version,
     kill_file: bool,
-    dirs: Vec<TaskDir>,
+    dirs: Arc<[TaskDir]>,
     cores: Option<CpuSet>,
     files: Arc<OpenFiles>,
 }
