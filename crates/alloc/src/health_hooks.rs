@@ -399,7 +399,9 @@ async fn watch_health(
         let Some(runner) = health.runner.upgrade() else { return };
         let wake_at = match look(&runner, &health.book, &mut tracker, origin.elapsed()) {
             Progress::Judged(verdict) => {
-                judge(&runner, verdict).await;
+                // Boxed: the watcher's future, held while the allocation is judged, keeps
+                // only what waiting takes.
+                Box::pin(judge(&runner, verdict)).await;
                 return;
             }
             Progress::Stopped => return,
