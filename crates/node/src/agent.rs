@@ -107,6 +107,21 @@ struct Managed {
     /// What its group holds of the node while it may run, worked out once: the agent changes
     /// an allocation's desired status, never its job, so this does not change.
     needed: Amount,
+    /// Its tasks' restarts when the agent took it on: those since count in the metrics.
+    restarts_before: u64,
+}
+
+impl Managed {
+    /// Its tasks' restarts since the agent took it on, read from the task states (which
+    /// count them exactly) without copying them.
+    fn restarts_since_adopted(&self) -> u64 {
+        restarts(&self.runner).saturating_sub(self.restarts_before)
+    }
+}
+
+/// The restarts of every task of `runner`'s allocation.
+fn restarts(runner: &AllocRunner) -> u64 {
+    runner.subscribe().borrow().task_states.values().map(|task| task.restarts).sum()
 }
 
 enum Claim<'a> {
@@ -408,25 +423,11 @@ impl Agent {
             .job
             .group(&alloc.task_group)
             .map_or(Amount::ZERO, |group| self.resources.needed(group));
-        self.allocs
-            .write()
-            .insert(runner.id().to_owned(), Managed { runner: runner.clone(), order, needed });
-        let metrics = self.metrics.clone();
-        let mut watch = runner.subscribe();
-        tokio::spawn(async move {
-            // Restarts are counted from the task states, which count them exactly.
-            let mut seen: BTreeMap<String, u64> =
-                watch.borrow().task_states.iter().map(|(n, s)| (n.clone(), s.restarts)).collect();
-            while watch.changed().await.is_ok() {
-                let state = watch.borrow_and_update().clone();
-                for (name, task) in &state.task_states {
-                    let before = seen.insert(name.clone(), task.restarts).unwrap_or(task.restarts);
-                    metrics
-                        .task_restarts
-                        .fetch_add(task.restarts.saturating_sub(before), Ordering::Relaxed);
-                }
-            }
-        });
+        let restarts_before = restarts(&runner);
+        self.allocs.write().insert(
+            runner.id().to_owned(),
+            Managed { runner: runner.clone(), order, needed, restarts_before },
+        );
         let ports = self.ports.clone();
         tokio::spawn(async move {
             runner.run().await;
@@ -573,7 +574,10 @@ impl Agent {
                     // Counted under the lock a scrape reads the allocations under, so the
                     // total never goes down.
                     let mut allocs = self.allocs.write();
-                    allocs.remove(runner.id());
+                    if let Some(managed) = allocs.remove(runner.id()) {
+                        let restarts = managed.restarts_since_adopted();
+                        self.metrics.collected_task_restarts.fetch_add(restarts, Ordering::Relaxed);
+                    }
                     let runs = runner.check_runs();
                     self.metrics.collected_check_runs.fetch_add(runs, Ordering::Relaxed);
                 }
@@ -708,9 +712,15 @@ impl Agent {
         .map(|s| (s.to_string(), 0.0))
         .collect();
         let mut passing = Vec::new();
-        let (runners, mut check_runs) = {
+        let (runners, mut check_runs, restarts) = {
             let allocs = self.allocs.read();
-            (oldest_first(&allocs), self.metrics.collected_check_runs.load(Ordering::Relaxed))
+            let restarts = self.metrics.collected_task_restarts.load(Ordering::Relaxed)
+                + allocs.values().map(Managed::restarts_since_adopted).sum::<u64>();
+            (
+                oldest_first(&allocs),
+                self.metrics.collected_check_runs.load(Ordering::Relaxed),
+                restarts,
+            )
         };
         for runner in runners {
             check_runs += runner.check_runs();
@@ -778,6 +788,7 @@ impl Agent {
         let stats = self.store.stats();
         self.metrics.render(
             &[
+                ("wharf_task_restarts_total", "Task restarts.", "counter", restarts as f64),
                 (
                     "wharf_store_commits_total",
                     "Durable commits of the state store.",

@@ -14,8 +14,9 @@ pub struct Metrics {
     pub allocs_submitted: AtomicU64,
     /// Task starts (every run, restarts included).
     pub task_starts: AtomicU64,
-    /// Task restarts.
-    pub task_restarts: AtomicU64,
+    /// Task restarts of allocations garbage-collected since the agent started; the restarts
+    /// of the allocations it manages are read from their task states at scrape time.
+    pub collected_task_restarts: AtomicU64,
     /// Task runs that ended unsuccessfully.
     pub task_failures: AtomicU64,
     /// How long the last restore took, in microseconds.
@@ -51,7 +52,6 @@ impl Metrics {
                 "counter",
                 load(&self.task_starts),
             ),
-            ("wharf_task_restarts_total", "Task restarts.", "counter", load(&self.task_restarts)),
             (
                 "wharf_task_failures_total",
                 "Task runs that ended unsuccessfully.",

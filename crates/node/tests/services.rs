@@ -199,6 +199,10 @@ async fn a_server_failing_its_check_is_restarted_by_check_restart() {
     .await;
     assert_eq!(passing.state.task_states["server"].restarts, 1, "restarted once");
     assert_eq!(healthy(&passing), Some(true), "a judged allocation stays judged");
+    // The node's counter has the restart too: it reads the task states, which count exactly.
+    let metrics = client.call(Method::GET, "/v1/metrics", None).await.unwrap();
+    let metrics = String::from_utf8_lossy(&metrics);
+    assert!(metrics.contains("wharf_task_restarts_total 1\n"), "{metrics}");
     assert!(agent.terminate().success());
 }
 
