@@ -45,7 +45,7 @@ use wharf_task::events::DEFAULT_EVENT_BUFFER;
 use wharf_task::hooks::HOOK_TIMEOUT;
 use wharf_task::{
     DEFAULT_MAX_KILL_TIMEOUT, EventStream, LogLimits, RecordedEvent, SystemClock, TaskError,
-    TaskHook, TaskRunner, TaskRunnerConfig, WallClock,
+    TaskHook, TaskRunner, TaskRunnerConfig, WallClock, Watched,
 };
 
 /// How long destroy lets poststop tasks run before killing them.
@@ -231,7 +231,7 @@ struct Shared {
     queued_update: Mutex<Option<Allocation>>,
     update_ready: Notify,
     /// Raised once every task runner has finished, so the loops beside the run wind down.
-    runners_finished: watch::Sender<bool>,
+    runners_finished: Watched<bool>,
     /// Held while deleting the allocation's records and while persisting it, so a persist
     /// never brings back a destroyed allocation.
     records: tokio::sync::Mutex<()>,
@@ -256,10 +256,6 @@ impl WeakRunner {
     pub(crate) fn clock(&self) -> Arc<dyn WallClock> {
         self.clock.clone()
     }
-}
-
-async fn raised(flag: &mut watch::Receiver<bool>) {
-    let _ = flag.wait_for(|raised| *raised).await;
 }
 
 impl AllocRunner {
@@ -333,7 +329,7 @@ impl AllocRunner {
                 forced: Mutex::new(None),
                 queued_update: Mutex::new(None),
                 update_ready: Notify::new(),
-                runners_finished: watch::channel(false).0,
+                runners_finished: Watched::new(false),
                 records: tokio::sync::Mutex::new(()),
                 health,
             }
@@ -513,7 +509,7 @@ impl AllocRunner {
             running.spawn(async move { task.run().await });
         }
         while running.join_next().await.is_some() {}
-        s.runners_finished.send_replace(true);
+        s.runners_finished.set(true);
         if !self.lifecycle().shutting_down() {
             Box::pin(self.postrun()).await;
         }
@@ -574,11 +570,10 @@ impl AllocRunner {
     /// Reacts to task state changes until the run is done, then once more.
     async fn watch_task_states(&self) {
         let s = &self.shared;
-        let mut done = s.runners_finished.subscribe();
         loop {
             let finished = tokio::select! {
                 () = s.state_changed.notified() => false,
-                () = raised(&mut done) => true,
+                _ = s.runners_finished.wait_for(|done| *done) => true,
             };
             Box::pin(self.react()).await;
             if finished {
@@ -759,11 +754,10 @@ impl AllocRunner {
 
     async fn handle_updates(&self) {
         let s = &self.shared;
-        let mut done = s.runners_finished.subscribe();
         loop {
             tokio::select! {
                 () = s.update_ready.notified() => {}
-                () = raised(&mut done) => return,
+                _ = s.runners_finished.wait_for(|done| *done) => return,
             }
             let next = s.queued_update.lock().take();
             if let Some(update) = next {

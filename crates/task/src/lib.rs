@@ -14,6 +14,7 @@ pub mod lifecycle;
 pub mod local_state;
 pub mod restart;
 mod runner;
+pub mod watched;
 
 pub use clock::{SystemClock, TokioClock, WallClock};
 pub use error::TaskError;
@@ -26,6 +27,7 @@ pub use runner::{
     DEFAULT_MAX_KILL_TIMEOUT, DESTROY_TIMEOUT, EXIT_RESULT_TIMEOUT, LogLimits, REATTACH_WAIT,
     START_TIMEOUT, STOP_GRACE, TaskRunner, TaskRunnerConfig,
 };
+pub use watched::Watched;
 /// The attribute that implementations of [`TaskHook`] put on their `impl` block.
 pub use wharf_driver::async_trait;
 

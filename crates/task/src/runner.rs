@@ -26,6 +26,7 @@ use crate::hooks::{HOOK_TIMEOUT, HookContext, TaskDirHook, TaskDirs, TaskHook};
 use crate::lifecycle::{Action, Event, RunnerState};
 use crate::local_state::{HookState, LocalState};
 use crate::restart::{Decision, Outcome, RestartTracker};
+use crate::watched::Watched;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -202,14 +203,14 @@ struct Shared {
     /// The runner's own lifecycle; changed only through [`TaskRunner::step`].
     lifecycle: watch::Sender<RunnerState>,
     /// The running (or reattached) task, when there is one.
-    current: watch::Sender<Option<TaskId>>,
+    current: Watched<Option<TaskId>>,
     /// A handle recovered by `restore`, adopted by the run loop instead of starting.
     recovered: Mutex<Option<TaskHandle>>,
     /// An outcome to act on before anything else (a task lost while the agent was away).
     pending_outcome: Mutex<Option<Outcome>>,
     env: Mutex<BTreeMap<String, String>>,
     /// The lifecycle gate the alloc runner opens and closes.
-    gate: watch::Sender<bool>,
+    gate: Watched<bool>,
     restart: Mutex<Option<RestartRequest>>,
     restart_notify: Notify,
     rerun: Notify,
@@ -249,12 +250,6 @@ fn infallible<'a>(
         call.await;
         Ok(())
     })
-}
-
-/// Waits until a flag is raised (or its sender is gone). Returns nothing, so no borrow of the
-/// channel outlives the wait.
-async fn raised(flag: &mut watch::Receiver<bool>) {
-    let _ = flag.wait_for(|raised| *raised).await;
 }
 
 /// The hook phases run after prestart. Poststart and stop failures are recorded as events;
@@ -343,11 +338,11 @@ impl TaskRunner {
                 tracker: Mutex::new(tracker),
                 origin: tokio::time::Instant::now(),
                 lifecycle: watch::channel(RunnerState::Idle).0,
-                current: watch::channel(None).0,
+                current: Watched::new(None),
                 recovered: Mutex::new(None),
                 pending_outcome: Mutex::new(None),
                 env: Mutex::new(BTreeMap::new()),
-                gate: watch::channel(false).0,
+                gate: Watched::new(false),
                 restart: Mutex::new(None),
                 restart_notify: Notify::new(),
                 rerun: Notify::new(),
@@ -396,7 +391,7 @@ impl TaskRunner {
 
     /// Lets the task start (the lifecycle gate). Closing it again holds back later restarts.
     pub fn set_start_gate(&self, open: bool) {
-        self.shared.gate.send_replace(open);
+        self.shared.gate.set(open);
     }
 
     /// Where the runner's own life stands (see [`crate::lifecycle`]).
@@ -475,7 +470,7 @@ impl TaskRunner {
             Ok(()) => {
                 tracing::info!(alloc_id = %self.alloc_id(), task = %s.task.name, task_id = %handle.id(), "reattached to task");
                 // Known at once, so a restart or signal right after the restore reaches it.
-                s.current.send_replace(Some(handle.id().clone()));
+                s.current.set(Some(handle.id().clone()));
                 *s.recovered.lock() = Some(handle);
             }
             Err(error) => {
@@ -599,7 +594,7 @@ impl TaskRunner {
         let task_id = match recovered {
             Some(handle) => {
                 let id = handle.id().clone();
-                s.current.send_replace(Some(id.clone()));
+                s.current.set(Some(id.clone()));
                 let event = self.event(TaskEventKind::Reattached);
                 Box::pin(self.commit(|state| {
                     state.append_event(event);
@@ -609,14 +604,13 @@ impl TaskRunner {
                 id
             }
             None => {
-                let mut gate = s.gate.subscribe();
                 tokio::select! {
                     biased;
                     wind_down = self.wind_down_requested() => return match wind_down {
                         WindDown::Kill => RunEnded::KilledBeforeStart,
                         WindDown::Shutdown => RunEnded::Shutdown,
                     },
-                    () = raised(&mut gate) => {}
+                    _ = s.gate.wait_for(|open| *open) => {}
                 }
                 match Box::pin(self.start()).await {
                     Ok(id) => id,
@@ -720,7 +714,7 @@ impl TaskRunner {
             }
         };
         let id = handle.id().clone();
-        s.current.send_replace(Some(id.clone()));
+        s.current.set(Some(id.clone()));
         s.local.lock().handle = Some(handle);
         let event = self.event(TaskEventKind::Started);
         self.commit_with_local(|state| {
@@ -936,7 +930,7 @@ impl TaskRunner {
     /// is written with it (including what a stop noted).
     async fn release(&self, task_id: &TaskId) {
         let s = &self.shared;
-        s.current.send_replace(None);
+        s.current.set(None);
         if let Ok(Err(error)) =
             tokio::time::timeout(DESTROY_TIMEOUT, s.driver.destroy_task(task_id, false)).await
         {
@@ -1041,7 +1035,7 @@ impl TaskRunner {
             if !matches!(destroyed, Ok(Ok(()))) {
                 tracing::warn!(alloc_id = %self.alloc_id(), task = %s.task.name, "could not destroy an abandoned task; it may still run");
             }
-            s.current.send_replace(None);
+            s.current.set(None);
             s.local.lock().handle = None;
         }
         self.commit_with_local(|_| {}).await;
@@ -1059,16 +1053,15 @@ impl TaskRunner {
     async fn running_task(&self) -> Result<TaskId, TaskError> {
         let s = &self.shared;
         let not_running = || TaskError::NotRunning { task: s.task.name.clone() };
-        if let Some(id) = s.current.borrow().clone() {
+        if let Some(id) = s.current.get() {
             return Ok(id);
         }
         if s.state.lock().status != TaskStatus::Running || !self.may_still_attach() {
             return Err(not_running());
         }
-        let mut current = s.current.subscribe();
-        match tokio::time::timeout(REATTACH_WAIT, current.wait_for(Option::is_some)).await {
-            Ok(Ok(id)) => id.clone().ok_or_else(not_running),
-            _ => Err(not_running()),
+        match tokio::time::timeout(REATTACH_WAIT, s.current.wait_for(Option::is_some)).await {
+            Ok(id) => id.ok_or_else(not_running),
+            Err(_) => Err(not_running()),
         }
     }
 
@@ -1182,8 +1175,7 @@ impl TaskRunner {
     fn current_id(&self) -> Result<TaskId, TaskError> {
         self.shared
             .current
-            .borrow()
-            .clone()
+            .get()
             .ok_or_else(|| TaskError::NotRunning { task: self.shared.task.name.clone() })
     }
 
