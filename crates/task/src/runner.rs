@@ -204,10 +204,13 @@ struct Shared {
     lifecycle: watch::Sender<RunnerState>,
     /// The running (or reattached) task, when there is one.
     current: Watched<Option<TaskId>>,
-    /// A handle recovered by `restore`, adopted by the run loop instead of starting.
-    recovered: Mutex<Option<TaskHandle>>,
+    /// A handle recovered by `restore`, adopted by the run loop instead of starting. Boxed:
+    /// it is there only between a restore and the run.
+    recovered: Mutex<Option<Box<TaskHandle>>>,
     /// An outcome to act on before anything else (a task lost while the agent was away).
     pending_outcome: Mutex<Option<Outcome>>,
+    /// The environment of the last run, once its handle (which holds it while the task runs)
+    /// is released: what hooks see between runs and after the last.
     env: Mutex<BTreeMap<String, String>>,
     /// The lifecycle gate the alloc runner opens and closes.
     gate: Watched<bool>,
@@ -471,7 +474,7 @@ impl TaskRunner {
                 tracing::info!(alloc_id = %self.alloc_id(), task = %s.task.name, task_id = %handle.id(), "reattached to task");
                 // Known at once, so a restart or signal right after the restore reaches it.
                 s.current.set(Some(handle.id().clone()));
-                *s.recovered.lock() = Some(handle);
+                *s.recovered.lock() = Some(Box::new(handle));
             }
             Err(error) => {
                 tracing::warn!(alloc_id = %self.alloc_id(), task = %s.task.name, %error, "could not reattach to task");
@@ -675,7 +678,6 @@ impl TaskRunner {
                 return Err(Outcome::StartFailed { retryable: true });
             }
         };
-        *s.env.lock() = env.clone();
         let driver_config = env::interpolate_config(&s.task.config, &env);
         if let Err(error) = s.driver.validate_config(&driver_config) {
             return Err(self.start_failed(error).await);
@@ -793,7 +795,7 @@ impl TaskRunner {
     /// hook that fails or times out becomes a `HookFailed` event; the next hook still runs.
     async fn run_hooks(&self, phase: HookPhase<'_>) {
         let alloc = self.shared.alloc.lock().clone();
-        let env = self.shared.env.lock().clone();
+        let env = self.hook_env();
         for hook in &self.shared.hooks {
             let ctx = self.ctx(&alloc, &env);
             let (call, recorded) = match phase {
@@ -813,6 +815,16 @@ impl TaskRunner {
             let event =
                 self.event(TaskEventKind::HookFailed { hook: hook.name().to_owned(), error });
             self.commit(|state| state.append_event(event)).await;
+        }
+    }
+
+    /// The environment hooks see: the running task's, kept in its handle (one copy of it,
+    /// not two), or else the last run's.
+    fn hook_env(&self) -> BTreeMap<String, String> {
+        let s = &self.shared;
+        match &s.local.lock().handle {
+            Some(handle) => handle.config.env.clone(),
+            None => s.env.lock().clone(),
         }
     }
 
@@ -936,7 +948,9 @@ impl TaskRunner {
         {
             tracing::debug!(alloc_id = %self.alloc_id(), task = %s.task.name, %error, "driver could not free the task");
         }
-        s.local.lock().handle = None;
+        if let Some(handle) = s.local.lock().handle.take() {
+            *s.env.lock() = handle.config.env;
+        }
         self.persist_local().await;
     }
 
