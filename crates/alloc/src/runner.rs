@@ -547,6 +547,7 @@ impl AllocRunner {
         }
     }
 
+    /// The postrun hooks, once every task runner has finished (unless the agent is leaving).
     async fn postrun(&self) {
         let s = &self.shared;
         let alloc = self.current();

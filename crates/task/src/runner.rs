@@ -515,6 +515,7 @@ impl TaskRunner {
     }
 
     /// The body of [`TaskRunner::run`], for whoever claimed the run.
+    ///
     /// The run's future lives as long as the task runs, so it holds only what waiting takes:
     /// every step that does more (starts, hooks, stops, writes) is boxed, and its state lives
     /// on the heap only while it runs.
@@ -575,7 +576,6 @@ impl TaskRunner {
         Ending::Dead
     }
 
-    /// One run: wait for the gate, prepare, start (or adopt a recovered task), wait for it.
     /// Records a restart and waits out its delay, unless the runner is asked to wind down
     /// first.
     async fn restart_delay(&self, delay: Duration, reason: String) -> Option<WindDown> {
@@ -591,6 +591,7 @@ impl TaskRunner {
         }
     }
 
+    /// One run: wait for the gate, prepare, start (or adopt a recovered task), wait for it.
     async fn run_once(&self) -> RunEnded {
         let s = &self.shared;
         let recovered = s.recovered.lock().take();
