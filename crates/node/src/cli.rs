@@ -274,6 +274,10 @@ enum AllocCommand {
         /// Wait this long (such as `10s`) for it to end; fail if it has not.
         #[arg(long)]
         wait: Option<String>,
+        /// Take the id exactly, never as a prefix: for programs, such as a fleet stopping an
+        /// attempt that may be gone while a later one (`<id>__2`) runs.
+        #[arg(long)]
+        exact: bool,
     },
     /// Restart a task, the running tasks, or (with --all) every task.
     Restart {
@@ -753,9 +757,10 @@ async fn alloc(
             }
             Ok(())
         }
-        AllocCommand::Stop { id, wait } => {
+        AllocCommand::Stop { id, wait, exact } => {
             let wait = wait.as_deref().map(wharf_state::duration::parse).transpose()?;
-            let id = resolve(client, &id).await?;
+            let id =
+                if exact { exact_id(client, &id).await? } else { resolve(client, &id).await? };
             client.call(Method::POST, ApiPath::v1(["allocations", &id, "stop"]), None).await?;
             let Some(wait) = wait else {
                 println!("stopping {id}");
@@ -841,6 +846,18 @@ async fn resolve(client: &Client, given: &str) -> anyhow::Result<String> {
     let allocs: Vec<AllocSummary> =
         client.json(Method::GET, ApiPath::v1(["allocations"]), None).await?;
     match_id(allocs.iter().map(|a| a.id.as_str()), given).map(str::to_owned)
+}
+
+/// The allocation with exactly the id `given`, or a usage error naming it.
+async fn exact_id(client: &Client, given: &str) -> anyhow::Result<String> {
+    wharf_state::check_alloc_id(given)?;
+    match client.call(Method::GET, ApiPath::v1(["allocations", given]), None).await {
+        Ok(_) => Ok(given.to_owned()),
+        Err(ClientError::Api { status, .. }) if status.as_u16() == 404 => {
+            Err(UsageError(format!("no allocation {given:?} on this node")).into())
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// An exact match always wins, so an id that begins another (`job-1`, `job-10`) is never

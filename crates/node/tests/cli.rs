@@ -82,6 +82,29 @@ async fn exact_ids_win_over_prefixes() {
     }
 }
 
+/// A program's stop names one allocation exactly: with attempt `web` gone and `web__2`
+/// running, `alloc stop --exact web` stops nothing and says so, where the prefix a user may
+/// type would name `web__2`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exact_stop_never_takes_a_gone_id_for_a_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = AgentProcess::start(dir.path(), "");
+    let client = agent.client();
+    let run =
+        cli_in(&agent.data_dir, &["run", "--detach", "-", "--id", "web__2"], &named_service());
+    assert!(run.status.success(), "{run:?}");
+    until(&client, "web__2", "running", |d| d.state.client_status == ClientStatus::Running).await;
+
+    let exact = agent.cli(&["alloc", "stop", "--exact", "--wait", "1s", "web"]);
+    assert_eq!(exact.status.code(), Some(2), "{exact:?}");
+    assert!(stderr(&exact).contains("no allocation \"web\" on this node"), "{exact:?}");
+    let detail = until(&client, "web__2", "listed", |_| true).await;
+    assert_eq!(detail.state.client_status, ClientStatus::Running, "web__2 was stopped");
+
+    let stop = agent.cli(&["alloc", "stop", "--exact", "web__2", "--wait", "20s"]);
+    assert_eq!(stdout(&stop), "stopped web__2: complete\n", "{stop:?}");
+}
+
 /// `wharf` run with `args` and no agent address from the environment.
 fn wharf(args: &[&str]) -> Output {
     wharf_fed(args, b"")

@@ -49,7 +49,7 @@ impl Default for Timeouts {
 /// The runner on the worker: the program the run probe, start and kill commands call.
 ///
 /// The defaults are wharf's own node CLI (`wharf alloc list --probe`, `wharf run --detach -
-/// --id ID` with the job spec on stdin, `wharf alloc stop --wait 1s ID`, `wharf alloc outcome
+/// --id ID` with the job spec on stdin, `wharf alloc stop --exact --wait 1s ID`, `wharf alloc outcome
 /// ID`); crunch-run is driven with `--list`, `--detach --stdin-config`, `--kill 15` and no
 /// outcome command.
 #[derive(Debug, Clone)]
@@ -86,7 +86,9 @@ impl Default for RunnerConfig {
             directory: "/var/lib/wharf-runner".into(),
             list_args: "alloc list --probe".into(),
             start_args: "run --detach - --id".into(),
-            kill_args: "alloc stop --wait 1s".into(),
+            // Exact: the attempt asked to stop may be gone while a later one (`<id>__2`),
+            // which its id is a prefix of, runs.
+            kill_args: "alloc stop --exact --wait 1s".into(),
             outcome_args: Some("alloc outcome".into()),
             resources_args: Some("node status --probe".into()),
         }

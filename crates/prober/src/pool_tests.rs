@@ -658,7 +658,7 @@ fn runners_start_and_are_killed_through_the_pool() {
     fleet(&h, 1);
     let script = h.script("w-0");
     script.containing(" run --detach - --id ", Reply::ok(""));
-    script.containing(" alloc stop --wait 1s ", Reply::ok(""));
+    script.containing(" alloc stop --exact --wait 1s ", Reply::ok(""));
     let id = InstanceId::from("w-0");
     h.runtime.block_on(h.pool.start_runner(&id, "zzzzz-1", b"{}")).unwrap();
     assert_eq!(h.state_of("w-0"), State::Running);
