@@ -14,13 +14,33 @@ use std::time::Duration;
 /// through `sh -c`, which costs the worker one more program per command.
 pub(crate) fn under_deadline(command: &str, left: Duration) -> String {
     let Ok(quoted) = quote("command", command) else { return command.to_owned() };
-    let seconds = (left.as_secs() + u64::from(left.subsec_nanos() > 0)).max(1);
+    let seconds = timeout_seconds(left);
     let guarded =
         if runs_without_a_shell(command) { command.to_owned() } else { format!("sh -c {quoted}") };
     format!(
         "if command -v timeout >/dev/null 2>&1; then exec timeout -k 1 {seconds} {guarded}; \
          else exec sh -c {quoted}; fi"
     )
+}
+
+/// The arguments of `timeout` that run `command` under a deadline `left` from now, as
+/// [`under_deadline`] does, for a caller that starts `timeout` itself: `None` when the command
+/// needs a shell. Single-quoted words lose their quotes, as a shell would take them off.
+pub(crate) fn timeout_args(command: &str, left: Duration) -> Option<Vec<String>> {
+    if !runs_without_a_shell(command) {
+        return None;
+    }
+    let mut args = vec!["-k".to_owned(), "1".to_owned(), timeout_seconds(left).to_string()];
+    for word in command.split(' ') {
+        let unquoted = word.strip_prefix('\'').and_then(|w| w.strip_suffix('\'')).unwrap_or(word);
+        args.push(unquoted.to_owned());
+    }
+    Some(args)
+}
+
+/// The whole seconds `timeout` is given for a deadline `left` from now: rounded up, at least 1.
+fn timeout_seconds(left: Duration) -> u64 {
+    (left.as_secs() + u64::from(left.subsec_nanos() > 0)).max(1)
 }
 
 /// Whether `command` means the same when `timeout` runs it as when a shell does: one simple
@@ -86,6 +106,17 @@ mod tests {
         for (command, direct) in cases {
             assert_eq!(runs_without_a_shell(command), direct, "{command:?}");
         }
+    }
+
+    #[test]
+    fn a_simple_command_gets_timeout_args_and_others_need_the_shell() {
+        let in_20s = Duration::from_millis(19_500);
+        let args = timeout_args("'/var/lib/wharf-runner/runner~0a1b' run --id 'job-1'", in_20s);
+        let expected =
+            ["-k", "1", "20", "/var/lib/wharf-runner/runner~0a1b", "run", "--id", "job-1"];
+        assert_eq!(args.unwrap(), expected);
+        assert_eq!(timeout_args("echo $HOME", in_20s), None);
+        assert_eq!(timeout_args("true; reboot", in_20s), None);
     }
 
     #[test]
