@@ -759,9 +759,20 @@ async fn alloc(
         }
         AllocCommand::Stop { id, wait, exact } => {
             let wait = wait.as_deref().map(wharf_state::duration::parse).transpose()?;
-            let id =
-                if exact { exact_id(client, &id).await? } else { resolve(client, &id).await? };
-            client.call(Method::POST, ApiPath::v1(["allocations", &id, "stop"]), None).await?;
+            let id = if exact {
+                wharf_state::check_alloc_id(&id)?;
+                id
+            } else {
+                resolve(client, &id).await?
+            };
+            match client.call(Method::POST, ApiPath::v1(["allocations", &id, "stop"]), None).await {
+                Ok(_) => {}
+                // Only an exact id can be unknown here: a resolved one was just listed.
+                Err(ClientError::Api { status, .. }) if exact && status.as_u16() == 404 => {
+                    return Err(UsageError(format!("no allocation {id:?} on this node")).into());
+                }
+                Err(e) => return Err(e.into()),
+            }
             let Some(wait) = wait else {
                 println!("stopping {id}");
                 return Ok(());
@@ -846,18 +857,6 @@ async fn resolve(client: &Client, given: &str) -> anyhow::Result<String> {
     let allocs: Vec<AllocSummary> =
         client.json(Method::GET, ApiPath::v1(["allocations"]), None).await?;
     match_id(allocs.iter().map(|a| a.id.as_str()), given).map(str::to_owned)
-}
-
-/// The allocation with exactly the id `given`, or a usage error naming it.
-async fn exact_id(client: &Client, given: &str) -> anyhow::Result<String> {
-    wharf_state::check_alloc_id(given)?;
-    match client.call(Method::GET, ApiPath::v1(["allocations", given]), None).await {
-        Ok(_) => Ok(given.to_owned()),
-        Err(ClientError::Api { status, .. }) if status.as_u16() == 404 => {
-            Err(UsageError(format!("no allocation {given:?} on this node")).into())
-        }
-        Err(e) => Err(e.into()),
-    }
 }
 
 /// An exact match always wins, so an id that begins another (`job-1`, `job-10`) is never
