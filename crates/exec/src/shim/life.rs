@@ -65,6 +65,11 @@ impl Stage {
 
 /// Writes the start report's failure line (`failed <stage> <errno> <message>`) to the
 /// driver; a closed pipe is not an error worth more than the exit that follows.
+// Out of line, as every path that holds a large buffer: the buffer would otherwise sit in the
+// caller's frame, and a frame's pages are written (stack probes) whether or not the path runs,
+// each one a private page of every shim.
+#[cold]
+#[inline(never)]
 pub(crate) fn report_failure(stage: Stage, errno: i32, message: fmt::Arguments<'_>) {
     let mut line = Line::<1024>::new();
     let _ = write!(line, "failed {} {errno} {message}", stage.word());
@@ -73,23 +78,24 @@ pub(crate) fn report_failure(stage: Stage, errno: i32, message: fmt::Arguments<'
     let _ = sys::write_all(1, line.bytes());
 }
 
-/// A scratch area with two uses one after the other: the stack of the task's process between
-/// its clone and its exec, then the buffer the output is copied through. Sharing it keeps the
-/// shim's touched memory (what it costs in private pages) to a page or two.
+/// The buffer the output is copied through. It costs private memory only once output flows:
+/// a task that writes nothing leaves it untouched.
 #[repr(C, align(16))]
-struct Scratch([u8; SCRATCH_LEN]);
-const SCRATCH_LEN: usize = 32 * 1024;
-/// The part of the scratch area used as the output buffer: its top, where the child's stack
-/// was (a stack grows down from the top).
+struct OutputBuffer([u8; BUFFER_LEN]);
 const BUFFER_LEN: usize = 8 * 1024;
-static mut SCRATCH: Scratch = Scratch([0; SCRATCH_LEN]);
+static mut OUTPUT: OutputBuffer = OutputBuffer([0; BUFFER_LEN]);
+
+/// The stack of the task's process between its clone and its exec: mapped for the clone and
+/// given back once the program runs, so none of it stays in the shim. Generous, as only what
+/// is written costs anything (a few hundred bytes for the static shim's child).
+const CHILD_STACK_LEN: usize = 64 * 1024;
 
 /// The shim's whole life after its arguments were read; returns its exit status.
 ///
 /// # Safety
 ///
-/// The process has one thread, which runs nothing else from now on (the shim owns the scratch
-/// area and every descriptor); `argv` holds `args` and `envp` is the environment.
+/// The process has one thread, which runs nothing else from now on (the shim owns the output
+/// buffer and every descriptor); `argv` holds `args` and `envp` is the environment.
 pub(crate) unsafe fn run(
     args: &Args<'_>,
     argv: &Argv<'_>,
@@ -97,7 +103,7 @@ pub(crate) unsafe fn run(
     confine: &dyn Confine,
 ) -> u8 {
     let mut diag = Diag { run_dir: args.run_dir, fd: -1 };
-    // SAFETY: the caller's promise; a supervise call owns the scratch area.
+    // SAFETY: the caller's promise; a supervise call owns the output buffer.
     match unsafe { supervise(args, argv, envp, confine, &mut diag) } {
         Ok(()) => 0,
         Err(message) => {
@@ -115,6 +121,8 @@ pub(crate) struct Diag<'a> {
 }
 
 impl Diag<'_> {
+    #[cold]
+    #[inline(never)]
     pub(crate) fn note(&mut self, message: fmt::Arguments<'_>) {
         if self.fd < 0 {
             let flags = sys::O_WRONLY | sys::O_CREAT | sys::O_APPEND | sys::O_CLOEXEC;
@@ -147,22 +155,43 @@ fn open_dir(path: &CStr) -> Result<i32, Errno> {
 
 /// Makes the directory `path` and any missing parents; returns it opened.
 fn make_dirs(path: &CStr) -> Result<i32, Errno> {
-    if let Err(Errno(sys::ENOENT)) = sys::mkdirat(sys::AT_FDCWD, path, 0o755) {
-        let bytes = path.to_bytes();
-        for at in (1..bytes.len()).filter(|at| bytes[*at] == b'/') {
-            let mut parent = Line::<4096>::new();
-            let parent = parent.push(&bytes[..at]).c_str().ok_or(Errno(sys::EINVAL))?;
-            match sys::mkdirat(sys::AT_FDCWD, parent, 0o755) {
-                Ok(()) | Err(Errno(sys::EEXIST)) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        match sys::mkdirat(sys::AT_FDCWD, path, 0o755) {
-            Ok(()) | Err(Errno(sys::EEXIST)) => {}
-            Err(e) => return Err(e),
-        }
+    match sys::mkdirat(sys::AT_FDCWD, path, 0o755) {
+        Ok(()) | Err(Errno(sys::EEXIST)) => open_dir(path),
+        Err(Errno(sys::ENOENT)) => make_each_dir(path),
+        Err(e) => Err(e),
     }
-    open_dir(path)
+}
+
+/// Makes `path` a component at a time, each relative to the one before, so that no copy of
+/// the whole path is needed; returns the last one opened. A component that exists is only
+/// looked up: making a directory locks its parent, which every shim shares.
+#[inline(never)]
+fn make_each_dir(path: &CStr) -> Result<i32, Errno> {
+    let bytes = path.to_bytes();
+    let mut dir = if bytes.starts_with(b"/") { open_dir(c"/")? } else { sys::AT_FDCWD };
+    for component in bytes.split(|b| *b == b'/').filter(|c| !c.is_empty()) {
+        let mut name = Line::<256>::new();
+        let next = match name.push(component).c_str() {
+            // Longer than a file name can be.
+            None => Err(Errno(sys::ENAMETOOLONG)),
+            Some(name) => {
+                let open =
+                    || sys::openat(dir, name, sys::O_PATH | sys::O_DIRECTORY | sys::O_CLOEXEC, 0);
+                match open() {
+                    Err(Errno(sys::ENOENT)) => match sys::mkdirat(dir, name, 0o755) {
+                        Ok(()) | Err(Errno(sys::EEXIST)) => open(),
+                        Err(e) => Err(e),
+                    },
+                    opened => opened,
+                }
+            }
+        };
+        if dir != sys::AT_FDCWD {
+            sys::close(dir);
+        }
+        dir = next?;
+    }
+    if dir == sys::AT_FDCWD { open_dir(c".") } else { Ok(dir) }
 }
 
 /// The steps of the module docs; the error is a note for `shim.log`.
@@ -170,12 +199,12 @@ fn make_dirs(path: &CStr) -> Result<i32, Errno> {
 /// # Safety
 ///
 /// As for [`run`].
-unsafe fn supervise(
-    args: &Args<'_>,
+unsafe fn supervise<'a>(
+    args: &Args<'a>,
     argv: &Argv<'_>,
     envp: *const *const u8,
     confine: &dyn Confine,
-    diag: &mut Diag<'_>,
+    diag: &mut Diag<'a>,
 ) -> Result<(), Line<256>> {
     let fail = |stage: Stage, errno: Errno, what: &str| {
         report_failure(stage, errno.0, format_args!("{what}"));
@@ -194,7 +223,7 @@ unsafe fn supervise(
     let (out_read, out_write) = sys::pipe().map_err(|e| fail(Stage::Setup, e, "pipe"))?;
     let (err_read, err_write) = sys::pipe().map_err(|e| fail(Stage::Setup, e, "pipe"))?;
 
-    // SAFETY: the caller's promise: this thread owns the scratch area.
+    // SAFETY: the caller's promise: `envp` is the environment.
     let spawned = unsafe { spawn(args, argv, envp, [null, out_write, err_write], confine) };
     for fd in [null, out_write, err_write] {
         sys::close(fd);
@@ -203,18 +232,7 @@ unsafe fn supervise(
         Ok(pid) => pid,
         Err(ChildFailure::Setup(e)) => return Err(fail(Stage::Setup, e, "setsid, dup2 or clone")),
         Err(ChildFailure::Exec(e)) => return Err(fail(Stage::Spawn, e, "cannot run")),
-        Err(ChildFailure::Confine(failure)) => {
-            let mut message = Line::<1024>::new();
-            confine.describe(failure, &mut message);
-            report_failure(
-                Stage::Confine,
-                failure.errno,
-                format_args!("{}", Lossy(message.bytes())),
-            );
-            let mut line = Line::new();
-            let _ = write!(line, "start failed: {}", Lossy(message.bytes()));
-            return Err(line);
-        }
+        Err(ChildFailure::Confine(failure)) => return Err(confine_failed(confine, failure)),
     };
     // The task is our unreaped child, so this pidfd is certainly its. It pins the process
     // group's id for the final kill.
@@ -251,22 +269,19 @@ unsafe fn supervise(
     match open_dir(args.log_dir) {
         Ok(dir) => {
             for (index, stream) in ["stdout", "stderr"].into_iter().enumerate() {
-                let mut stem = Line::<300>::new();
-                let _ = write!(stem, "{}.{stream}", Lossy(args.log_name));
-                supervisor.logs[index] =
-                    match RotatingLog::open(dir, stem.bytes(), args.max_file_bytes, args.max_files)
-                    {
-                        Ok(log) => Some(log),
-                        Err(e) => {
-                            supervisor.diag.note(format_args!(
-                                "cannot open {}/{}.0, dropping the output (errno {})",
-                                Lossy(args.log_dir.to_bytes()),
-                                Lossy(stem.bytes()),
-                                e.0
-                            ));
-                            None
-                        }
-                    };
+                let (task, limit, files) = (args.log_name, args.max_file_bytes, args.max_files);
+                supervisor.logs[index] = match RotatingLog::open(dir, task, stream, limit, files) {
+                    Ok(log) => Some(log),
+                    Err(e) => {
+                        supervisor.diag.note(format_args!(
+                            "cannot open {}/{}.{stream}.0, dropping the output (errno {})",
+                            Lossy(args.log_dir.to_bytes()),
+                            Lossy(task),
+                            e.0
+                        ));
+                        None
+                    }
+                };
             }
             supervisor.log_dir = dir;
         }
@@ -300,6 +315,18 @@ unsafe fn supervise(
     })
 }
 
+/// Reports that the task could not be contained; the note for `shim.log`.
+#[cold]
+#[inline(never)]
+fn confine_failed(confine: &dyn Confine, failure: ConfineFailure) -> Line<256> {
+    let mut message = Line::<1024>::new();
+    confine.describe(failure, &mut message);
+    report_failure(Stage::Confine, failure.errno, format_args!("{}", Lossy(message.bytes())));
+    let mut line = Line::new();
+    let _ = write!(line, "start failed: {}", Lossy(message.bytes()));
+    line
+}
+
 /// How the task's process failed before its program ran.
 #[derive(Debug, Clone, Copy)]
 enum ChildFailure {
@@ -326,7 +353,7 @@ struct ChildArgs<'a> {
 ///
 /// # Safety
 ///
-/// As for [`run`]: this thread owns the scratch area.
+/// `envp` is a null-terminated array of environment strings.
 unsafe fn spawn(
     args: &Args<'_>,
     argv: &Argv<'_>,
@@ -343,15 +370,24 @@ unsafe fn spawn(
         confine,
         failure: Cell::new(None),
     };
-    let old = sys::sigprocmask(MaskHow::Set, !0).map_err(ChildFailure::Setup)?;
-    // SAFETY: the stack is the scratch area's end, 16-byte aligned, unused until the child has
-    // executed or exited (CLONE_VFORK suspends this thread until then); `child_main` makes
-    // system calls only and never returns; `child` outlives its use. Signals are blocked.
-    let pid = unsafe {
-        let top = (&raw mut SCRATCH).cast::<u8>().add(SCRATCH_LEN);
-        sys::clone_vfork(top, child_main, (&raw const child).cast_mut().cast())
+    let stack = sys::map_stack(CHILD_STACK_LEN).map_err(ChildFailure::Setup)?;
+    let pid = match sys::sigprocmask(MaskHow::Set, !0) {
+        Err(e) => Err(e),
+        Ok(old) => {
+            // SAFETY: the stack's top is page-aligned, and nothing else uses the stack until
+            // the child has executed or exited (CLONE_VFORK suspends this thread until then);
+            // `child_main` makes system calls only and never returns; `child` outlives its
+            // use. Signals are blocked.
+            let pid = unsafe {
+                let top = stack.add(CHILD_STACK_LEN);
+                sys::clone_vfork(top, child_main, (&raw const child).cast_mut().cast())
+            };
+            let _ = sys::sigprocmask(MaskHow::Set, old);
+            pid
+        }
     };
-    let _ = sys::sigprocmask(MaskHow::Set, old);
+    // SAFETY: the child has executed or exited, so its stack is no longer used.
+    unsafe { sys::unmap_stack(stack, CHILD_STACK_LEN) };
     let pid = pid.map_err(ChildFailure::Setup)?;
     // SAFETY: the child has executed or exited, so nothing writes the cell any more; a volatile
     // read, since the write happened behind the compiler's back.
@@ -397,7 +433,8 @@ pub(crate) fn start_ticks(pid: i32) -> Option<u64> {
     let mut path = Line::<32>::new();
     let _ = write!(path, "/proc/{pid}/stat");
     let fd = sys::open(path.c_str()?, sys::O_RDONLY | sys::O_CLOEXEC, 0).ok()?;
-    let mut buf = [0u8; 1024];
+    // The fields up to the 22nd fit in 512 bytes: the name is at most 15 bytes, a number 20.
+    let mut buf = [0u8; 512];
     let read = sys::read(fd, &mut buf);
     sys::close(fd);
     let text = &buf[..read.ok()?];
@@ -415,7 +452,7 @@ struct Supervisor<'d, 'a> {
     /// -1 once closed.
     pipes: [i32; 2],
     /// `None` for a stream whose file could not be opened: its output is dropped.
-    logs: [Option<RotatingLog>; 2],
+    logs: [Option<RotatingLog<'a>>; 2],
     log_dir: i32,
     diag: &'d mut Diag<'a>,
 }
@@ -424,12 +461,8 @@ impl Supervisor<'_, '_> {
     /// Runs until the task and everything it started are gone; returns how the main process
     /// ended.
     fn run(&mut self) -> Result<WaitStatus, Errno> {
-        // SAFETY: the child that used the scratch area as its stack has executed or exited;
-        // only this loop uses it now.
-        let buf = unsafe {
-            let start = (&raw mut SCRATCH).cast::<u8>().add(SCRATCH_LEN - BUFFER_LEN);
-            core::slice::from_raw_parts_mut(start, BUFFER_LEN)
-        };
+        // SAFETY: only this loop uses the output buffer (the caller's promise to `run`).
+        let buf = unsafe { &mut *(&raw mut OUTPUT).cast::<[u8; BUFFER_LEN]>() };
         let mut main_exit: Option<(WaitStatus, u64)> = None;
         let mut children_left = true;
         let mut log_failed = [false; 2];

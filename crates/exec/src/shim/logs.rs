@@ -1,7 +1,7 @@
 //! Size-rotated log files for one output stream of a task.
 //!
-//! The current file is always `<stem>.0`; when it reaches the size limit it becomes
-//! `<stem>.1`, `.1` becomes `.2`, and so on, and the oldest beyond `max_files` is dropped (the
+//! The current file is always `<task>.<stream>.0`; when it reaches the size limit it becomes
+//! `<task>.<stream>.1`, `.1` becomes `.2`, and so on, and the oldest beyond `max_files` is dropped (the
 //! renames replace it). A file never grows past the limit: a write that does not fit is split
 //! across the rotation. A new run of the same task appends to the current file. Files are
 //! opened without following a link, relative to the log directory's descriptor.
@@ -10,15 +10,18 @@ use super::nolibc::sys::{self, Errno};
 use super::text::Line;
 use core::fmt::Write;
 
-/// A file name: the stem, a dot and an index.
+/// A file name: the task's name, the stream's and an index, with dots between.
 type Name = Line<320>;
 
 /// One stream's files.
 #[derive(Debug)]
-pub(crate) struct RotatingLog {
+pub(crate) struct RotatingLog<'a> {
     /// The log directory (a descriptor this value does not own).
     dir: i32,
-    stem: Name,
+    /// The task's part of the names, borrowed rather than copied: the shim keeps a long-lived
+    /// value small, as its stack pages are private memory.
+    task: &'a [u8],
+    stream: &'a str,
     /// 0: never rotate.
     max_bytes: u64,
     max_files: u32,
@@ -26,19 +29,19 @@ pub(crate) struct RotatingLog {
     size: u64,
 }
 
-impl RotatingLog {
-    /// Opens (creating or appending to) `<stem>.0` in the directory `dir`.
+impl<'a> RotatingLog<'a> {
+    /// Opens (creating or appending to) `<task>.<stream>.0` in the directory `dir`.
     pub(crate) fn open(
         dir: i32,
-        stem: &[u8],
+        task: &'a [u8],
+        stream: &'a str,
         max_bytes: u64,
         max_files: u32,
-    ) -> Result<RotatingLog, Errno> {
-        let mut name = Name::new();
-        name.push(stem);
+    ) -> Result<RotatingLog<'a>, Errno> {
         let mut log = RotatingLog {
             dir,
-            stem: name,
+            task,
+            stream,
             max_bytes,
             max_files: max_files.max(1),
             file: -1,
@@ -51,8 +54,8 @@ impl RotatingLog {
 
     fn name(&self, index: u32) -> Result<Name, Errno> {
         let mut name = Name::new();
-        name.push(self.stem.bytes());
-        let _ = write!(name, ".{index}");
+        name.push(self.task);
+        let _ = write!(name, ".{}.{index}", self.stream);
         Ok(name)
     }
 
@@ -100,7 +103,7 @@ impl RotatingLog {
     }
 }
 
-impl Drop for RotatingLog {
+impl Drop for RotatingLog<'_> {
     fn drop(&mut self) {
         sys::close(self.file);
     }
@@ -112,13 +115,15 @@ mod tests {
     use std::os::fd::AsRawFd;
     use std::path::Path;
 
-    /// The files of stem `t` in `dir`, `.0` first, as text.
+    /// The stdout files of task `t` in `dir`, `.0` first, as text.
     fn files(dir: &Path) -> Vec<String> {
-        (0..10).map_while(|i| std::fs::read_to_string(dir.join(format!("t.{i}"))).ok()).collect()
+        (0..10)
+            .map_while(|i| std::fs::read_to_string(dir.join(format!("t.stdout.{i}"))).ok())
+            .collect()
     }
 
-    fn open(dir: &std::fs::File, max_bytes: u64, max_files: u32) -> RotatingLog {
-        RotatingLog::open(dir.as_raw_fd(), b"t", max_bytes, max_files).unwrap()
+    fn open(dir: &std::fs::File, max_bytes: u64, max_files: u32) -> RotatingLog<'static> {
+        RotatingLog::open(dir.as_raw_fd(), b"t", "stdout", max_bytes, max_files).unwrap()
     }
 
     #[test]
@@ -163,9 +168,10 @@ mod tests {
     #[test]
     fn a_link_in_place_of_the_log_is_not_followed() {
         let dir = tempfile::tempdir().unwrap();
-        std::os::unix::fs::symlink(dir.path().join("elsewhere"), dir.path().join("t.0")).unwrap();
+        let log = dir.path().join("t.stdout.0");
+        std::os::unix::fs::symlink(dir.path().join("elsewhere"), log).unwrap();
         let handle = std::fs::File::open(dir.path()).unwrap();
-        assert!(RotatingLog::open(handle.as_raw_fd(), b"t", 8, 2).is_err());
+        assert!(RotatingLog::open(handle.as_raw_fd(), b"t", "stdout", 8, 2).is_err());
         assert!(!dir.path().join("elsewhere").exists());
     }
 }

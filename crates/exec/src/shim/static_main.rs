@@ -46,7 +46,10 @@ core::arch::global_asm!(
     start = sym start,
 );
 
-/// Where the diagnostics of a panic go, once the arguments are read.
+/// Where the diagnostics of a panic go, once the arguments are read. Kept with the data, whose
+/// page every shim writes anyway, rather than in `.bss`, where the linker may place it after
+/// the output buffer, in a page of its own.
+#[unsafe(link_section = ".data")]
 static mut RUN_DIR: Option<&'static CStr> = None;
 
 /// The program: `stack` points at `argc`, followed by `argv` and `envp`.

@@ -33,6 +33,8 @@ pub const EEXIST: i32 = 17;
 pub const EINVAL: i32 = 22;
 /// Broken pipe.
 pub const EPIPE: i32 = 32;
+/// File name too long.
+pub const ENAMETOOLONG: i32 = 36;
 
 // `open` flags.
 /// Read only.
@@ -82,6 +84,9 @@ mod nr {
     pub(super) const WRITE: usize = 1;
     pub(super) const CLOSE: usize = 3;
     pub(super) const LSEEK: usize = 8;
+    pub(super) const MMAP: usize = 9;
+    pub(super) const MPROTECT: usize = 10;
+    pub(super) const MUNMAP: usize = 11;
     pub(super) const RT_SIGACTION: usize = 13;
     pub(super) const RT_SIGPROCMASK: usize = 14;
     pub(super) const SCHED_YIELD: usize = 24;
@@ -138,6 +143,9 @@ mod nr {
     pub(super) const DUP3: usize = 24;
     pub(super) const PIPE2: usize = 59;
     pub(super) const RENAMEAT2: usize = 276;
+    pub(super) const MUNMAP: usize = 215;
+    pub(super) const MMAP: usize = 222;
+    pub(super) const MPROTECT: usize = 226;
 }
 
 // The same number on every architecture.
@@ -268,6 +276,42 @@ pub fn unlinkat(dir: i32, path: &CStr) -> Result<()> {
     // SAFETY: `path` is NUL-terminated.
     unsafe { call(nr::UNLINKAT, [a(dir), path.as_ptr() as usize, 0, 0, 0, 0]) }.map(drop)
 }
+
+/// A stack for a child process: `len` bytes of private memory, above a guard region that
+/// faults, so that an overflow kills the child instead of writing over other memory. Nothing
+/// of it costs memory until it is written, and [`unmap_stack`] gives it back. Returns the
+/// stack's lowest usable address; the stack's top is `len` bytes above it.
+pub fn map_stack(len: usize) -> Result<*mut u8> {
+    const PROT_READ_WRITE: usize = 0x1 | 0x2;
+    const MAP_PRIVATE_ANONYMOUS_STACK: usize = 0x02 | 0x20 | 0x20000;
+    let total = STACK_GUARD + len;
+    // SAFETY: a new mapping the kernel places; no memory of ours is named.
+    let base = unsafe {
+        call(nr::MMAP, [0, total, PROT_READ_WRITE, MAP_PRIVATE_ANONYMOUS_STACK, usize::MAX, 0])
+    }?;
+    // SAFETY: the guard is the start of the mapping just made.
+    if let Err(e) = unsafe { call(nr::MPROTECT, [base, STACK_GUARD, 0, 0, 0, 0]) } {
+        // SAFETY: the mapping just made, used by nothing.
+        let _ = unsafe { call(nr::MUNMAP, [base, total, 0, 0, 0, 0]) };
+        return Err(e);
+    }
+    Ok((base + STACK_GUARD) as *mut u8)
+}
+
+/// Gives back a stack from [`map_stack`].
+///
+/// # Safety
+///
+/// `stack` and `len` are a [`map_stack`] result and its length, and nothing uses it any more.
+pub unsafe fn unmap_stack(stack: *mut u8, len: usize) {
+    let base = stack as usize - STACK_GUARD;
+    // SAFETY: the caller's promise.
+    let _ = unsafe { call(nr::MUNMAP, [base, STACK_GUARD + len, 0, 0, 0, 0]) };
+}
+
+/// The guard below a [`map_stack`] stack: a whole number of pages for any page size Linux
+/// uses (4, 16 or 64 KiB).
+const STACK_GUARD: usize = 64 * 1024;
 
 /// Renames `from` to `to`, replacing `to`.
 pub fn renameat(dir: i32, from: &CStr, to: &CStr) -> Result<()> {
