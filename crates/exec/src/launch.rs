@@ -21,7 +21,6 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 use tokio::sync::watch;
-use tracing::Instrument;
 use wharf_driver::ExitResult;
 use wharf_isolate::TaskCgroup;
 
@@ -250,37 +249,38 @@ pub(crate) struct Watch {
 pub(crate) fn watch(
     watch: Watch,
     exit: watch::Sender<Option<ExitResult>>,
-    span: tracing::Span,
+    span: impl FnOnce() -> tracing::Span + Send + 'static,
 ) -> Result<(), ExecError> {
     let Watch { shim_pidfd, own_child, run_dir, task, cgroup } = watch;
     let pidfd =
         sys::async_fd(shim_pidfd).map_err(|source| ExecError::Sys { call: "epoll_ctl", source })?;
-    tokio::spawn(
-        async move {
-            if let Err(e) = pidfd.readable().await {
-                tracing::warn!(error = %e, "cannot wait for the shim; reading its exit record now");
-            }
-            let shim_status = own_child.and_then(|pid| sys::try_reap(pid).ok().flatten());
-            let result = match read_exit_record(&run_dir) {
-                Ok(mut result) => {
-                    note_oom(&mut result, cgroup.as_ref());
-                    result
-                }
-                Err(reason) => {
-                    let killed = kill_orphan(&task);
-                    tracing::warn!(%reason, ?shim_status, killed, "the shim left no exit record");
-                    unknown_exit(format!(
-                        "the shim exited ({}) without recording the task's exit ({reason}){}",
-                        shim_status.map_or_else(|| "status unknown".into(), |s| format!("{s:?}")),
-                        if killed { "; the task's processes were killed" } else { "" },
-                    ))
-                }
-            };
-            tracing::debug!(?result, "task exited");
-            exit.send_replace(Some(result));
+    tokio::spawn(async move {
+        let readable = pidfd.readable().await;
+        // Made now, not held while the task runs; nothing below awaits.
+        let span = span();
+        let _entered = span.enter();
+        if let Err(e) = readable {
+            tracing::warn!(error = %e, "cannot wait for the shim; reading its exit record now");
         }
-        .instrument(span),
-    );
+        let shim_status = own_child.and_then(|pid| sys::try_reap(pid).ok().flatten());
+        let result = match read_exit_record(&run_dir) {
+            Ok(mut result) => {
+                note_oom(&mut result, cgroup.as_ref());
+                result
+            }
+            Err(reason) => {
+                let killed = kill_orphan(&task);
+                tracing::warn!(%reason, ?shim_status, killed, "the shim left no exit record");
+                unknown_exit(format!(
+                    "the shim exited ({}) without recording the task's exit ({reason}){}",
+                    shim_status.map_or_else(|| "status unknown".into(), |s| format!("{s:?}")),
+                    if killed { "; the task's processes were killed" } else { "" },
+                ))
+            }
+        };
+        tracing::debug!(?result, "task exited");
+        exit.send_replace(Some(result));
+    });
     Ok(())
 }
 

@@ -98,7 +98,7 @@ pub struct RawExecDriver {
 struct Task {
     alloc_id: String,
     name: String,
-    env: BTreeMap<String, String>,
+    env: SavedEnv,
     state: ShimState,
     /// Its cgroup, if it has one.
     cgroup: Option<TaskCgroup>,
@@ -119,7 +119,48 @@ impl Task {
     }
 
     fn span(&self) -> tracing::Span {
-        tracing::info_span!("raw_exec", alloc_id = %self.alloc_id, task = %self.name)
+        task_span(&self.alloc_id, &self.name)
+    }
+
+    /// Makes the task's span when called: the exit watcher makes it only once the task has
+    /// ended, so that a running task does not hold one.
+    fn later_span(&self) -> impl FnOnce() -> tracing::Span + Send + 'static {
+        let (alloc_id, name) = (self.alloc_id.clone(), self.name.clone());
+        move || task_span(&alloc_id, &name)
+    }
+}
+
+fn task_span(alloc_id: &str, name: &str) -> tracing::Span {
+    tracing::info_span!("raw_exec", alloc_id = %alloc_id, task = %name)
+}
+
+/// A task's environment in one allocation, kept for the rare `exec` into the running task:
+/// `NAME=value` entries, each ended by a NUL (which neither a name nor a value holds).
+#[derive(Debug)]
+struct SavedEnv(Box<str>);
+
+impl SavedEnv {
+    fn new(env: &BTreeMap<String, String>) -> SavedEnv {
+        let mut block = String::new();
+        // An entry a start would refuse (from a handle of unknown origin) is left out rather
+        // than let it split wrongly.
+        for (name, value) in
+            env.iter().filter(|(n, v)| !n.contains(['=', '\0']) && !v.contains('\0'))
+        {
+            block.push_str(name);
+            block.push('=');
+            block.push_str(value);
+            block.push('\0');
+        }
+        SavedEnv(block.into_boxed_str())
+    }
+
+    fn to_map(&self) -> BTreeMap<String, String> {
+        self.0
+            .split_terminator('\0')
+            .filter_map(|entry| entry.split_once('='))
+            .map(|(name, value)| (name.to_owned(), value.to_owned()))
+            .collect()
     }
 }
 
@@ -537,12 +578,13 @@ impl Driver for RawExecDriver {
         let task = Task {
             alloc_id: config.alloc_id.clone(),
             name: name.clone(),
-            env: config.env.clone(),
+            env: SavedEnv::new(&config.env),
             state: state.clone(),
             cgroup: cgroup.cgroup.clone(),
             exit,
         };
         let span = task.span();
+        let later_span = task.later_span();
         let watched = launched.started().and_then(|shim_pidfd| {
             let watch = Watch {
                 shim_pidfd,
@@ -551,7 +593,7 @@ impl Driver for RawExecDriver {
                 task: state.task(),
                 cgroup: task.cgroup.clone(),
             };
-            launch::watch(watch, exit_tx, span.clone())
+            launch::watch(watch, exit_tx, later_span)
         });
         if let Err(e) = watched {
             // Nobody could learn how the task ends: take it down rather than leave it unowned.
@@ -593,7 +635,7 @@ impl Driver for RawExecDriver {
         let task = Task {
             alloc_id: handle.config.alloc_id.clone(),
             name: handle.config.task_name.clone(),
-            env: handle.config.env.clone(),
+            env: SavedEnv::new(&handle.config.env),
             state: state.clone(),
             cgroup,
             exit,
@@ -615,7 +657,7 @@ impl Driver for RawExecDriver {
                 task: state.task(),
                 cgroup: task.cgroup.clone(),
             };
-            launch::watch(watch, exit_tx, span.clone())?;
+            launch::watch(watch, exit_tx, task.later_span())?;
             span.in_scope(|| tracing::info!(pid = state.task_pid, "reattached to a running task"));
             self.register(id.clone(), task);
             self.event(id, "reattached to the running task".into());
@@ -775,7 +817,7 @@ impl Driver for RawExecDriver {
         if task.exited().is_some() {
             return Err(DriverError::other(format!("task {task_id} has exited")));
         }
-        crate::exec::run(&task.env, &task.state.work_dir, command, timeout).await
+        crate::exec::run(&task.env.to_map(), &task.state.work_dir, command, timeout).await
     }
 
     async fn task_logs(
@@ -804,5 +846,33 @@ impl Driver for RawExecDriver {
 
     fn events(&self) -> broadcast::Receiver<DriverEvent> {
         self.events.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SavedEnv;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn a_saved_environment_reads_back_as_it_was_given() {
+        let env: BTreeMap<String, String> =
+            [("PATH", "/usr/bin:/bin"), ("EMPTY", ""), ("EQUALS", "a=b=c"), ("UNICODE", "ünï")]
+                .into_iter()
+                .map(|(n, v)| (n.to_owned(), v.to_owned()))
+                .collect();
+        assert_eq!(SavedEnv::new(&env).to_map(), env);
+        assert!(SavedEnv::new(&BTreeMap::new()).to_map().is_empty());
+    }
+
+    #[test]
+    fn entries_no_start_would_take_are_left_out() {
+        let env: BTreeMap<String, String> =
+            [("A=B", "1"), ("NUL\0", "2"), ("VALUE", "3\0"), ("KEPT", "4")]
+                .into_iter()
+                .map(|(n, v)| (n.to_owned(), v.to_owned()))
+                .collect();
+        let kept = SavedEnv::new(&env).to_map();
+        assert_eq!(kept.into_iter().collect::<Vec<_>>(), [("KEPT".to_owned(), "4".to_owned())]);
     }
 }
