@@ -247,7 +247,7 @@ async fn one_shim_memory(driver: &RawExecDriver, root: &Path, run: usize) -> f64
 }
 
 fn shim_pid(handle: &TaskHandle) -> i64 {
-    handle.driver_state["shim_pid"].as_i64().unwrap()
+    handle.driver_state.value()["shim_pid"].as_i64().unwrap()
 }
 
 /// `Private_Clean + Private_Dirty` of a process, in KiB, from `/proc/<pid>/smaps_rollup`.

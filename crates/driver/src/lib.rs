@@ -22,9 +22,9 @@ pub use error::DriverError;
 pub use logs::{LogFrom, LogReader, LogStream, LogTarget};
 pub use registry::DriverRegistry;
 pub use types::{
-    Capabilities, DriverEvent, ExecResult, ExitResult, Fingerprint, FsIsolation, Health, LogConfig,
-    ResourceUsage, RunState, TASK_HANDLE_VERSION, TaskConfig, TaskHandle, TaskId, TaskInfo,
-    UsageSource,
+    Capabilities, DriverEvent, DriverState, ExecResult, ExitResult, Fingerprint, FsIsolation,
+    Health, LogConfig, ResourceUsage, RunState, TASK_HANDLE_VERSION, TaskConfig, TaskHandle,
+    TaskId, TaskInfo, UsageSource,
 };
 
 /// The attribute that implementations of [`Driver`] (and [`LogReader`]) put on their `impl`

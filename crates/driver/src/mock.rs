@@ -311,7 +311,7 @@ impl Driver for MockDriver {
             version: TASK_HANDLE_VERSION,
             driver: self.name.clone(),
             config,
-            driver_state: serde_json::json!({ "mock": true }),
+            driver_state: serde_json::json!({ "mock": true }).into(),
         })
     }
 

@@ -151,7 +151,7 @@ pub struct TaskHandle {
     /// The config the task was started with.
     pub config: TaskConfig,
     /// The driver's own reattach data, such as a pid and start time.
-    pub driver_state: serde_json::Value,
+    pub driver_state: DriverState,
 }
 
 impl TaskHandle {
@@ -162,13 +162,76 @@ impl TaskHandle {
             version: TASK_HANDLE_VERSION,
             driver: driver.to_owned(),
             config,
-            driver_state: serde_json::Value::Null,
+            driver_state: DriverState::default(),
         }
     }
 
     /// The run it belongs to.
     pub fn id(&self) -> &TaskId {
         &self.config.id
+    }
+}
+
+/// A driver's own reattach data in a [`TaskHandle`]: JSON, held as its text. A handle lives as
+/// long as its task, and the text takes a fraction of the memory of a parsed tree (a few
+/// hundred bytes against a few KiB for a map of ten fields). Stored and sent as the JSON it
+/// holds, so records are the same as with a parsed value.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct DriverState(Box<serde_json::value::RawValue>);
+
+impl DriverState {
+    /// `value` as JSON; an error if it cannot be written as JSON (a map with keys that are not
+    /// strings).
+    pub fn from_serialize<T: Serialize + ?Sized>(
+        value: &T,
+    ) -> Result<DriverState, serde_json::Error> {
+        serde_json::value::to_raw_value(value).map(DriverState)
+    }
+
+    /// Reads it as a `T`.
+    pub fn to_deserialize<T: serde::de::DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_str(self.0.get())
+    }
+
+    /// Parsed into a JSON value, for reading fields by name.
+    pub fn value(&self) -> serde_json::Value {
+        // Parsed from JSON it was written as, so it reads back.
+        serde_json::from_str(self.0.get()).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// Its JSON text.
+    pub fn as_json(&self) -> &str {
+        self.0.get()
+    }
+}
+
+impl Default for DriverState {
+    /// JSON `null`: no reattach data.
+    fn default() -> DriverState {
+        DriverState::from(serde_json::Value::Null)
+    }
+}
+
+impl From<serde_json::Value> for DriverState {
+    fn from(value: serde_json::Value) -> DriverState {
+        DriverState(
+            serde_json::value::to_raw_value(&value).expect("a JSON value always writes as JSON"),
+        )
+    }
+}
+
+impl PartialEq for DriverState {
+    fn eq(&self, other: &DriverState) -> bool {
+        self.0.get() == other.0.get()
+    }
+}
+
+impl Eq for DriverState {}
+
+impl fmt::Debug for DriverState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0.get())
     }
 }
 
@@ -370,4 +433,35 @@ pub struct DriverEvent {
     pub message: String,
     /// Driver-specific details.
     pub annotations: BTreeMap<String, String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A handle's driver state is written and read back as the JSON object it holds, so
+    /// records written with a parsed value read the same.
+    #[test]
+    fn driver_state_is_stored_as_the_json_it_holds() {
+        let config = TaskConfig::new("a1", "web", "/tmp/a1/web");
+        let mut handle = TaskHandle::new("raw_exec", config);
+        handle.driver_state =
+            json!({"pid": 42, "dirs": ["/a", "/b"], "nested": {"x": null}}).into();
+        let text = serde_json::to_string(&handle).unwrap();
+        let written: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            written["driver_state"],
+            json!({"pid": 42, "dirs": ["/a", "/b"], "nested": {"x": null}})
+        );
+        let read: TaskHandle = serde_json::from_str(&text).unwrap();
+        assert_eq!(read, handle);
+        assert_eq!(read.driver_state.value()["pid"], 42);
+        #[derive(Deserialize)]
+        struct Pid {
+            pid: u32,
+        }
+        assert_eq!(read.driver_state.to_deserialize::<Pid>().unwrap().pid, 42);
+        assert_eq!(TaskHandle::new("raw_exec", read.config).driver_state.as_json(), "null");
+    }
 }

@@ -194,7 +194,7 @@ fn handles_round_trip_through_json_with_their_version() {
         version: wharf_driver::TASK_HANDLE_VERSION,
         driver: "mock".into(),
         config: config("t", serde_json::json!({"run_for": "1s"})),
-        driver_state: serde_json::json!({"pid": 42}),
+        driver_state: serde_json::json!({"pid": 42}).into(),
     };
     let json = serde_json::to_vec(&handle).unwrap();
     assert_eq!(serde_json::from_slice::<wharf_driver::TaskHandle>(&json).unwrap(), handle);

@@ -26,6 +26,7 @@ use crate::sys::{self, Pid, ProcStat};
 use serde::{Deserialize, Serialize};
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
+use wharf_driver::DriverState;
 use wharf_isolate::CpuSet;
 
 /// The version of [`ShimState`]'s shape.
@@ -77,8 +78,14 @@ pub(crate) struct CgroupState {
 
 impl ShimState {
     /// As stored in the handle.
-    pub(crate) fn to_value(&self) -> serde_json::Value {
-        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    pub(crate) fn to_state(&self) -> DriverState {
+        // Plain fields and string keys: it always writes as JSON.
+        DriverState::from_serialize(self).unwrap_or_default()
+    }
+
+    /// Reads a handle's driver state, checking every field.
+    pub(crate) fn from_state(state: &DriverState) -> Result<ShimState, ExecError> {
+        ShimState::from_value(&state.value())
     }
 
     /// Reads a handle's driver state, checking every field.
@@ -188,7 +195,7 @@ mod tests {
     #[test]
     fn a_written_state_reads_back() {
         let state = ShimState::from_value(&good()).unwrap();
-        assert_eq!(ShimState::from_value(&state.to_value()).unwrap(), state);
+        assert_eq!(ShimState::from_state(&state.to_state()).unwrap(), state);
         assert_eq!(state.cores().unwrap().to_string(), "1-2");
     }
 

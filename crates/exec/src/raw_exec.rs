@@ -608,7 +608,7 @@ impl Driver for RawExecDriver {
             version: TASK_HANDLE_VERSION,
             driver: self.name().to_owned(),
             config,
-            driver_state: state.to_value(),
+            driver_state: state.to_state(),
         })
     }
 
@@ -626,7 +626,7 @@ impl Driver for RawExecDriver {
             }
             .into());
         }
-        let state = ShimState::from_value(&handle.driver_state)?;
+        let state = ShimState::from_state(&handle.driver_state)?;
         if self.tasks.lock().contains_key(id) {
             return Ok(());
         }

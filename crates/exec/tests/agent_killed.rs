@@ -83,7 +83,7 @@ fn helper(root: &Path) -> ExitCode {
 }
 
 fn pid_of(handle: &TaskHandle, field: &str) -> i32 {
-    handle.driver_state[field].as_i64().unwrap() as i32
+    handle.driver_state.value()[field].as_i64().unwrap() as i32
 }
 
 fn test() {

@@ -23,7 +23,7 @@ async fn wait(driver: &RawExecDriver, handle: &TaskHandle) -> ExitResult {
 }
 
 fn pid_of(handle: &TaskHandle) -> i32 {
-    handle.driver_state["task_pid"].as_i64().unwrap() as i32
+    handle.driver_state.value()["task_pid"].as_i64().unwrap() as i32
 }
 
 fn with_resources(mut config: TaskConfig, cpu: u32, memory: u32) -> TaskConfig {
@@ -42,7 +42,7 @@ fn cgroup_dir(
     handle: &TaskHandle,
     controller: &str,
 ) -> std::path::PathBuf {
-    let name = handle.driver_state["cgroup"]["name"].as_str().unwrap().to_owned();
+    let name = handle.driver_state.value()["cgroup"]["name"].as_str().unwrap().to_owned();
     let parent = scratch
         .cgroups()
         .parents()
@@ -65,7 +65,7 @@ async fn a_task_runs_in_its_own_cgroup_with_its_limits_and_leaves_none_behind() 
     let handle = driver.start_task(config).await.unwrap();
     let child: i32 = read_fifo(&fifo).trim().parse().unwrap();
 
-    assert_eq!(handle.driver_state["cgroup"]["name"], "a1.limited.00000000");
+    assert_eq!(handle.driver_state.value()["cgroup"]["name"], "a1.limited.00000000");
     let memory = cgroup_dir(&scratch, &handle, "memory");
     let read = |path: std::path::PathBuf| std::fs::read_to_string(path).unwrap().trim().to_owned();
     assert_eq!(read(memory.join("memory.limit_in_bytes")), (48u64 << 20).to_string());
@@ -77,7 +77,7 @@ async fn a_task_runs_in_its_own_cgroup_with_its_limits_and_leaves_none_behind() 
         }
     }
     // The shim is not in the task's cgroup: its own memory and kill are not the task's.
-    let shim = handle.driver_state["shim_pid"].as_i64().unwrap() as i32;
+    let shim = handle.driver_state.value()["shim_pid"].as_i64().unwrap() as i32;
     assert!(cgroup_lines(shim).unwrap().iter().all(|l| !l.contains("a1.limited")));
     let info = driver.inspect_task(handle.id()).await.unwrap();
     assert_eq!(info.attributes["cgroup"], "a1.limited.00000000");
@@ -204,7 +204,7 @@ async fn a_process_that_escaped_the_tasks_group_dies_with_its_cgroup() {
     assert!(cgroup_lines(escaped).unwrap().iter().all(|l| l.ends_with("/a1.escape.00000000")));
 
     // The shim dies first, as if it crashed: only the cgroup still knows the escaped process.
-    let shim = handle.driver_state["shim_pid"].as_i64().unwrap() as i32;
+    let shim = handle.driver_state.value()["shim_pid"].as_i64().unwrap() as i32;
     // SAFETY: kill takes plain integers; the shim is this test's task's, still running.
     assert_eq!(unsafe { libc::kill(shim, libc::SIGKILL) }, 0);
     let exit = wait(&driver, &handle).await;
@@ -274,7 +274,7 @@ async fn without_cgroups_tasks_run_plain_and_a_hard_limit_is_refused() {
         driver().with_cgroups(wharf_exec::TaskCgroups::Off { reason: "turned off".into() });
     let root = tempfile::tempdir().unwrap();
     let handle = driver.start_task(shell(root.path(), "plain", "exit 0")).await.unwrap();
-    assert!(handle.driver_state.get("cgroup").is_none());
+    assert!(handle.driver_state.value().get("cgroup").is_none());
     assert_eq!(wait(&driver, &handle).await, ExitResult::code(0));
     match driver.start_task(hard_limited(shell(root.path(), "capped", "exit 0"))).await {
         Err(DriverError::InvalidConfig { field, reason }) => {

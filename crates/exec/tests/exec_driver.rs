@@ -39,7 +39,7 @@ async fn run(driver: &ExecDriver, config: TaskConfig) -> (ExitResult, String, St
 }
 
 fn user_of(handle: &TaskHandle) -> u32 {
-    handle.driver_state["user"].as_u64().unwrap() as u32
+    handle.driver_state.value()["user"].as_u64().unwrap() as u32
 }
 
 fn unveiled(mut config: TaskConfig, entries: &[&str]) -> TaskConfig {
@@ -369,7 +369,7 @@ async fn a_task_cannot_signal_another_tasks_processes() {
     let root = searchable_tempdir();
     let driver = scratch.exec_driver(exec_options(root.path(), 8));
     let victim = driver.start_task(shell(root.path(), "victim", "exec sleep 60")).await.unwrap();
-    let pid = victim.driver_state["task_pid"].as_i64().unwrap();
+    let pid = victim.driver_state.value()["task_pid"].as_i64().unwrap();
     for (pid_mode, refusal) in [("host", "Operation not permitted"), ("private", "No such process")]
     {
         let mut attacker =

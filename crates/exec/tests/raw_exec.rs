@@ -17,7 +17,7 @@ async fn wait(driver: &RawExecDriver, handle: &TaskHandle) -> ExitResult {
 }
 
 fn pid_of(handle: &TaskHandle, field: &str) -> i32 {
-    handle.driver_state[field].as_i64().unwrap() as i32
+    handle.driver_state.value()[field].as_i64().unwrap() as i32
 }
 
 #[tokio::test]
@@ -242,7 +242,8 @@ async fn destroy_refuses_a_running_task_unless_forced_and_cleans_up() {
     let root = tempfile::tempdir().unwrap();
     let driver = driver();
     let handle = driver.start_task(shell(root.path(), "d", "exec sleep 600")).await.unwrap();
-    let run_dir = std::path::PathBuf::from(handle.driver_state["run_dir"].as_str().unwrap());
+    let run_dir =
+        std::path::PathBuf::from(handle.driver_state.value()["run_dir"].as_str().unwrap());
     assert!(driver.destroy_task(handle.id(), false).await.is_err());
     driver.destroy_task(handle.id(), true).await.unwrap();
     assert!(!alive(pid_of(&handle, "task_pid")));
@@ -386,16 +387,18 @@ async fn a_forged_handle_never_signals_the_process_that_holds_its_pid() {
     let mut bystander = std::process::Command::new("sleep").arg("600").spawn().unwrap();
     let pid = bystander.id() as i32;
     let ticks = start_ticks(pid);
-    let boot = real.driver_state["boot_id"].clone();
+    let boot = real.driver_state.value()["boot_id"].clone();
     // (start ticks, boot id): the pid reused by another process, and the very process's
     // identity recorded in another boot (after a reboot every pid is someone else's).
     for (recorded_ticks, boot_id) in [(ticks + 1, boot), (ticks, "another-boot".into())] {
+        let mut state = real.driver_state.value();
+        state["shim_pid"] = pid.into();
+        state["task_pid"] = pid.into();
+        state["shim_start_ticks"] = recorded_ticks.into();
+        state["task_start_ticks"] = recorded_ticks.into();
+        state["boot_id"] = boot_id;
         let mut forged = real.clone();
-        forged.driver_state["shim_pid"] = pid.into();
-        forged.driver_state["task_pid"] = pid.into();
-        forged.driver_state["shim_start_ticks"] = recorded_ticks.into();
-        forged.driver_state["task_start_ticks"] = recorded_ticks.into();
-        forged.driver_state["boot_id"] = boot_id;
+        forged.driver_state = state.into();
 
         let fresh = common::driver();
         let error = fresh.recover_task(&forged).await.unwrap_err();
@@ -408,7 +411,7 @@ async fn a_forged_handle_never_signals_the_process_that_holds_its_pid() {
             assert!(matches!(result, Err(DriverError::TaskNotFound { .. })), "{result:?}");
         }
         let state = &forged.driver_state;
-        assert!(bystander.try_wait().unwrap().is_none(), "{state}: the bystander was signalled");
+        assert!(bystander.try_wait().unwrap().is_none(), "{state:?}: the bystander was signalled");
         assert!(alive(pid));
     }
     bystander.kill().unwrap();
@@ -429,7 +432,7 @@ async fn garbage_handles_are_errors_not_panics() {
         serde_json::json!({"version": 1, "shim_pid": -1}),
     ] {
         let mut handle = real.clone();
-        handle.driver_state = state;
+        handle.driver_state = state.into();
         cases.push(handle);
     }
     let mut other_driver = real.clone();
@@ -439,9 +442,11 @@ async fn garbage_handles_are_errors_not_panics() {
     old.version = 0;
     cases.push(old);
     for pid in [0, 1, -1] {
+        let mut state = real.driver_state.value();
+        state["shim_pid"] = pid.into();
+        state["task_pid"] = pid.into();
         let mut handle = real.clone();
-        handle.driver_state["shim_pid"] = pid.into();
-        handle.driver_state["task_pid"] = pid.into();
+        handle.driver_state = state.into();
         cases.push(handle);
     }
     for handle in cases {
