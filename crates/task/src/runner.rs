@@ -944,11 +944,18 @@ impl TaskRunner {
     async fn release(&self, task_id: &TaskId) {
         let s = &self.shared;
         s.current.set(None);
-        if let Ok(Err(error)) =
-            tokio::time::timeout(DESTROY_TIMEOUT, s.driver.destroy_task(task_id, false)).await
-        {
-            tracing::debug!(alloc_id = %self.alloc_id(), task = %s.task.name, %error, "driver could not free the task");
-        }
+        // What the driver frees now (a cgroup, a run directory) is housekeeping for a run that
+        // has ended: the task's death is recorded without waiting for it. An agent that stops
+        // before it is done leaves orphans its successor removes.
+        let (driver, id) = (s.driver.clone(), task_id.clone());
+        let (alloc_id, task) = (self.alloc_id().to_owned(), s.task.name.clone());
+        tokio::spawn(async move {
+            if let Ok(Err(error)) =
+                tokio::time::timeout(DESTROY_TIMEOUT, driver.destroy_task(&id, false)).await
+            {
+                tracing::debug!(%alloc_id, %task, %error, "driver could not free the task");
+            }
+        });
         if let Some(handle) = s.local.lock().handle.take() {
             *s.env.lock() = handle.config.env;
         }
