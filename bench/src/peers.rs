@@ -30,7 +30,9 @@
 //! own `kill -9` with reattachment. supervisord and wharf capture each process's output into
 //! files; s6 here does not (a logger per service would double its process count). wharf puts
 //! each task in a cgroup of its own (made, limited, and removed when the task ends), which
-//! neither peer does: a second wharf, with `cgroups.enabled = false`, shows what that costs.
+//! neither peer does: a second wharf, with `cgroups.enabled = false`, shows what that costs, and
+//! a third, with its data directory on tmpfs, what the disk costs (the directories each
+//! allocation has, made and removed, and the fsyncs).
 
 use crate::Effort;
 use crate::report::{Better, Row};
@@ -55,13 +57,21 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
     let count = effort.scaled(FULL_PROCESSES);
     let mut systems: [(&str, Vec<PeerRun>); 3] =
         [("wharf", Vec::new()), ("supervisord", Vec::new()), ("s6", Vec::new())];
-    let mut uncontained = Vec::new();
-    // Each run starts 4,000 real processes: three runs are enough.
+    let (mut uncontained, mut in_memory) = (Vec::new(), Vec::new());
+    // Each run starts 5,000 real processes: three runs are enough.
     for _ in 0..effort.runs.min(3) {
         // What the scenarios before wrote is flushed first, not measured as part of an fsync.
         crate::exec::settle();
-        for (cgroups, runs) in [(true, &mut systems[0].1), (false, &mut uncontained)] {
-            let dir = crate::scratch::dir("wharf-bench-peers");
+        for (cgroups, on_disk, runs) in [
+            (true, true, &mut systems[0].1),
+            (false, true, &mut uncontained),
+            (true, false, &mut in_memory),
+        ] {
+            let dir = if on_disk {
+                crate::scratch::dir("wharf-bench-peers")
+            } else {
+                crate::scratch::dir_in_memory("wharf-bench-peers")?
+            };
             let mut config = crate::node::config(&dir, &shim);
             config.cgroups.enabled = cgroups;
             let mut agent = AgentProcess::start(&wharf, &config, count)?;
@@ -114,21 +124,38 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
             Some("≤ 45 KiB"),
         ));
     }
-    // The same measure without cgroups, beside s6: what wharf's own work costs.
+    // The same measure without cgroups, and with the data directory in memory, beside s6: what
+    // the cgroups and the disk cost (directories made and removed, fsyncs).
     let (_, s6) = &systems[2];
-    for (name, figure, unit) in [
-        ("start", &(|r: &PeerRun| ms(&r.start)) as &dyn Fn(&PeerRun) -> f64, "ms"),
-        ("stop", &|r: &PeerRun| ms(&r.stop), "ms"),
-        ("private memory per process", &per_process, "KiB"),
-    ] {
-        rows.push(Row {
-            name: format!("{count} processes: {name}, wharf without cgroups"),
-            unit,
-            better: Better::Lower,
-            samples: uncontained.iter().map(figure).collect(),
-            baseline: Some(("s6".into(), s6.iter().map(figure).collect())),
-            target: None,
-        });
+    let start = |r: &PeerRun| ms(&r.start);
+    let stop = |r: &PeerRun| ms(&r.stop);
+    let variants: [(&str, &[PeerRun], &[Figure<'_>]); 2] = [
+        (
+            "wharf without cgroups",
+            &uncontained,
+            &[
+                ("start", &start, "ms"),
+                ("stop", &stop, "ms"),
+                ("private memory per process", &per_process, "KiB"),
+            ],
+        ),
+        (
+            "wharf with its data directory on tmpfs",
+            &in_memory,
+            &[("start", &start, "ms"), ("stop", &stop, "ms")],
+        ),
+    ];
+    for (variant, runs, figures) in variants {
+        for (name, figure, unit) in figures {
+            rows.push(Row {
+                name: format!("{count} processes: {name}, {variant}"),
+                unit,
+                better: Better::Lower,
+                samples: runs.iter().map(figure).collect(),
+                baseline: Some(("s6".into(), s6.iter().map(figure).collect())),
+                target: None,
+            });
+        }
     }
     Ok(rows)
 }
@@ -173,6 +200,9 @@ pub(crate) trait Supervisor {
     /// Asks its status interface about every process.
     fn status(&mut self) -> Result<Tally, String>;
 }
+
+/// A figure of a run: its name, how it is read, its unit.
+type Figure<'a> = (&'static str, &'a dyn Fn(&PeerRun) -> f64, &'static str);
 
 /// Starts `count` processes under `system`, then stops them, measuring both and the memory.
 pub(crate) fn measure(system: &mut dyn Supervisor, count: usize) -> Result<PeerRun, String> {

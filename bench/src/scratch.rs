@@ -20,6 +20,21 @@ pub(crate) fn dir(prefix: &str) -> PathBuf {
     path
 }
 
+/// A new empty directory on tmpfs (`/dev/shm`), named after `prefix`, for a run that shows what
+/// the disk costs; it lasts until [`remove_all`].
+pub(crate) fn dir_in_memory(prefix: &str) -> Result<PathBuf, String> {
+    let parent = Path::new("/dev/shm");
+    let dir = tempfile::Builder::new().prefix(prefix).tempdir_in(parent).map_err(|e| {
+        format!(
+            "cannot make a directory in {} (a tmpfs most Linux systems mount): {e}",
+            parent.display()
+        )
+    })?;
+    let path = dir.path().to_owned();
+    KEPT.lock().unwrap_or_else(|e| e.into_inner()).push(dir);
+    Ok(path)
+}
+
 /// Removes every scratch directory made so far.
 pub(crate) fn remove_all() {
     KEPT.lock().unwrap_or_else(|e| e.into_inner()).clear();
