@@ -751,7 +751,10 @@ impl Driver for RawExecDriver {
             }
             self.stop_task(task_id, Duration::ZERO, Signal::Kill).await?;
         }
-        self.tasks.lock().remove(task_id);
+        if self.tasks.lock().remove(task_id).is_none() {
+            // Another destroy of the same run took it first, and frees it.
+            return Ok(());
+        }
         if let (Some(cgroups), Some(cgroup)) = (self.cgroups.manager(), &task.cgroup) {
             contain::discard(cgroups.clone(), cgroup.clone()).await;
         }
