@@ -18,7 +18,7 @@ use wharf_state::{ClientStatus, TaskEventKind, TaskStatus};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn submit_run_read_logs_and_stop() {
     let dir = tempfile::tempdir().unwrap();
-    let agent = AgentProcess::start(dir.path(), "");
+    let mut agent = AgentProcess::start(dir.path(), "");
     let client = agent.client();
     let spec = job(
         "web",
@@ -309,7 +309,7 @@ async fn the_probers_default_runner_commands_drive_a_real_agent() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_agent_does_not_hang_the_run_probe() {
     let dir = tempfile::tempdir().unwrap();
-    let agent = AgentProcess::start(dir.path(), "");
+    let mut agent = AgentProcess::start(dir.path(), "");
     let pid = agent.child.id().to_string();
     let signal = |name: &str| {
         let sent = Command::new("kill").args([name, &pid]).status().unwrap();

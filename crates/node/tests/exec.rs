@@ -59,7 +59,7 @@ async fn an_exec_task_runs_contained_through_the_agent_and_keeps_its_user_across
     assert_eq!(String::from_utf8_lossy(&offline.stdout), format!("{id}\n"), "{offline:?}");
 
     // Started over, the agent reattaches, and a new task gets another user.
-    let agent = AgentProcess::launch(data_dir, config);
+    let mut agent = AgentProcess::launch(data_dir, config);
     let client = agent.client();
     until(&client, &id, "reattached", |d| d.state.client_status == ClientStatus::Running).await;
     let other =
@@ -79,7 +79,7 @@ async fn an_exec_task_runs_contained_through_the_agent_and_keeps_its_user_across
 async fn the_isolated_example_runs_and_shows_what_its_task_cannot_reach() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let agent = AgentProcess::start(dir.path(), "");
+    let mut agent = AgentProcess::start(dir.path(), "");
     let client = agent.client();
     let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/isolated.toml");
     let spec = std::fs::read_to_string(example).unwrap();

@@ -338,7 +338,7 @@ async fn task_cgroups_survive_an_agent_sigkill_and_none_is_left_after_destroy() 
     let (data_dir, config) = agent.kill9();
     assert!(alive(pid));
     assert_eq!(cgroups.tasks(), names, "the cgroup outlives the agent");
-    let agent = AgentProcess::launch(data_dir, config);
+    let mut agent = AgentProcess::launch(data_dir, config);
     let client = agent.client();
     until(&client, &id, "reattached", |d| {
         d.state.task_states["t"].events.iter().any(|e| e.kind == TaskEventKind::Reattached)
@@ -375,7 +375,7 @@ async fn by_default_task_cgroups_are_below_the_agents_own_cgroup() {
     let expected = format!("{}/{}", own_memory.trim_end_matches('/'), parent.name);
     let memory_parent = Path::new("/sys/fs/cgroup/memory").join(expected.trim_start_matches('/'));
 
-    let agent = AgentProcess::start(dir.path(), "");
+    let mut agent = AgentProcess::start(dir.path(), "");
     let client = agent.client();
     let node = node_status(&client).await;
     assert!(node.cgroups.enabled, "{:?}", node.cgroups);
@@ -409,7 +409,7 @@ async fn without_writable_cgroups_raw_exec_runs_plain_processes_and_says_so_once
     std::os::unix::fs::chown(dir.path(), Some(NOBODY), Some(NOBODY)).unwrap();
     let logs = tempfile::tempdir().unwrap();
     let log = logs.path().join("agent.log");
-    let agent = AgentProcess::start_as(dir.path(), "", NOBODY, &log);
+    let mut agent = AgentProcess::start_as(dir.path(), "", NOBODY, &log);
     let client = agent.client();
     let node = node_status(&client).await;
     assert!(!node.cgroups.enabled, "{:?}", node.cgroups);

@@ -106,7 +106,7 @@ fn stdout(output: &std::process::Output) -> String {
 async fn an_http_server_on_its_dynamic_port_becomes_healthy() {
     python();
     let dir = tempfile::tempdir().unwrap();
-    let agent = AgentProcess::start(dir.path(), &ports(21_000, 21_099));
+    let mut agent = AgentProcess::start(dir.path(), &ports(21_000, 21_099));
     let client = agent.client();
     let id = submit(&client, &web_job("web", QUICK_HEALTH, "/", "", "")).await.unwrap();
     let detail = until(&client, &id, "healthy", |d| healthy(d).is_some()).await;
@@ -167,7 +167,7 @@ async fn an_http_server_on_its_dynamic_port_becomes_healthy() {
 async fn a_server_failing_its_check_is_restarted_by_check_restart() {
     python();
     let dir = tempfile::tempdir().unwrap();
-    let agent = AgentProcess::start(dir.path(), &ports(21_100, 21_199));
+    let mut agent = AgentProcess::start(dir.path(), &ports(21_100, 21_199));
     let client = agent.client();
     let spec = web_job(
         "flaky",
@@ -211,7 +211,7 @@ async fn a_server_failing_its_check_is_restarted_by_check_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_that_never_answers_is_unhealthy_at_its_deadline() {
     let dir = tempfile::tempdir().unwrap();
-    let agent = AgentProcess::start(dir.path(), &ports(21_200, 21_299));
+    let mut agent = AgentProcess::start(dir.path(), &ports(21_200, 21_299));
     let client = agent.client();
     let spec = job(
         "silent",
@@ -274,7 +274,7 @@ async fn refused(client: &Client, spec: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn port_conflicts_and_exhaustion_are_refused_naming_the_port() {
     let dir = tempfile::tempdir().unwrap();
-    let agent = AgentProcess::start(dir.path(), &ports(21_300, 21_300));
+    let mut agent = AgentProcess::start(dir.path(), &ports(21_300, 21_300));
     let client = agent.client();
     let first =
         submit(&client, &sleeper_with_ports("a", "[group.network.port.http]\n")).await.unwrap();
@@ -337,7 +337,7 @@ async fn restarts_keep_ports_checks_and_health() {
     let before = until(&client, &id, "healthy", |d| healthy(d) == Some(true)).await;
     let (data_dir, config) = agent.kill9();
 
-    let agent = AgentProcess::launch(data_dir, config);
+    let mut agent = AgentProcess::launch(data_dir, config);
     let client = agent.client();
     // Both checks run again: the http one over the network, the script one through the
     // driver's exec into the reattached task.
@@ -389,7 +389,7 @@ async fn check_runs(client: &Client) -> f64 {
 async fn check_runs_stay_counted_after_garbage_collection() {
     let dir = tempfile::tempdir().unwrap();
     let config = format!("{}[gc]\nmax_allocs = 0\ninterval = \"100ms\"\n", ports(21_500, 21_599));
-    let agent = AgentProcess::start(dir.path(), &config);
+    let mut agent = AgentProcess::start(dir.path(), &config);
     let client = agent.client();
     let spec = job(
         "counted",

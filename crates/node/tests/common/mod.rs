@@ -75,8 +75,9 @@ impl AgentProcess {
         (self.data_dir.clone(), self.config.clone())
     }
 
-    pub fn terminate(mut self) -> std::process::ExitStatus {
-        self.keep_tasks = true;
+    /// Stops the agent with SIGTERM, which leaves its tasks running; they are wiped when this
+    /// value is dropped, after the test has looked at what the agent left.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
         wharf_tests::announce::terminate(&mut self.child, LIMIT).unwrap()
     }
 
