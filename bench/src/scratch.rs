@@ -14,22 +14,24 @@ static KEPT: Mutex<Vec<tempfile::TempDir>> = Mutex::new(Vec::new());
 pub(crate) fn dir(prefix: &str) -> PathBuf {
     let parent = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench-scratch");
     std::fs::create_dir_all(&parent).unwrap();
-    let dir = tempfile::Builder::new().prefix(prefix).tempdir_in(parent).unwrap();
-    let path = dir.path().to_owned();
-    KEPT.lock().unwrap_or_else(|e| e.into_inner()).push(dir);
-    path
+    kept(prefix, &parent).unwrap()
 }
 
 /// A new empty directory on tmpfs (`/dev/shm`), named after `prefix`, for a run that shows what
 /// the disk costs; it lasts until [`remove_all`].
 pub(crate) fn dir_in_memory(prefix: &str) -> Result<PathBuf, String> {
     let parent = Path::new("/dev/shm");
-    let dir = tempfile::Builder::new().prefix(prefix).tempdir_in(parent).map_err(|e| {
+    kept(prefix, parent).map_err(|e| {
         format!(
             "cannot make a directory in {} (a tmpfs most Linux systems mount): {e}",
             parent.display()
         )
-    })?;
+    })
+}
+
+/// A new directory in `parent`, kept until [`remove_all`].
+fn kept(prefix: &str, parent: &Path) -> std::io::Result<PathBuf> {
+    let dir = tempfile::Builder::new().prefix(prefix).tempdir_in(parent)?;
     let path = dir.path().to_owned();
     KEPT.lock().unwrap_or_else(|e| e.into_inner()).push(dir);
     Ok(path)

@@ -857,24 +857,25 @@ mod tests {
     use super::SavedEnv;
     use std::collections::BTreeMap;
 
+    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(n, v)| ((*n).to_owned(), (*v).to_owned())).collect()
+    }
+
     #[test]
     fn a_saved_environment_reads_back_as_it_was_given() {
-        let env: BTreeMap<String, String> =
-            [("PATH", "/usr/bin:/bin"), ("EMPTY", ""), ("EQUALS", "a=b=c"), ("UNICODE", "ünï")]
-                .into_iter()
-                .map(|(n, v)| (n.to_owned(), v.to_owned()))
-                .collect();
+        let env = env(&[
+            ("PATH", "/usr/bin:/bin"),
+            ("EMPTY", ""),
+            ("EQUALS", "a=b=c"),
+            ("UNICODE", "ünï"),
+        ]);
         assert_eq!(SavedEnv::new(&env).to_map(), env);
         assert!(SavedEnv::new(&BTreeMap::new()).to_map().is_empty());
     }
 
     #[test]
     fn entries_no_start_would_take_are_left_out() {
-        let env: BTreeMap<String, String> =
-            [("A=B", "1"), ("NUL\0", "2"), ("VALUE", "3\0"), ("KEPT", "4")]
-                .into_iter()
-                .map(|(n, v)| (n.to_owned(), v.to_owned()))
-                .collect();
+        let env = env(&[("A=B", "1"), ("NUL\0", "2"), ("VALUE", "3\0"), ("KEPT", "4")]);
         let kept = SavedEnv::new(&env).to_map();
         assert_eq!(kept.into_iter().collect::<Vec<_>>(), [("KEPT".to_owned(), "4".to_owned())]);
     }
