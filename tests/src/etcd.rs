@@ -5,10 +5,16 @@
 // This fixture's job is to start and stop a program, and to wait (bounded) for it.
 #![allow(clippy::disallowed_methods)]
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use std::io::{Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// A key and its value.
+pub type KeyValue = (Vec<u8>, Vec<u8>);
 
 /// A running etcd with one member.
 #[derive(Debug)]
@@ -84,6 +90,65 @@ impl Etcd {
     /// Its client endpoint, `127.0.0.1:<port>`.
     pub fn endpoint(&self) -> String {
         format!("127.0.0.1:{}", self.client_port)
+    }
+
+    /// Calls etcd's v3 JSON gateway directly, as an operator's tool would (not through the
+    /// store under test): posts `body` to `path` (`/v3/kv/put`, ...) and returns the answer.
+    pub fn call(&self, path: &str, body: &serde_json::Value) -> Result<serde_json::Value, String> {
+        let body = body.to_string();
+        let mut stream = TcpStream::connect(("127.0.0.1", self.client_port))
+            .map_err(|e| format!("cannot reach etcd: {e}"))?;
+        stream.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
+        let request = format!(
+            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).map_err(|e| e.to_string())?;
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).map_err(|e| format!("etcd's answer: {e}"))?;
+        let (head, content) =
+            answer.split_once("\r\n\r\n").ok_or_else(|| format!("not HTTP: {answer}"))?;
+        if !head.starts_with("HTTP/1.1 200") {
+            return Err(format!("{path}: {head}: {content}"));
+        }
+        // A streamed answer may come chunked: the JSON is the one line that starts with `{`.
+        let json = content.lines().find(|l| l.starts_with('{')).unwrap_or(content);
+        serde_json::from_str(json).map_err(|e| format!("{path}: {e}: {content}"))
+    }
+
+    /// Stores `value` at `key`, bypassing every store.
+    pub fn put(&self, key: &str, value: &[u8]) -> Result<(), String> {
+        let body = serde_json::json!({ "key": BASE64.encode(key), "value": BASE64.encode(value) });
+        self.call("/v3/kv/put", &body).map(drop)
+    }
+
+    /// Deletes `key`, bypassing every store.
+    pub fn delete(&self, key: &[u8]) -> Result<(), String> {
+        self.call("/v3/kv/deleterange", &serde_json::json!({ "key": BASE64.encode(key) })).map(drop)
+    }
+
+    /// Every key that starts with `prefix`, with its value.
+    pub fn list(&self, prefix: &str) -> Result<Vec<KeyValue>, String> {
+        let mut end = prefix.as_bytes().to_vec();
+        *end.last_mut().ok_or("an empty prefix")? += 1;
+        let body =
+            serde_json::json!({ "key": BASE64.encode(prefix), "range_end": BASE64.encode(end) });
+        let answer = self.call("/v3/kv/range", &body)?;
+        let decode = |v: &serde_json::Value| {
+            BASE64.decode(v.as_str().unwrap_or_default()).map_err(|e| e.to_string())
+        };
+        answer["kvs"]
+            .as_array()
+            .map(|kvs| {
+                kvs.iter().map(|kv| Ok((decode(&kv["key"])?, decode(&kv["value"])?))).collect()
+            })
+            .unwrap_or(Ok(Vec::new()))
+    }
+
+    /// Ends lease `id` (a decimal string, as etcd writes ids) and deletes every key on it.
+    pub fn revoke(&self, id: &str) -> Result<(), String> {
+        self.call("/v3/lease/revoke", &serde_json::json!({ "ID": id })).map(drop)
     }
 
     /// Its log so far.

@@ -78,9 +78,7 @@ impl Backend {
                 ledger.write(term, vec![change]).await.unwrap();
             }
             Backend::Etcd(etcd, prefix) => {
-                let mut client =
-                    etcd_client::Client::connect([etcd.endpoint()], None).await.unwrap();
-                client.put(format!("{prefix}/work/{id}"), newer.to_vec(), None).await.unwrap();
+                etcd.put(&format!("{prefix}/work/{id}"), &newer).unwrap()
             }
         }
     }

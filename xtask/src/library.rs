@@ -18,7 +18,7 @@ use serde_json::Value;
 pub(crate) const LEAN: &[(&str, &[&str])] = &[
     ("wharf-store", &["redb", "tokio"]),
     ("wharf-prober", &["russh", "ring"]),
-    ("wharf-fleet", &["redb", "etcd-client", "tonic", "prost"]),
+    ("wharf-fleet", &["redb", "hyper", "base64"]),
 ];
 
 /// Crates that must stay free of the listed crates with their default features on.

@@ -7,6 +7,7 @@
 
 mod boundaries;
 mod library;
+mod release;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -21,6 +22,8 @@ tasks:
   library         check what the library crates promise users: READMEs as crate docs with
                   an example, dependency trees without the heavy default features, every
                   example runs, every crate packages
+  release         the README's first command: a release build (no protoc, no -dev
+                  package), its binary's size, and examples/hello.toml run with it
   bench [--quick] run the benchmarks and write docs/BENCHMARKS.md (--quick: a short run
                   that only checks every scenario produces figures; writes nothing)";
 
@@ -30,6 +33,7 @@ fn main() -> ExitCode {
         ["ci"] => ci(),
         ["boundaries"] => check_boundaries(),
         ["library"] => library::check(),
+        ["release"] => release::check(),
         ["bench"] => bench(false),
         ["bench", "--quick"] => bench(true),
         _ => Err(USAGE.to_owned()),
@@ -47,10 +51,31 @@ pub(crate) fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_owned()
 }
 
+/// A cargo command in the workspace. wharf builds with nothing but a Rust toolchain and a C
+/// compiler: `PROTOC` names a program that always fails, so a build script that reaches for
+/// `protoc` (prost-build and its kind read `PROTOC` first, and rerun when it changes) breaks
+/// every build xtask runs, not only the builds of machines that lack it.
 pub(crate) fn cargo() -> Command {
     let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    command.current_dir(workspace_root());
+    command.current_dir(workspace_root()).env("PROTOC", refusing_protoc());
     command
+}
+
+/// A `protoc` that refuses to run, saying why; written once under target/.
+fn refusing_protoc() -> PathBuf {
+    let path = workspace_root().join("target/xtask/protoc-refused");
+    let script = "#!/bin/sh\necho 'wharf builds without protoc: a build script ran it (PROTOC)' >&2\nexit 1\n";
+    if std::fs::read_to_string(&path).ok().as_deref() != Some(script) {
+        let written = std::fs::create_dir_all(path.parent().expect("a parent")).and_then(|()| {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::write(&path, script)?;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+        });
+        if let Err(error) = written {
+            eprintln!("cannot write {}: {error}", path.display());
+        }
+    }
+    path
 }
 
 /// Runs `command`, failing with `step` named if it does not succeed.
@@ -92,6 +117,7 @@ fn ci() -> Result<(), String> {
     )?;
     check_boundaries()?;
     library::check()?;
+    release::check()?;
     bench(true)?;
     eprintln!("\nci: all checks passed");
     Ok(())

@@ -1,5 +1,5 @@
-//! [`EtcdStore`]: the fleet's records and its leadership in etcd (the v3 API, through
-//! `etcd-client`), for several `wharf fleet` replicas that share one etcd.
+//! [`EtcdStore`]: the fleet's records and its leadership in etcd (the v3 API, through its JSON
+//! gateway: [`gateway`]), for several `wharf fleet` replicas that share one etcd.
 //!
 //! Keys, under the configured prefix (`/wharf/fleet` by default):
 //!
@@ -18,11 +18,13 @@
 //! holds until the lease's expiry as last renewed (measured from when the renewal was asked),
 //! less a margin; past that the replica stops acting on workers even before etcd answers.
 
+mod gateway;
+
 use super::{
     Change, FleetStore, Loaded, Replica, Standing, StoreInfo, Term, Token, decode, encode,
 };
 use crate::FleetError;
-use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp};
+use gateway::{Gateway, GatewayError, Operation};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Mutex, watch};
@@ -57,7 +59,7 @@ impl Default for EtcdConfig {
 /// A fleet store in etcd.
 pub struct EtcdStore {
     config: EtcdConfig,
-    client: Client,
+    etcd: Arc<Gateway>,
     /// This replica's lease and its keeper, once it has one.
     lease: Mutex<Option<Arc<Lease>>>,
 }
@@ -87,7 +89,7 @@ fn etcd_error(operation: &'static str, error: impl std::fmt::Display) -> FleetEr
 }
 
 impl EtcdStore {
-    /// Connects to etcd (a connection is made lazily; a first call checks it).
+    /// Connects to etcd, and checks with a first read that a member answers.
     pub async fn connect(config: EtcdConfig) -> Result<EtcdStore, FleetError> {
         if config.lease_ttl < Duration::from_secs(2) {
             return Err(FleetError::Store {
@@ -95,20 +97,12 @@ impl EtcdStore {
                 detail: "etcd: the lease TTL must be at least 2s".into(),
             });
         }
-        let options = ConnectOptions::new()
-            .with_connect_timeout(config.call_timeout)
-            .with_timeout(config.call_timeout)
-            .with_keep_alive(Duration::from_secs(1), config.call_timeout);
-        let client = tokio::time::timeout(
-            config.call_timeout,
-            Client::connect(config.endpoints.clone(), Some(options)),
-        )
-        .await
-        .map_err(|_| etcd_error("connect", format!("no answer from {:?}", config.endpoints)))?
-        .map_err(|e| etcd_error("connect", e))?;
-        let store = EtcdStore { config, client, lease: Mutex::new(None) };
+        let etcd = Gateway::new(&config.endpoints, config.call_timeout)
+            .map_err(|e| etcd_error("connect", e))?;
+        let store = EtcdStore { config, etcd: Arc::new(etcd), lease: Mutex::new(None) };
         // Fails here, with the endpoints named, rather than at the first campaign.
-        store.call("connect", store.client.clone().get(store.key("work/"), None)).await?;
+        let probe = store.key("work/");
+        store.call("connect", store.etcd.range(probe.as_bytes(), None, 1)).await?;
         Ok(store)
     }
 
@@ -119,7 +113,7 @@ impl EtcdStore {
     async fn call<T>(
         &self,
         operation: &'static str,
-        call: impl Future<Output = Result<T, etcd_client::Error>>,
+        call: impl Future<Output = Result<T, GatewayError>>,
     ) -> Result<T, FleetError> {
         match tokio::time::timeout(self.config.call_timeout, call).await {
             Ok(result) => result.map_err(|e| etcd_error(operation, e)),
@@ -142,13 +136,10 @@ impl EtcdStore {
             return Ok(lease.clone());
         }
         let ttl = self.config.lease_ttl;
-        let mut client = self.client.clone();
         let asked = Instant::now();
-        let granted = self.call("lease", client.lease_grant(ttl.as_secs() as i64, None)).await?;
-        let id = granted.id();
-        let (keeper, stream) = self.call("lease", client.lease_keep_alive(id)).await?;
+        let id = self.call("lease", self.etcd.lease_grant(ttl)).await?;
         let (sender, standing) = watch::channel(Standing::Until(Some(valid_until(asked, ttl))));
-        let keeper = tokio::spawn(keep_alive(keeper, stream, sender, ttl));
+        let keeper = tokio::spawn(keep_alive(self.etcd.clone(), id, sender, ttl));
         let lease = Arc::new(Lease { id, standing, keeper });
         *held = Some(lease.clone());
         Ok(lease)
@@ -167,33 +158,28 @@ fn valid_until(asked: Instant, ttl: Duration) -> Instant {
 }
 
 /// Renews the lease every third of its TTL, and tells the standing each renewal gives. The
-/// lease is over once etcd says it expired (a TTL of 0) or the stream ends; a round with no
-/// answer leaves the standing to run out on its own.
-async fn keep_alive(
-    mut keeper: etcd_client::LeaseKeeper,
-    mut stream: etcd_client::LeaseKeepAliveStream,
-    standing: watch::Sender<Standing>,
-    ttl: Duration,
-) {
+/// lease is over once etcd says it expired (a TTL of 0); a round with no answer, or an error,
+/// leaves the standing to run out on its own.
+async fn keep_alive(etcd: Arc<Gateway>, id: i64, standing: watch::Sender<Standing>, ttl: Duration) {
     let every = ttl / 3;
     loop {
         let asked = Instant::now();
-        if keeper.keep_alive().await.is_err() {
-            break;
-        }
-        match tokio::time::timeout(every, stream.message()).await {
-            Ok(Ok(Some(renewed))) if renewed.ttl() > 0 => {
+        match tokio::time::timeout(every, etcd.lease_keep_alive(id)).await {
+            Ok(Ok(left)) if !left.is_zero() => {
                 standing.send_replace(Standing::Until(Some(valid_until(asked, ttl))));
             }
-            Ok(Ok(Some(_))) => {
-                tracing::warn!(lease = keeper.id(), "the etcd lease expired");
+            Ok(Ok(_)) => {
+                tracing::warn!(lease = id, "the etcd lease expired");
                 break;
             }
-            Ok(Ok(None) | Err(_)) => {
-                tracing::warn!(lease = keeper.id(), "the etcd lease's keep-alive stream ended");
-                break;
-            }
-            Err(_) => tracing::debug!(lease = keeper.id(), "no keep-alive answer this round"),
+            Ok(Err(error)) => tracing::debug!(lease = id, %error, "no keep-alive this round"),
+            Err(_) => tracing::debug!(lease = id, "no keep-alive answer this round"),
+        }
+        if let Standing::Until(Some(until)) = *standing.borrow()
+            && Instant::now() >= until
+        {
+            tracing::warn!(lease = id, "the etcd lease was not renewed in time");
+            break;
         }
         tokio::time::sleep_until(asked + every).await;
     }
@@ -227,10 +213,8 @@ impl FleetStore for EtcdStore {
     async fn campaign(&self, me: &Replica) -> Result<Term, FleetError> {
         let lease = self.lease().await?;
         let value = serde_json::to_vec(me).map_err(|e| etcd_error("campaign", e))?;
-        let mut client = self.client.clone();
         let presence = self.key(&format!("replicas/{}", me.name));
-        let options = PutOptions::new().with_lease(lease.id);
-        self.call("campaign", client.put(presence, value.clone(), Some(options))).await?;
+        self.call("campaign", self.etcd.put(presence.as_bytes(), &value, lease.id)).await?;
         // Waits as long as another leads, but not past this replica's own lease.
         let mut standing = lease.standing.clone();
         let lapsed = async move {
@@ -240,47 +224,39 @@ impl FleetStore for EtcdStore {
                 }
             }
         };
-        let won = tokio::select! {
-            won = client.campaign(self.key("leader"), value, lease.id) => {
+        let election = self.key("leader");
+        let leader = tokio::select! {
+            won = self.etcd.campaign(election.as_bytes(), &value, lease.id) => {
                 won.map_err(|e| etcd_error("campaign", e))?
             }
             () = lapsed => {
                 return Err(etcd_error("campaign", "this replica's lease lapsed while it waited"));
             }
         };
-        let leader =
-            won.leader().ok_or_else(|| etcd_error("campaign", "no leader key in the answer"))?;
-        let token = Token::Key {
-            key: leader.key().to_vec(),
-            revision: leader.rev(),
-            lease: leader.lease(),
-        };
-        Ok(Term::new(leader.rev() as u64, token, lease.standing.clone()))
+        let token = Token::Key { key: leader.key.0, revision: leader.rev.0, lease: leader.lease.0 };
+        Ok(Term::new(leader.rev.0 as u64, token, lease.standing.clone()))
     }
 
     async fn resign(&self, term: &Term) -> Result<(), FleetError> {
         term.end();
         let Token::Key { key, revision, .. } = &term.token else { return Ok(()) };
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.clone(), CompareOp::Equal, *revision)])
-            .and_then([TxnOp::delete(key.clone(), None)]);
-        self.call("resign", self.client.clone().txn(txn)).await?;
+        let delete = vec![Operation::Delete { key: key.clone() }];
+        self.call("resign", self.etcd.txn_if_created_at(key, *revision, delete)).await?;
         Ok(())
     }
 
     async fn leader(&self) -> Result<Option<Replica>, FleetError> {
-        match self.call("leader", self.client.clone().leader(self.key("leader"))).await {
-            Ok(answer) => answer.kv().map(|kv| EtcdStore::decode_replica(kv.value())).transpose(),
-            Err(FleetError::Store { detail, .. }) if detail.contains("no leader") => Ok(None),
-            Err(e) => Err(e),
-        }
+        let election = self.key("leader");
+        let leader = self.call("leader", self.etcd.leader(election.as_bytes())).await?;
+        leader.map(|kv| EtcdStore::decode_replica(&kv.value.0)).transpose()
     }
 
     async fn replicas(&self) -> Result<Vec<Replica>, FleetError> {
         let prefix = self.key("replicas/");
-        let options = GetOptions::new().with_prefix();
-        let answer = self.call("replicas", self.client.clone().get(prefix, Some(options))).await?;
-        answer.kvs().iter().map(|kv| EtcdStore::decode_replica(kv.value())).collect()
+        let end = prefix_end(&prefix);
+        let answer =
+            self.call("replicas", self.etcd.range(prefix.as_bytes(), Some(&end), 0)).await?;
+        answer.kvs.iter().map(|kv| EtcdStore::decode_replica(&kv.value.0)).collect()
     }
 
     async fn load_all(&self) -> Result<Loaded, FleetError> {
@@ -290,19 +266,17 @@ impl FleetStore for EtcdStore {
         let mut from = prefix.clone().into_bytes();
         let mut loaded = Loaded::default();
         loop {
-            let options = GetOptions::new().with_range(end.clone()).with_limit(PAGE);
-            let answer =
-                self.call("load", self.client.clone().get(from.clone(), Some(options))).await?;
-            for kv in answer.kvs() {
-                let key = String::from_utf8_lossy(kv.key()).into_owned();
-                match decode(kv.value()) {
+            let answer = self.call("load", self.etcd.range(&from, Some(&end), PAGE)).await?;
+            for kv in &answer.kvs {
+                let key = String::from_utf8_lossy(&kv.key.0).into_owned();
+                match decode(&kv.value.0) {
                     Ok(record) => loaded.records.push(record),
                     Err(why) => loaded.problems.push((key, why)),
                 }
             }
-            match answer.kvs().last() {
-                Some(last) if answer.more() => {
-                    from = last.key().to_vec();
+            match answer.kvs.last() {
+                Some(last) if answer.more => {
+                    from = last.key.0.clone();
                     from.push(0);
                 }
                 _ => return Ok(loaded),
@@ -312,12 +286,13 @@ impl FleetStore for EtcdStore {
 
     async fn load(&self, id: &str) -> Result<Option<WorkRecord>, FleetError> {
         let key = self.key(&format!("work/{id}"));
-        let answer = self.call("load", self.client.clone().get(key, None)).await?;
+        let answer = self.call("load", self.etcd.range(key.as_bytes(), None, 0)).await?;
         answer
-            .kvs()
+            .kvs
             .first()
             .map(|kv| {
-                decode(kv.value()).map_err(|detail| FleetError::Store { operation: "load", detail })
+                decode(&kv.value.0)
+                    .map_err(|detail| FleetError::Store { operation: "load", detail })
             })
             .transpose()
     }
@@ -340,17 +315,15 @@ impl FleetStore for EtcdStore {
         }
         let mut operations = Vec::with_capacity(changes.len());
         for change in &changes {
-            let at = self.key(&format!("work/{}", change.id()));
+            let key = self.key(&format!("work/{}", change.id())).into_bytes();
             operations.push(match change {
-                Change::Put(record) => TxnOp::put(at, encode(record)?, None),
-                Change::Delete(_) => TxnOp::delete(at, None),
+                Change::Put(record) => Operation::Put { key, value: encode(record)? },
+                Change::Delete(_) => Operation::Delete { key },
             });
         }
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.clone(), CompareOp::Equal, *revision)])
-            .and_then(operations);
-        let answer = self.call("commit", self.client.clone().txn(txn)).await?;
-        if answer.succeeded() {
+        let applied =
+            self.call("commit", self.etcd.txn_if_created_at(key, *revision, operations)).await?;
+        if applied {
             Ok(())
         } else {
             Err(FleetError::Fenced {
