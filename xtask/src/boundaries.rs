@@ -99,7 +99,7 @@ const RULES: &[Rule] = &[
 ];
 
 /// External crates only one workspace crate may use directly.
-const OWNED: &[(&str, &str)] = &[("redb", "wharf-store"), ("etcd-client", "wharf-fleet")];
+const OWNED: &[(&str, &str)] = &[("redb", "wharf-store")];
 
 /// Workspace members that are tools, not part of the product: no rule applies to them.
 const TOOLS: &[&str] = &["xtask", "wharf-bench", "wharf-tests"];

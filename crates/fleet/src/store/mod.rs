@@ -12,7 +12,7 @@
 //! Backends, all passing the same contract tests (`tests/tests/fleet_store.rs`):
 //! - [`LedgerStore`]: the embedded default, one redb file through wharf-store's `Ledger`. One
 //!   fleet process; its terms never lapse, a new one outdates the old.
-//! - [`EtcdStore`](etcd::EtcdStore) (feature `etcd`): etcd's v3 API through `etcd-client`,
+//! - [`EtcdStore`](etcd::EtcdStore) (feature `etcd`): etcd's v3 API through its JSON gateway,
 //!   leadership by etcd's election on a lease, writes fenced by a transaction that compares
 //!   the leader key's revision.
 //! - [`MemoryStore`]: the same rules in memory, for tests.

@@ -1,5 +1,5 @@
 //! [`EtcdStore`]: the fleet's records and its leadership in etcd (the v3 API, through its JSON
-//! gateway: [`gateway`]), for several `wharf fleet` replicas that share one etcd.
+//! gateway: `gateway.rs`), for several `wharf fleet` replicas that share one etcd.
 //!
 //! Keys, under the configured prefix (`/wharf/fleet` by default):
 //!
