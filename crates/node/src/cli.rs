@@ -403,14 +403,27 @@ async fn node_status(client: &Client, json: bool, probe: bool) -> anyhow::Result
     Ok(ExitCode::SUCCESS)
 }
 
+/// Logs to stderr, as text or JSON lines, at the levels `RUST_LOG` asks for (`info`, or
+/// `wharf_fleet=debug,info`: a level per target, as a prefix of the module path), `info`
+/// without it.
 pub(crate) fn init_logs(json: bool) {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let default = || Targets::new().with_default(LevelFilter::INFO);
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(text) if !text.trim().is_empty() => text.parse::<Targets>().unwrap_or_else(|error| {
+            eprintln!("RUST_LOG={text:?} is not a list of target=level: {error}; logging at info");
+            default()
+        }),
+        _ => default(),
+    };
+    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let logs = tracing_subscriber::registry().with(filter);
     if json {
-        builder.json().init();
+        logs.with(layer.json()).init();
     } else {
-        builder.init();
+        logs.with(layer).init();
     }
 }
 
