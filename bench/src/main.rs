@@ -8,6 +8,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr, clippy::disallowed_methods)]
 
 mod alloc;
+mod build;
 mod cgroups;
 mod exec;
 mod fleet;
@@ -43,7 +44,7 @@ impl Effort {
     }
 }
 
-const USAGE: &str = "usage: wharf-bench [--quick] [--out FILE] [--only store|alloc|exec|isolated|cgroups|node|peers|health|fleet|prober]";
+const USAGE: &str = "usage: wharf-bench [--quick] [--out FILE] [--only build|store|alloc|exec|isolated|cgroups|node|peers|health|fleet|prober]";
 
 fn main() -> ExitCode {
     let mut quick = false;
@@ -70,7 +71,8 @@ fn main() -> ExitCode {
         if quick { Effort { runs: 1, scale: 0.02 } } else { Effort { runs: 5, scale: 1.0 } };
 
     type Scenario = fn(Effort) -> Result<Vec<Row>, String>;
-    let scenarios: [(&str, Scenario); 10] = [
+    let scenarios: [(&str, Scenario); 11] = [
+        ("build", build::run),
         ("store", |effort| Ok(store::run(effort))),
         ("alloc", alloc::run),
         ("exec", exec::run),
