@@ -146,6 +146,13 @@ impl Etcd {
             .unwrap_or(Ok(Vec::new()))
     }
 
+    /// The lease `key` is on (a decimal string, as etcd writes ids), if it exists and has one.
+    pub fn lease_of(&self, key: &str) -> Result<Option<String>, String> {
+        let answer =
+            self.call("/v3/kv/range", &serde_json::json!({ "key": BASE64.encode(key) }))?;
+        Ok(answer["kvs"][0]["lease"].as_str().map(str::to_owned))
+    }
+
     /// Ends lease `id` (a decimal string, as etcd writes ids) and deletes every key on it.
     pub fn revoke(&self, id: &str) -> Result<(), String> {
         self.call("/v3/lease/revoke", &serde_json::json!({ "ID": id })).map(drop)

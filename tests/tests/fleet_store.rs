@@ -15,7 +15,8 @@ use wharf_fleet::state::fleet::{Phase, Placement, WorkRecord};
 use wharf_fleet::state::reschedule::ReschedulePolicy;
 use wharf_fleet::state::resources::Amount;
 use wharf_fleet::{
-    Change, EtcdConfig, EtcdStore, FleetError, FleetStore, LedgerStore, MemoryStore, Replica,
+    Change, EtcdConfig, EtcdStore, FleetError, FleetStore, LedgerStore, MAX_CHANGES_PER_COMMIT,
+    MemoryStore, Replica,
 };
 use wharf_tests::etcd::Etcd;
 
@@ -26,7 +27,7 @@ const LIMIT: Duration = Duration::from_secs(20);
 enum Backend {
     Memory(MemoryStore),
     Ledger(tempfile::TempDir),
-    Etcd(Etcd, String),
+    Etcd(Etcd, String, Duration),
 }
 
 impl Backend {
@@ -39,16 +40,21 @@ impl Backend {
     }
 
     fn etcd() -> Backend {
+        Backend::etcd_with_ttl(Duration::from_secs(2))
+    }
+
+    /// etcd, its replicas on leases of `ttl`.
+    fn etcd_with_ttl(ttl: Duration) -> Backend {
         let etcd = Etcd::start(LIMIT).unwrap_or_else(|e| panic!("{e}"));
-        Backend::Etcd(etcd, "/contract".into())
+        Backend::Etcd(etcd, "/contract".into(), ttl)
     }
 
     fn etcd_config(&self) -> EtcdConfig {
-        let Backend::Etcd(etcd, prefix) = self else { panic!("not etcd") };
+        let Backend::Etcd(etcd, prefix, ttl) = self else { panic!("not etcd") };
         EtcdConfig {
             endpoints: vec![etcd.endpoint()],
             prefix: prefix.clone(),
-            lease_ttl: Duration::from_secs(2),
+            lease_ttl: *ttl,
             ..EtcdConfig::default()
         }
     }
@@ -77,7 +83,7 @@ impl Backend {
                     wharf_store::LedgerChange::Put { key: id.into(), value: newer.to_vec() };
                 ledger.write(term, vec![change]).await.unwrap();
             }
-            Backend::Etcd(etcd, prefix) => {
+            Backend::Etcd(etcd, prefix, _) => {
                 etcd.put(&format!("{prefix}/work/{id}"), &newer).unwrap()
             }
         }
@@ -178,6 +184,25 @@ async fn an_unreadable_record_is_reported_not_dropped(backend: Backend) {
     assert!(store.load("from-the-future").await.is_err());
 }
 
+/// A commit carries at most `MAX_CHANGES_PER_COMMIT` changes on every backend (etcd cannot take
+/// more in one transaction): one more is refused whole, and writes nothing.
+async fn a_commit_of_too_many_changes_is_refused_whole(backend: Backend) {
+    let store = backend.open().await;
+    let term = within("campaign", store.campaign(&replica("a"))).await.unwrap();
+    let changes = |n: usize| -> Vec<Change> {
+        (0..n).map(|i| Change::Put(record(&format!("r{i}"), Phase::Queued))).collect()
+    };
+    store.commit(&term, changes(MAX_CHANGES_PER_COMMIT)).await.unwrap();
+    let refused = store.commit(&term, changes(MAX_CHANGES_PER_COMMIT + 1)).await;
+    match refused {
+        Err(FleetError::Store { detail, .. }) => assert!(detail.contains("at most"), "{detail}"),
+        other => panic!("{other:?}"),
+    }
+    let loaded = store.load_all().await.unwrap().records;
+    assert_eq!(loaded.len(), MAX_CHANGES_PER_COMMIT, "nothing of the refused commit");
+    store.resign(&term).await.unwrap();
+}
+
 macro_rules! contract {
     ($backend:ident: $($test:ident),*) => {
         mod $backend {
@@ -191,9 +216,9 @@ macro_rules! contract {
     };
 }
 
-contract!(memory: records_round_trip_and_outlive_their_writer, an_ended_term_writes_nothing_and_later_terms_lead);
-contract!(ledger: records_round_trip_and_outlive_their_writer, an_ended_term_writes_nothing_and_later_terms_lead, an_unreadable_record_is_reported_not_dropped);
-contract!(etcd: records_round_trip_and_outlive_their_writer, an_ended_term_writes_nothing_and_later_terms_lead, an_unreadable_record_is_reported_not_dropped);
+contract!(memory: records_round_trip_and_outlive_their_writer, an_ended_term_writes_nothing_and_later_terms_lead, a_commit_of_too_many_changes_is_refused_whole);
+contract!(ledger: records_round_trip_and_outlive_their_writer, an_ended_term_writes_nothing_and_later_terms_lead, an_unreadable_record_is_reported_not_dropped, a_commit_of_too_many_changes_is_refused_whole);
+contract!(etcd: records_round_trip_and_outlive_their_writer, an_ended_term_writes_nothing_and_later_terms_lead, an_unreadable_record_is_reported_not_dropped, a_commit_of_too_many_changes_is_refused_whole);
 
 /// etcd with replicas in earnest: while one leads, another's campaign waits; when the leader
 /// resigns it wins, with a higher term. When a leader's lease lapses (its keep-alive stopped,
@@ -239,4 +264,57 @@ async fn etcd_campaigns_wait_for_the_leader_and_a_lapsed_lease_hands_over() {
     let refused = a.commit(&lapsed, vec![Change::Put(record("late", Phase::Queued))]).await;
     assert!(matches!(refused, Err(FleetError::Fenced { .. })), "{refused:?}");
     a.commit(&third, vec![Change::Put(record("new", Phase::Queued))]).await.unwrap();
+}
+
+/// etcd's own compare fences a commit, not only the replica's clock: with a term that still
+/// holds here, a commit after its leader key was deleted behind its back (an operator, or
+/// another replica that outlived it) is refused by etcd, and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_refuses_a_commit_whose_leader_key_is_gone_though_the_term_holds_here() {
+    let backend = Backend::etcd_with_ttl(Duration::from_secs(30));
+    let Backend::Etcd(etcd, prefix, _) = &backend else { unreachable!() };
+    let store = backend.open().await;
+    let term = within("campaign", store.campaign(&replica("a"))).await.unwrap();
+    let leader_keys = etcd.list(&format!("{prefix}/leader/")).unwrap();
+    assert_eq!(leader_keys.len(), 1, "one candidate, the leader");
+    etcd.delete(&leader_keys[0].0).unwrap();
+
+    assert!(term.holds(), "the term must still hold here for the test to mean anything");
+    let refused = store.commit(&term, vec![Change::Put(record("late", Phase::Queued))]).await;
+    match refused {
+        Err(FleetError::Fenced { detail, .. }) => {
+            assert!(detail.contains("leader key is gone"), "refused by etcd, not locally: {detail}")
+        }
+        other => panic!("a commit without its leader key: {other:?}"),
+    }
+    assert!(etcd.list(&format!("{prefix}/work/")).unwrap().is_empty(), "nothing written");
+    assert_eq!(store.load("late").await.unwrap(), None);
+}
+
+/// The same when the replica's lease is revoked (its key goes with it) between two renewals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_refuses_a_commit_whose_lease_was_revoked_though_the_term_holds_here() {
+    let backend = Backend::etcd_with_ttl(Duration::from_secs(30));
+    let Backend::Etcd(etcd, prefix, _) = &backend else { unreachable!() };
+    let store = backend.open().await;
+    let term = within("campaign", store.campaign(&replica("a"))).await.unwrap();
+    store.commit(&term, vec![Change::Put(record("before", Phase::Queued))]).await.unwrap();
+    let lease = etcd.lease_of(&format!("{prefix}/replicas/a")).unwrap().expect("a lease");
+    etcd.revoke(&lease).unwrap();
+    assert!(etcd.list(&format!("{prefix}/leader/")).unwrap().is_empty(), "the key went with it");
+
+    assert!(term.holds(), "the term must still hold here for the test to mean anything");
+    let refused = store
+        .commit(
+            &term,
+            vec![Change::Put(record("late", Phase::Queued)), Change::Delete("before".into())],
+        )
+        .await;
+    assert!(
+        matches!(&refused, Err(FleetError::Fenced { detail, .. }) if detail.contains("leader key is gone")),
+        "{refused:?}"
+    );
+    let kept: Vec<String> =
+        store.load_all().await.unwrap().records.into_iter().map(|r| r.placement.id).collect();
+    assert_eq!(kept, ["before"], "the refused commit changed nothing");
 }

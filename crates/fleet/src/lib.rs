@@ -34,7 +34,9 @@ pub use scheduler::{Scheduler, SchedulerConfig, Submission};
 pub use store::LedgerStore;
 #[cfg(feature = "etcd")]
 pub use store::etcd::{EtcdConfig, EtcdStore};
-pub use store::{Change, FleetStore, Loaded, MemoryStore, Replica, StoreInfo, Term};
+pub use store::{
+    Change, FleetStore, Loaded, MAX_CHANGES_PER_COMMIT, MemoryStore, Replica, StoreInfo, Term,
+};
 pub use wharf_state::fleet::{Attempt, Phase, Placement, RescheduleEvent, WorkRecord};
 
 /// The attribute that implementations of [`FleetStore`] put on their `impl` block.

@@ -69,8 +69,14 @@ fn limit(configured: usize) -> usize {
     if configured == 0 { usize::MAX } else { configured }
 }
 
-/// Most changes one commit carries; more wait for the next.
-const MAX_CHANGES_PER_COMMIT: usize = 100;
+/// Most changes one journal entry carries: what a commit may. An entry is what one decision
+/// changed and is committed whole, never split; a step that would change more stops there,
+/// and the next step (at once) goes on.
+pub(crate) const MAX_CHANGES_PER_ENTRY: usize = crate::store::MAX_CHANGES_PER_COMMIT;
+
+/// The most changes one record's decision makes: the record, and the oldest finished record
+/// it pushes out.
+const CHANGES_PER_DECISION: usize = 2;
 
 /// How the scheduler places work. A limit of 0 means no limit, as in the pool's configuration.
 #[derive(Debug, Clone)]
@@ -251,6 +257,8 @@ pub(crate) struct Decisions {
     pub(crate) creates_for_work: Vec<String>,
     /// A placement changed: subscribers should hear of it.
     pub(crate) changed: bool,
+    /// The step stopped at its budget of changes: the next one goes on at once.
+    pub(crate) more: bool,
 }
 
 /// How an attempt ended, as the scheduler learned it.
@@ -318,6 +326,12 @@ impl Scheduler {
             "scheduler taking over"
         );
         let (journal, writes) = mpsc::unbounded_channel();
+        // What the load changed (starts in flight counted as running) stands record by record:
+        // it goes in entries of its own, within the budget of one.
+        for chunk in books.take_changes().chunks(MAX_CHANGES_PER_ENTRY) {
+            books.sequence += 1;
+            let _ = journal.send((books.sequence, chunk.to_vec()));
+        }
         let (durable_sender, durable) = watch::channel(Durable::Upto(0));
         tokio::spawn(write_journal(store.clone(), term.clone(), writes, durable_sender));
         Ok(Scheduler {
@@ -375,6 +389,11 @@ impl Scheduler {
     /// wait for (that of the last changes sent, if there are none now).
     fn journal(&self, books: &mut Books) -> u64 {
         let changes = books.take_changes();
+        debug_assert!(
+            changes.len() <= MAX_CHANGES_PER_ENTRY,
+            "a journal entry of {} changes: decisions must stay within their budget",
+            changes.len()
+        );
         if !changes.is_empty() {
             books.sequence += 1;
             // A closed journal has failed already; waiting on it says so.
@@ -563,6 +582,9 @@ impl Scheduler {
         let mut durable = self.shared.durable.clone();
         while !self.shared.stopping.load(Ordering::Acquire) && self.acting() {
             let (decisions, sequence) = self.decide();
+            if decisions.more {
+                self.shared.wake.notify_one();
+            }
             self.carry_out(decisions, sequence, |future| {
                 tokio::spawn(future);
             });
@@ -907,14 +929,14 @@ async fn write_journal(
         while let Ok(more) = writes.try_recv() {
             pending.push(more);
         }
-        // The latest change of each record, in the order of the records' last changes, up to
-        // the commit's limit; a record's later change never goes before an earlier one.
+        // Whole entries, as many as fit in one commit; a record's later change replaces its
+        // earlier one in place, so it never goes before it.
         let mut batch: Vec<Change> = Vec::new();
         let mut at: HashMap<String, usize> = HashMap::new();
         let mut upto = 0;
         let mut taken = 0;
         for (sequence, changes) in &pending {
-            if batch.len() + changes.len() > MAX_CHANGES_PER_COMMIT && !batch.is_empty() {
+            if batch.len() + changes.len() > MAX_CHANGES_PER_ENTRY && !batch.is_empty() {
                 break;
             }
             for change in changes {
@@ -930,12 +952,10 @@ async fn write_journal(
             taken += 1;
         }
         pending.drain(..taken);
-        for chunk in batch.chunks(MAX_CHANGES_PER_COMMIT) {
-            if let Err(e) = store.commit(&term, chunk.to_vec()).await {
-                warn!(term = term.number(), error = %e, "the fleet's journal cannot be written");
-                durable.send_replace(Durable::Failed(e.to_string()));
-                return;
-            }
+        if let Err(e) = store.commit(&term, batch).await {
+            warn!(term = term.number(), error = %e, "the fleet's journal cannot be written");
+            durable.send_replace(Durable::Failed(e.to_string()));
+            return;
         }
         durable.send_replace(Durable::Upto(upto));
     }
@@ -1053,6 +1073,11 @@ impl Books {
         books
     }
 
+    /// Whether one more record's decision fits in the journal entry being made.
+    fn has_room(&self) -> bool {
+        self.changed.len() + CHANGES_PER_DECISION <= MAX_CHANGES_PER_ENTRY
+    }
+
     /// Marks entry `id` changed: its revision goes up and the journal takes it.
     fn touch(&mut self, id: &str) {
         if let Some(entry) = self.entries.get_mut(id) {
@@ -1063,7 +1088,7 @@ impl Books {
 
     /// The changes marked since the last call: each changed entry as it is now, and the
     /// entries forgotten since.
-    fn take_changes(&mut self) -> Vec<Change> {
+    pub(crate) fn take_changes(&mut self) -> Vec<Change> {
         let changed = std::mem::take(&mut self.changed);
         changed
             .into_iter()
@@ -1099,6 +1124,10 @@ impl Books {
             })
             .collect();
         for (id, worker) in running {
+            if !self.has_room() {
+                decisions.more = true;
+                break;
+            }
             let worker_id = InstanceId(worker.clone());
             let Some((runner_id, asking)) =
                 self.entries.get(&id).map(|e| (e.placement.runner_id(), e.asking))
@@ -1158,8 +1187,12 @@ impl Books {
         }
 
         // Work the workers run that is not (or no longer) ours to run.
-        for view in views.values().filter(|v| v.state != State::Shutdown) {
+        'listed: for view in views.values().filter(|v| v.state != State::Shutdown) {
             for runner_id in &view.running {
+                if !self.has_room() {
+                    decisions.more = true;
+                    break 'listed;
+                }
                 let (id, attempt) = parse_runner_id(runner_id);
                 let worker = view.id.0.clone();
                 match self.entries.get_mut(id) {
@@ -1264,6 +1297,13 @@ impl Books {
         let mut waiting = VecDeque::new();
         let mut unplaced: Vec<Amount> = Vec::new();
         while let Some(id) = self.queue.pop_front() {
+            if !self.has_room() {
+                // The rest keeps its place in the queue for the next step.
+                waiting.push_back(id);
+                waiting.extend(self.queue.drain(..));
+                decisions.more = true;
+                break;
+            }
             let Some(entry) = self.entries.get_mut(&id) else { continue };
             if let Some(at) = entry.placement.not_before.filter(|at| *at > now) {
                 entry.waiting = Some(format!("rescheduled; not placed before {at}"));

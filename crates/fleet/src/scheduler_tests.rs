@@ -1215,3 +1215,93 @@ fn a_scheduler_whose_writes_fail_starts_nothing_and_acknowledges_nothing() {
     h.store.fail_writes(None);
     assert!(h.runtime.block_on(h.store.load("a")).unwrap().is_some());
 }
+
+/// A step's changes go to the store in one commit, whole, within what one commit may carry:
+/// a step that would change more records stops at its budget, leaves the rest in order, and
+/// the next step goes on. No decision is ever split across commits.
+#[test]
+fn a_step_changes_at_most_one_commits_worth_and_the_next_goes_on() {
+    use crate::scheduler::{Books, MAX_CHANGES_PER_ENTRY, Snapshot};
+    let now = Timestamp(1_000_000);
+    let ids: Vec<String> = (0..250).map(|n| format!("w{n:03}")).collect();
+    let work: Vec<(&str, Phase)> = ids.iter().map(|id| (id.as_str(), Phase::Queued)).collect();
+    let mut books = Books::holding(&work, now);
+    let workers = [worker_view("h1", State::Idle, IdleBehavior::Run, &[])];
+    let snapshot = Snapshot {
+        workers: workers.into_iter().map(|v| (v.id.clone(), v)).collect(),
+        creating: HashMap::new(),
+        now,
+        loaded: true,
+        types: Vec::new(),
+    };
+    let mut launched = Vec::new();
+    let mut steps = 0;
+    loop {
+        steps += 1;
+        let decisions = books.decide(&snapshot, &config(0));
+        let changes = books.take_changes();
+        assert!(changes.len() <= MAX_CHANGES_PER_ENTRY, "step {steps}: {}", changes.len());
+        assert_eq!(changes.len(), decisions.launches.len(), "step {steps}: one change a start");
+        launched.extend(decisions.launches.into_iter().map(|l| l.id));
+        if !decisions.more {
+            break;
+        }
+        assert!(steps < 10, "the steps never finish");
+    }
+    assert_eq!(launched, ids, "every piece of work placed once, in queue order");
+    assert_eq!(steps, 3, "250 starts at {} a step", MAX_CHANGES_PER_ENTRY - 2);
+
+    // The same for work lost with its worker: written off a budget at a time.
+    let running: Vec<(&str, Phase)> = ids.iter().map(|id| (id.as_str(), running("gone"))).collect();
+    let mut books = Books::holding(&running, now);
+    let mut lost = 0;
+    for step in 1..10 {
+        let decisions = books.decide(&snapshot, &config(0));
+        let changes = books.take_changes();
+        assert!(changes.len() <= MAX_CHANGES_PER_ENTRY, "step {step}: {}", changes.len());
+        lost += changes
+            .iter()
+            .filter(|c| matches!(c, Change::Put(r) if r.placement.phase.is_final()))
+            .count();
+        if !decisions.more {
+            break;
+        }
+    }
+    assert_eq!(lost, 250);
+}
+
+/// Through the store: 250 submissions on one worker start in commits the memory store takes
+/// (it refuses more than etcd would), and a scheduler that takes over 150 starts in flight
+/// writes what it makes of them (running, until a probe says) in entries that fit too.
+#[test]
+fn many_decisions_at_once_fit_in_the_stores_commits() {
+    let mut h = harness(&["h1"], config(0));
+    for n in 0..250 {
+        h.submit(&format!("w{n:03}"));
+    }
+    for _ in 0..5 {
+        h.step();
+    }
+    assert!(h.scheduler.acting(), "a commit was refused");
+    assert_eq!(h.running_on("h1").len(), 250);
+
+    // 150 starts in flight when the last scheduler stopped, as its records say.
+    let me = Replica { name: "before".into(), address: "127.0.0.1:1".into() };
+    let term = h.runtime.block_on(h.store.campaign(&me)).unwrap();
+    let starting: Vec<Change> = (250..400)
+        .map(|n| {
+            let id = format!("w{n:03}");
+            let mut placement =
+                Placement::queued(&id, Timestamp(1), Amount::ZERO, ReschedulePolicy::DISABLED);
+            placement.phase = Phase::Starting { worker: "h1".into() };
+            Change::Put(WorkRecord { placement, payload: format!("spec of {id}") })
+        })
+        .collect();
+    for chunk in starting.chunks(50) {
+        h.runtime.block_on(h.store.commit(&term, chunk.to_vec())).unwrap();
+    }
+    h.take_over();
+    h.step();
+    assert!(h.scheduler.acting(), "the take-over's writes were refused");
+    assert_eq!(h.placement("w399").phase, running("h1"), "a start in flight counts as running");
+}

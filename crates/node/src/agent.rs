@@ -78,6 +78,9 @@ pub enum AgentError {
         /// Why binding to it failed.
         source: std::io::Error,
     },
+    /// The fleet's fence refused the request, or cannot be kept.
+    #[error(transparent)]
+    Fence(#[from] crate::fence::FenceError),
     /// What the node has could not be read.
     #[error("cannot read the node's CPUs and memory: {0}")]
     Host(#[from] wharf_isolate::IsolateError),
@@ -202,6 +205,8 @@ pub struct Agent {
     ports: Arc<parking_lot::Mutex<PortTable>>,
     /// The services of running tasks, and how their checks reach them.
     health: HealthConfig,
+    /// The highest fleet term heard: commands of older fleet leaders are refused.
+    fence: crate::fence::FleetFence,
 }
 
 /// How many ready-made allocation and task directories the agent keeps.
@@ -240,7 +245,9 @@ impl Agent {
             PortTable::new(network.address, network.min_dynamic_port, network.max_dynamic_port)?;
         let resources = NodeResources::new(&config, &wharf_isolate::Host::detect()?);
         let cgroups = crate::resources::task_cgroups(&config, &resources);
+        let fence = crate::fence::FleetFence::open(&config.data_dir)?;
         let agent = Arc::new(Agent {
+            fence,
             drivers: build_drivers(&config, &cgroups),
             store,
             allocs: RwLock::new(BTreeMap::new()),
@@ -270,6 +277,11 @@ impl Agent {
             }
         }
         Ok(agent)
+    }
+
+    /// The fleet's fence: the highest fleet term heard.
+    pub fn fence(&self) -> &crate::fence::FleetFence {
+        &self.fence
     }
 
     /// The configuration it runs with.

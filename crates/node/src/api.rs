@@ -15,6 +15,9 @@
 //! | `GET /v1/node` | the node's CPU and memory, what it keeps, what allocations hold, what is free, cgroups, drivers (`usage::NodeStatus`) |
 //! | `GET /v1/services` | the services of the node's running tasks: address, port, tags, health |
 //! | `GET /v1/probe` | the runner-list protocol, as text |
+//!
+//! A fleet leader's requests carry its term in `X-Wharf-Fleet-Term` (see [`crate::fence`]):
+//! a submission or a stop under a term older than one the node has heard is refused with 409.
 //! | `GET /v1/metrics` | Prometheus text |
 //!
 //! `{id}` is an exact allocation id: prefixes are a convenience of the CLI only. Every error
@@ -127,9 +130,10 @@ impl From<AgentError> for ApiError {
         let status = match &error {
             AgentError::UnknownAlloc(_) => StatusCode::NOT_FOUND,
             AgentError::InvalidId(_) => StatusCode::BAD_REQUEST,
-            AgentError::IdTaken(_) | AgentError::DoesNotFit(_) | AgentError::Ports(_) => {
-                StatusCode::CONFLICT
-            }
+            AgentError::IdTaken(_)
+            | AgentError::DoesNotFit(_)
+            | AgentError::Ports(_)
+            | AgentError::Fence(crate::fence::FenceError::Outdated { .. }) => StatusCode::CONFLICT,
             AgentError::Spec(_) => StatusCode::UNPROCESSABLE_ENTITY,
             AgentError::Alloc(wharf_alloc::AllocError::UnknownTask { .. }) => StatusCode::NOT_FOUND,
             AgentError::Alloc(wharf_alloc::AllocError::Task(
@@ -304,6 +308,7 @@ async fn submit(
     headers: HeaderMap,
     request: Body,
 ) -> ApiResult<Response> {
+    let _admitted = agent.fence().admit(fleet_term(&headers)?).await.map_err(AgentError::from)?;
     let job = job_spec(&headers, request, agent.config().max_body_bytes).await?;
     let (id, new) = agent.submit_as(job, query.id).await?;
     let status = if new { StatusCode::CREATED } else { StatusCode::OK };
@@ -431,9 +436,25 @@ async fn status(
     Ok(axum::Json(current))
 }
 
-async fn stop(State(agent): State<Arc<Agent>>, Path(id): Path<String>) -> ApiResult<StatusCode> {
+async fn stop(
+    State(agent): State<Arc<Agent>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<StatusCode> {
+    let _admitted = agent.fence().admit(fleet_term(&headers)?).await.map_err(AgentError::from)?;
     agent.stop(&id).await?;
     Ok(StatusCode::ACCEPTED)
+}
+
+/// The fleet term a request carries (see [`crate::fence`]), if any.
+fn fleet_term(headers: &HeaderMap) -> ApiResult<Option<u64>> {
+    let Some(value) = headers.get(crate::fence::HEADER) else { return Ok(None) };
+    value.to_str().ok().and_then(|v| v.trim().parse().ok()).map(Some).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("{}: {value:?} is not a fleet term (a number)", crate::fence::HEADER),
+        )
+    })
 }
 
 #[derive(Deserialize, Default)]
@@ -624,12 +645,20 @@ async fn services(State(agent): State<Arc<Agent>>) -> axum::Json<Vec<ServiceEntr
     axum::Json(agent.catalog().list())
 }
 
-async fn probe(State(agent): State<Arc<Agent>>) -> String {
+/// A fleet's probe carries its term: a newer one is heard here, so that older leaders' starts
+/// and stops are refused from now on. The answer does not depend on it.
+async fn probe(State(agent): State<Arc<Agent>>, headers: HeaderMap) -> ApiResult<String> {
+    if let Some(term) = fleet_term(&headers)? {
+        match agent.fence().admit(Some(term)).await {
+            Ok(_) | Err(crate::fence::FenceError::Outdated { .. }) => {}
+            Err(error) => return Err(AgentError::from(error).into()),
+        }
+    }
     let mut text = agent.probe().await.join("\n");
     if !text.is_empty() {
         text.push('\n');
     }
-    text
+    Ok(text)
 }
 
 async fn metrics(State(agent): State<Arc<Agent>>) -> Response {

@@ -141,6 +141,10 @@ pub struct Cli {
     /// Print JSON instead of text (`agent`: log JSON lines).
     #[arg(long, global = true)]
     json: bool,
+    /// The term of the fleet leader that runs this command on its worker: the agent refuses
+    /// a start or a stop under a term older than one it has heard (see the fleet's docs).
+    #[arg(long, global = true, env = "WHARF_FLEET_TERM", hide = true)]
+    fleet_term: Option<u64>,
     #[command(subcommand)]
     command: Command,
 }
@@ -334,7 +338,12 @@ fn fail(code: u8, message: &str) -> ExitCode {
 }
 
 /// The agent's address: as given, else as announced in the data directory, else the default.
+/// Its requests carry the fleet term, if one was given.
 fn agent_client(cli: &Cli) -> Client {
+    agent_address_client(cli).with_fleet_term(cli.fleet_term)
+}
+
+fn agent_address_client(cli: &Cli) -> Client {
     const DEFAULT: &str = "http://127.0.0.1:4747";
     let (Some(data_dir), None) = (&cli.data_dir, &cli.address) else {
         return Client::new(cli.address.as_deref().unwrap_or(DEFAULT), cli.token.clone());

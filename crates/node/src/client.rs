@@ -124,6 +124,8 @@ pub struct Client {
     /// The data directory that announced no agent, and why, when that is known before trying.
     unannounced: Option<(PathBuf, String)>,
     token: Option<String>,
+    /// The fleet leader's term its requests carry (`X-Wharf-Fleet-Term`), if any.
+    fleet_term: Option<u64>,
     http: HyperClient<HttpConnector, Full<Bytes>>,
 }
 
@@ -139,7 +141,13 @@ impl Client {
         connector.set_connect_timeout(Some(Duration::from_secs(2)));
         connector.set_nodelay(true);
         let http = HyperClient::builder(TokioExecutor::new()).build(connector);
-        Client { address, unannounced: None, token, http }
+        Client { address, unannounced: None, token, fleet_term: None, http }
+    }
+
+    /// The same client, its requests carrying a fleet leader's term (see `wharf_node::fence`).
+    pub fn with_fleet_term(mut self, term: Option<u64>) -> Client {
+        self.fleet_term = term;
+        self
     }
 
     /// A client of the agent of `data_dir`, which has announced no address (`reason` says
@@ -171,6 +179,9 @@ impl Client {
         let mut request = Request::builder().method(method).uri(format!("{}{path}", self.address));
         if let Some(token) = &self.token {
             request = request.header("authorization", format!("Bearer {token}"));
+        }
+        if let Some(term) = self.fleet_term {
+            request = request.header(crate::fence::HEADER, term);
         }
         let (content_type, bytes) = body.unwrap_or(("application/json", Vec::new()));
         let request = request

@@ -21,6 +21,7 @@ pub mod api;
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod fence;
 pub mod fleet;
 pub mod metrics;
 pub mod probe;

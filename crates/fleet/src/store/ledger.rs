@@ -93,6 +93,9 @@ impl FleetStore for LedgerStore {
                 detail: "it was resigned".into(),
             });
         }
+        if let Some(refused) = super::too_many_changes(&changes) {
+            return Err(refused);
+        }
         let mut writes = Vec::with_capacity(changes.len());
         for change in changes {
             writes.push(match change {

@@ -96,6 +96,9 @@ impl FleetStore for MemoryStore {
         if let Some(reason) = &inner.fail_writes {
             return Err(FleetError::Store { operation: "commit", detail: reason.clone() });
         }
+        if let Some(refused) = super::too_many_changes(&changes) {
+            return Err(refused);
+        }
         if inner.term != term.number() || inner.leader.is_none() {
             return Err(FleetError::Fenced {
                 term: term.number(),

@@ -35,6 +35,23 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use wharf_state::fleet::WorkRecord;
 
+/// The most changes one [`FleetStore::commit`] may carry, on every backend: etcd refuses a
+/// transaction of more than 128 operations (its default `--max-txn-ops`), and the other
+/// backends keep the same rule so that a caller that would break it fails in its tests as it
+/// would on etcd. A caller shapes its writes to fit, rather than split one across commits.
+pub const MAX_CHANGES_PER_COMMIT: usize = 100;
+
+/// A commit of more changes than [`MAX_CHANGES_PER_COMMIT`], refused whole.
+pub(crate) fn too_many_changes(changes: &[Change]) -> Option<FleetError> {
+    (changes.len() > MAX_CHANGES_PER_COMMIT).then(|| FleetError::Store {
+        operation: "commit",
+        detail: format!(
+            "{} changes in one commit; at most {MAX_CHANGES_PER_COMMIT}",
+            changes.len()
+        ),
+    })
+}
+
 /// One fleet process, as the others see it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -220,7 +237,8 @@ pub trait FleetStore: Send + Sync + fmt::Debug + 'static {
     async fn load(&self, id: &str) -> Result<Option<WorkRecord>, FleetError>;
 
     /// Applies `changes` atomically under `term`: all of them, durably, or none. Refused with
-    /// [`FleetError::Fenced`] once the term is over.
+    /// [`FleetError::Fenced`] once the term is over, and whole if there are more than
+    /// [`MAX_CHANGES_PER_COMMIT`].
     async fn commit(&self, term: &Term, changes: Vec<Change>) -> Result<(), FleetError>;
 }
 

@@ -7,7 +7,9 @@
 //!   run the fleet's own binary in place, as their agents do); the run probe is
 //!   `wharf alloc list --probe`, a start is `wharf run --detach - --id ID` with the job spec on
 //!   stdin, a stop is `wharf alloc stop --wait`, and `wharf alloc outcome ID` says how an
-//!   allocation that left the list ended;
+//!   allocation that left the list ended; each carries the leader's term (`--fleet-term N`),
+//!   and the agent refuses starts and stops of a term older than one it has heard
+//!   ([`crate::fence`]);
 //! - loopback workers are agents on this host, one per instance directory, started by the
 //!   instance's init command and ended by `wharf wipe`; static workers are the user's machines,
 //!   reached over SSH with pinned host keys, each running its agent at the default address;
@@ -49,6 +51,23 @@ pub struct Fleet {
     /// What this replica runs while it leads; `None` while it follows.
     leading: watch::Sender<Option<Arc<Leading>>>,
     stopping: watch::Sender<bool>,
+    /// Wraps every executor the pool gets, if set.
+    executor_layer: Option<ExecutorLayer>,
+}
+
+/// Wraps the executor of each worker (given with its instance): for tests that hold, delay or
+/// fail commands, and for embedders that log or meter them.
+#[derive(Clone)]
+pub struct ExecutorLayer(pub Arc<WrapExecutor>);
+
+/// What an [`ExecutorLayer`] does: the worker's instance and its executor in, the executor the
+/// pool uses out.
+pub type WrapExecutor = dyn Fn(&Instance, Arc<dyn Executor>) -> Arc<dyn Executor> + Send + Sync;
+
+impl std::fmt::Debug for ExecutorLayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ExecutorLayer")
+    }
 }
 
 /// What the leader runs: the pool of workers and the scheduler, under one term.
@@ -89,6 +108,14 @@ impl Fleet {
     /// embedded store there is no one to wait for: it returns once it leads, or with the reason
     /// it cannot.
     pub async fn start(config: FleetConfig) -> anyhow::Result<Arc<Fleet>> {
+        Fleet::start_layered(config, None).await
+    }
+
+    /// [`Fleet::start`], with every worker's executor wrapped by `layer`.
+    pub async fn start_layered(
+        config: FleetConfig,
+        executor_layer: Option<ExecutorLayer>,
+    ) -> anyhow::Result<Arc<Fleet>> {
         std::fs::create_dir_all(&config.data_dir)
             .with_context(|| format!("cannot create {}", config.data_dir.display()))?;
         let data_dir = config.data_dir.canonicalize()?;
@@ -110,6 +137,7 @@ impl Fleet {
             clock,
             leading: watch::Sender::new(None),
             stopping: watch::Sender::new(false),
+            executor_layer,
         });
         let (first, first_lead) = tokio::sync::oneshot::channel();
         tokio::spawn(lead(fleet.clone(), first));
@@ -148,8 +176,14 @@ impl Fleet {
     async fn take_lead(&self, term: Term) -> anyhow::Result<Arc<Leading>> {
         let plan = &self.plan;
         let mut pool_config = plan.pool.clone();
-        let (instances, new_executor, static_set, loopback) =
+        fence_runner_commands(&mut pool_config.worker.runner, term.number());
+        let (instances, mut new_executor, static_set, loopback) =
             self.instance_set(&mut pool_config).await?;
+        if let Some(layer) = self.executor_layer.clone() {
+            let inner = new_executor;
+            new_executor =
+                Arc::new(move |instance: &Instance| (layer.0)(instance, inner(instance)));
+        }
         let pool = Pool::new(pool_config, self.clock.clone(), instances, new_executor)?;
         let scheduler =
             Scheduler::take_over(pool.clone(), plan.scheduling.clone(), self.store.clone(), term)
@@ -334,6 +368,18 @@ async fn lead(fleet: Arc<Fleet>, first: tokio::sync::oneshot::Sender<anyhow::Res
         let _ = fleet.store.resign(&term).await;
         tracing::warn!(term = term.number(), "this replica no longer leads the fleet; it follows");
     }
+}
+
+/// Makes every runner command carry the leader's term (`--fleet-term N`): each worker's agent
+/// keeps the highest term it has heard (from the probes of a new leader, first) and refuses
+/// the starts and stops of older ones, so a leader that lost its term while paused starts
+/// nothing its successor placed elsewhere (`wharf_node::fence`).
+fn fence_runner_commands(runner: &mut RunnerConfig, term: u64) {
+    let fenced = |args: &str| format!("--fleet-term {term} {args}");
+    runner.list_args = fenced(&runner.list_args);
+    runner.start_args = fenced(&runner.start_args);
+    runner.kill_args = fenced(&runner.kill_args);
+    runner.outcome_args = runner.outcome_args.as_deref().map(fenced);
 }
 
 /// Works out the pool's and the scheduler's settings from the configuration.

@@ -198,9 +198,6 @@ fn prefix_end(prefix: &str) -> Vec<u8> {
     vec![0]
 }
 
-/// Most changes one commit may carry (etcd allows 128 operations in a transaction).
-pub const MAX_CHANGES: usize = 100;
-
 #[crate::async_trait]
 impl FleetStore for EtcdStore {
     fn describe(&self) -> StoreInfo {
@@ -307,11 +304,8 @@ impl FleetStore for EtcdStore {
                 detail: "its lease was not renewed in time".into(),
             });
         }
-        if changes.len() > MAX_CHANGES {
-            return Err(etcd_error(
-                "commit",
-                format!("{} changes in one commit; at most {MAX_CHANGES}", changes.len()),
-            ));
+        if let Some(refused) = super::too_many_changes(&changes) {
+            return Err(refused);
         }
         let mut operations = Vec::with_capacity(changes.len());
         for change in &changes {
