@@ -315,7 +315,7 @@ impl FleetConfig {
 
     /// Settings that are each valid but wrong together.
     pub fn check(&self) -> Result<(), String> {
-        crate::config::check_exposure(self.bind, self.token.as_deref())?;
+        check_exposure(self.bind, self.token.as_deref())?;
         if self.loopback.is_some() && self.static_hosts.is_some() {
             return Err("loopback, static: choose one kind of worker".into());
         }
@@ -357,6 +357,19 @@ impl FleetConfig {
             _ => Ok(()),
         }
     }
+}
+
+/// The fleet's API bound beyond loopback needs a token, and a token must not be guessable.
+fn check_exposure(bind: SocketAddr, token: Option<&str>) -> Result<(), String> {
+    if !bind.ip().is_loopback() && token.is_none_or(str::is_empty) {
+        return Err(format!(
+            "bind: {bind} is reachable from other machines; set `token` so the API is not open to them"
+        ));
+    }
+    if token.is_some_and(|t| t.len() < 16) {
+        return Err("token: use at least 16 characters".into());
+    }
+    Ok(())
 }
 
 #[cfg(test)]
