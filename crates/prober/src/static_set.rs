@@ -30,6 +30,9 @@ pub struct StaticHost {
     pub remote_user: String,
     /// Its SSH host key (OpenSSH public key line), pinned: any other key is refused.
     pub host_key: String,
+    /// Arguments the runner gets on this host before each command's own
+    /// ([`Instance::runner_args`]); empty for none.
+    pub runner_args: String,
 }
 
 /// The hosts and how long a destroyed one stays out.
@@ -151,6 +154,7 @@ impl InstanceSet for StaticInstanceSet {
                 remote_user: host.remote_user.clone(),
                 tags: entry.tags.clone(),
                 host_key: Some(host.host_key.clone()),
+                runner_args: host.runner_args.clone(),
             });
         }
         Ok(listed)
@@ -191,6 +195,7 @@ mod tests {
             address: format!("{name}:22"),
             remote_user: "root".into(),
             host_key: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAbc".into(),
+            runner_args: String::new(),
         }
     }
 
