@@ -168,6 +168,7 @@ enum Command {
     #[command(subcommand)]
     Service(ServiceCommand),
     /// Run a fleet of agents (`wharf fleet`), or talk to one (`wharf fleet submit ...`).
+    #[command(after_help = crate::fleet::cli::FLEET_SETTINGS)]
     Fleet(crate::fleet::cli::FleetArgs),
     /// Kill the agent of --data-dir and every task it ran, and delete the directory: what
     /// destroying the machine would do (the fleet's loopback instances end this way).
@@ -377,7 +378,14 @@ async fn run(cli: Cli) -> ExitCode {
             agent(args, overrides).await.map(|()| ExitCode::SUCCESS)
         }
         Command::Wipe { config } => wipe(config.as_deref(), data_dir, cli.json).await,
-        Command::Fleet(args) => crate::fleet::cli::run(args, cli.token.clone(), cli.json).await,
+        Command::Fleet(args) => {
+            let overrides = crate::fleet::cli::Overrides {
+                address: cli.address.as_deref(),
+                data_dir,
+                token: cli.token.as_deref(),
+            };
+            crate::fleet::cli::run(args, overrides, cli.json).await
+        }
         Command::Validate { file } => validate(&file, cli.json),
         Command::Run(args) => run_file(&client, &args, data_dir, cli.json).await,
         Command::Alloc(command) => {
@@ -449,9 +457,9 @@ async fn agent(args: AgentArgs, overrides: AgentOverrides<'_>) -> anyhow::Result
     crate::serve::serve(config, StartOptions { reset_state: args.reset_state }).await
 }
 
-/// The address `--address` asks the agent to listen on: `127.0.0.1:4747`, or the same as a
-/// URL (`http://127.0.0.1:4747`), as the other commands take it.
-fn listen_address(text: &str) -> Result<std::net::SocketAddr, UsageError> {
+/// The address `--address` asks the agent (or the fleet) to listen on: `127.0.0.1:4747`, or
+/// the same as a URL (`http://127.0.0.1:4747`), as the other commands take it.
+pub(crate) fn listen_address(text: &str) -> Result<std::net::SocketAddr, UsageError> {
     let bare = text.strip_prefix("http://").unwrap_or(text).trim_end_matches('/');
     bare.parse().map_err(|_| {
         UsageError(format!(
