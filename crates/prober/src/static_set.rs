@@ -18,6 +18,7 @@ use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+use wharf_state::duration::Formatted;
 
 /// One host of a static set.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -165,7 +166,7 @@ impl InstanceSet for StaticInstanceSet {
         if let Some(entry) = self.state.lock().get_mut(id)
             && entry.out_until.is_none()
         {
-            tracing::warn!(worker = %id, rejoin_after = ?self.rejoin_after, "static host taken out of service");
+            tracing::warn!(worker = %id, rejoin_after = %Formatted(self.rejoin_after), "static host taken out of service");
             entry.out_until = Some(until);
         }
         Ok(())

@@ -695,7 +695,7 @@ fn runner_deployment_table() {
             install: Reply::Timeout,
             want_state: State::Booting,
             want_installed: true,
-            want_error: Some("did not finish within 60s"),
+            want_error: Some("did not finish within 1m0s"),
         },
         DeployCase {
             name: "checksum wrong after the copy: boot failed",
