@@ -381,58 +381,43 @@ async fn fleet_address_data_dir_and_token_flags_environment_and_file() {
     };
     let (flag_dir, env_dir) = (dir.path().join("flag"), dir.path().join("env"));
     let (flag_dir, env_dir) = (flag_dir.to_str().unwrap(), env_dir.to_str().unwrap());
-    // (environment, flags, the data directory and token the fleet must use, case)
-    let cases: &[(&[(&str, &str)], &[&str], &str, &str, &str)] = &[
-        (
-            &[],
-            &[
-                "--address",
-                "127.0.0.1:0",
-                "--data-dir",
-                flag_dir,
-                "--token",
-                "the-flags-token-0123",
-            ],
-            flag_dir,
-            "the-flags-token-0123",
-            "the flags",
-        ),
-        (
-            &[
-                ("WHARF_ADDR", "127.0.0.1:0"),
-                ("WHARF_DATA_DIR", env_dir),
-                ("WHARF_TOKEN", "the-envs-token-01234"),
-            ],
-            &[],
-            env_dir,
-            "the-envs-token-01234",
-            "the environment",
-        ),
-        (
-            &[
-                ("WHARF_ADDR", &taken),
-                ("WHARF_DATA_DIR", env_dir),
-                ("WHARF_TOKEN", "the-envs-token-01234"),
-            ],
-            &[
-                "--address",
-                "127.0.0.1:0",
-                "--data-dir",
-                flag_dir,
-                "--token",
-                "the-flags-token-0123",
-            ],
-            flag_dir,
-            "the-flags-token-0123",
-            "the flags over the environment",
-        ),
+    let (flag_token, env_token) = ("the-flags-token-0123", "the-envs-token-01234");
+    let flags = ["--address", "127.0.0.1:0", "--data-dir", flag_dir, "--token", flag_token];
+    let environment = |address| {
+        [("WHARF_ADDR", address), ("WHARF_DATA_DIR", env_dir), ("WHARF_TOKEN", env_token)]
+    };
+    let (free_env, taken_env) = (environment("127.0.0.1:0"), environment(taken.as_str()));
+    /// What a case sets, and the data directory and token the fleet must then use.
+    struct Case<'a> {
+        name: &'a str,
+        env: &'a [(&'a str, &'a str)],
+        flags: &'a [&'a str],
+        data_dir: &'a str,
+        token: &'a str,
+    }
+    let cases = [
+        Case { name: "the flags", env: &[], flags: &flags, data_dir: flag_dir, token: flag_token },
+        Case {
+            name: "the environment",
+            env: &free_env,
+            flags: &[],
+            data_dir: env_dir,
+            token: env_token,
+        },
+        Case {
+            name: "the flags over the environment",
+            env: &taken_env,
+            flags: &flags,
+            data_dir: flag_dir,
+            token: flag_token,
+        },
     ];
-    for (env, args, data_dir, token, case) in cases {
+    for Case { name: case, env, flags: args, data_dir, token } in cases {
         let (mut child, address) = start(env, args).unwrap_or_else(|e| panic!("{case}: {e}"));
         assert_ne!(address, taken, "{case}");
         assert!(Path::new(data_dir).join("fleet.redb").exists(), "{case}: data in {data_dir}");
         for other in [flag_dir, env_dir] {
-            assert_eq!(Path::new(other).exists(), other == *data_dir, "{case}: {other}");
+            assert_eq!(Path::new(other).exists(), other == data_dir, "{case}: {other}");
         }
         let anonymous = Client::new(&address, None);
         let refused = anonymous.call(Method::GET, "/v1/workers", None).await.unwrap_err();
@@ -441,10 +426,10 @@ async fn fleet_address_data_dir_and_token_flags_environment_and_file() {
             let result = Client::new(&address, Some(other.into()))
                 .call(Method::GET, "/v1/workers", None)
                 .await;
-            assert_eq!(result.is_ok(), other == *token, "{case}: {other}: {result:?}");
+            assert_eq!(result.is_ok(), other == token, "{case}: {other}: {result:?}");
         }
         // Its worker up (no create under way), a clean stop leaves nothing in its directory.
-        let client = Client::new(&address, Some((*token).into()));
+        let client = Client::new(&address, Some(token.into()));
         until_workers(&client, "an idle worker", |w| w.len() == 1 && w[0].state == "idle").await;
         let status = wharf_tests::announce::terminate(&mut child, LIMIT).unwrap();
         assert!(status.success(), "{case}: {status:?}");
