@@ -333,9 +333,10 @@ async fn submit_latencies(wharf: &Path, samples: usize, store: &str) -> Result<V
             Some(agent) => agent.clone(),
             None => {
                 let data = fleet.fleet.data_dir().join("instances").join(&worker).join("data");
-                let file = AgentFile::read(&data)?
+                AgentFile::read(&data)?
                     .ok_or_else(|| format!("worker {worker} announces no agent"))?;
-                let agent = Client::new(&file.address, None);
+                // At the address it announced, with the token it keeps beside it.
+                let agent = Client::of_data_dir(&data, None);
                 agents.insert(worker, agent.clone());
                 agent
             }

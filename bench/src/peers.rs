@@ -340,11 +340,13 @@ impl AgentProcess {
             .enable_all()
             .build()
             .map_err(|e| e.to_string())?;
+        // It made its own token, and keeps it in its data directory.
+        let token = wharf_node::agent_token::read(&config.data_dir).map_err(|e| e.to_string())?;
         Ok(AgentProcess {
             child: Some(Reaped(child)),
             wharf: wharf.to_owned(),
             config: config.clone(),
-            client: Client::new(&address, None),
+            client: Client::new(&address, token),
             runtime,
             count,
             ids: Vec::new(),

@@ -118,6 +118,7 @@ fn measure_pool(workers: usize, interval: Duration) -> (f64, f64) {
             remote_user: "root".into(),
             tags: Tags::new(),
             host_key: None,
+            runner_args: String::new(),
         })
         .collect();
     let config = PoolConfig {
@@ -292,6 +293,7 @@ fn probe_rate(
                         remote_user: "root".into(),
                         tags: Tags::new(),
                         host_key: None,
+                        runner_args: String::new(),
                     },
                     instance_type: "bench".into(),
                     state: State::Idle,

@@ -37,6 +37,7 @@ fn instance(id: &str) -> Instance {
         remote_user: "root".into(),
         tags: Tags::new(),
         host_key: None,
+        runner_args: String::new(),
     }
 }
 

@@ -287,6 +287,7 @@ fn boot_probe_deployment_and_run_probe_against_sshd() {
         remote_user: "root".into(),
         tags: Tags::new(),
         host_key: Some(sshd.host_key.clone()),
+        runner_args: String::new(),
     };
     let worker = Worker::new(
         WorkerSpec {
@@ -358,6 +359,7 @@ fn a_tampered_runner_binary_is_replaced() {
                 remote_user: "root".into(),
                 tags: Tags::new(),
                 host_key: None,
+                runner_args: String::new(),
             },
             instance_type: "small".into(),
             state: State::Unknown,

@@ -158,6 +158,7 @@ fn harness(hosts: &[&str], scheduling: SchedulerConfig) -> Harness {
                     address: format!("{name}:22"),
                     remote_user: "root".into(),
                     host_key: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAbc".into(),
+                    runner_args: String::new(),
                 })
                 .collect(),
             rejoin_after: secs(300),

@@ -84,6 +84,9 @@ pub enum AgentError {
     /// What the node has could not be read.
     #[error("cannot read the node's CPUs and memory: {0}")]
     Host(#[from] wharf_isolate::IsolateError),
+    /// The API token file cannot be used.
+    #[error(transparent)]
+    Token(#[from] crate::agent_token::TokenFileError),
     /// A file operation failed.
     #[error("{path}: {source}")]
     Io {
@@ -227,6 +230,11 @@ impl Agent {
             .data_dir
             .canonicalize()
             .map_err(|source| AgentError::Io { path: config.data_dir.clone(), source })?;
+        // The API is never open: a configured token, else the one kept in the data directory.
+        match &config.token {
+            Some(_) => crate::agent_token::remove(&config.data_dir)?,
+            None => config.token = Some(crate::agent_token::load_or_create(&config.data_dir)?),
+        }
         let store = open_store(&config, options)?;
         // An optimisation only: without it, the allocation directories are made on demand.
         let spare_dirs = match SpareDirs::open(config.spare_root(), SPARE_DIRS) {

@@ -22,9 +22,10 @@
 //!
 //! `{id}` is an exact allocation id: prefixes are a convenience of the CLI only. Every error
 //! is `{"error": "..."}`, with a 4xx status for a bad request (an unknown or bad query
-//! parameter, a path or method the API does not have, included). When a token is set,
-//! every call but `/v1/health` must carry it (`Authorization: Bearer <token>`); it is compared
-//! in constant time.
+//! parameter, a path or method the API does not have, included). Every call but `/v1/health`
+//! must carry the agent's token (`Authorization: Bearer <token>`): the configured one, or the
+//! one it keeps in its data directory ([`crate::agent_token`]). None is a 401, a wrong one a
+//! 403; it is compared in constant time.
 
 use crate::agent::{Agent, AgentError, POLL_INTERVAL};
 use axum::Router;

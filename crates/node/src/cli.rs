@@ -14,7 +14,6 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use crate::agent::StartOptions;
-use crate::agent_file::AgentFile;
 use crate::api::{AllocDetail, AllocSummary, ExecResponse};
 use crate::client::{ApiPath, Client, ClientError};
 use crate::config::NodeConfig;
@@ -135,7 +134,9 @@ pub struct Cli {
     #[arg(long, global = true, env = "WHARF_DATA_DIR")]
     data_dir: Option<PathBuf>,
     /// The agent's API token: `agent` requires it of every caller (over `token` in its
-    /// configuration); the other commands present it.
+    /// configuration; with none, it makes one and keeps it in `agent-token` in its data
+    /// directory, readable by its user alone); the other commands present it [default: the
+    /// token kept in --data-dir, or with neither --address nor --data-dir, in ./wharf-data].
     #[arg(long, global = true, env = "WHARF_TOKEN", hide_env_values = true)]
     token: Option<String>,
     /// Print JSON instead of text (`agent`: log JSON lines).
@@ -171,6 +172,7 @@ enum Command {
     #[command(subcommand)]
     Service(ServiceCommand),
     /// Run a fleet of agents (`wharf fleet`), or talk to one (`wharf fleet submit ...`).
+    #[command(after_help = crate::fleet::cli::FLEET_SETTINGS)]
     Fleet(crate::fleet::cli::FleetArgs),
     /// Kill the agent of --data-dir and every task it ran, and delete the directory: what
     /// destroying the machine would do (the fleet's loopback instances end this way).
@@ -197,8 +199,10 @@ enum NodeCommand {
 const AGENT_SETTINGS: &str = "\
 Settings: a flag overrides its environment variable (WHARF_ADDR, WHARF_DATA_DIR, WHARF_TOKEN), \
 which overrides the --config file, which overrides the defaults (data in ./wharf-data, API on \
-127.0.0.1:4747, no token). --address, --data-dir and --token set the file's `bind`, \
-`data_dir` and `token`; any address other than loopback requires a token.";
+127.0.0.1:4747). --address, --data-dir and --token set the file's `bind`, `data_dir` and \
+`token`. Every API call but /v1/health needs the token; with none set, the agent makes one at \
+its first start and keeps it in agent-token in its data directory, readable by its user \
+alone, where the other commands find it through --data-dir.";
 
 #[derive(Debug, Args)]
 struct AgentArgs {
@@ -337,24 +341,22 @@ fn fail(code: u8, message: &str) -> ExitCode {
     ExitCode::from(code)
 }
 
-/// The agent's address: as given, else as announced in the data directory, else the default.
-/// Its requests carry the fleet term, if one was given.
+/// The agent's client: at the address given, else at the one announced in the data directory
+/// given, else at the default address. It presents the token given, else the one kept in the
+/// data directory given, or, with neither an address nor a data directory given, in the
+/// default data directory (`wharf-data`). Its requests carry the fleet term, if one was given.
 fn agent_client(cli: &Cli) -> Client {
     agent_address_client(cli).with_fleet_term(cli.fleet_term)
 }
 
 fn agent_address_client(cli: &Cli) -> Client {
     const DEFAULT: &str = "http://127.0.0.1:4747";
-    let (Some(data_dir), None) = (&cli.data_dir, &cli.address) else {
-        return Client::new(cli.address.as_deref().unwrap_or(DEFAULT), cli.token.clone());
-    };
-    match AgentFile::read(data_dir) {
-        Ok(Some(file)) => Client::new(&file.address, cli.token.clone()),
-        Ok(None) => Client::unannounced(
-            data_dir,
-            format!("there is no {}", AgentFile::path(data_dir).display()),
-        ),
-        Err(reason) => Client::unannounced(data_dir, reason),
+    let token = cli.token.clone();
+    match (&cli.data_dir, &cli.address) {
+        (Some(data_dir), None) => Client::of_data_dir(data_dir, token),
+        (Some(data_dir), Some(address)) => Client::new(address, token).with_token_of(data_dir),
+        (None, Some(address)) => Client::new(address, token),
+        (None, None) => Client::new(DEFAULT, token).with_token_of(&NodeConfig::default().data_dir),
     }
 }
 
@@ -384,7 +386,14 @@ async fn run(cli: Cli) -> ExitCode {
             agent(args, overrides).await.map(|()| ExitCode::SUCCESS)
         }
         Command::Wipe { config } => wipe(config.as_deref(), data_dir, cli.json).await,
-        Command::Fleet(args) => crate::fleet::cli::run(args, cli.token.clone(), cli.json).await,
+        Command::Fleet(args) => {
+            let overrides = crate::fleet::cli::Overrides {
+                address: cli.address.as_deref(),
+                data_dir,
+                token: cli.token.as_deref(),
+            };
+            crate::fleet::cli::run(args, overrides, cli.json).await
+        }
         Command::Validate { file } => validate(&file, cli.json),
         Command::Run(args) => run_file(&client, &args, data_dir, cli.json).await,
         Command::Alloc(command) => {
@@ -456,9 +465,9 @@ async fn agent(args: AgentArgs, overrides: AgentOverrides<'_>) -> anyhow::Result
     crate::serve::serve(config, StartOptions { reset_state: args.reset_state }).await
 }
 
-/// The address `--address` asks the agent to listen on: `127.0.0.1:4747`, or the same as a
-/// URL (`http://127.0.0.1:4747`), as the other commands take it.
-fn listen_address(text: &str) -> Result<std::net::SocketAddr, UsageError> {
+/// The address `--address` asks the agent (or the fleet) to listen on: `127.0.0.1:4747`, or
+/// the same as a URL (`http://127.0.0.1:4747`), as the other commands take it.
+pub(crate) fn listen_address(text: &str) -> Result<std::net::SocketAddr, UsageError> {
     let bare = text.strip_prefix("http://").unwrap_or(text).trim_end_matches('/');
     bare.parse().map_err(|_| {
         UsageError(format!(

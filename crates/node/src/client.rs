@@ -3,6 +3,7 @@
 //! Paths are [`ApiPath`]s built from segments and query pairs, each percent-encoded, so an id
 //! or task name given on the command line stays one segment whatever it holds.
 
+use crate::agent_file::AgentFile;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper::{Method, Request, StatusCode};
@@ -115,6 +116,10 @@ pub enum ClientError {
     /// The answer could not be read.
     #[error("unexpected answer from the agent: {0}")]
     Protocol(String),
+    /// The agent's token was to be read from its data directory, and could not be: the
+    /// message names the file and why.
+    #[error("{0}")]
+    Token(String),
 }
 
 /// A client of one agent.
@@ -124,6 +129,11 @@ pub struct Client {
     /// The data directory that announced no agent, and why, when that is known before trying.
     unannounced: Option<(PathBuf, String)>,
     token: Option<String>,
+    /// Why the token kept in the agent's data directory could not be read, if it could not:
+    /// every call fails as [`ClientError::Token`], saying so.
+    token_unreadable: Option<String>,
+    /// The token file looked for and not found, for the message of a 401.
+    token_absent: Option<PathBuf>,
     /// The fleet leader's term its requests carry (`X-Wharf-Fleet-Term`), if any.
     fleet_term: Option<u64>,
     http: HyperClient<HttpConnector, Full<Bytes>>,
@@ -141,12 +151,50 @@ impl Client {
         connector.set_connect_timeout(Some(Duration::from_secs(2)));
         connector.set_nodelay(true);
         let http = HyperClient::builder(TokioExecutor::new()).build(connector);
-        Client { address, unannounced: None, token, fleet_term: None, http }
+        Client {
+            address,
+            unannounced: None,
+            token,
+            token_unreadable: None,
+            token_absent: None,
+            fleet_term: None,
+            http,
+        }
     }
 
     /// The same client, its requests carrying a fleet leader's term (see `wharf_node::fence`).
     pub fn with_fleet_term(mut self, term: Option<u64>) -> Client {
         self.fleet_term = term;
+        self
+    }
+
+    /// The client of the agent whose data directory is `data_dir`: at the address it announced
+    /// there (`agent.json`), presenting `token`, or else the token the agent keeps there
+    /// ([`crate::agent_token`]).
+    pub fn of_data_dir(data_dir: &Path, token: Option<String>) -> Client {
+        let client = match AgentFile::read(data_dir) {
+            Ok(Some(file)) => Client::new(&file.address, token),
+            Ok(None) => Client::unannounced(
+                data_dir,
+                format!("there is no {}", AgentFile::path(data_dir).display()),
+            ),
+            Err(reason) => Client::unannounced(data_dir, reason),
+        };
+        client.with_token_of(data_dir)
+    }
+
+    /// This client, presenting the token the agent of `data_dir` keeps there unless it was
+    /// given one. A token file that cannot be read (only the agent's user may) fails every
+    /// call, naming the file; no file at all leaves the client without a token.
+    pub fn with_token_of(mut self, data_dir: &Path) -> Client {
+        if self.token.is_some() {
+            return self;
+        }
+        match crate::agent_token::read(data_dir) {
+            Ok(Some(token)) => self.token = Some(token),
+            Ok(None) => self.token_absent = Some(crate::agent_token::path(data_dir)),
+            Err(e) => self.token_unreadable = Some(e.to_string()),
+        }
         self
     }
 
@@ -176,6 +224,9 @@ impl Client {
                 unannounced_in: Some(data_dir.clone()),
             });
         }
+        if let Some(reason) = &self.token_unreadable {
+            return Err(ClientError::Token(reason.clone()));
+        }
         let mut request = Request::builder().method(method).uri(format!("{}{path}", self.address));
         if let Some(token) = &self.token {
             request = request.header("authorization", format!("Bearer {token}"));
@@ -202,7 +253,23 @@ impl Client {
             .ok()
             .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
             .unwrap_or_else(|| format!("{status}: {}", String::from_utf8_lossy(&bytes)));
+        let message = match status {
+            StatusCode::UNAUTHORIZED if self.token.is_none() => self.no_token_hint(message),
+            _ => message,
+        };
         Err(ClientError::Api { status, message })
+    }
+
+    /// What a user refused for want of a token can do about it.
+    fn no_token_hint(&self, message: String) -> String {
+        let looked = match &self.token_absent {
+            Some(path) => format!(" (there is no {})", path.display()),
+            None => String::new(),
+        };
+        format!(
+            "{message}; give the agent's token with --token or WHARF_TOKEN, or the agent's data \
+             directory with --data-dir to read the token it keeps there{looked}"
+        )
     }
 
     /// Sends a request and reads the whole answer.

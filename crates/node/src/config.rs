@@ -13,9 +13,11 @@ use wharf_state::duration::serde_str;
 pub struct NodeConfig {
     /// Where the store and the allocations' directories live.
     pub data_dir: PathBuf,
-    /// The HTTP API's address. Any address other than loopback requires `token`.
+    /// The HTTP API's address.
     pub bind: SocketAddr,
-    /// A secret every API call but `/v1/health` must present (`Authorization: Bearer ...`).
+    /// The secret every API call but `/v1/health` must present (`Authorization: Bearer ...`).
+    /// Without one, the agent makes one at its first start and keeps it in its data directory
+    /// (`crate::agent_token`), readable by its own user alone.
     pub token: Option<String>,
     /// The largest request body the API accepts, in bytes.
     pub max_body_bytes: usize,
@@ -261,19 +263,6 @@ impl Default for LogsConfig {
     }
 }
 
-/// An API bound beyond loopback needs a token, and a token must not be guessable.
-pub(crate) fn check_exposure(bind: SocketAddr, token: Option<&str>) -> Result<(), String> {
-    if !bind.ip().is_loopback() && token.is_none_or(str::is_empty) {
-        return Err(format!(
-            "bind: {bind} is reachable from other machines; set `token` so the API is not open to them"
-        ));
-    }
-    if token.is_some_and(|t| t.len() < 16) {
-        return Err("token: use at least 16 characters".into());
-    }
-    Ok(())
-}
-
 /// A configuration that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -317,7 +306,11 @@ impl NodeConfig {
 
     /// Settings that are each valid but wrong together.
     pub fn check(&self) -> Result<(), String> {
-        check_exposure(self.bind, self.token.as_deref())?;
+        // Any address will do: the API always requires a token, the configured one or the one
+        // the agent keeps.
+        if self.token.as_deref().is_some_and(|t| t.len() < crate::agent_token::MIN_LEN) {
+            return Err(format!("token: use at least {} characters", crate::agent_token::MIN_LEN));
+        }
         if self.max_body_bytes < 1024 {
             return Err("max_body_bytes: must be at least 1024".into());
         }
@@ -436,6 +429,14 @@ mod tests {
         );
     }
 
+    /// The API requires a token on every address, the agent's own if none is set: binding
+    /// beyond loopback needs no token in the file.
+    #[test]
+    fn any_address_may_be_bound_without_a_configured_token() {
+        let config = NodeConfig::parse("bind = \"0.0.0.0:4747\"").unwrap();
+        assert_eq!((config.bind.to_string(), config.token), ("0.0.0.0:4747".into(), None));
+    }
+
     #[test]
     fn bad_settings_are_named() {
         let cases = [
@@ -443,7 +444,6 @@ mod tests {
             ("[gc]\nmax_agee = \"1h\"", "gc.max_agee"),
             ("max_kill_timeout = \"soon\"", "max_kill_timeout"),
             ("bind = \"nowhere\"", "bind"),
-            ("bind = \"0.0.0.0:4747\"", "set `token`"),
             ("token = \"short\"", "at least 16"),
             ("[logs]\nmax_files = 0", "logs"),
             (

@@ -112,10 +112,11 @@ pub async fn embedded(mut config: NodeConfig) -> anyhow::Result<(Client, Embedde
     let listener =
         TcpListener::bind(config.bind).await.context("cannot listen on a loopback port")?;
     let address = listener.local_addr()?;
-    let token = config.token.clone();
     let agent = Agent::start(config, StartOptions::default())
         .await
         .context("no agent answers and an embedded one could not start")?;
+    // The configured token, or the one the agent keeps in its data directory.
+    let token = agent.config().token.clone();
     let (stop, stopped) = watch::channel(false);
     let server = tokio::spawn(run_server(listener, crate::api::router(agent.clone()), stopped));
     Ok((Client::new(&address.to_string(), token), EmbeddedAgent { agent, stop, server }))

@@ -264,6 +264,7 @@ async fn the_probers_default_runner_commands_drive_a_real_agent() {
         remote_user: "root".into(),
         tags: Tags::new(),
         host_key: None,
+        runner_args: String::new(),
     };
     let worker = Worker::new(
         WorkerSpec {

@@ -5,6 +5,7 @@
 #![allow(clippy::disallowed_methods)]
 
 use hyper::{Method, StatusCode};
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -278,25 +279,176 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
     assert!(String::from_utf8_lossy(&refused.stderr).contains("loopback.instances"), "{refused:?}");
 }
 
-/// The loopback agents are the fleet's own: a WHARF_ADDR or WHARF_TOKEN in the fleet's
-/// environment (meant for the commands a user runs, and which `wharf agent` takes as its
-/// address and token) does not reach them, and the workers come up as usual.
+/// The loopback agents are the fleet's own: the WHARF_ADDR and WHARF_TOKEN in the fleet's
+/// environment are the fleet's address and token (as they are `wharf agent`'s), and do not
+/// reach its agents. Each agent makes a token of its own, kept in its data directory inside
+/// the fleet's, requires it of every caller, and the fleet's commands on it read it there: the
+/// workers come up as usual.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn loopback_agents_ignore_the_agent_settings_in_the_fleets_environment() {
+async fn loopback_agents_each_keep_their_own_token_and_ignore_the_fleets_settings() {
     let dir = tempfile::tempdir().unwrap();
     let shim = Path::new(WHARF).with_file_name("wharf-shim");
     assert!(shim.exists(), "{} is missing: build the whole workspace", shim.display());
     let settings =
         "probe_interval = \"200ms\"\nsync_interval = \"1s\"\n[loopback]\ninstances = 2\n";
-    // A taken address, and a token no agent accepts (too short).
-    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let taken = taken.local_addr().unwrap().to_string();
-    let env = [("WHARF_ADDR", taken.as_str()), ("WHARF_TOKEN", "short")];
+    // An address that was free a moment ago: the fleet takes it, and an agent that took it
+    // too could not start.
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let free = free.to_string();
+    let fleet_token = "the-fleets-own-token-0123";
+    let env = [("WHARF_ADDR", free.as_str()), ("WHARF_TOKEN", fleet_token)];
     let fleet = FleetProcess(
         Fleet::start_with_env(Path::new(WHARF), dir.path(), settings, "info", LIMIT, &env).unwrap(),
     );
-    until_workers(&fleet.client(), "two idle workers", |w| {
+    assert_eq!(fleet.0.address(), free, "the fleet listens where WHARF_ADDR says");
+    let anonymous = fleet.client();
+    let refused = anonymous.call(Method::GET, "/v1/workers", None).await.unwrap_err();
+    assert_eq!(status_of(refused), StatusCode::UNAUTHORIZED, "the fleet requires WHARF_TOKEN");
+    let client = Client::new(fleet.0.address(), Some(fleet_token.into()));
+    until_workers(&client, "two idle workers", |w| {
         w.len() == 2 && w.iter().all(|w| w.state == "idle")
     })
     .await;
+
+    let mut tokens = Vec::new();
+    for worker in workers(&client).await {
+        let data = fleet.0.data_dir().join(format!("instances/{}/data", worker.id));
+        let file = wharf_node::agent_token::path(&data);
+        let mode = std::fs::symlink_metadata(&file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}", file.display());
+        let token = wharf_node::agent_token::read(&data).unwrap().unwrap();
+        assert_ne!(token, fleet_token, "{} took the fleet's token", worker.id);
+        let agent = wharf_node::agent_file::AgentFile::read(&data).unwrap().unwrap();
+        assert_ne!(agent.address, format!("http://{free}"));
+        let refused = Client::new(&agent.address, None)
+            .call(Method::GET, "/v1/allocations", None)
+            .await
+            .unwrap_err();
+        assert_eq!(status_of(refused), StatusCode::UNAUTHORIZED, "{} is open", worker.id);
+        let wrong = Client::new(&agent.address, Some(fleet_token.into()));
+        let refused = wrong.call(Method::GET, "/v1/allocations", None).await.unwrap_err();
+        assert_eq!(status_of(refused), StatusCode::FORBIDDEN, "{}", worker.id);
+        Client::new(&agent.address, Some(token.clone()))
+            .call(Method::GET, "/v1/allocations", None)
+            .await
+            .unwrap();
+        tokens.push(token);
+    }
+    assert_ne!(tokens[0], tokens[1], "each agent has its own token");
+
+    // Work runs through the runner commands, which present each agent's own token.
+    let spec = job("through-the-runner", "batch", "echo hi");
+    let alloc = client
+        .call(Method::POST, "/v1/allocations", Some(("application/toml", spec.into_bytes())))
+        .await
+        .unwrap();
+    let alloc: FleetAlloc = serde_json::from_slice(&alloc).unwrap();
+    let done = until_alloc(&client, &alloc.id, "it ends", FleetAlloc::is_final).await;
+    assert!(done.detail.as_deref().is_some_and(|d| d.starts_with("complete")), "{done:?}");
+}
+
+/// `wharf fleet` takes the global `--address`, `--data-dir` and `--token` as `wharf agent`
+/// does: a flag over its environment variable, which is over the file's `bind`, `data_dir` and
+/// `token`; and `wharf fleet --help` says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_address_data_dir_and_token_flags_environment_and_file() {
+    let dir = tempfile::tempdir().unwrap();
+    // A port that is taken: the fleet fails if it still listens where the file says.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = taken.local_addr().unwrap().to_string();
+    let config = dir.path().join("fleet.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "bind = \"{taken}\"\ndata_dir = {:?}\ntoken = \"the-files-token-0123456\"\n\
+             probe_interval = \"200ms\"\n[loopback]\ninstances = 1\n",
+            dir.path().join("from-file").display().to_string()
+        ),
+    )
+    .unwrap();
+    let start = |env: &[(&str, &str)], args: &[&str]| {
+        let mut command = Command::new(WHARF);
+        command
+            .args(args)
+            .arg("fleet")
+            .arg("--config")
+            .arg(&config)
+            .env_remove("WHARF_ADDR")
+            .env_remove("WHARF_DATA_DIR")
+            .env_remove("WHARF_TOKEN")
+            .envs(env.iter().copied());
+        wharf_tests::announce::spawn_announcing(&mut command, "fleet ready", LIMIT, None)
+    };
+    let (flag_dir, env_dir) = (dir.path().join("flag"), dir.path().join("env"));
+    let (flag_dir, env_dir) = (flag_dir.to_str().unwrap(), env_dir.to_str().unwrap());
+    let (flag_token, env_token) = ("the-flags-token-0123", "the-envs-token-01234");
+    let flags = ["--address", "127.0.0.1:0", "--data-dir", flag_dir, "--token", flag_token];
+    let environment = |address| {
+        [("WHARF_ADDR", address), ("WHARF_DATA_DIR", env_dir), ("WHARF_TOKEN", env_token)]
+    };
+    let (free_env, taken_env) = (environment("127.0.0.1:0"), environment(taken.as_str()));
+    /// What a case sets, and the data directory and token the fleet must then use.
+    struct Case<'a> {
+        name: &'a str,
+        env: &'a [(&'a str, &'a str)],
+        flags: &'a [&'a str],
+        data_dir: &'a str,
+        token: &'a str,
+    }
+    let cases = [
+        Case { name: "the flags", env: &[], flags: &flags, data_dir: flag_dir, token: flag_token },
+        Case {
+            name: "the environment",
+            env: &free_env,
+            flags: &[],
+            data_dir: env_dir,
+            token: env_token,
+        },
+        Case {
+            name: "the flags over the environment",
+            env: &taken_env,
+            flags: &flags,
+            data_dir: flag_dir,
+            token: flag_token,
+        },
+    ];
+    for Case { name: case, env, flags: args, data_dir, token } in cases {
+        let (mut child, address) = start(env, args).unwrap_or_else(|e| panic!("{case}: {e}"));
+        assert_ne!(address, taken, "{case}");
+        assert!(Path::new(data_dir).join("fleet.redb").exists(), "{case}: data in {data_dir}");
+        for other in [flag_dir, env_dir] {
+            assert_eq!(Path::new(other).exists(), other == data_dir, "{case}: {other}");
+        }
+        let anonymous = Client::new(&address, None);
+        let refused = anonymous.call(Method::GET, "/v1/workers", None).await.unwrap_err();
+        assert_eq!(status_of(refused), StatusCode::UNAUTHORIZED, "{case}");
+        for other in ["the-files-token-0123456", "the-envs-token-01234", "the-flags-token-0123"] {
+            let result = Client::new(&address, Some(other.into()))
+                .call(Method::GET, "/v1/workers", None)
+                .await;
+            assert_eq!(result.is_ok(), other == token, "{case}: {other}: {result:?}");
+        }
+        // Its worker up (no create under way), a clean stop leaves nothing in its directory.
+        let client = Client::new(&address, Some(token.into()));
+        until_workers(&client, "an idle worker", |w| w.len() == 1 && w[0].state == "idle").await;
+        let status = wharf_tests::announce::terminate(&mut child, LIMIT).unwrap();
+        assert!(status.success(), "{case}: {status:?}");
+        std::fs::remove_dir_all(data_dir).unwrap();
+    }
+    assert!(!dir.path().join("from-file").exists(), "the file's data_dir was never used");
+    let from_file = start(&[], &[]).map(|(mut child, _)| {
+        let _ = wharf_tests::announce::terminate(&mut child, LIMIT);
+    });
+    let refused = from_file.expect_err("the file's address is taken");
+    assert!(refused.contains(&format!("cannot listen on {taken}")), "{refused}");
+
+    let help = Command::new(WHARF).args(["fleet", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout).replace('\n', " ");
+    for phrase in [
+        "a flag overrides its environment variable (WHARF_ADDR, WHARF_DATA_DIR, WHARF_TOKEN)",
+        "which overrides the --config file",
+        "set the file's `bind`, `data_dir` and `token`",
+    ] {
+        assert!(help.contains(phrase), "{phrase:?} in {help}");
+    }
 }

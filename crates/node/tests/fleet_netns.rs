@@ -84,12 +84,16 @@ impl Cluster {
             identity = key.private_key_path().display().to_string(),
         );
         for (index, host) in hosts.iter().enumerate() {
+            // Each host's agent keeps its own token in its data directory, where the runner
+            // reads it.
             config.push_str(&format!(
-                "[[static.host]]\nname = \"h{}\"\naddress = {:?}\nuser = {:?}\nhost_key = {:?}\n",
+                "[[static.host]]\nname = \"h{}\"\naddress = {:?}\nuser = {:?}\nhost_key = {:?}\n\
+                 agent_data_dir = {:?}\n",
                 index + 1,
                 host.ssh_address,
                 host.user,
                 host.host_key.trim(),
+                agent_data_dir(host).display().to_string(),
             ));
         }
         let sum = Command::new("sha256sum").arg(WHARF).output().unwrap();
@@ -222,7 +226,9 @@ impl Cluster {
     /// `complete ...`, `unknown`), asked through the CLI inside that host's namespace.
     fn agent_outcome(&self, worker: &str, id: &str) -> String {
         let host = self.host(worker);
-        let out = host.command(WHARF).args(["alloc", "outcome", id]).output().unwrap();
+        let mut command = host.command(WHARF);
+        command.arg("--data-dir").arg(agent_data_dir(host)).args(["alloc", "outcome", id]);
+        let out = command.output().unwrap();
         assert!(out.status.success(), "wharf alloc outcome {id} on {worker}: {out:?}");
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
@@ -239,11 +245,16 @@ impl Cluster {
     }
 }
 
+/// Where the host's agent keeps its data (and its token): in the host's scratch directory.
+fn agent_data_dir(host: &Host) -> std::path::PathBuf {
+    host.scratch().join("data")
+}
+
 /// Starts the host's agent inside its namespace, at the default address (the namespace's
-/// own 127.0.0.1:4747), with its data in the host's scratch directory.
+/// own 127.0.0.1:4747), with its data in [`agent_data_dir`] and a token of its own there.
 fn start_agent(host: &mut Host) {
     let config = host.scratch().join("node.toml");
-    let data_dir = host.scratch().join("data");
+    let data_dir = agent_data_dir(host);
     std::fs::write(&config, format!("data_dir = {:?}\n", data_dir.display().to_string())).unwrap();
     let mut command = host.command(WHARF);
     command.args(["agent", "--config"]).arg(&config).env("RUST_LOG", "info").env("NO_COLOR", "1");

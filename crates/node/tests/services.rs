@@ -268,9 +268,9 @@ async fn refused(client: &Client, spec: &str) -> String {
     }
 }
 
-/// Admission refuses an allocation whose static port is held, or used by another program, or
-/// whose dynamic ports the range cannot give, naming the port; nothing of a refused one is
-/// kept. A port comes back when its allocation ends.
+/// Admission refuses an allocation whose static port is held, or used by another program
+/// (naming the port and its label), or whose dynamic ports the range cannot give (naming the
+/// label and the range); nothing of a refused one is kept. A port comes back when its allocation ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn port_conflicts_and_exhaustion_are_refused_naming_the_port() {
     let dir = tempfile::tempdir().unwrap();
@@ -281,11 +281,12 @@ async fn port_conflicts_and_exhaustion_are_refused_naming_the_port() {
     let detail = until(&client, &first, "running", |d| !d.alloc.ports.is_empty()).await;
     assert_eq!(detail.alloc.ports[0].value, 21_300);
 
+    // Nothing is left of the range: the label that asked, and the range, as the README says.
+    let exhausted = "the allocation's ports are not available on this node: no dynamic port \
+                     left for label \"http\": all of 21300-21300 are held or in use (1 held by \
+                     allocations)";
     let message = refused(&client, &sleeper_with_ports("b", "[group.network.port.http]\n")).await;
-    assert!(
-        message.contains("no dynamic port left for label \"http\": all of 21300-21300"),
-        "{message}"
-    );
+    assert_eq!(message, exhausted);
     let message =
         refused(&client, &sleeper_with_ports("c", "[group.network.port.db]\nstatic = 21300\n"))
             .await;
@@ -314,7 +315,7 @@ async fn port_conflicts_and_exhaustion_are_refused_naming_the_port() {
     std::fs::write(&spec_file, sleeper_with_ports("b", "[group.network.port.http]\n")).unwrap();
     let run = agent.cli(&["run", "--detach", spec_file.to_str().unwrap()]);
     assert_eq!(run.status.code(), Some(2), "{run:?}");
-    assert!(String::from_utf8_lossy(&run.stderr).contains("no dynamic port left"), "{run:?}");
+    assert_eq!(String::from_utf8_lossy(&run.stderr), format!("wharf: {exhausted}\n"), "{run:?}");
 
     client.call(Method::POST, ApiPath::v1(["allocations", &first, "stop"]), None).await.unwrap();
     until(&client, &first, "stopped", |d| d.done).await;

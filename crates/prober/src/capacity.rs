@@ -23,6 +23,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::fmt;
 use std::time::Duration;
+use wharf_state::duration::Formatted;
 
 /// A kind of instance the pool can create.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -125,12 +126,14 @@ impl fmt::Display for HoldReason {
                 write!(f, "at quota until fewer than {n} instances exist")
             }
             HoldReason::Quota { retry_in, .. } => {
-                write!(f, "at quota for {:?}", retry_in.unwrap_or_default())
+                write!(f, "at quota for {}", Formatted(retry_in.unwrap_or_default()))
             }
             HoldReason::Capacity { scope, retry_in } => {
-                write!(f, "at capacity for {scope} for {retry_in:?}")
+                write!(f, "at capacity for {scope} for {}", Formatted(*retry_in))
             }
-            HoldReason::RateLimit { retry_in } => write!(f, "rate limited for {retry_in:?}"),
+            HoldReason::RateLimit { retry_in } => {
+                write!(f, "rate limited for {}", Formatted(*retry_in))
+            }
             HoldReason::CreatesInFlight { limit } => write!(f, "{limit} creates in flight"),
         }
     }

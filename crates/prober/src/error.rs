@@ -6,12 +6,13 @@
 
 use crate::capacity::{CapacityScope, HoldReason};
 use std::time::Duration;
+use wharf_state::duration::Formatted;
 
 /// Everything that can go wrong probing workers and managing instances.
 #[derive(Debug, thiserror::Error)]
 pub enum ProberError {
     /// A command did not finish before its deadline; it was cut off.
-    #[error("{what} on worker {worker} did not finish within {deadline:?}")]
+    #[error("{what} on worker {worker} did not finish within {}", Formatted(*.deadline))]
     Timeout {
         /// The worker (instance id or address).
         worker: String,
@@ -134,7 +135,7 @@ pub enum ProberError {
         detail: String,
     },
     /// The cloud asks us to slow down.
-    #[error("cloud rate limit: retry after {retry_after:?}")]
+    #[error("cloud rate limit: retry after {}", Formatted(*.retry_after))]
     RateLimited {
         /// How long to wait before the next call.
         retry_after: Duration,
@@ -192,5 +193,29 @@ impl ProberError {
     /// connection that never came up.
     pub fn reached_worker(&self) -> bool {
         matches!(self, ProberError::CommandFailed { .. } | ProberError::DeployMismatch { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Durations in messages read as in the rest of wharf (and as a job spec writes them):
+    /// `1m30s`, not Rust's `90s`.
+    #[test]
+    fn durations_in_messages_are_written_as_wharf_writes_them() {
+        let timeout = ProberError::Timeout {
+            worker: "w1".into(),
+            what: "command \"true\"".into(),
+            deadline: Duration::from_secs(90),
+        };
+        assert_eq!(
+            timeout.to_string(),
+            "command \"true\" on worker w1 did not finish within 1m30s"
+        );
+        let limited = ProberError::RateLimited { retry_after: Duration::from_millis(1500) };
+        assert_eq!(limited.to_string(), "cloud rate limit: retry after 1.5s");
+        let held = HoldReason::RateLimit { retry_in: Duration::from_secs(3600 + 90) };
+        assert_eq!(held.to_string(), "rate limited for 1h1m30s");
     }
 }

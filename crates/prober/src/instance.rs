@@ -49,6 +49,10 @@ pub struct Instance {
     /// The host key it is known to have (OpenSSH public key line), when the cloud can tell.
     /// The SSH executor pins it: any other key is refused.
     pub host_key: Option<String>,
+    /// Arguments the runner gets on this instance before each command's own (shell words,
+    /// such as `--data-dir /srv/wharf`): what differs between hosts, like where the runner
+    /// finds what it drives there. Empty for none.
+    pub runner_args: String,
 }
 
 impl Instance {
@@ -61,6 +65,7 @@ impl Instance {
             remote_user: "root".into(),
             tags: Tags::new(),
             host_key: None,
+            runner_args: String::new(),
         }
     }
 

@@ -106,6 +106,7 @@ impl LoopbackInstanceSet {
                     remote_user: config.remote_user.clone(),
                     tags,
                     host_key: config.host_key.clone(),
+                    runner_args: String::new(),
                 },
             );
         }
@@ -235,6 +236,7 @@ impl InstanceSet for LoopbackInstanceSet {
             remote_user: self.config.remote_user.clone(),
             tags: tags.clone(),
             host_key: self.config.host_key.clone(),
+            runner_args: String::new(),
         };
         if !init_command.trim().is_empty() {
             let init = self

@@ -55,6 +55,7 @@ impl FakeCloud {
             remote_user: "root".into(),
             tags,
             host_key: None,
+            runner_args: String::new(),
         });
     }
 
@@ -98,6 +99,7 @@ impl InstanceSet for FakeCloud {
                 remote_user: "root".into(),
                 tags: tags.clone(),
                 host_key: None,
+                runner_args: String::new(),
             };
             state.live.push(instance.clone());
             instance

@@ -18,6 +18,7 @@ use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+use wharf_state::duration::Formatted;
 
 /// One host of a static set.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +31,9 @@ pub struct StaticHost {
     pub remote_user: String,
     /// Its SSH host key (OpenSSH public key line), pinned: any other key is refused.
     pub host_key: String,
+    /// Arguments the runner gets on this host before each command's own
+    /// ([`Instance::runner_args`]); empty for none.
+    pub runner_args: String,
 }
 
 /// The hosts and how long a destroyed one stays out.
@@ -151,6 +155,7 @@ impl InstanceSet for StaticInstanceSet {
                 remote_user: host.remote_user.clone(),
                 tags: entry.tags.clone(),
                 host_key: Some(host.host_key.clone()),
+                runner_args: host.runner_args.clone(),
             });
         }
         Ok(listed)
@@ -161,7 +166,7 @@ impl InstanceSet for StaticInstanceSet {
         if let Some(entry) = self.state.lock().get_mut(id)
             && entry.out_until.is_none()
         {
-            tracing::warn!(worker = %id, rejoin_after = ?self.rejoin_after, "static host taken out of service");
+            tracing::warn!(worker = %id, rejoin_after = %Formatted(self.rejoin_after), "static host taken out of service");
             entry.out_until = Some(until);
         }
         Ok(())
@@ -191,6 +196,7 @@ mod tests {
             address: format!("{name}:22"),
             remote_user: "root".into(),
             host_key: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAbc".into(),
+            runner_args: String::new(),
         }
     }
 

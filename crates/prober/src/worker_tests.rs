@@ -121,6 +121,7 @@ fn harness_with(
             remote_user: user.into(),
             tags,
             host_key: None,
+            runner_args: String::new(),
         },
         instance_type: "small".into(),
         state,
@@ -694,7 +695,7 @@ fn runner_deployment_table() {
             install: Reply::Timeout,
             want_state: State::Booting,
             want_installed: true,
-            want_error: Some("did not finish within 60s"),
+            want_error: Some("did not finish within 1m0s"),
         },
         DeployCase {
             name: "checksum wrong after the copy: boot failed",
@@ -1207,6 +1208,50 @@ fn a_hostile_runner_id_stays_one_word() {
     let call = h.script.calls().pop().unwrap();
     assert_eq!(call.command, format!("crunch-run --detach {}", quote("id", id).unwrap()));
     assert_eq!(call.command, "crunch-run --detach 'zzzzz-1'\\''; touch /tmp/pwned; echo '\\'''");
+}
+
+/// An instance's own runner arguments (where the runner finds what it drives on that host)
+/// come first in every runner command there: list, start, kill, outcome, resources.
+#[test]
+fn an_instances_runner_args_come_first_in_every_runner_command() {
+    let runtime = rt();
+    let script = ScriptedExecutor::new("w1");
+    let mut config = worker_config(false);
+    config.runner.outcome_args = Some("--outcome".into());
+    config.runner.resources_args = Some("--resources".into());
+    let instance = Instance {
+        runner_args: "--data-dir '/srv/my node'".into(),
+        ..Instance::new(InstanceId::from("w1"), "127.0.0.1:22")
+    };
+    let spec = WorkerSpec {
+        instance,
+        instance_type: "small".into(),
+        state: State::Idle,
+        idle_behavior: IdleBehavior::Run,
+    };
+    let clock = Arc::new(FakeClock::new(Moment::from_origin(secs(100_000))));
+    let worker = Worker::new(
+        spec,
+        Arc::new(script.clone()),
+        Arc::new(config.prepare().unwrap()),
+        clock,
+        Arc::new(Brake::default()),
+    );
+    let prefix = "crunch-run --data-dir '/srv/my node' ";
+    script.exact(&format!("{prefix}--list"), Reply::ok("zzzzz-1\n"));
+    script.exact(&format!("{prefix}--resources"), Reply::ok("cpu_mhz=1 memory_mb=1 cores=1\n"));
+    script.exact(&format!("{prefix}--detach zzzzz-2"), Reply::ok(""));
+    script.exact(&format!("{prefix}--outcome zzzzz-1"), Reply::ok("running\n"));
+    script.exact(&format!("{prefix}--kill 15 zzzzz-1"), Reply::ok(""));
+    assert_eq!(runtime.block_on(worker.probe_and_update()), ProbeOutcome::Passed);
+    runtime.block_on(worker.start_runner("zzzzz-2", b"")).unwrap();
+    let outcome = runtime.block_on(worker.runner_outcome("zzzzz-1")).unwrap();
+    assert_eq!(outcome.as_deref(), Some("running"));
+    assert!(worker.kill_runner("zzzzz-1", "test"));
+    assert_eq!(runtime.block_on(worker.kill_due()), 1);
+    let calls: Vec<String> = script.calls().into_iter().map(|c| c.command).collect();
+    assert_eq!(calls.len(), 5, "{calls:?}");
+    assert!(calls.iter().all(|c| c.starts_with(prefix)), "{calls:?}");
 }
 
 #[test]
@@ -1737,6 +1782,7 @@ fn probe_and_update() {
                 remote_user: "root".into(),
                 tags: Tags::new(),
                 host_key: None,
+                runner_args: String::new(),
             },
             instance_type: "small".into(),
             state: trial.state,
@@ -1938,6 +1984,7 @@ fn after_probe_table() {
                 remote_user: "root".into(),
                 tags: Tags::new(),
                 host_key: None,
+                runner_args: String::new(),
             },
             instance_type: "small".into(),
             state: case.state,
@@ -1984,6 +2031,7 @@ fn the_last_runner_is_the_last_one_started_here() {
             remote_user: "root".into(),
             tags: Tags::new(),
             host_key: None,
+            runner_args: String::new(),
         },
         instance_type: "small".into(),
         state: State::Idle,

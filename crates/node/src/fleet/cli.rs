@@ -85,18 +85,60 @@ pub enum FleetCommand {
     },
 }
 
+/// How `wharf fleet` combines its sources of settings.
+pub(crate) const FLEET_SETTINGS: &str = "\
+Settings of `wharf fleet` itself, as of `wharf agent`: a flag overrides its environment variable \
+(WHARF_ADDR, WHARF_DATA_DIR, WHARF_TOKEN), which overrides the --config file, which overrides \
+the defaults (data in ./wharf-fleet, API on 127.0.0.1:4748). --address, --data-dir and --token \
+set the file's `bind`, `data_dir` and `token`; any address other than loopback requires a \
+token. The commands that talk to a fleet find it with --fleet-address and present --token.";
+
+/// The global flags (or their environment variables) as `wharf fleet` applies them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Overrides<'a> {
+    /// `--address`: where the fleet's API listens, over `bind`.
+    pub address: Option<&'a str>,
+    /// `--data-dir`: the fleet's files, over `data_dir`.
+    pub data_dir: Option<&'a std::path::Path>,
+    /// `--token`: what the fleet's API requires, over `token`; what the commands present.
+    pub token: Option<&'a str>,
+}
+
+/// The fleet's configuration: `--config` (or the defaults), then the global flags over it.
+fn fleet_config(
+    path: Option<&std::path::Path>,
+    overrides: Overrides<'_>,
+) -> anyhow::Result<FleetConfig> {
+    let mut config = match path {
+        Some(path) => FleetConfig::load(path).map_err(UsageError)?,
+        None => FleetConfig::default(),
+    };
+    if let Some(address) = overrides.address {
+        config.bind = crate::cli::listen_address(address)?;
+    }
+    if let Some(data_dir) = overrides.data_dir {
+        config.data_dir = data_dir.to_owned();
+    }
+    if let Some(token) = overrides.token {
+        config.token = Some(token.to_owned());
+    }
+    config.check().map_err(|problem| UsageError(format!("invalid configuration: {problem}")))?;
+    Ok(config)
+}
+
 /// Runs `wharf fleet` with `args`.
-pub async fn run(args: FleetArgs, token: Option<String>, json: bool) -> anyhow::Result<ExitCode> {
+pub async fn run(
+    args: FleetArgs,
+    overrides: Overrides<'_>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let Some(command) = args.command else {
         init_logs(args.log_json);
-        let config = match &args.config {
-            Some(path) => FleetConfig::load(path).map_err(UsageError)?,
-            None => FleetConfig::default(),
-        };
+        let config = fleet_config(args.config.as_deref(), overrides)?;
         super::serve(config).await?;
         return Ok(ExitCode::SUCCESS);
     };
-    let client = Client::new(&args.fleet_address, token);
+    let client = Client::new(&args.fleet_address, overrides.token.map(str::to_owned));
     let worker_action = |worker: String, action: &'static str| {
         let client = client.clone();
         async move {

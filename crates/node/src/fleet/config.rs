@@ -18,7 +18,10 @@
 //! # lease_ttl = "5s"
 //!
 //! # or, instead of [loopback]: machines you have, reached over SSH with pinned host keys,
-//! # each running `wharf agent` (at its default address, or set [runner] agent_address)
+//! # each running `wharf agent` with its data in agent_data_dir, where the runner finds the
+//! # agent's address and token (a host may set its own agent_data_dir)
+//! [runner]
+//! agent_data_dir = "/var/lib/wharf"
 //! [static]
 //! identity = "/root/.ssh/id_ed25519"
 //! [[static.host]]
@@ -119,6 +122,10 @@ pub struct RunnerSettings {
     /// Where the runner reaches each static host's agent, if not at its default address
     /// (`http://127.0.0.1:4747`).
     pub agent_address: Option<String>,
+    /// The data directory of each static host's agent (absolute), unless a host sets its own:
+    /// the runner, as root on the host, reads the agent's address and its token there. Each
+    /// agent keeps a token of its own; none leaves its host.
+    pub agent_data_dir: Option<String>,
 }
 
 /// Which store keeps the fleet's state.
@@ -208,6 +215,16 @@ pub struct HostSettings {
     pub user: String,
     /// Its host key (an OpenSSH public key line), pinned.
     pub host_key: String,
+    /// Its agent's data directory, over `runner.agent_data_dir`.
+    pub agent_data_dir: Option<String>,
+}
+
+impl HostSettings {
+    /// Where the runner finds this host's agent and its token: its own setting, else the
+    /// runner's for every host.
+    pub fn agent_data_dir<'a>(&'a self, runner: &'a RunnerSettings) -> Option<&'a str> {
+        self.agent_data_dir.as_deref().or(runner.agent_data_dir.as_deref())
+    }
 }
 
 fn root() -> String {
@@ -315,7 +332,7 @@ impl FleetConfig {
 
     /// Settings that are each valid but wrong together.
     pub fn check(&self) -> Result<(), String> {
-        crate::config::check_exposure(self.bind, self.token.as_deref())?;
+        check_exposure(self.bind, self.token.as_deref())?;
         if self.loopback.is_some() && self.static_hosts.is_some() {
             return Err("loopback, static: choose one kind of worker".into());
         }
@@ -340,9 +357,11 @@ impl FleetConfig {
             Instances::Loopback(loopback) if loopback.instances == 0 => {
                 Err("loopback.instances: must be at least 1".into())
             }
-            Instances::Loopback(_) if self.runner.agent_address.is_some() => {
-                Err("runner.agent_address: loopback agents are found by their data directory; \
-                 this is for static hosts"
+            Instances::Loopback(_)
+                if self.runner.agent_address.is_some() || self.runner.agent_data_dir.is_some() =>
+            {
+                Err("runner.agent_address, runner.agent_data_dir: loopback agents are found by \
+                 their data directory in the fleet's; these are for static hosts"
                     .into())
             }
             Instances::Static(hosts) if hosts.host.is_empty() => {
@@ -354,9 +373,50 @@ impl FleetConfig {
                 "static.rejoin_after: must be longer than sync_interval ({})",
                 wharf_state::duration::Formatted(self.sync_interval)
             )),
-            _ => Ok(()),
+            Instances::Static(hosts) => check_agent_data_dirs(hosts, &self.runner),
+            Instances::Loopback(_) => Ok(()),
         }
     }
+}
+
+/// Every static host's agent has an absolute data directory to be found at: the runner reads
+/// the agent's token there.
+fn check_agent_data_dirs(hosts: &StaticSettings, runner: &RunnerSettings) -> Result<(), String> {
+    for (index, host) in hosts.host.iter().enumerate() {
+        match host.agent_data_dir(runner) {
+            None => {
+                return Err(format!(
+                    "static.host[{index}] ({}): set runner.agent_data_dir, or this host's \
+                     agent_data_dir, to where its agent keeps its data: the runner reads the \
+                     agent's token there",
+                    host.name
+                ));
+            }
+            Some(dir) if !dir.starts_with('/') => {
+                let key = if host.agent_data_dir.is_some() {
+                    format!("static.host[{index}].agent_data_dir")
+                } else {
+                    "runner.agent_data_dir".to_owned()
+                };
+                return Err(format!("{key}: {dir:?} is not an absolute path"));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// The fleet's API bound beyond loopback needs a token, and a token must not be guessable.
+fn check_exposure(bind: SocketAddr, token: Option<&str>) -> Result<(), String> {
+    if !bind.ip().is_loopback() && token.is_none_or(str::is_empty) {
+        return Err(format!(
+            "bind: {bind} is reachable from other machines; set `token` so the API is not open to them"
+        ));
+    }
+    if token.is_some_and(|t| t.len() < 16) {
+        return Err("token: use at least 16 characters".into());
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -375,12 +435,17 @@ mod tests {
     fn static_hosts_are_read_with_their_keys() {
         let config = FleetConfig::parse(
             "probe_interval = \"1s\"\n[static]\nidentity = \"/k\"\nrejoin_after = \"1m\"\n\
-             [[static.host]]\nname = \"a\"\naddress = \"10.0.0.1:22\"\nhost_key = \"ssh-ed25519 AAAA\"\n",
+             [runner]\nagent_data_dir = \"/var/lib/wharf\"\n\
+             [[static.host]]\nname = \"a\"\naddress = \"10.0.0.1:22\"\nhost_key = \"ssh-ed25519 AAAA\"\n\
+             [[static.host]]\nname = \"b\"\naddress = \"10.0.0.2:22\"\nhost_key = \"ssh-ed25519 AAAA\"\n\
+             agent_data_dir = \"/srv/wharf\"\n",
         )
         .unwrap();
         let Instances::Static(hosts) = config.instances() else { panic!("{config:?}") };
         assert_eq!(hosts.host[0].user, "root");
         assert_eq!(hosts.rejoin_after, Duration::from_secs(60));
+        let dirs: Vec<_> = hosts.host.iter().map(|h| h.agent_data_dir(&config.runner)).collect();
+        assert_eq!(dirs, [Some("/var/lib/wharf"), Some("/srv/wharf")], "a host's own wins");
     }
 
     #[test]
@@ -398,9 +463,22 @@ mod tests {
             ("[store]\nbackend = \"etcd\"\nendpoints = []", "store.endpoints"),
             ("[store]\nbackend = \"etcd\"\nlease_ttl = \"1s\"", "store.lease_ttl"),
             ("[runner]\nagent_address = \"127.0.0.1:1\"", "runner.agent_address"),
+            ("[runner]\nagent_data_dir = \"/var/lib/wharf\"", "runner.agent_data_dir"),
             (
                 "sync_interval = \"1m\"\n[static]\nrejoin_after = \"30s\"\n[[static.host]]\nname = \"a\"\naddress = \"b\"\nhost_key = \"c d\"\n",
                 "rejoin_after",
+            ),
+            (
+                "[static]\n[[static.host]]\nname = \"a\"\naddress = \"b\"\nhost_key = \"c d\"\n",
+                "static.host[0] (a): set runner.agent_data_dir",
+            ),
+            (
+                "[runner]\nagent_data_dir = \"data\"\n[static]\n[[static.host]]\nname = \"a\"\naddress = \"b\"\nhost_key = \"c d\"\n",
+                "runner.agent_data_dir: \"data\" is not an absolute path",
+            ),
+            (
+                "[runner]\nagent_data_dir = \"/d\"\n[static]\n[[static.host]]\nname = \"a\"\naddress = \"b\"\nhost_key = \"c d\"\nagent_data_dir = \"d\"\n",
+                "static.host[0].agent_data_dir: \"d\" is not an absolute path",
             ),
         ];
         for (text, phrase) in cases {

@@ -12,7 +12,10 @@
 //!   ([`crate::fence`]);
 //! - loopback workers are agents on this host, one per instance directory, started by the
 //!   instance's init command and ended by `wharf wipe`; static workers are the user's machines,
-//!   reached over SSH with pinned host keys, each running its agent at the default address;
+//!   reached over SSH with pinned host keys, each running its agent;
+//! - every agent keeps a token of its own, in its data directory: the runner commands reach
+//!   each agent through that directory (a loopback agent's is in the fleet's; a static host's
+//!   is `agent_data_dir`), and read the token there as root, so no token leaves its host;
 //! - [`api`] serves the management API.
 
 pub mod api;
@@ -229,28 +232,39 @@ impl Fleet {
                 let new_executor: NewExecutor = Arc::new(move |instance: &Instance| {
                     let dir = for_executor.dir(&instance.id);
                     let data = dir.join("data").display().to_string();
-                    // The agent is found by its data dir alone, whatever WHARF_ADDR the fleet
-                    // was given (set empty, it counts as unset).
+                    // The agent is found by its data dir alone, with the token it keeps there,
+                    // whatever WHARF_ADDR or WHARF_TOKEN the fleet was given (set empty, a
+                    // variable counts as unset).
                     Arc::new(
                         LocalExecutor::new(&instance.id.0)
                             .with_dir(dir)
                             .with_env("WHARF_DATA_DIR", &data)
-                            .with_env("WHARF_ADDR", ""),
+                            .with_env("WHARF_ADDR", "")
+                            .with_env("WHARF_TOKEN", ""),
                     ) as Arc<dyn Executor>
                 });
                 Ok((set.clone() as Arc<dyn InstanceSet>, new_executor, None, Some(set)))
             }
             Instances::Static(settings) => {
+                // Each host's runner reaches its agent through the agent's data directory, and
+                // reads the agent's own token there: no token leaves its host.
                 let hosts = settings
                     .host
                     .iter()
-                    .map(|h| StaticHost {
-                        name: h.name.clone(),
-                        address: h.address.clone(),
-                        remote_user: h.user.clone(),
-                        host_key: h.host_key.clone(),
+                    .map(|h| {
+                        let runner_args = match h.agent_data_dir(&self.config.runner) {
+                            Some(dir) => format!("--data-dir {}", quote("agent data dir", dir)?),
+                            None => String::new(),
+                        };
+                        Ok(StaticHost {
+                            name: h.name.clone(),
+                            address: h.address.clone(),
+                            remote_user: h.user.clone(),
+                            host_key: h.host_key.clone(),
+                            runner_args,
+                        })
                     })
-                    .collect::<Vec<_>>();
+                    .collect::<anyhow::Result<Vec<_>>>()?;
                 pool_config.max_instances = hosts.len();
                 let set = Arc::new(StaticInstanceSet::new(
                     StaticConfig { hosts, rejoin_after: settings.rejoin_after },
@@ -440,9 +454,10 @@ fn plan(config: &FleetConfig, data_dir: &Path) -> anyhow::Result<Plan> {
     match config.instances() {
         Instances::Loopback(settings) => {
             let wharf = quote("wharf binary", &wharf.display().to_string())?;
-            // Each agent on a loopback port the kernel picks, found by its data dir, with no
-            // token: flags, so that a WHARF_ADDR or WHARF_DATA_DIR in the fleet's environment
-            // does not override them, and no WHARF_TOKEN inherited.
+            // Each agent on a loopback port the kernel picks, found by its data dir: flags, so
+            // that a WHARF_ADDR or WHARF_DATA_DIR in the fleet's environment does not override
+            // them. No WHARF_TOKEN is inherited: each agent makes its own token and keeps it in
+            // its data dir (inside the fleet's), where the runner commands read it.
             pool.init_command = format!(
                 "mkdir -p data && {{ env -u WHARF_TOKEN setsid {wharf} --data-dir \"$PWD/data\" agent --address 127.0.0.1:0 </dev/null >agent.log 2>&1 & }}"
             );

@@ -17,6 +17,7 @@ use wharf_tests::announce::spawn_announcing;
 pub const WHARF: &str = env!("CARGO_BIN_EXE_wharf");
 /// Any single wait in these tests; reaching it means something hung.
 pub const LIMIT: Duration = Duration::from_secs(30);
+/// The token agents started with [`AgentProcess::start`] are configured with.
 pub const TOKEN: &str = "e2e-secret-token-0123456789";
 
 /// An agent process with its own data dir. Dropped, it takes its tasks with it (`wharf wipe`),
@@ -27,11 +28,20 @@ pub struct AgentProcess {
     pub address: String,
     pub data_dir: PathBuf,
     pub config: PathBuf,
+    /// The token its API requires: [`TOKEN`], or the one it made and keeps in its data dir.
+    pub token: String,
     keep_tasks: bool,
 }
 
 impl AgentProcess {
+    /// An agent configured with [`TOKEN`].
     pub fn start(dir: &Path, extra_config: &str) -> AgentProcess {
+        let (data_dir, config) = write_config(dir, &format!("token = {TOKEN:?}\n{extra_config}"));
+        AgentProcess::launch(data_dir, config)
+    }
+
+    /// An agent configured with no token: it makes its own and keeps it in its data dir.
+    pub fn start_with_its_own_token(dir: &Path, extra_config: &str) -> AgentProcess {
         let (data_dir, config) = write_config(dir, extra_config);
         AgentProcess::launch(data_dir, config)
     }
@@ -43,7 +53,7 @@ impl AgentProcess {
     /// [`AgentProcess::start`] for an agent that runs as the user and group `uid` (which
     /// needs `dir` to be its own), with its log written to `log`.
     pub fn start_as(dir: &Path, extra_config: &str, uid: u32, log: &Path) -> AgentProcess {
-        let (data_dir, config) = write_config(dir, extra_config);
+        let (data_dir, config) = write_config(dir, &format!("token = {TOKEN:?}\n{extra_config}"));
         AgentProcess::launch_with(data_dir, config, Some(uid), Some(log))
     }
 
@@ -61,11 +71,15 @@ impl AgentProcess {
             command.uid(uid).gid(uid);
         }
         let (child, address) = spawn_announcing(&mut command, "agent ready", LIMIT, log).unwrap();
-        AgentProcess { child, address, data_dir, config, keep_tasks: false }
+        // An agent keeps a token file only when it is configured with none.
+        let token = wharf_node::agent_token::read(&data_dir)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or_else(|| TOKEN.to_owned());
+        AgentProcess { child, address, data_dir, config, token, keep_tasks: false }
     }
 
     pub fn client(&self) -> Client {
-        Client::new(&self.address, Some(TOKEN.into()))
+        Client::new(&self.address, Some(self.token.clone()))
     }
 
     pub fn kill9(mut self) -> (PathBuf, PathBuf) {
@@ -83,7 +97,7 @@ impl AgentProcess {
 
     pub fn cli(&self, args: &[&str]) -> std::process::Output {
         Command::new(WHARF)
-            .args(["--address", &self.address, "--token", TOKEN])
+            .args(["--address", &self.address, "--token", &self.token])
             .args(args)
             .output()
             .unwrap()
@@ -93,7 +107,7 @@ impl AgentProcess {
     /// [`LIMIT`]: for commands that would hang if the agent did.
     pub fn cli_within(&self, args: &[&str]) -> std::process::Output {
         let mut child = Command::new(WHARF)
-            .args(["--address", &self.address, "--token", TOKEN])
+            .args(["--address", &self.address, "--token", &self.token])
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -128,7 +142,7 @@ fn write_config(dir: &Path, extra_config: &str) -> (PathBuf, PathBuf) {
     std::fs::write(
         &config,
         format!(
-            "data_dir = {:?}\nbind = \"127.0.0.1:0\"\ntoken = {TOKEN:?}\n{extra_config}",
+            "data_dir = {:?}\nbind = \"127.0.0.1:0\"\n{extra_config}",
             data_dir.display().to_string()
         ),
     )

@@ -712,10 +712,19 @@ impl Worker {
         result.map(|_| ())
     }
 
-    /// `[sudo ]<runner> <args>[ <quoted id>]` for this worker.
+    /// `[sudo ]<runner> [<instance's runner args> ]<args>[ <quoted id>]` for this worker.
     fn runner_command(&self, args: &str, quoted_id: Option<&str>) -> Result<String, ProberError> {
-        let remote_user = self.inner.lock().record.instance.remote_user.clone();
-        let mut command = format!("{}{} {args}", sudo(&remote_user), self.config.runner_program()?);
+        let (remote_user, instance_args) = {
+            let slot = self.inner.lock();
+            let instance = &slot.record.instance;
+            (instance.remote_user.clone(), instance.runner_args.trim().to_owned())
+        };
+        let mut command = format!("{}{} ", sudo(&remote_user), self.config.runner_program()?);
+        if !instance_args.is_empty() {
+            command.push_str(&instance_args);
+            command.push(' ');
+        }
+        command.push_str(args);
         if let Some(id) = quoted_id {
             command.push(' ');
             command.push_str(id);

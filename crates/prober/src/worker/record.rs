@@ -30,6 +30,7 @@ use crate::runner_list::RunnerList;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use tracing::{debug, info, warn};
+use wharf_state::duration::Formatted;
 
 /// What the transitions are told besides the time: the timeouts, the tag prefix, and whether
 /// the fleet brake holds shutdowns of unresponsive workers.
@@ -303,7 +304,7 @@ impl Record {
             self.report_boot_outcome(BootOutcome::Failure, fx);
             info!(
                 worker = %self.instance.id,
-                waited = ?unresponsive,
+                waited = %Formatted(unresponsive),
                 error = %error.unwrap_or_default(),
                 "boot failed"
             );
@@ -431,10 +432,10 @@ impl Record {
             return false;
         }
         if rules.brake_engaged {
-            warn!(worker = %self.instance.id, unresponsive_for = ?unresponsive, "instance unresponsive, but the fleet brake holds shutdowns");
+            warn!(worker = %self.instance.id, unresponsive_for = %Formatted(unresponsive), "instance unresponsive, but the fleet brake holds shutdowns");
             return false;
         }
-        warn!(worker = %self.instance.id, unresponsive_for = ?unresponsive, state = %self.state, "{}instance unresponsive, shutting down", if new { "new " } else { "" });
+        warn!(worker = %self.instance.id, unresponsive_for = %Formatted(unresponsive), state = %self.state, "{}instance unresponsive, shutting down", if new { "new " } else { "" });
         self.shut_down(now, fx);
         true
     }
@@ -475,7 +476,7 @@ impl Record {
         if !self.eligible_for_shutdown(now, rules) {
             return false;
         }
-        info!(worker = %self.instance.id, state = %self.state, idle_for = ?now.since(self.busy), idle_behavior = %self.idle_behavior, "shutdown worker");
+        info!(worker = %self.instance.id, state = %self.state, idle_for = %Formatted(now.since(self.busy)), idle_behavior = %self.idle_behavior, "shutdown worker");
         self.report_boot_outcome(BootOutcome::Aborted, fx);
         self.shut_down(now, fx);
         true
