@@ -266,7 +266,8 @@ fn a_task_swapping_its_secrets_for_a_link_never_gets_root_to_chmod_through_it() 
     let canary = Canary::new(root.path());
     let dirs = wharf_task::TaskDirs::new(&root.path().join("a1"), "web");
     dirs.create_own().unwrap();
-    let swapper = Swapper::start(&[dirs.secrets_dir.clone()], &canary.path, Some(0o755));
+    let swapper =
+        Swapper::start(std::slice::from_ref(&dirs.secrets_dir), &canary.path, Some(0o755));
     let started = Instant::now();
     let (mut made, mut refused) = (0, 0);
     // A build takes microseconds: 2,000 of them could all fall within one time slice in which
@@ -295,7 +296,7 @@ async fn a_task_swapping_its_logs_for_a_link_never_gets_the_shim_to_write_throug
     let canary = Canary::new(root.path());
     let driver = wharf_exec::RawExecDriver::new(wharf_exec::RawExecOptions::default());
     let config = task_config(root.path(), "web", "/bin/echo", &["a line for the log"]);
-    let swapper = Swapper::start(&[config.logs.dir.clone()], &canary.path, None);
+    let swapper = Swapper::start(std::slice::from_ref(&config.logs.dir), &canary.path, None);
     let runs = start_again_and_again(&driver, &config, 100).await;
     swapper.stop();
     canary.assert_untouched(&format!("{runs} starts"));

@@ -23,9 +23,11 @@
 //! (`../.exec/<task>/`, see [`crate::EXEC_RUNS_DIR`]).
 //!
 //! Directories: the task directory and its subdirectories (as above) are handed to the
-//! workload user (`lchown`, never following links), the task directory is made private to it
-//! (mode 0700), and the allocation directory and its subdirectories are made writable by every
-//! task of the allocation, each its own files only (mode 1777, as `/tmp`).
+//! workload user, the task directory is made private to it (mode 0700), and the allocation
+//! directory and its subdirectories are made writable by every task of the allocation, each
+//! its own files only (mode 1777, as `/tmp`). Tasks write in both, and may have put a link in
+//! place of any entry: every entry is opened without following a link, and changed through
+//! its descriptor ([`wharf_isolate::dirs`]), so a link is left alone rather than followed.
 //!
 //! Environment: the task's, plus `HOME` (the task directory) and `TMPDIR` (its `local/`, or
 //! the task directory) when the task does not set them, since the usual fallbacks (the
@@ -39,6 +41,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use wharf_driver::{DriverError, Health, TaskConfig};
+use wharf_isolate::dirs::OpenDir;
 use wharf_isolate::landlock::{self, Access, Mode, Rule, Unveil};
 use wharf_isolate::namespace::Namespaces;
 use wharf_isolate::users::{self, Ugid, UgidRange, UserPool};
@@ -339,23 +342,23 @@ impl Isolation {
         }
         let logs =
             std::path::absolute(&config.logs.dir).unwrap_or_else(|_| config.logs.dir.clone());
-        let subdirs: Vec<PathBuf> = real_subdirs(&config.task_dir)
-            .map_err(io(&config.task_dir))?
-            .into_iter()
-            .filter(|dir| *dir != logs)
-            .collect();
-        let mut owned: Vec<&Path> = vec![&config.task_dir];
-        owned.extend(subdirs.iter().map(PathBuf::as_path));
+        // The task may write in its directory and in the allocation's: everything below them
+        // is reached through the open directories, without following a link it put there.
+        let task_dir = OpenDir::open(&config.task_dir)?;
+        let subdirs: Vec<OpenDir> =
+            task_dir.subdirs()?.into_iter().filter(|dir| dir.path() != logs).collect();
+        let mut owned = vec![&task_dir];
+        owned.extend(&subdirs);
         users::hand_over(&owned, user)?;
-        set_mode(&config.task_dir, 0o700).map_err(io(&config.task_dir))?;
+        task_dir.set_mode(0o700)?;
         if config.alloc_dir.is_dir() {
-            let mut shared = vec![config.alloc_dir.clone()];
-            shared.extend(real_subdirs(&config.alloc_dir).map_err(io(&config.alloc_dir))?);
-            for dir in &shared {
-                set_mode(dir, 0o1777).map_err(io(dir))?;
+            let alloc_dir = OpenDir::open(&config.alloc_dir)?;
+            alloc_dir.set_mode(0o1777)?;
+            for dir in alloc_dir.subdirs()? {
+                dir.set_mode(0o1777)?;
             }
         }
-        Ok(subdirs)
+        Ok(subdirs.iter().map(|dir| dir.path().to_owned()).collect())
     }
 }
 
@@ -424,27 +427,6 @@ fn check_work_dir<'a>(
             dir.display()
         )))
     }
-}
-
-/// The directories directly in `dir` (not symbolic links to directories).
-fn real_subdirs(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let mut subdirs = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        if entry.file_type()?.is_dir() {
-            subdirs.push(entry.path());
-        }
-    }
-    Ok(subdirs)
-}
-
-/// Sets `path`'s permission bits to `mode` unless they are already.
-fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
-    let meta = std::fs::symlink_metadata(path)?;
-    if meta.permissions().mode() & 0o7777 != mode && meta.is_dir() {
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]
