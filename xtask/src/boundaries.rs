@@ -49,7 +49,8 @@ const RULES: &[Rule] = &[
     },
     Rule {
         krate: "wharf-task",
-        may_use: &["wharf-store", "wharf-driver", "wharf-state"],
+        // wharf-isolate for its directories, which root makes where a task may write.
+        may_use: &["wharf-store", "wharf-driver", "wharf-isolate", "wharf-state"],
         externals_only: None,
         never_reaches: &[],
     },

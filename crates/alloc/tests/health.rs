@@ -325,21 +325,65 @@ async fn check_restart_restarts_the_task_through_its_restart_policy() {
     assert_eq!(state.client_status, ClientStatus::Failed);
 }
 
-/// A task whose check recovers before its limit is not restarted; one whose first failures
-/// fall in the grace period is not either.
+/// Nomad's check_restart rule (`checkRestart.apply` in its check watcher): a failing result
+/// within `grace` of the start is not counted; after it, failures in a row are, a passing
+/// result resets the count, and the `limit`-th failure in a row restarts the task, once. The
+/// cases, in order, on one task (limit 3, grace 20s, a check every second):
+/// - grace: failing from the start until 15s, all within the grace: no restart;
+/// - `TestCheckWatcher_Flapping`: after the grace, two failures in a row (one short of the
+///   limit), then passes: no restart;
+/// - `TestCheckWatcher_Unhealthy`: three failures in a row: the task is restarted exactly once.
+///
+/// Each answer changes half a second off the checks' beat, so each window holds a known
+/// number of results (the test counts the requests to be sure).
 #[tokio::test(start_paused = true)]
 async fn check_restart_waits_for_grace_and_limit() {
-    let h = Harness::new(
-        "service",
-        UPDATE,
-        &service("check_restart = { limit = 3, grace = \"20s\" }\n"),
+    let task = format!(
+        "restart = {{ attempts = 2, interval = \"10m\", delay = \"2s\", mode = \"fail\" }}\n{}",
+        service("check_restart = { limit = 3, grace = \"20s\" }\n")
     );
+    let h = Harness::new("service", UPDATE, &task);
     let runner = h.start();
+    let requests = || h.net.requests(addr()).len();
+    let starts = || (h.driver.start_count("a1", "web"), runner.state().task_states["web"].restarts);
+
+    // Grace: nothing answers (critical) until 15s.
     elapse(15).await;
+    assert_eq!(starts(), (1, 0), "failures within the grace");
+    assert!(requests() >= 14, "the check ran, and was refused, {} times", requests());
     h.net.answer(addr(), Answer::Status(200));
     elapse(60).await;
     assert_eq!(h.driver.start_count("a1", "web"), 1);
     assert_eq!(runner.state().task_states["web"].restarts, 0);
+
+    // TestCheckWatcher_Flapping: two failures after the grace, then passes.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = requests();
+    h.net.answer(addr(), Answer::Status(500));
+    elapse(2).await;
+    assert_eq!(requests() - before, 2, "two failing results");
+    assert_eq!(runner.checks()[0].status, CheckStatus::Critical);
+    h.net.answer(addr(), Answer::Status(200));
+    elapse(30).await;
+    assert_eq!(runner.checks()[0].status, CheckStatus::Passing);
+    assert_eq!(starts(), (1, 0), "one short of the limit, then a pass: no restart");
+
+    // TestCheckWatcher_Unhealthy: three failures in a row restart the task; its next run has a
+    // grace of its own, in which the check passes again.
+    let before = requests();
+    h.net.answer(addr(), Answer::Status(500));
+    elapse(3).await;
+    assert_eq!(requests() - before, 3, "three failing results");
+    // At the third failure, not later.
+    let state = runner.state();
+    let signaled =
+        TaskEventKind::RestartSignaled { reason: "healthcheck: check \"alive\" unhealthy".into() };
+    assert!(state.task_states["web"].events.iter().any(|e| e.kind == signaled));
+    elapse(5).await;
+    assert_eq!(starts(), (2, 1));
+    h.net.answer(addr(), Answer::Status(200));
+    elapse(60).await;
+    assert_eq!(starts(), (2, 1), "restarted once");
     runner.destroy().await;
 }
 

@@ -9,11 +9,11 @@
 //! | path | rights |
 //! |---|---|
 //! | the node's defaults ([`landlock::default_unveils`]), if `unveil_defaults` | mostly `rx` and `r`, skipped where missing |
-//! | the node's `unveil_paths` | as given; must exist |
+//! | the node's `unveil_paths` | as given; must exist, and reach nothing guarded ([`check_unveil`]) |
 //! | the task directory | everything but removing or renaming directories |
 //! | each directory in it when the task starts (`local/`, `secrets/`, ...), except `logs/` | everything |
 //! | the allocation directory | everything |
-//! | the task's `unveil` entries, if `unveil_by_task` | as given; must exist |
+//! | the task's `unveil` entries, if `unveil_by_task` | as given; must exist, and reach nothing guarded |
 //!
 //! The rule on the task directory itself lacks `REMOVE_DIR` so that the task cannot move
 //! `logs/` or `secrets/` aside and put something else in their place: the shim and the agent,
@@ -23,9 +23,11 @@
 //! (`../.exec/<task>/`, see [`crate::EXEC_RUNS_DIR`]).
 //!
 //! Directories: the task directory and its subdirectories (as above) are handed to the
-//! workload user (`lchown`, never following links), the task directory is made private to it
-//! (mode 0700), and the allocation directory and its subdirectories are made writable by every
-//! task of the allocation, each its own files only (mode 1777, as `/tmp`).
+//! workload user, the task directory is made private to it (mode 0700), and the allocation
+//! directory and its subdirectories are made writable by every task of the allocation, each
+//! its own files only (mode 1777, as `/tmp`). Tasks write in both, and may have put a link in
+//! place of any entry: every entry is opened without following a link, and changed through
+//! its descriptor ([`wharf_isolate::dirs`]), so a link is left alone rather than followed.
 //!
 //! Environment: the task's, plus `HOME` (the task directory) and `TMPDIR` (its `local/`, or
 //! the task directory) when the task does not set them, since the usual fallbacks (the
@@ -39,6 +41,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use wharf_driver::{DriverError, Health, TaskConfig};
+use wharf_isolate::dirs::OpenDir;
 use wharf_isolate::landlock::{self, Access, Mode, Rule, Unveil};
 use wharf_isolate::namespace::Namespaces;
 use wharf_isolate::users::{self, Ugid, UgidRange, UserPool};
@@ -82,6 +85,9 @@ pub struct ExecOptions {
     pub default_pid_mode: NamespaceMode,
     /// A task's IPC namespace when its config does not say.
     pub default_ipc_mode: NamespaceMode,
+    /// The node's data directory, which no `unveil` entry may reach (`None`: a driver used
+    /// without a node).
+    pub data_dir: Option<PathBuf>,
 }
 
 impl ExecOptions {
@@ -97,7 +103,22 @@ impl ExecOptions {
             unveil_by_task: true,
             default_pid_mode: NamespaceMode::Private,
             default_ipc_mode: NamespaceMode::Private,
+            data_dir: None,
         }
+    }
+
+    /// Refuses a node `unveil_paths` entry that reaches what no task may: the data directory, the programs this node runs as root (this
+    /// executable and the `wharf-shim` beside it), or `/proc/1` where tasks run in the host's
+    /// PID namespace by default. Each start checks again, with the driver's own shim and the
+    /// task's PID namespace. The error names the entry by its index.
+    pub fn check_unveil_paths(&self) -> Result<(), String> {
+        let binaries = node_binaries(None);
+        let host_pid = self.default_pid_mode == NamespaceMode::Host;
+        for (index, unveil) in self.unveil_paths.iter().enumerate() {
+            check_unveil(unveil, host_pid, self.data_dir.as_deref(), &binaries)
+                .map_err(|reason| format!("drivers.exec.unveil_paths[{index}]: {reason}"))?;
+        }
+        Ok(())
     }
 }
 
@@ -169,6 +190,8 @@ impl ExecConfig {
 #[derive(Debug)]
 pub(crate) struct Isolation {
     options: ExecOptions,
+    /// The programs the node runs as root, which no task may change.
+    binaries: Vec<PathBuf>,
     /// Opened on first use, and again after a failure (a journal that could not be opened is
     /// reported by the fingerprint and each start until it can be).
     pool: parking_lot::Mutex<Option<Arc<UserPool>>>,
@@ -184,7 +207,36 @@ pub(crate) struct Contained {
 
 impl Isolation {
     pub(crate) fn new(options: ExecOptions) -> Isolation {
-        Isolation { options, pool: parking_lot::Mutex::new(None) }
+        Isolation { options, binaries: node_binaries(None), pool: parking_lot::Mutex::new(None) }
+    }
+
+    /// The same isolation, for a driver that starts tasks under the shim at `shim`.
+    pub(crate) fn with_shim(self, shim: &Path) -> Isolation {
+        Isolation { binaries: node_binaries(Some(shim)), ..self }
+    }
+
+    /// Refuses the task's `unveil` entries that the node does not allow, or that reach what
+    /// no task may ([`check_unveil`]); the error names the entry.
+    pub(crate) fn check_task_unveils(&self, exec: &ExecConfig) -> Result<(), DriverError> {
+        if !exec.unveil.is_empty() && !self.options.unveil_by_task {
+            return Err(DriverError::invalid_config(
+                "config.unveil",
+                "this node does not let tasks unveil paths (drivers.exec.unveil_by_task = false)",
+            ));
+        }
+        let host_pid = self.host_pid(exec);
+        let data_dir = self.options.data_dir.as_deref();
+        for (index, unveil) in exec.unveil.iter().enumerate() {
+            check_unveil(unveil, host_pid, data_dir, &self.binaries).map_err(|reason| {
+                DriverError::invalid_config(format!("config.unveil[{index}]"), reason)
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Whether the task runs in the host's PID namespace.
+    fn host_pid(&self, exec: &ExecConfig) -> bool {
+        exec.pid_mode.unwrap_or(self.options.default_pid_mode) == NamespaceMode::Host
     }
 
     /// The node's workload users, opening the journal if it is not open yet.
@@ -208,7 +260,10 @@ impl Isolation {
                 .map_err(|e| e.to_string()),
             users: self.pool().map(|pool| pool.range()).map_err(|e| e.to_string()),
             unveil_paths: self.options.unveil_paths.iter().try_for_each(|u| {
-                std::fs::metadata(&u.path).map(drop).map_err(|e| format!("{u}: {e}"))
+                std::fs::metadata(&u.path).map(drop).map_err(|e| format!("{u}: {e}"))?;
+                let host_pid = self.options.default_pid_mode == NamespaceMode::Host;
+                check_unveil(u, host_pid, self.options.data_dir.as_deref(), &self.binaries)
+                    .map_err(|reason| format!("{u}: {reason}"))
             }),
         }
     }
@@ -247,11 +302,14 @@ impl Isolation {
         config: &TaskConfig,
         exec: &ExecConfig,
     ) -> Result<Contained, DriverError> {
-        if !exec.unveil.is_empty() && !self.options.unveil_by_task {
-            return Err(DriverError::invalid_config(
-                "config.unveil",
-                "this node does not let tasks unveil paths (drivers.exec.unveil_by_task = false)",
-            ));
+        self.check_task_unveils(exec)?;
+        // The node's paths reach every task; this one's PID namespace decides about /proc/1.
+        let host_pid = self.host_pid(exec);
+        for (index, unveil) in self.options.unveil_paths.iter().enumerate() {
+            let data_dir = self.options.data_dir.as_deref();
+            check_unveil(unveil, host_pid, data_dir, &self.binaries).map_err(|reason| {
+                DriverError::other(format!("drivers.exec.unveil_paths[{index}]: {reason}"))
+            })?;
         }
         for (index, unveil) in exec.unveil.iter().enumerate() {
             if let Err(e) = std::fs::metadata(&unveil.path) {
@@ -339,23 +397,23 @@ impl Isolation {
         }
         let logs =
             std::path::absolute(&config.logs.dir).unwrap_or_else(|_| config.logs.dir.clone());
-        let subdirs: Vec<PathBuf> = real_subdirs(&config.task_dir)
-            .map_err(io(&config.task_dir))?
-            .into_iter()
-            .filter(|dir| *dir != logs)
-            .collect();
-        let mut owned: Vec<&Path> = vec![&config.task_dir];
-        owned.extend(subdirs.iter().map(PathBuf::as_path));
+        // The task may write in its directory and in the allocation's: everything below them
+        // is reached through the open directories, without following a link it put there.
+        let task_dir = OpenDir::open(&config.task_dir)?;
+        let subdirs: Vec<OpenDir> =
+            task_dir.subdirs()?.into_iter().filter(|dir| dir.path() != logs).collect();
+        let mut owned = vec![&task_dir];
+        owned.extend(&subdirs);
         users::hand_over(&owned, user)?;
-        set_mode(&config.task_dir, 0o700).map_err(io(&config.task_dir))?;
+        task_dir.set_mode(0o700)?;
         if config.alloc_dir.is_dir() {
-            let mut shared = vec![config.alloc_dir.clone()];
-            shared.extend(real_subdirs(&config.alloc_dir).map_err(io(&config.alloc_dir))?);
-            for dir in &shared {
-                set_mode(dir, 0o1777).map_err(io(dir))?;
+            let alloc_dir = OpenDir::open(&config.alloc_dir)?;
+            alloc_dir.set_mode(0o1777)?;
+            for dir in alloc_dir.subdirs()? {
+                dir.set_mode(0o1777)?;
             }
         }
-        Ok(subdirs)
+        Ok(subdirs.iter().map(|dir| dir.path().to_owned()).collect())
     }
 }
 
@@ -403,6 +461,98 @@ impl Probe {
     }
 }
 
+/// Refuses an `unveil` entry that reaches what no task may, whatever its owner's rights there:
+///
+/// | guarded | refused modes | why |
+/// |---|---|---|
+/// | the node's data directory | any | the agent's state and token, and every allocation's files, where root works |
+/// | the programs the node runs as root (the agent's executable, the shim) | `w`, `c` | a task that changes one runs its code as root |
+/// | `/proc/1`, for a task in the host's PID namespace | any | the host's init (in a PID namespace of the task's own, `/proc/1` is the task) |
+///
+/// An entry reaches a guarded path if either lies in the other (so `r:/` reaches them all), as
+/// written (`.` and `..` resolved) or as the kernel resolves it (symbolic links followed,
+/// where the path exists). An entry under `/proc/self` is taken for the `/proc` its rule opens.
+/// The error names the entry's path, the guarded path, and why.
+pub(crate) fn check_unveil(
+    unveil: &Unveil,
+    host_pid: bool,
+    data_dir: Option<&Path>,
+    binaries: &[PathBuf],
+) -> Result<(), String> {
+    let writes = unveil.mode.write || unveil.mode.create;
+    let mut guards: Vec<(&Path, &str, &str)> = Vec::new();
+    if let Some(dir) = data_dir {
+        guards.push((
+            dir,
+            "the node's data directory",
+            "the agent's state and every allocation's files are there, and root works in them",
+        ));
+    }
+    if writes {
+        for binary in binaries {
+            guards.push((
+                binary,
+                "a program the node runs as root",
+                "a task may read or execute it (r, x), never change it (w, c)",
+            ));
+        }
+    }
+    if host_pid {
+        guards.push((
+            Path::new("/proc/1"),
+            "the host's init",
+            "the task runs in the host's PID namespace (pid_mode = \"host\"); in one of its \
+             own, /proc/1 is the task itself",
+        ));
+    }
+    let reached = path_forms(&unveil.rule(false).path);
+    for (guarded, what, why) in guards {
+        let overlaps = path_forms(guarded)
+            .iter()
+            .any(|g| reached.iter().any(|r| r.starts_with(g) || g.starts_with(r)));
+        if overlaps {
+            return Err(format!(
+                "{} overlaps {what} ({}): {why}",
+                unveil.path.display(),
+                guarded.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `path` as written (made absolute, `.` and `..` resolved), and as the kernel resolves it
+/// if it exists.
+fn path_forms(path: &Path) -> Vec<PathBuf> {
+    use std::path::Component;
+    let mut written = PathBuf::new();
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+    for component in absolute.components() {
+        match component {
+            Component::ParentDir => {
+                written.pop();
+            }
+            Component::CurDir => {}
+            other => written.push(other),
+        }
+    }
+    let mut forms = vec![written];
+    forms.extend(std::fs::canonicalize(path).ok());
+    forms
+}
+
+/// The programs the node runs as root: this executable, and the shim (`shim`, or the
+/// `wharf-shim` beside this executable). An in-memory shim (`/proc/self/fd/...`) is no file a
+/// task could reach.
+fn node_binaries(shim: Option<&Path>) -> Vec<PathBuf> {
+    let exe = std::env::current_exe().ok();
+    let beside = exe.as_ref().and_then(|exe| Some(exe.parent()?.join(crate::SHIM_NAME)));
+    exe.into_iter()
+        .chain(shim.map(Path::to_owned).or(beside))
+        .filter(|path| !path.starts_with("/proc/self"))
+        .collect()
+}
+
 /// Refuses a working directory the task could not use: one outside every path its rules give
 /// it (exec2 refuses a `work_dir` outside the allocation unless tasks may unveil paths, and then
 /// unveils it for the task; here the task or the node unveils it, which says what the task may
@@ -424,27 +574,6 @@ fn check_work_dir<'a>(
             dir.display()
         )))
     }
-}
-
-/// The directories directly in `dir` (not symbolic links to directories).
-fn real_subdirs(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let mut subdirs = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        if entry.file_type()?.is_dir() {
-            subdirs.push(entry.path());
-        }
-    }
-    Ok(subdirs)
-}
-
-/// Sets `path`'s permission bits to `mode` unless they are already.
-fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
-    let meta = std::fs::symlink_metadata(path)?;
-    if meta.permissions().mode() & 0o7777 != mode && meta.is_dir() {
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -539,6 +668,59 @@ mod tests {
             let (h, description) = probe.judge();
             assert_eq!(h, health, "{probe:?}");
             assert!(description.starts_with(reason), "{probe:?}: {description}");
+        }
+    }
+
+    /// Entries that reach the node's data directory, a program it runs as root, or the host's
+    /// `/proc/1`, as written, through `..` or through a link; and their neighbours, which pass.
+    #[test]
+    fn unveil_entries_that_reach_the_node_itself_are_refused_naming_the_path() {
+        let root = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(root.path()).unwrap();
+        let data = root.join("data");
+        std::fs::create_dir_all(data.join("allocs")).unwrap();
+        std::fs::create_dir_all(root.join("bin")).unwrap();
+        std::fs::write(root.join("bin/wharf"), "").unwrap();
+        std::os::unix::fs::symlink(&data, root.join("data-link")).unwrap();
+        let binaries = [root.join("bin/wharf")];
+        let at = |path: &str| format!("{}/{path}", root.display());
+        let data_dir = format!("overlaps the node's data directory ({})", data.display());
+        let binary = format!("overlaps a program the node runs as root ({})", at("bin/wharf"));
+        let init = "overlaps the host's init (/proc/1)".to_owned();
+        // (entry, host PID namespace, what the error says, or None for a pass)
+        let cases = [
+            (format!("r:{}", data.display()), false, Some(&data_dir)),
+            (format!("rwc:{}", at("data/allocs")), false, Some(&data_dir)),
+            (format!("r:{}", root.display()), false, Some(&data_dir)),
+            ("r:/".to_owned(), false, Some(&data_dir)),
+            (format!("r:{}", at("bin/../data/allocs")), false, Some(&data_dir)),
+            (format!("r:{}", at("data-link/allocs")), false, Some(&data_dir)),
+            (format!("r:{}", at("database")), false, None),
+            (format!("rwc:{}", at("data/../other")), false, None),
+            (format!("rx:{}", at("bin")), false, None),
+            (format!("r:{}", at("bin/wharf")), false, None),
+            (format!("rw:{}", at("bin/wharf")), false, Some(&binary)),
+            (format!("c:{}", at("bin")), false, Some(&binary)),
+            ("r:/proc".to_owned(), true, Some(&init)),
+            ("r:/proc/1/status".to_owned(), true, Some(&init)),
+            ("r:/proc/self/status".to_owned(), true, Some(&init)),
+            ("r:/proc/cpuinfo".to_owned(), true, None),
+            ("r:/proc".to_owned(), false, None),
+            ("r:/proc/self/status".to_owned(), false, None),
+        ];
+        for (entry, host_pid, refused) in cases {
+            let unveil = Unveil::parse(&entry).unwrap();
+            let checked = check_unveil(&unveil, host_pid, Some(&data), &binaries);
+            match (refused, checked) {
+                (None, Ok(())) => {}
+                (Some(reason), Err(error)) => {
+                    let path = entry.split_once(':').unwrap().1;
+                    assert!(error.starts_with(&format!("{path} {reason}")), "{entry}: {error}");
+                }
+                (refused, checked) => {
+                    panic!("{entry} (host PID {host_pid}): {checked:?}, expected {refused:?}")
+                }
+            }
         }
     }
 
@@ -640,6 +822,8 @@ mod tests {
         };
         let options = ExecOptions::new(root.path().join("workload-users"));
         let refused = ExecOptions { unveil_by_task: false, ..options.clone() };
+        let node = ExecOptions { data_dir: Some(root.path().to_owned()), ..options.clone() };
+        let data_dir = format!("r:{}", root.path().join("a1/alloc/data").display());
         for (options, unveil, field, reason) in [
             (refused, &["r:/etc"][..], "config.unveil", "unveil_by_task = false"),
             (
@@ -648,6 +832,7 @@ mod tests {
                 "config.unveil[1]",
                 "/nonexistent",
             ),
+            (node, &["r:/etc", &data_dir][..], "config.unveil[1]", "the node's data directory"),
         ] {
             match prepare(options, unveil) {
                 Err(DriverError::InvalidConfig { field: f, reason: r }) => {

@@ -214,7 +214,7 @@ impl RawExecDriver {
         if self.options.shim_path.is_none() {
             self.shim = default_shim_path();
         }
-        self.isolation = Some(isolation);
+        self.isolation = Some(isolation.with_shim(&self.shim));
         self
     }
 
@@ -450,8 +450,8 @@ impl Driver for RawExecDriver {
         &self,
         config: &serde_json::Map<String, serde_json::Value>,
     ) -> Result<(), DriverError> {
-        match self.isolation {
-            Some(_) => ExecConfig::parse(config).map(drop),
+        match &self.isolation {
+            Some(isolation) => isolation.check_task_unveils(&ExecConfig::parse(config)?),
             None => RawExecConfig::parse(config).map(drop),
         }
     }

@@ -480,6 +480,62 @@ async fn exec_inside_a_task_is_not_offered_and_configs_are_checked() {
     }
 }
 
+/// No `unveil` entry reaches the node's data directory, the shim the driver runs as root (for
+/// writing), or the host's `/proc/1`: a task's entries are refused when its job is checked and
+/// again at its start, a node's `unveil_paths` entry makes the driver unhealthy and fails each
+/// start; every error names the path and why.
+#[tokio::test]
+async fn unveil_entries_that_reach_the_node_are_refused_when_checked_and_at_start() {
+    let scratch = CgroupScratch::new(Some(64));
+    let root = searchable_tempdir();
+    let data_dir = root.path().join("data");
+    std::fs::create_dir(&data_dir).unwrap();
+    let mut options = exec_options(root.path(), 17);
+    options.data_dir = Some(data_dir.clone());
+    let driver = scratch.exec_driver(options.clone());
+    let check = |unveil: &str, pid_mode: &str| {
+        let config = serde_json::json!({"command": "env", "unveil": ["r:/etc", unveil], "pid_mode": pid_mode});
+        driver.validate_config(config.as_object().unwrap())
+    };
+    let data = format!("rwc:{}", data_dir.join("allocs").display());
+    let shim = format!("rw:{SHIM}");
+    for (unveil, pid_mode, reason) in [
+        (data.as_str(), "private", "overlaps the node's data directory"),
+        (&shim, "private", "overlaps a program the node runs as root"),
+        ("r:/proc", "host", "overlaps the host's init (/proc/1)"),
+    ] {
+        match check(unveil, pid_mode) {
+            Err(DriverError::InvalidConfig { field, reason: r }) => {
+                assert_eq!(field, "config.unveil[1]", "{unveil}");
+                let path = unveil.split_once(':').unwrap().1;
+                assert!(r.starts_with(&format!("{path} {reason}")), "{unveil}: {r}");
+            }
+            other => panic!("{unveil}: {other:?}"),
+        }
+    }
+    assert_eq!(check("r:/proc", "private"), Ok(()), "a /proc of the task's own");
+    assert_eq!(check(&format!("rx:{SHIM}"), "private"), Ok(()));
+
+    let task = unveiled(shell(root.path(), "reach", "true"), &[&data]);
+    match driver.start_task(task).await {
+        Err(DriverError::InvalidConfig { field, reason }) => {
+            assert_eq!(field, "config.unveil[0]");
+            assert!(reason.contains("the node's data directory"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    options.unveil_paths = vec![Unveil::parse(&format!("r:{}", root.path().display())).unwrap()];
+    let node = scratch.exec_driver(options);
+    let fingerprint = node.fingerprint().await;
+    assert_eq!(fingerprint.health, Health::Unhealthy, "{fingerprint:?}");
+    assert!(fingerprint.description.contains("the node's data directory"), "{fingerprint:?}");
+    let error = node.start_task(shell(root.path(), "node", "true")).await.unwrap_err();
+    let error = error.to_string();
+    assert!(error.contains("drivers.exec.unveil_paths[0]"), "{error}");
+    assert!(error.contains("overlaps the node's data directory"), "{error}");
+}
+
 /// As pid 1 of its namespace a task would drop a SIGTERM it has no handler for, and a stop
 /// would wait out the whole kill timeout; the driver ends it as the signal would end any other
 /// process. A task that traps the signal still gets it.

@@ -15,6 +15,16 @@ pub enum IsolateError {
         #[source]
         source: std::io::Error,
     },
+    /// Root met a symbolic link, or something else than a directory, where it works in a
+    /// directory a task can write (see [`crate::dirs`]): it refuses rather than follow it.
+    #[error(
+        "{path}: a symbolic link or not a directory, in a directory a task can write; root does \
+         not follow it"
+    )]
+    NotFollowed {
+        /// The path, as root meant to reach it.
+        path: PathBuf,
+    },
     /// A file of the kernel's interface said something this crate cannot read.
     #[error("{path}: {reason}")]
     Unreadable {

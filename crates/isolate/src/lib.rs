@@ -16,6 +16,9 @@
 //! The isolated `exec` driver's containment, module by module:
 //! - [`users`]: workload users, one uid (and gid) per task from a configured range, leased in
 //!   a journal file so that an agent restart never reuses a live one;
+//! - [`dirs`]: directories a task can write, as root works in them (the task runner, the
+//!   driver): every path below them resolved without following a link, modes and owners
+//!   changed through the open directory;
 //! - [`landlock`]: the file system a task can reach (`unveil` entries, the node's default
 //!   system paths), signals and abstract sockets scoped to the task;
 //! - [`namespace`]: private PID (with the task's own `/proc`) and IPC namespaces;
@@ -38,6 +41,7 @@ compile_error!(
 pub mod cgroup;
 mod contain;
 pub mod cpuset;
+pub mod dirs;
 mod error;
 pub mod host;
 pub mod landlock;

@@ -33,6 +33,7 @@
 //! the file and the line: the journal is never guessed at.
 
 use crate::IsolateError;
+use crate::dirs::OpenDir;
 use crate::sys;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{File, OpenOptions};
@@ -435,19 +436,11 @@ fn ids_in_use() -> HashSet<u32> {
     ids
 }
 
-/// Gives `paths` (files or directories, not what they hold) to `user`, as owner and group.
-/// Symbolic links are changed themselves, never followed: a task that could replace one of
-/// these paths with a link must not be able to aim this at another file.
-pub fn hand_over(paths: &[&Path], user: Ugid) -> Result<(), IsolateError> {
-    for path in paths {
-        let io = |source| IsolateError::Io { path: path.to_path_buf(), source };
-        // A task's next run finds them its own already: a look is cheaper than a change.
-        let meta = std::fs::symlink_metadata(path).map_err(io)?;
-        if (meta.uid(), meta.gid()) != (user.0, user.0) {
-            std::os::unix::fs::lchown(path, Some(user.0), Some(user.0)).map_err(io)?;
-        }
-    }
-    Ok(())
+/// Gives the directories `dirs` (not what they hold) to `user`, as owner and group, through
+/// their descriptors: what a task put in place of one of their paths since they were opened
+/// (a link, another directory) is not touched.
+pub fn hand_over(dirs: &[&OpenDir], user: Ugid) -> Result<(), IsolateError> {
+    dirs.iter().try_for_each(|dir| dir.set_owner(user.0, user.0))
 }
 
 /// Whether this process runs as root, which switching to a workload user needs.

@@ -7,6 +7,7 @@ use common::{require_root, run, test_user};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
+use wharf_isolate::dirs::OpenDir;
 use wharf_isolate::users::{Ugid, UgidRange, UserPool, hand_over};
 use wharf_isolate::{Containment, IsolateError};
 
@@ -310,11 +311,23 @@ fn directories_are_handed_over_without_following_links() {
     let link = task.join("local");
     std::os::unix::fs::symlink(&victim, &link).unwrap();
     let user = test_user(4);
-    hand_over(&[&task, &link], user).unwrap();
+    let task_dir = OpenDir::open(&task).unwrap();
+    // A link where a directory to hand over should be is refused, never followed.
+    match task_dir.open_dir("local") {
+        Err(IsolateError::NotFollowed { path }) => assert_eq!(path, link),
+        other => panic!("{other:?}"),
+    }
+    std::fs::create_dir(task.join("secrets")).unwrap();
+    let secrets = task_dir.open_dir("secrets").unwrap();
+    // What a task puts at the path once the directory is open is not touched either.
+    std::fs::rename(task.join("secrets"), task.join("moved")).unwrap();
+    std::os::unix::fs::symlink(&victim, task.join("secrets")).unwrap();
+    hand_over(&[&task_dir, &secrets], user).unwrap();
     assert_eq!(std::fs::metadata(&task).unwrap().uid(), user.get());
-    assert_eq!(std::fs::symlink_metadata(&link).unwrap().uid(), user.get());
+    assert_eq!(std::fs::metadata(task.join("moved")).unwrap().uid(), user.get());
+    assert_eq!(std::fs::symlink_metadata(&link).unwrap().uid(), 0, "the link is untouched");
     assert_eq!(std::fs::metadata(&victim).unwrap().uid(), 0, "the link's target is untouched");
-    match hand_over(&[&setup.dir.path().join("missing")], user) {
+    match OpenDir::open(setup.dir.path().join("missing")) {
         Err(IsolateError::Io { path, .. }) => assert!(path.ends_with("missing")),
         other => panic!("{other:?}"),
     }

@@ -177,7 +177,7 @@ impl ExecDriverConfig {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let users_file = self.users_file.clone().unwrap_or_else(|| data_dir.join("workload-users"));
-        Ok(wharf_exec::ExecOptions {
+        let options = wharf_exec::ExecOptions {
             users_file,
             users,
             unveil_defaults: self.unveil_defaults,
@@ -185,7 +185,10 @@ impl ExecDriverConfig {
             unveil_by_task: self.unveil_by_task,
             default_pid_mode: self.default_pid_mode,
             default_ipc_mode: self.default_ipc_mode,
-        })
+            data_dir: Some(data_dir.to_owned()),
+        };
+        options.check_unveil_paths()?;
+        Ok(options)
     }
 }
 
@@ -366,7 +369,14 @@ mod tests {
         assert_eq!(defaults.bind.to_string(), "127.0.0.1:4747");
         assert!(defaults.drivers.raw_exec.enabled);
         let exec = defaults.drivers.exec.options(Path::new("/data")).unwrap();
-        assert_eq!(exec, wharf_exec::ExecOptions::new("/data/workload-users"));
+        let data_dir = Some(PathBuf::from("/data"));
+        assert_eq!(
+            exec,
+            wharf_exec::ExecOptions {
+                data_dir,
+                ..wharf_exec::ExecOptions::new("/data/workload-users")
+            }
+        );
     }
 
     #[test]
@@ -459,6 +469,19 @@ mod tests {
             ("[drivers.exec]\ndynamic_user_min = 0", "drivers.exec.dynamic_user_min/max"),
             ("[drivers.exec]\ndynamic_user_max = 10", "drivers.exec.dynamic_user_min/max"),
             ("[drivers.exec]\nunveil_paths = [\"/etc\"]", "drivers.exec.unveil_paths[0]"),
+            // Paths no task may reach, named with the reason.
+            (
+                "data_dir = \"/srv/wharf\"\n[drivers.exec]\nunveil_paths = [\"r:/etc\", \"r:/srv\"]",
+                "drivers.exec.unveil_paths[1]: /srv overlaps the node's data directory (/srv/wharf)",
+            ),
+            (
+                "data_dir = \"/srv/wharf\"\n[drivers.exec]\nunveil_paths = [\"rwc:/srv/wharf/../wharf/allocs\"]",
+                "drivers.exec.unveil_paths[0]: /srv/wharf/../wharf/allocs overlaps the node's data directory",
+            ),
+            (
+                "[drivers.exec]\ndefault_pid_mode = \"host\"\nunveil_paths = [\"r:/proc/self/status\"]",
+                "drivers.exec.unveil_paths[0]: /proc/self/status overlaps the host's init (/proc/1)",
+            ),
             ("[drivers.exec]\ndefault_pid_mode = \"shared\"", "drivers.exec.default_pid_mode"),
         ];
         for (text, phrase) in cases {

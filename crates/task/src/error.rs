@@ -46,6 +46,15 @@ pub enum TaskError {
         #[source]
         source: std::io::Error,
     },
+    /// The task's directories could not be made or changed: an error of the file system, or a
+    /// link where one of them should be, which root does not follow (the task may have put
+    /// it there to aim root's changes at another file).
+    #[error("the task's directories: {source}")]
+    Dirs {
+        /// Why.
+        #[source]
+        source: wharf_isolate::IsolateError,
+    },
     /// A hook failed.
     #[error("hook {hook}: {reason}")]
     Hook {

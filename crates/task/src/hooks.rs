@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use wharf_driver::ExitResult;
+use wharf_isolate::dirs::OpenDir;
 use wharf_state::{Allocation, Task, TaskEventKind};
 
 /// The longest a hook call may take.
@@ -45,15 +46,32 @@ fn create_dir(dir: &Path, mode: u32) -> Result<(), TaskError> {
 impl TaskDirs {
     /// Creates the task's own directories: its directory, `local/`, `logs/` and `secrets/`
     /// (mode 0700, even if it existed), but not the shared allocation directory.
+    ///
+    /// The task may write in its directory, and so may have put a link in place of any of the
+    /// three (a workload user that unveiled a path above it, a task left running, a task of
+    /// raw_exec): they are made and changed through the open task directory, never through a
+    /// path a link could redirect, and a link is refused rather than followed.
     pub fn create_own(&self) -> Result<(), TaskError> {
-        use std::os::unix::fs::PermissionsExt;
-        for dir in [&self.task_dir, &self.local_dir, &self.logs_dir] {
-            create_dir(dir, 0o755)?;
+        create_dir(&self.task_dir, 0o755)?;
+        let dirs = |source| TaskError::Dirs { source };
+        let task_dir = OpenDir::open(&self.task_dir).map_err(dirs)?;
+        for (dir, mode) in
+            [(&self.local_dir, 0o755), (&self.logs_dir, 0o755), (&self.secrets_dir, 0o700)]
+        {
+            let relative = dir.strip_prefix(&self.task_dir).map_err(|_| TaskError::Io {
+                path: dir.clone(),
+                source: std::io::Error::other(format!(
+                    "not inside the task directory {}",
+                    self.task_dir.display()
+                )),
+            })?;
+            let made = task_dir.make_dir(relative, mode).map_err(dirs)?;
+            // An existing directory keeps its mode through make_dir(): set it.
+            if *dir == self.secrets_dir {
+                made.set_mode(mode).map_err(dirs)?;
+            }
         }
-        create_dir(&self.secrets_dir, 0o700)?;
-        // An existing directory keeps its mode through create(): set it.
-        std::fs::set_permissions(&self.secrets_dir, std::fs::Permissions::from_mode(0o700))
-            .map_err(|source| TaskError::Io { path: self.secrets_dir.clone(), source })
+        Ok(())
     }
 
     /// The layout of DESIGN.md under an allocation's root directory.

@@ -754,14 +754,34 @@ async fn a_dead_task_runs_again_when_the_allocation_restarts() {
     assert!(!runner.rerun(), "a released task does not run again");
 }
 
+/// The seed's cap-1 channel: every change of the task's state notifies, and changes that
+/// nobody waited for leave exactly one wake-up pending, not one each.
 #[tokio::test(start_paused = true)]
 async fn change_notifications_coalesce() {
     let h = Harness::new("batch", "config = { run_for = \"1s\" }");
-    let runner = h.start();
-    h.until(&runner, "dead", dead).await;
+    let runner = h.runner();
+    let mut events = runner.events();
+    runner.set_start_gate(true);
+    let run = spawn_run(&runner);
+    // Nobody waits on the notification while the task starts, runs and dies: the test
+    // follows the event stream instead.
+    let mut seen = Vec::new();
+    let terminated = tokio::time::timeout(LIMIT, async {
+        loop {
+            let kind = events.recv().await.unwrap().event.kind;
+            seen.push(kind.title());
+            if matches!(kind, TaskEventKind::Terminated { .. }) {
+                break;
+            }
+        }
+    });
+    terminated.await.expect("the task never terminated");
     runner.kill(None).await;
-    // Many changes happened; at most one wake-up is pending, then none.
-    let _ = tokio::time::timeout(Duration::from_secs(1), h.changed.notified()).await;
+    tokio::time::timeout(LIMIT, run).await.expect("the run never ended").unwrap();
+    assert!(seen.len() >= 3, "many changes: {seen:?}");
+    // Many changes happened; exactly one wake-up is pending, then none.
+    let first = tokio::time::timeout(Duration::from_secs(1), h.changed.notified()).await;
+    assert!(first.is_ok(), "the changes left no wake-up pending");
     assert!(tokio::time::timeout(Duration::from_secs(1), h.changed.notified()).await.is_err());
 }
 

@@ -157,19 +157,48 @@ fn open_dir(path: &CStr) -> Result<i32, Errno> {
 fn make_dirs(path: &CStr) -> Result<i32, Errno> {
     match sys::mkdirat(sys::AT_FDCWD, path, 0o755) {
         Ok(()) | Err(Errno(sys::EEXIST)) => open_dir(path),
-        Err(Errno(sys::ENOENT)) => make_each_dir(path),
+        Err(Errno(sys::ENOENT)) => open_each_dir(path.to_bytes(), true),
         Err(e) => Err(e),
     }
 }
 
-/// Makes `path` a component at a time, each relative to the one before, so that no copy of
-/// the whole path is needed; returns the last one opened. A component that exists is only
-/// looked up: making a directory locks its parent, which every shim shares.
+/// Opens the log directory. The task may write in the directory that holds it (its own
+/// directory), and so may have put a link in its place, aimed anywhere: the log directory
+/// itself is opened without following a link ([`nolibc::open_beneath`]), relative to its
+/// parent, which is the agent's and is opened as any path. Root creates the log files in
+/// what is opened: never in a directory the task chose.
+///
+/// [`nolibc::open_beneath`]: super::nolibc::open_beneath
+fn open_log_dir(path: &CStr) -> Result<i32, Errno> {
+    let bytes = path.to_bytes_with_nul();
+    // The last slash that starts a name: `/a/logs` and `/a/logs/` both name `logs` in `/a`.
+    let split = (0..bytes.len().saturating_sub(2))
+        .rev()
+        .find(|&at| bytes[at] == b'/' && !matches!(bytes[at + 1], b'/' | 0));
+    let flags = sys::O_PATH | sys::O_DIRECTORY | sys::O_CLOEXEC;
+    let Some(split) = split else {
+        // `/` itself, or a name in the working directory.
+        return if bytes.first() == Some(&b'/') {
+            open_dir(path)
+        } else {
+            super::nolibc::open_beneath(sys::AT_FDCWD, path, flags, 0)
+        };
+    };
+    let name = CStr::from_bytes_with_nul(&bytes[split + 1..]).map_err(|_| Errno(sys::EINVAL))?;
+    let parent = if split == 0 { open_dir(c"/")? } else { open_each_dir(&bytes[..split], false)? };
+    let opened = super::nolibc::open_beneath(parent, name, flags, 0);
+    sys::close(parent);
+    opened
+}
+
+/// Opens (and with `make`, makes where missing) the directory `path` a component at a time,
+/// each relative to the one before, so that no copy of the whole path is needed; returns the
+/// last one opened. A component that exists is only looked up: making a directory locks its
+/// parent, which every shim shares.
 #[inline(never)]
-fn make_each_dir(path: &CStr) -> Result<i32, Errno> {
-    let bytes = path.to_bytes();
-    let mut dir = if bytes.starts_with(b"/") { open_dir(c"/")? } else { sys::AT_FDCWD };
-    for component in bytes.split(|b| *b == b'/').filter(|c| !c.is_empty()) {
+fn open_each_dir(path: &[u8], make: bool) -> Result<i32, Errno> {
+    let mut dir = if path.starts_with(b"/") { open_dir(c"/")? } else { sys::AT_FDCWD };
+    for component in path.split(|b| *b == b'/').filter(|c| !c.is_empty()) {
         let mut name = Line::<256>::new();
         let next = match name.push(component).c_str() {
             // Longer than a file name can be.
@@ -178,7 +207,7 @@ fn make_each_dir(path: &CStr) -> Result<i32, Errno> {
                 let open =
                     || sys::openat(dir, name, sys::O_PATH | sys::O_DIRECTORY | sys::O_CLOEXEC, 0);
                 match open() {
-                    Err(Errno(sys::ENOENT)) => match sys::mkdirat(dir, name, 0o755) {
+                    Err(Errno(sys::ENOENT)) if make => match sys::mkdirat(dir, name, 0o755) {
                         Ok(()) | Err(Errno(sys::EEXIST)) => open(),
                         Err(e) => Err(e),
                     },
@@ -266,7 +295,7 @@ unsafe fn supervise<'a>(
     // Creating files is the slowest part of a start on a busy file system, and nothing below
     // is needed before the task has run a while: the task's first output waits in its pipes.
     // A log file that cannot be opened is noted, and its output dropped.
-    match open_dir(args.log_dir) {
+    match open_log_dir(args.log_dir) {
         Ok(dir) => {
             for (index, stream) in ["stdout", "stderr"].into_iter().enumerate() {
                 let (task, limit, files) = (args.log_name, args.max_file_bytes, args.max_files);

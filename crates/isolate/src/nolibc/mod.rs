@@ -10,7 +10,10 @@
 //!   returns an [`sys::Errno`] on failure;
 //! - [`join_cgroup`]: the one containment step the static shim takes, joining the task's
 //!   cgroup between the clone and the exec. The isolated `exec` driver's further steps
-//!   (user, Landlock, namespaces) are [`crate::Prepared::apply`]'s, in the shim built with std.
+//!   (user, Landlock, namespaces) are [`crate::Prepared::apply`]'s, in the shim built with std;
+//! - [`open_beneath`]: how root opens a path in a directory a task can write, following no
+//!   link the task may have put there; the shim opens its task's log directory with it, and
+//!   [`crate::dirs`] builds the agent's side on it.
 
 pub mod sys;
 
@@ -25,6 +28,73 @@ pub fn join_cgroup(file: &CStr) -> Result<(), Errno> {
     let written = sys::write(fd, b"0");
     sys::close(fd);
     written.map(drop)
+}
+
+/// Opens `path`, relative to the directory `dir`, as root must inside a directory a task can
+/// write: no component of `path` may be a symbolic link (a task could have put one there to
+/// aim root's call at any file on the host), and `path` must stay beneath `dir`. A link is
+/// refused with `ELOOP` (or `ENOTDIR`, for one in place of a directory on the older kernels
+/// below), an absolute path or a `..` component with `EXDEV`, an empty path with `ENOENT`.
+///
+/// `openat2` (Linux 5.6) checks every component in one call; where the kernel lacks it
+/// (`ENOSYS`) the path is opened a component at a time, each with `O_NOFOLLOW` and relative
+/// to the one before, which is as safe and a little slower. `flags` must not hold `O_PATH`
+/// without `O_DIRECTORY` (`EINVAL`): with `O_NOFOLLOW` such a handle would name a link rather
+/// than refuse it.
+pub fn open_beneath(dir: i32, path: &CStr, flags: i32, mode: u32) -> Result<i32, Errno> {
+    let bytes = path.to_bytes();
+    if bytes.is_empty() {
+        return Err(Errno(sys::ENOENT));
+    }
+    if bytes[0] == b'/' || bytes.split(|b| *b == b'/').any(|component| component == b"..") {
+        return Err(Errno(sys::EXDEV));
+    }
+    if flags & sys::O_PATH != 0 && flags & sys::O_DIRECTORY == 0 {
+        return Err(Errno(sys::EINVAL));
+    }
+    let resolve = sys::RESOLVE_NO_SYMLINKS | sys::RESOLVE_BENEATH;
+    match sys::openat2(dir, path, flags, mode, resolve) {
+        Err(Errno(sys::ENOSYS)) => open_each_component(dir, bytes, flags, mode),
+        opened => opened,
+    }
+}
+
+/// [`open_beneath`] without `openat2`: each directory on the way opened with `O_NOFOLLOW`
+/// relative to the one before, then the last component with `flags` and `O_NOFOLLOW`. `path`
+/// is relative, non-empty and free of `..`.
+#[cold]
+#[inline(never)]
+fn open_each_component(dir: i32, path: &[u8], flags: i32, mode: u32) -> Result<i32, Errno> {
+    let mut components =
+        path.split(|b| *b == b'/').filter(|c| !c.is_empty() && *c != b".").peekable();
+    // A path of `.` alone names `dir` itself.
+    let mut component: &[u8] = components.next().unwrap_or(b".");
+    let mut at = dir;
+    loop {
+        let last = components.peek().is_none();
+        let mut name = [0u8; 256];
+        // Longer than a file name can be (the last byte must stay the NUL).
+        let opened = if component.len() >= name.len() {
+            Err(Errno(sys::ENAMETOOLONG))
+        } else {
+            name[..component.len()].copy_from_slice(component);
+            match CStr::from_bytes_until_nul(&name) {
+                Ok(name) if last => sys::openat(at, name, flags | sys::O_NOFOLLOW, mode),
+                Ok(name) => {
+                    let through = sys::O_PATH | sys::O_DIRECTORY | sys::O_NOFOLLOW;
+                    sys::openat(at, name, through | sys::O_CLOEXEC, 0)
+                }
+                Err(_) => Err(Errno(sys::EINVAL)),
+            }
+        };
+        if at != dir {
+            sys::close(at);
+        }
+        match (opened, components.next()) {
+            (Ok(fd), Some(next)) => (at, component) = (fd, next),
+            (opened, _) => return opened,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -44,5 +114,59 @@ mod tests {
         sys::close(read);
         assert_eq!(sys::write(-1, b"x"), Err(Errno(sys::EBADF)));
         assert_eq!(sys::getpid(), std::process::id() as i32);
+    }
+
+    /// `open_beneath` through `openat2` and through the component walk older kernels get: the
+    /// same answers, and no link followed anywhere in the path.
+    #[test]
+    fn open_beneath_follows_no_link_and_stays_beneath() {
+        use std::ffi::CString;
+        use std::os::fd::AsRawFd;
+        let root = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("a/b")).unwrap();
+        std::fs::write(root.path().join("a/b/file"), "inside").unwrap();
+        std::fs::write(outside.path().join("file"), "outside").unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.path().join("a/link")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("file"), root.path().join("a/flink"))
+            .unwrap();
+        let dir = std::fs::File::open(root.path()).unwrap();
+        let read = sys::O_RDONLY | sys::O_CLOEXEC;
+        let create = sys::O_WRONLY | sys::O_CREAT | sys::O_EXCL | sys::O_CLOEXEC;
+        let through = sys::O_PATH | sys::O_DIRECTORY | sys::O_CLOEXEC;
+        let walk = |path: &CStr, flags, mode| {
+            let bytes = path.to_bytes();
+            open_each_component(dir.as_raw_fd(), bytes, flags, mode)
+        };
+        type Open<'a> = &'a dyn Fn(&CStr, i32, u32) -> Result<i32, Errno>;
+        let beneath = |path: &CStr, flags, mode| open_beneath(dir.as_raw_fd(), path, flags, mode);
+        for (how, open) in [("openat2", &beneath as Open<'_>), ("walk", &walk)] {
+            let opened = |path: &str, flags| {
+                let path = CString::new(path).unwrap();
+                open(&path, flags, 0o600).inspect(|fd| sys::close(*fd)).map(drop)
+            };
+            assert_eq!(opened("a/b/file", read), Ok(()), "{how}");
+            assert_eq!(opened("./a//b/", through), Ok(()), "{how}");
+            assert_eq!(opened(".", through), Ok(()), "{how}");
+            assert_eq!(opened(&format!("a/new-{how}"), create), Ok(()), "{how}");
+            assert_eq!(opened(&format!("a/new-{how}"), create), Err(Errno(sys::EEXIST)), "{how}");
+            // A link as the last component, or on the way: refused, whatever the flags.
+            assert_eq!(opened("a/flink", read), Err(Errno(sys::ELOOP)), "{how}");
+            assert_eq!(opened("a/flink", create), Err(Errno(sys::EEXIST)), "{how}");
+            let dir_link = if how == "walk" { sys::ENOTDIR } else { sys::ELOOP };
+            assert_eq!(opened("a/link", through), Err(Errno(dir_link)), "{how}");
+            assert_eq!(opened("a/link/file", read), Err(Errno(dir_link)), "{how}");
+            assert_eq!(opened("a/link/new", create), Err(Errno(dir_link)), "{how}");
+            assert_eq!(opened("a/missing/file", read), Err(Errno(sys::ENOENT)), "{how}");
+        }
+        let opened = |path: &str, flags| {
+            let path = CString::new(path).unwrap();
+            open_beneath(dir.as_raw_fd(), &path, flags, 0).inspect(|fd| sys::close(*fd)).map(drop)
+        };
+        assert_eq!(opened("a/../a/b", through), Err(Errno(sys::EXDEV)));
+        assert_eq!(opened("/etc", through), Err(Errno(sys::EXDEV)));
+        assert_eq!(opened("", read), Err(Errno(sys::ENOENT)));
+        assert_eq!(opened("a/b", sys::O_PATH), Err(Errno(sys::EINVAL)));
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 1, "nothing made outside");
     }
 }

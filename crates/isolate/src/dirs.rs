@@ -1,0 +1,260 @@
+//! Directories that tasks can write, as root works in them.
+//!
+//! A task can put a symbolic link wherever it may write: in its own directory, in the
+//! allocation's shared one (mode 1777), in place of a directory it owns or between the
+//! moment root looks at a path and the moment root uses it. Root must therefore never resolve
+//! a path through such a directory by name. It opens a directory whose path is its own (the
+//! task's directory, the allocation's: no task can write in the directories above them) with
+//! [`OpenDir::open`], and everything below it with [`OpenDir`]'s methods, which resolve each
+//! component without following a link ([`nolibc::open_beneath`]: `openat2` with
+//! `RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH`, or one `O_NOFOLLOW` component at a time on
+//! kernels before 5.6) and change modes and owners through the open directory (`fchmod`,
+//! `fchown`), never through its path. A link where a directory should be is refused
+//! ([`IsolateError::NotFollowed`]), never followed.
+//!
+//! The shim, which has no std, does the same for its log directory with
+//! [`nolibc::open_beneath`] directly.
+
+use crate::IsolateError;
+use crate::nolibc::{self, sys::Errno};
+use std::ffi::{CString, OsStr, OsString};
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// A directory held open, and the path it was reached by (for messages).
+#[derive(Debug)]
+pub struct OpenDir {
+    file: File,
+    path: PathBuf,
+}
+
+impl OpenDir {
+    /// Opens the directory `path`, which is the agent's: links in it are followed, so only a
+    /// path in which no task can write (above the directory itself) belongs here.
+    pub fn open(path: impl Into<PathBuf>) -> Result<OpenDir, IsolateError> {
+        let path = path.into();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY)
+            .open(&path)
+            .map_err(IsolateError::io(&path))?;
+        Ok(OpenDir { file, path })
+    }
+
+    /// The path this directory was reached by.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Opens the directory `relative` below this one, following no link on the way.
+    pub fn open_dir(&self, relative: impl AsRef<Path>) -> Result<OpenDir, IsolateError> {
+        let relative = relative.as_ref();
+        let path = self.path.join(relative);
+        let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC;
+        let fd =
+            open_beneath(&self.file, relative.as_os_str(), flags).map_err(|e| refusal(&path, e))?;
+        Ok(OpenDir { file: File::from(fd), path })
+    }
+
+    /// Makes the directory `relative` below this one (its parent must exist) with `mode`,
+    /// less the process's umask, unless it exists; opens it, following no link on the way. A
+    /// directory that exists keeps its mode: [`OpenDir::set_mode`] sets it.
+    pub fn make_dir(&self, relative: impl AsRef<Path>, mode: u32) -> Result<OpenDir, IsolateError> {
+        let relative = relative.as_ref();
+        let path = self.path.join(relative);
+        let (parent, name) = match (relative.parent(), relative.file_name()) {
+            (Some(parent), Some(name)) if !parent.as_os_str().is_empty() => {
+                (Some(self.open_dir(parent)?), name)
+            }
+            (_, Some(name)) => (None, name),
+            (_, None) => {
+                return Err(IsolateError::Invalid {
+                    what: path.display().to_string(),
+                    reason: "not a directory name to make".into(),
+                });
+            }
+        };
+        let at = parent.as_ref().map_or(&self.file, |parent| &parent.file);
+        let name_c = c_string(name).map_err(|e| refusal(&path, e))?;
+        // mkdirat never follows a link in the last component: one there is EEXIST, and the
+        // open below refuses it.
+        match nolibc::sys::mkdirat(at.as_raw_fd(), &name_c, mode) {
+            Ok(()) | Err(Errno(libc::EEXIST)) => {}
+            Err(e) => return Err(refusal(&path, e)),
+        }
+        let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC;
+        let fd = open_beneath(at, name, flags).map_err(|e| refusal(&path, e))?;
+        Ok(OpenDir { file: File::from(fd), path })
+    }
+
+    /// The directories directly in this one, each opened without following a link. Links,
+    /// files and entries that vanish while they are read are left out.
+    pub fn subdirs(&self) -> Result<Vec<OpenDir>, IsolateError> {
+        let mut subdirs = Vec::new();
+        for name in self.names()? {
+            match self.open_dir(&name) {
+                Ok(dir) => subdirs.push(dir),
+                Err(IsolateError::NotFollowed { .. }) => {}
+                Err(IsolateError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(subdirs)
+    }
+
+    /// The names in this directory (without `.` and `..`), read through its descriptor.
+    fn names(&self) -> Result<Vec<OsString>, IsolateError> {
+        let io = |e: Errno| IsolateError::Io {
+            path: self.path.clone(),
+            source: std::io::Error::from_raw_os_error(e.0),
+        };
+        // A descriptor of its own: reading moves its offset.
+        let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC;
+        let listing = open_beneath(&self.file, OsStr::new("."), flags).map_err(io)?;
+        let mut names = Vec::new();
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            let filled = nolibc::sys::getdents(listing.as_raw_fd(), &mut buf).map_err(io)?;
+            if filled == 0 {
+                return Ok(names);
+            }
+            // `struct linux_dirent64`: inode (8), offset (8), record length (2), type (1),
+            // then the NUL-terminated name.
+            let mut at = 0;
+            while at + 19 < filled {
+                let len = usize::from(u16::from_ne_bytes([buf[at + 16], buf[at + 17]]));
+                let Some(record) = buf.get(at + 19..at + len) else { break };
+                let name = record.split(|b| *b == 0).next().unwrap_or_default();
+                if name != b"." && name != b".." {
+                    names.push(OsString::from_vec(name.to_vec()));
+                }
+                at += len.max(1);
+            }
+        }
+    }
+
+    /// The directory's metadata, read through its descriptor.
+    pub fn metadata(&self) -> Result<std::fs::Metadata, IsolateError> {
+        self.file.metadata().map_err(IsolateError::io(&self.path))
+    }
+
+    /// Sets the directory's mode (permission bits, sticky, set-id) to `mode`, through its
+    /// descriptor, unless it is that already.
+    pub fn set_mode(&self, mode: u32) -> Result<(), IsolateError> {
+        if self.metadata()?.mode() & 0o7777 != mode {
+            self.file
+                .set_permissions(std::fs::Permissions::from_mode(mode))
+                .map_err(IsolateError::io(&self.path))?;
+        }
+        Ok(())
+    }
+
+    /// Gives the directory to `uid` and `gid`, through its descriptor, unless they own it
+    /// already.
+    pub fn set_owner(&self, uid: u32, gid: u32) -> Result<(), IsolateError> {
+        let meta = self.metadata()?;
+        if (meta.uid(), meta.gid()) != (uid, gid) {
+            std::os::unix::fs::fchown(&self.file, Some(uid), Some(gid))
+                .map_err(IsolateError::io(&self.path))?;
+        }
+        Ok(())
+    }
+}
+
+/// [`nolibc::open_beneath`] on a std directory, as an owned descriptor.
+fn open_beneath(dir: &File, relative: &OsStr, flags: i32) -> Result<OwnedFd, Errno> {
+    let relative = c_string(relative)?;
+    let fd = nolibc::open_beneath(dir.as_raw_fd(), &relative, flags, 0)?;
+    // SAFETY: the descriptor was just opened, and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn c_string(text: &OsStr) -> Result<CString, Errno> {
+    CString::new(text.as_bytes()).map_err(|_| Errno(libc::EINVAL))
+}
+
+/// The error for `path`: a refusal where a link (or something else than a directory) was
+/// met, the kernel's error otherwise.
+fn refusal(path: &Path, errno: Errno) -> IsolateError {
+    match errno.0 {
+        libc::ELOOP | libc::ENOTDIR | libc::EXDEV => {
+            IsolateError::NotFollowed { path: path.to_owned() }
+        }
+        code => IsolateError::Io {
+            path: path.to_owned(),
+            source: std::io::Error::from_raw_os_error(code),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::symlink_metadata(path).unwrap().mode() & 0o7777
+    }
+
+    #[test]
+    fn links_in_a_task_writable_directory_are_refused_not_followed() {
+        let root = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(outside.path(), std::fs::Permissions::from_mode(0o750)).unwrap();
+        let task = root.path().join("task");
+        std::fs::create_dir_all(task.join("local")).unwrap();
+        std::fs::write(task.join("file"), "").unwrap();
+        std::os::unix::fs::symlink(outside.path(), task.join("secrets")).unwrap();
+        let dir = OpenDir::open(&task).unwrap();
+
+        for (what, result) in [
+            ("open", dir.open_dir("secrets").map(drop)),
+            ("open below", dir.open_dir("secrets/x").map(drop)),
+            ("make", dir.make_dir("secrets", 0o700).map(drop)),
+            ("make below", dir.make_dir("secrets/x", 0o700).map(drop)),
+            ("a file", dir.open_dir("file").map(drop)),
+            ("above", dir.open_dir("../task").map(drop)),
+        ] {
+            match result {
+                Err(IsolateError::NotFollowed { path }) => {
+                    assert!(path.starts_with(&task), "{what}: {}", path.display());
+                    assert!(
+                        IsolateError::NotFollowed { path }.to_string().contains("symbolic link"),
+                        "{what}"
+                    );
+                }
+                other => panic!("{what}: {other:?}"),
+            }
+        }
+        assert_eq!(mode(outside.path()), 0o750);
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+
+        let names = |dirs: Vec<OpenDir>| {
+            let mut names: Vec<PathBuf> = dirs.iter().map(|d| d.path().to_owned()).collect();
+            names.sort();
+            names
+        };
+        let made = dir.make_dir("logs", 0o700).unwrap();
+        made.set_mode(0o1777).unwrap();
+        assert_eq!(mode(&task.join("logs")), 0o1777);
+        assert_eq!(dir.make_dir("logs", 0o700).unwrap().path(), task.join("logs"), "made twice");
+        assert_eq!(mode(&task.join("logs")), 0o1777, "a directory made already keeps its mode");
+        dir.make_dir("logs/inner", 0o755).unwrap();
+        assert_eq!(names(dir.subdirs().unwrap()), [task.join("local"), task.join("logs")]);
+        assert_eq!(dir.open_dir("logs/inner").unwrap().path(), task.join("logs/inner"));
+        dir.open_dir("local").unwrap().set_owner(4242, 4243).unwrap();
+        let meta = std::fs::metadata(task.join("local")).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), (4242, 4243));
+
+        match OpenDir::open(root.path().join("missing")) {
+            Err(IsolateError::Io { path, source }) => {
+                assert!(path.ends_with("missing"));
+                assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
