@@ -8,7 +8,7 @@
 //! test writes the files the kernel would have before the code reads them.
 
 use std::path::{Path, PathBuf};
-use wharf_isolate::cgroup::{NodeCpu, Version};
+use wharf_isolate::cgroup::{NodeCpu, OomRecord, Version};
 use wharf_isolate::{CgroupOptions, CgroupParent, Cgroups, CpuSet, IsolateError, TaskCgroup};
 use wharf_state::spec::Resources;
 
@@ -225,9 +225,9 @@ fn stats_and_oom_read_the_v2_files() {
     );
     assert_eq!(stats.processes, 3);
     assert!(stats.measured.swap && stats.measured.max_usage);
-    assert!(!cgroup.oom_killed().unwrap());
+    assert_eq!(cgroup.oom_killed().unwrap(), OomRecord::NotKilled);
     fake.write(&format!("{dir}/memory.events"), "low 0\nhigh 0\nmax 9\noom 2\noom_kill 1\n");
-    assert!(cgroup.oom_killed().unwrap());
+    assert_eq!(cgroup.oom_killed().unwrap(), OomRecord::Killed);
 
     // Figures are read afresh each time, from the files kept open.
     fake.write(&format!("{dir}/pids.current"), "5\n");

@@ -70,6 +70,17 @@ impl std::fmt::Display for Version {
     }
 }
 
+/// What a task's cgroup says of the kernel's OOM killer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OomRecord {
+    /// It killed a process of the task.
+    Killed,
+    /// It killed none.
+    NotKilled,
+    /// The kernel counts no OOM kills (v1 before Linux 4.13): nobody can tell.
+    NotCounted,
+}
+
 /// A cgroup controller wharf uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Controller {
@@ -977,24 +988,27 @@ impl TaskCgroup {
         }
     }
 
-    /// Whether the kernel's OOM killer has killed a process in it: v1's
-    /// `memory.oom_control` (`oom_kill`, Linux 4.13; before that, a limit that was hit, from
-    /// `memory.failcnt`), v2's `memory.events`.
-    pub fn oom_killed(&self) -> Result<bool, IsolateError> {
+    /// Whether the kernel's OOM killer has killed a process in it: the `oom_kill` count of
+    /// v1's `memory.oom_control` (Linux 4.13) or v2's `memory.events`. A kernel without the
+    /// count gives [`OomRecord::NotCounted`]: whether a process of the task hit its limit
+    /// (`memory.failcnt`) says nothing of how any process ended.
+    pub fn oom_killed(&self) -> Result<OomRecord, IsolateError> {
         let memory = self.need(Controller::Memory)?;
-        match self.version {
+        let (file, text) = match self.version {
             Version::V1 => {
-                let control = self.files.read(&memory.join("memory.oom_control"))?;
-                match stats::field(&control, "oom_kill") {
-                    Some(kills) => Ok(kills > 0),
-                    None => Ok(self.files.number(&memory.join("memory.failcnt"))? > 0),
-                }
+                ("memory.oom_control", self.files.read(&memory.join("memory.oom_control"))?)
             }
-            Version::V2 => {
-                let events = self.files.read(&memory.join("memory.events"))?;
-                Ok(stats::field(&events, "oom_kill").unwrap_or(0) > 0)
-            }
+            Version::V2 => ("memory.events", self.files.read(&memory.join("memory.events"))?),
+        };
+        let record = match stats::field(&text, "oom_kill") {
+            Some(0) => OomRecord::NotKilled,
+            Some(_) => OomRecord::Killed,
+            None => OomRecord::NotCounted,
+        };
+        if record == OomRecord::NotCounted {
+            tracing::debug!(cgroup = %self.name, file, "the kernel counts no OOM kills here");
         }
+        Ok(record)
     }
 
     /// What the task has used (see [`CgroupStats`] for where each figure comes from).
