@@ -141,6 +141,23 @@ fn the_default_parent_is_a_wharf_child_of_the_agents_own_cgroup() {
     );
 }
 
+/// An agent started in the leaf its cgroup's processes moved to (restarted there, or by
+/// systemd's `DelegateSubgroup=agent`) keeps its parent beside the leaf, where its tasks are,
+/// not below the leaf, and hands down the controllers its cgroup is offered: the leaf itself
+/// may be offered none yet.
+#[test]
+fn an_agent_in_its_leaf_keeps_its_parent_beside_the_leaf() {
+    let fake = Fake::new("cpu memory pids\n", true);
+    let own = "system.slice/wharf-agent.service";
+    fake.write(&format!("{own}/cgroup.controllers"), "cpu io memory pids\n");
+    fake.write(&format!("{own}/cgroup.subtree_control"), "");
+    fake.write(&format!("{own}/agent/cgroup.controllers"), "");
+    let cgroups = fake.open_as(CgroupParent::default(), &format!("0::/{own}/agent\n")).unwrap();
+    assert_eq!(cgroups.parents(), vec![fake.path(&format!("{own}/wharf"))]);
+    assert_eq!(fake.read(&format!("{own}/cgroup.subtree_control")), "+cpu +memory +pids");
+    assert!(!fake.path(&format!("{own}/agent/wharf")).exists());
+}
+
 /// A run started again under the id of a lost run (its agent died before saving its handle)
 /// finds that run's cgroup: what is in it is killed before the new run's limits are written.
 #[test]
