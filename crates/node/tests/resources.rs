@@ -312,6 +312,63 @@ async fn task_stats_come_from_the_cgroup() {
     until(&client, &id, "stopped", |d| d.done).await;
 }
 
+/// Through the agent: a task's `resources` are in its cgroup's files (the memory limit, the
+/// CPU weight, the node's pids limit), and a stop whose signal the task ignores kills, at the
+/// task's `kill_timeout`, whatever its cgroup holds, a process that left its session and
+/// process group included; then the cgroup is gone.
+#[tokio::test]
+async fn a_tasks_limits_are_in_its_cgroup_and_a_stop_kills_all_it_holds() {
+    let cgroups = CgroupParent::new();
+    let dir = tempfile::tempdir().unwrap();
+    let agent = AgentProcess::start(dir.path(), &cgroups.config());
+    let client = agent.client();
+    let script = "trap '' TERM; \
+                  setsid sh -c 'echo $$ > \"$WHARF_TASK_DIR/escaped\"; exec sleep 600' & \
+                  echo $$ > \"$WHARF_TASK_DIR/pid\"; wait";
+    let extra = "resources = { cpu = 700, memory = 48 }\n\
+                 kill_signal = \"SIGTERM\"\nkill_timeout = \"1s\"\n";
+    let id = submit(&client, &job("held", "service", &task("t", script, extra))).await.unwrap();
+    let task_dir = dir.path().join(format!("data/allocs/{id}/t"));
+    let (main, escaped) = (read_pid(&task_dir.join("pid")), read_pid(&task_dir.join("escaped")));
+    until(&client, &id, "running", |d| d.state.task_states["t"].status == TaskStatus::Running)
+        .await;
+    let names = cgroups.tasks();
+    assert_eq!(names.len(), 1, "{names:?}");
+    let file = |controller: &str, name: &str| {
+        let path = cgroups.task_dir(controller, &names[0]).join(name);
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .trim()
+            .to_owned()
+    };
+    match hierarchy() {
+        "v1" => {
+            assert_eq!(file("memory", "memory.limit_in_bytes"), (48u64 << 20).to_string());
+            assert_eq!(file("cpu", "cpu.shares"), "700");
+        }
+        _ => {
+            assert_eq!(file("memory", "memory.max"), (48u64 << 20).to_string());
+            // 700 shares on runc's scale.
+            assert_eq!(file("cpu", "cpu.weight"), "27");
+        }
+    }
+    assert_eq!(file("pids", "pids.max"), "256");
+    let procs = file("pids", "cgroup.procs");
+    for pid in [main, escaped] {
+        assert!(procs.lines().any(|l| l == pid.to_string()), "{pid} not in {procs}");
+    }
+
+    client.call(Method::POST, ApiPath::v1(["allocations", &id, "stop"]), None).await.unwrap();
+    let detail = until(&client, &id, "stopped", |d| d.done).await;
+    let ended = detail.state.task_states["t"].events.iter().find_map(|e| match &e.kind {
+        TaskEventKind::Terminated { signal, .. } => Some(*signal),
+        _ => None,
+    });
+    assert_eq!(ended, Some(Some(libc::SIGKILL)), "{:?}", detail.state.task_states["t"].events);
+    eventually("the escaped process is gone", || !alive(escaped));
+    eventually("the task's cgroup is removed", || cgroups.tasks().is_empty());
+}
+
 /// The issue's case: a task that allocates past its `memory` is OOM-killed, and both its state
 /// and its events say so.
 #[tokio::test]
