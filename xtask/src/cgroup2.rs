@@ -279,35 +279,40 @@ fn kernel(dir: &Path) -> Result<PathBuf, String> {
     if let Some(path) = std::env::var_os("WHARF_CGROUP2_KERNEL") {
         return Ok(path.into());
     }
-    let package = match kernel_package() {
-        Ok(package) => package,
-        Err(_) => {
-            // A machine whose package lists were never read.
-            apt_update()?;
-            kernel_package()?
-        }
-    };
-    let vmlinuz = dir.join(&package).join("vmlinuz");
-    if vmlinuz.exists() {
-        return Ok(vmlinuz);
-    }
     let download = dir.join("download");
-    let _ = std::fs::remove_dir_all(&download);
-    std::fs::create_dir_all(&download).map_err(|e| format!("{}: {e}", download.display()))?;
-    let fetch = || {
-        Command::new("apt-get")
+    // Lists never read, or older than the mirror (which then no longer has the version they
+    // name), are read again once.
+    let mut updated = false;
+    let (package, vmlinuz) = loop {
+        let package = match kernel_package() {
+            Ok(package) => package,
+            Err(_) if !updated => {
+                apt_update()?;
+                updated = true;
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
+        let vmlinuz = dir.join(&package).join("vmlinuz");
+        if vmlinuz.exists() {
+            return Ok(vmlinuz);
+        }
+        let _ = std::fs::remove_dir_all(&download);
+        std::fs::create_dir_all(&download).map_err(|e| format!("{}: {e}", download.display()))?;
+        let fetched = Command::new("apt-get")
             .args(["download", "-q", &package])
             .current_dir(&download)
             .status()
-            .map_err(|e| format!("cannot run apt-get: {e}"))
-    };
-    if !fetch()?.success() {
-        // Lists older than the mirror name a version it no longer has.
-        apt_update()?;
-        if !fetch()?.success() {
-            return Err(format!("apt-get download {package} failed"));
+            .map_err(|e| format!("cannot run apt-get: {e}"))?;
+        match (fetched.success(), updated) {
+            (true, _) => break (package, vmlinuz),
+            (false, false) => {
+                apt_update()?;
+                updated = true;
+            }
+            (false, true) => return Err(format!("apt-get download {package} failed")),
         }
-    }
+    };
     let deb = std::fs::read_dir(&download)
         .map_err(|e| format!("{}: {e}", download.display()))?
         .flatten()
@@ -315,26 +320,21 @@ fn kernel(dir: &Path) -> Result<PathBuf, String> {
         .find(|p| p.extension().is_some_and(|e| e == "deb"))
         .ok_or_else(|| format!("apt-get download {package} left no .deb"))?;
     // Only the kernel image: the package's modules are not needed (everything the tests use
-    // is built in) and weigh hundreds of megabytes.
-    let tarball = Command::new("dpkg-deb")
+    // is built in) and weigh hundreds of megabytes, so the archive streams through tar.
+    let mut unpack = Command::new("dpkg-deb")
         .arg("--fsys-tarfile")
         .arg(&deb)
-        .output()
-        .map_err(|e| format!("cannot run dpkg-deb: {e}"))?;
-    if !tarball.status.success() {
-        return Err(format!("dpkg-deb --fsys-tarfile {} failed", deb.display()));
-    }
-    let mut tar = Command::new("tar")
-        .args(["-x", "-O", "--wildcards", "./boot/vmlinuz-*"])
-        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
+        .map_err(|e| format!("cannot run dpkg-deb: {e}"))?;
+    let archive = unpack.stdout.take().expect("piped");
+    let image = Command::new("tar")
+        .args(["-x", "-O", "--wildcards", "./boot/vmlinuz-*"])
+        .stdin(archive)
+        .output()
         .map_err(|e| format!("cannot run tar: {e}"))?;
-    let mut stdin = tar.stdin.take().expect("piped");
-    let feeder = std::thread::spawn(move || stdin.write_all(&tarball.stdout));
-    let image = tar.wait_with_output().map_err(|e| format!("tar: {e}"))?;
-    let _ = feeder.join();
-    if !image.status.success() || image.stdout.is_empty() {
+    let unpacked = unpack.wait().map_err(|e| format!("dpkg-deb: {e}"))?;
+    if !unpacked.success() || !image.status.success() || image.stdout.is_empty() {
         return Err(format!("{} holds no ./boot/vmlinuz-*", deb.display()));
     }
     let parent = vmlinuz.parent().expect("a parent");
