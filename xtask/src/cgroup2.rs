@@ -9,11 +9,12 @@
 //! the absolute paths cargo compiled into them), the shared libraries `ldd` names for them, and
 //! `/init` ([`INIT`]).
 //!
-//! The init mounts `/proc`, `/sys`, `/dev`, a `/tmp` and `cgroup2`, hands the controllers to
-//! `ci.slice` as an init does for its services, and runs each suite in a cgroup of its own
-//! below it (`ci.slice/<suite>.service`), so that a test that leaves its parent below its own
-//! cgroup meets v2's rule of no processes in a cgroup that hands controllers down, as an agent
-//! in a delegated service does. It reports each suite's exit status on the second serial port
+//! The init mounts `/proc`, `/sys`, `/dev` and `cgroup2` (the initramfs is a tmpfs already, so
+//! `/tmp` is writable; nothing is mounted on it, as a workspace may be below it), hands the
+//! controllers to `ci.slice` as an init does for its services, and runs each suite in a cgroup
+//! of its own below it (`ci.slice/<suite>.service`), so that a test that leaves its parent
+//! below its own cgroup meets v2's rule of no processes in a cgroup that hands controllers
+//! down, as an agent in a delegated service does. It reports each suite's exit status on the second serial port
 //! (the first is the console, which the kernel's messages share), then powers off.
 //!
 //! KVM is used where `/dev/kvm` opens and boots the kernel (within [`BOOT_LIMIT`]); otherwise
