@@ -453,25 +453,7 @@ async fn task_cgroups_survive_an_agent_sigkill_and_none_is_left_after_destroy() 
 async fn by_default_task_cgroups_are_below_the_agents_own_cgroup() {
     let dir = tempfile::tempdir().unwrap();
     let parent = CgroupParent::default_for(&dir.path().join("data"));
-    let membership = std::fs::read_to_string("/proc/self/cgroup").unwrap();
-    let (own, mount) = match hierarchy() {
-        "v1" => {
-            let own = membership
-                .lines()
-                .find_map(|l| l.split_once(":memory:").map(|(_, path)| path.to_owned()))
-                .expect("a memory hierarchy");
-            (own, Path::new("/sys/fs/cgroup/memory"))
-        }
-        _ => {
-            let own = membership
-                .lines()
-                .find_map(|l| l.strip_prefix("0::").map(str::to_owned))
-                .expect("a v2 line");
-            // A test that ran before may have moved this process into its cgroup's leaf.
-            let own = own.strip_suffix("/agent").map(str::to_owned).unwrap_or(own);
-            (own, Path::new("/sys/fs/cgroup"))
-        }
-    };
+    let (own, mount) = own_cgroup();
     let expected = format!("{}/{}", own.trim_end_matches('/'), parent.name);
     let memory_parent = mount.join(expected.trim_start_matches('/'));
 
@@ -507,6 +489,77 @@ async fn by_default_task_cgroups_are_below_the_agents_own_cgroup() {
     until(&client, &id, "stopped", |d| d.done).await;
     assert!(agent.terminate().success());
     assert!(!memory_parent.exists(), "{} is left", memory_parent.display());
+}
+
+/// The agent's own cgroup, in the memory hierarchy on v1, and where that hierarchy is mounted.
+/// On v2, an agent that moved to its cgroup's leaf took this process with it: the cgroup above
+/// the leaf is the one the agents' parents are below.
+fn own_cgroup() -> (String, &'static Path) {
+    let membership = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    match hierarchy() {
+        "v1" => {
+            let own = membership
+                .lines()
+                .find_map(|l| l.split_once(":memory:").map(|(_, path)| path.to_owned()))
+                .expect("a memory hierarchy");
+            (own, Path::new("/sys/fs/cgroup/memory"))
+        }
+        _ => {
+            let own = membership
+                .lines()
+                .find_map(|l| l.strip_prefix("0::").map(str::to_owned))
+                .expect("a v2 line");
+            let own = own.strip_suffix("/agent").map(str::to_owned).unwrap_or(own);
+            (own, Path::new("/sys/fs/cgroup"))
+        }
+    }
+}
+
+/// With the default parent, an agent killed with SIGKILL and started again (on v2, from the
+/// leaf its first run moved it to) finds its parent where it was: it reattaches to the running
+/// task in the same cgroup, sweeps nothing of it, and makes no parent of its own below the leaf.
+#[tokio::test]
+async fn by_default_a_restarted_agent_finds_its_tasks_cgroups_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let parent = CgroupParent::default_for(&dir.path().join("data"));
+    let (own, mount) = own_cgroup();
+    let parent_dir = mount.join(own.trim_matches('/')).join(&parent.name);
+    let agent = AgentProcess::start(dir.path(), "");
+    let client = agent.client();
+    let script = "echo $$ > \"$WHARF_TASK_DIR/pid\"; exec sleep 600";
+    let id = submit(&client, &job("again", "service", &task("t", script, ""))).await.unwrap();
+    until(&client, &id, "running", |d| d.state.task_states["t"].status == TaskStatus::Running)
+        .await;
+    let pid = read_pid(&dir.path().join(format!("data/allocs/{id}/t/pid")));
+    let membership = || std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let before = membership();
+    assert!(before.contains(&parent.name), "{before}");
+
+    let (data_dir, config) = agent.kill9();
+    let mut agent = AgentProcess::launch(data_dir, config);
+    let client = agent.client();
+    until(&client, &id, "reattached", |d| {
+        d.state.task_states["t"].events.iter().any(|e| e.kind == TaskEventKind::Reattached)
+    })
+    .await;
+    let node = node_status(&client).await;
+    assert!(
+        node.cgroups.parents.contains(&parent_dir.display().to_string()),
+        "{} is not among {:?}",
+        parent_dir.display(),
+        node.cgroups.parents
+    );
+    assert_eq!(membership(), before, "the task is where it was, not swept");
+    assert!(alive(pid));
+    let stats: AllocStats =
+        client.json(Method::GET, ApiPath::v1(["allocations", &id, "stats"]), None).await.unwrap();
+    assert_eq!(stats.tasks["t"].source, wharf_driver::UsageSource::Cgroup);
+
+    client.call(Method::POST, ApiPath::v1(["allocations", &id, "stop"]), None).await.unwrap();
+    until(&client, &id, "stopped", |d| d.done).await;
+    assert!(!alive(pid));
+    assert!(agent.terminate().success());
+    assert!(!parent_dir.exists(), "{} is left", parent_dir.display());
 }
 
 /// Where cgroups cannot be written (here: an agent that is not root), raw_exec runs tasks as
