@@ -6,6 +6,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr, clippy::disallowed_methods)]
 
 mod boundaries;
+mod cgroup2;
 mod library;
 mod release;
 
@@ -16,8 +17,10 @@ const USAGE: &str = "\
 usage: cargo xtask <task>
 
 tasks:
-  ci              fmt check, clippy, tests, docs, crate boundaries, lean feature sets,
-                  examples, packaging, quick bench
+  ci              fmt check, clippy, tests, the cgroup v2 tests, docs, crate boundaries,
+                  lean feature sets, examples, packaging, quick bench
+  cgroup2         the cgroup tests on a real cgroup v2 kernel, in a virtual machine (QEMU,
+                  Debian's kernel, a busybox initramfs)
   boundaries      check the crate dependency rules of DESIGN.md
   library         check what the library crates promise users: READMEs as crate docs with
                   an example, dependency trees without the heavy default features, every
@@ -31,6 +34,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
         ["ci"] => ci(),
+        ["cgroup2"] => cgroup2::run(),
         ["boundaries"] => check_boundaries(),
         ["library"] => library::check(),
         ["release"] => release::check(),
@@ -99,6 +103,14 @@ fn ci() -> Result<(), String> {
             "warnings",
         ]),
     )?;
+    // Test targets with `test = false` are left out of `--all-targets`: the ones only the
+    // cgroup v2 step runs are named.
+    run(
+        "clippy (tests of the cgroup v2 step)",
+        cargo()
+            .args(["clippy", "--package", "wharf-isolate", "--test", "cgroup_v2"])
+            .args(["--", "-D", "warnings"]),
+    )?;
     for (krate, _) in library::LEAN {
         run(
             &format!("clippy ({krate} without default features)"),
@@ -108,6 +120,7 @@ fn ci() -> Result<(), String> {
         )?;
     }
     run("tests", cargo().args(["test", "--workspace", "--all-targets"]))?;
+    cgroup2::run()?;
     run("doc tests", cargo().args(["test", "--workspace", "--doc"]))?;
     run(
         "docs",

@@ -98,8 +98,11 @@ impl TaskCgroups {
     }
 }
 
-/// SIGKILL to a process read from a frozen cgroup. Frozen, it cannot exit, so its pid is its
-/// own until the thaw: the pidfd opened now is for that very process.
+/// SIGKILL to a process read from a frozen cgroup. Frozen, it cannot fork, and under v1's
+/// freezer cannot exit either, so its pid is its own until the thaw: the pidfd opened now is
+/// for that very process. (v2's freeze lets a fatal signal through: a process another sender
+/// killed meanwhile may exit, but its pid is handed out again only once the kernel's pid
+/// counter has come round, not in the moment between the read and this open.)
 fn kill_frozen(pid: i32) -> io::Result<()> {
     let pid = Pid::new(pid.into()).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
     let pidfd = sys::pidfd_open(pid)?;

@@ -22,7 +22,8 @@ use std::process::Stdio;
 use std::time::Duration;
 use tokio::sync::watch;
 use wharf_driver::ExitResult;
-use wharf_isolate::TaskCgroup;
+use wharf_isolate::cgroup::OomRecord;
+use wharf_isolate::{IsolateError, TaskCgroup};
 
 /// A shim that has been started and has not yet said whether the task runs. Dropped before
 /// [`Launched::started`] (a failed start, a timeout, or a caller that gave up on the start),
@@ -291,16 +292,64 @@ pub(crate) fn note_oom(result: &mut ExitResult, cgroup: Option<&TaskCgroup>) {
     if result.successful() {
         return;
     }
-    match cgroup.map(TaskCgroup::oom_killed) {
-        Some(Ok(true)) => result.oom_killed = true,
-        Some(Err(error)) => tracing::warn!(%error, "cannot learn whether the task was OOM-killed"),
-        _ => {}
+    if let Some(record) = cgroup.map(TaskCgroup::oom_killed) {
+        apply_oom_record(result, record);
     }
 }
+
+/// [`note_oom`] once the cgroup's record is read. Where the kernel counts no OOM kills, an
+/// exit is never called one; an end by SIGKILL, which is how the OOM killer ends a process,
+/// says that whether it did is unknown.
+fn apply_oom_record(result: &mut ExitResult, record: Result<OomRecord, IsolateError>) {
+    match record {
+        Ok(OomRecord::Killed) => result.oom_killed = true,
+        Ok(OomRecord::NotKilled) => {}
+        Ok(OomRecord::NotCounted) => {
+            if result.signal == Some(libc::SIGKILL) && result.error.is_none() {
+                result.error = Some(OOM_UNKNOWN.into());
+            }
+        }
+        Err(error) => tracing::warn!(%error, "cannot learn whether the task was OOM-killed"),
+    }
+}
+
+/// What an end by SIGKILL says on a kernel without an OOM count.
+const OOM_UNKNOWN: &str = "killed by SIGKILL; whether by the kernel's OOM killer is unknown: \
+                           this kernel counts no OOM kills (Linux 4.13 and later do)";
 
 /// Kills the process group of a task whose shim is gone, if its main process is still the one
 /// recorded. Returns whether it sent the signal.
 pub(crate) fn kill_orphan(task: &Identity) -> bool {
     let (Ok(Some(pidfd)), Some(pid)) = (task.open(), task.pid) else { return false };
     sys::pidfd_kill_group(&pidfd, pid, libc::SIGKILL).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An exit is an OOM kill only where the kernel counted one; without a count, an end by
+    /// SIGKILL says it cannot be known, and no other end says anything.
+    #[test]
+    fn an_exit_is_called_an_oom_kill_only_where_the_kernel_counted_one() {
+        let killed = ExitResult::signalled(libc::SIGKILL);
+        let unreadable =
+            || Err(IsolateError::Unavailable { reason: "no memory controller".into() });
+        type Case = (ExitResult, Result<OomRecord, IsolateError>, bool, Option<&'static str>);
+        let cases: [Case; 6] = [
+            (killed.clone(), Ok(OomRecord::Killed), true, None),
+            (killed.clone(), Ok(OomRecord::NotKilled), false, None),
+            (killed.clone(), Ok(OomRecord::NotCounted), false, Some(OOM_UNKNOWN)),
+            (killed.clone(), unreadable(), false, None),
+            (ExitResult::code(3), Ok(OomRecord::NotCounted), false, None),
+            (ExitResult::signalled(libc::SIGTERM), Ok(OomRecord::NotCounted), false, None),
+        ];
+        for (exit, record, oom_killed, error) in cases {
+            let case = format!("{exit:?} {record:?}");
+            let mut result = exit;
+            apply_oom_record(&mut result, record);
+            assert_eq!(result.oom_killed, oom_killed, "{case}");
+            assert_eq!(result.error.as_deref(), error, "{case}");
+        }
+    }
 }

@@ -1,7 +1,8 @@
-//! raw_exec tasks in cgroups of their own, on this host's real cgroups: limits, OOM, a fork
-//! bomb, a CPU quota measured from the kernel's accounting, kills nothing escapes, adoption
-//! after a restart, removal after destroy. Every test works under a cgroup parent of its own,
-//! which a guard kills and removes whatever happens; every wait is bounded.
+//! raw_exec tasks in cgroups of their own, on this host's real cgroups (v1 or v2, whichever it
+//! runs; `cargo xtask cgroup2` runs them on a v2 kernel too): limits, OOM, a fork bomb, a CPU
+//! quota measured from the kernel's accounting, kills nothing escapes, adoption after a
+//! restart, removal after destroy. Every test works under a cgroup parent of its own, which a
+//! guard kills and removes whatever happens; every wait is bounded.
 //!
 //! Nomad's counterparts: the executor's `TestExecutor_IsolationAndConstraints` and
 //! `TestExecutor_CgroupPaths` (limits applied, the task in its cgroup, the cgroup gone after
@@ -15,6 +16,7 @@ use std::time::Duration;
 use tokio::time::timeout;
 use wharf_driver::{Driver, DriverError, ExitResult, TaskConfig, TaskHandle, UsageSource};
 use wharf_exec::RawExecDriver;
+use wharf_isolate::cgroup::Version;
 use wharf_state::Signal;
 use wharf_state::spec::Resources;
 
@@ -36,21 +38,24 @@ fn hard_limited(mut config: TaskConfig) -> TaskConfig {
     config
 }
 
-/// The directory of the task's cgroup in the `controller` hierarchy.
+/// The directory of the task's cgroup that holds `controller`'s files: in that controller's
+/// hierarchy on v1, the task's one directory on v2 (below `share`: these tasks reserve no
+/// cores).
 fn cgroup_dir(
     scratch: &CgroupScratch,
     handle: &TaskHandle,
     controller: &str,
 ) -> std::path::PathBuf {
     let name = handle.driver_state.value()["cgroup"]["name"].as_str().unwrap().to_owned();
-    let parent = scratch
-        .cgroups()
-        .parents()
-        .into_iter()
-        .find(|p| p.components().any(|c| c.as_os_str() == controller))
-        .unwrap()
-        .to_owned();
-    parent.join(name)
+    let parents = scratch.cgroups().parents();
+    match scratch.cgroups().version() {
+        Version::V1 => parents
+            .into_iter()
+            .find(|p| p.components().any(|c| c.as_os_str() == controller))
+            .unwrap()
+            .join(name),
+        Version::V2 => parents[0].join("share").join(name),
+    }
 }
 
 #[tokio::test]
@@ -68,8 +73,18 @@ async fn a_task_runs_in_its_own_cgroup_with_its_limits_and_leaves_none_behind() 
     assert_eq!(handle.driver_state.value()["cgroup"]["name"], "a1.limited.00000000");
     let memory = cgroup_dir(&scratch, &handle, "memory");
     let read = |path: std::path::PathBuf| std::fs::read_to_string(path).unwrap().trim().to_owned();
-    assert_eq!(read(memory.join("memory.limit_in_bytes")), (48u64 << 20).to_string());
-    assert_eq!(read(cgroup_dir(&scratch, &handle, "cpu").join("cpu.shares")), "700");
+    let cpu = cgroup_dir(&scratch, &handle, "cpu");
+    match scratch.cgroups().version() {
+        Version::V1 => {
+            assert_eq!(read(memory.join("memory.limit_in_bytes")), (48u64 << 20).to_string());
+            assert_eq!(read(cpu.join("cpu.shares")), "700");
+        }
+        Version::V2 => {
+            assert_eq!(read(memory.join("memory.max")), (48u64 << 20).to_string());
+            // 700 shares on runc's scale.
+            assert_eq!(read(cpu.join("cpu.weight")), "27");
+        }
+    }
     assert_eq!(read(cgroup_dir(&scratch, &handle, "pids").join("pids.max")), "128");
     for pid in [pid_of(&handle), child] {
         for line in cgroup_lines(pid).unwrap() {
@@ -307,12 +322,12 @@ async fn a_lone_main_process_is_killed_without_a_freeze() {
         .unwrap()
         .unwrap();
     assert_eq!(wait(&driver, &handle).await, ExitResult::signalled(libc::SIGKILL));
-    assert_eq!(
-        std::fs::read_to_string(cgroup_dir(&scratch, &handle, "freezer").join("freezer.state"))
-            .unwrap()
-            .trim(),
-        "THAWED"
-    );
+    let (state, thawed) = match scratch.cgroups().version() {
+        Version::V1 => ("freezer.state", "THAWED"),
+        Version::V2 => ("cgroup.freeze", "0"),
+    };
+    let freezer = cgroup_dir(&scratch, &handle, "freezer").join(state);
+    assert_eq!(std::fs::read_to_string(freezer).unwrap().trim(), thawed);
     driver.destroy_task(handle.id(), false).await.unwrap();
     assert!(!procs.exists());
 }

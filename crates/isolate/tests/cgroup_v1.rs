@@ -13,7 +13,7 @@ use scratch::*;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use wharf_isolate::cgroup::Version;
+use wharf_isolate::cgroup::{OomRecord, Version};
 use wharf_isolate::{Cgroups, CpuSet, IsolateError};
 use wharf_state::spec::Resources;
 
@@ -142,12 +142,12 @@ fn a_kill_reaches_a_process_that_joined_after_the_last_read() {
 fn an_oom_kill_is_recorded() {
     let scratch = scratch();
     let cgroup = scratch.create("a1/oom/00000000", &limits(&scratch, 16, None)).unwrap();
-    assert!(!cgroup.oom_killed().unwrap());
+    assert_eq!(cgroup.oom_killed().unwrap(), OomRecord::NotKilled);
     // `tail` keeps the last line, and /dev/zero has no line end: it grows until killed.
     let mut child = spawn_in(&cgroup, "exec tail /dev/zero");
     let status = wait(&mut child);
     assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
-    assert!(cgroup.oom_killed().unwrap());
+    assert_eq!(cgroup.oom_killed().unwrap(), OomRecord::Killed);
     let stats = cgroup.stats().unwrap();
     assert!(stats.memory_max_usage >= 15 * MIB, "{stats:?}");
     scratch.remove(&cgroup).unwrap();

@@ -1,9 +1,10 @@
 //! What the v1 code reads on kernels this host's does not show, against a fake cgroupfs tree
 //! (temporary directories mounted as v1 hierarchies in a made-up mountinfo): the OOM record
-//! of a kernel older than Linux 4.13, whose `memory.oom_control` has no `oom_kill` count, and
-//! stats without swap accounting. The real v1 hierarchy is tested in `cgroup_v1.rs`.
+//! of a kernel older than Linux 4.13, whose `memory.oom_control` has no `oom_kill` count (so
+//! whether the OOM killer ended a process is unknown), and stats without swap accounting. The
+//! real v1 hierarchy is tested in `cgroup_v1.rs`.
 
-use wharf_isolate::cgroup::NodeCpu;
+use wharf_isolate::cgroup::{NodeCpu, OomRecord};
 use wharf_isolate::{CgroupOptions, CgroupParent, Cgroups, CpuSet, TaskCgroup};
 use wharf_state::spec::Resources;
 
@@ -57,24 +58,25 @@ fn create(cgroups: &Cgroups) -> TaskCgroup {
         .unwrap()
 }
 
-/// Before Linux 4.13 `memory.oom_control` counts no kills: a limit that was hit
-/// (`memory.failcnt`) is the sign. Where the count is there, it alone decides.
+/// Before Linux 4.13 `memory.oom_control` counts no kills: then nobody can tell whether the
+/// OOM killer ended a process, and a limit that was hit (`memory.failcnt`) is no sign of it.
+/// Where the count is there, it alone decides.
 #[test]
-fn without_an_oom_kill_count_the_failcnt_tells() {
+fn without_an_oom_kill_count_an_oom_kill_is_unknown() {
     let fake = Fake::new();
     let cgroups = fake.open();
     assert_eq!(cgroups.version(), wharf_isolate::cgroup::Version::V1);
     let cgroup = create(&cgroups);
     let cases = [
-        ("oom_kill_disable 0\nunder_oom 0\n", "0\n", false),
-        ("oom_kill_disable 0\nunder_oom 0\n", "3\n", true),
-        ("oom_kill_disable 0\nunder_oom 0\noom_kill 0\n", "3\n", false),
-        ("oom_kill_disable 0\nunder_oom 0\noom_kill 1\n", "3\n", true),
+        ("oom_kill_disable 0\nunder_oom 0\n", "0\n", OomRecord::NotCounted),
+        ("oom_kill_disable 0\nunder_oom 0\n", "3\n", OomRecord::NotCounted),
+        ("oom_kill_disable 0\nunder_oom 0\noom_kill 0\n", "3\n", OomRecord::NotKilled),
+        ("oom_kill_disable 0\nunder_oom 0\noom_kill 1\n", "3\n", OomRecord::Killed),
     ];
-    for (control, failcnt, killed) in cases {
+    for (control, failcnt, record) in cases {
         fake.write("memory", "memory.oom_control", control);
         fake.write("memory", "memory.failcnt", failcnt);
-        assert_eq!(cgroup.oom_killed().unwrap(), killed, "{control:?} {failcnt:?}");
+        assert_eq!(cgroup.oom_killed().unwrap(), record, "{control:?} {failcnt:?}");
     }
 }
 

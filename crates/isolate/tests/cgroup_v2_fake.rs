@@ -8,7 +8,7 @@
 //! test writes the files the kernel would have before the code reads them.
 
 use std::path::{Path, PathBuf};
-use wharf_isolate::cgroup::{NodeCpu, Version};
+use wharf_isolate::cgroup::{NodeCpu, OomRecord, Version};
 use wharf_isolate::{CgroupOptions, CgroupParent, Cgroups, CpuSet, IsolateError, TaskCgroup};
 use wharf_state::spec::Resources;
 
@@ -141,6 +141,23 @@ fn the_default_parent_is_a_wharf_child_of_the_agents_own_cgroup() {
     );
 }
 
+/// An agent started in the leaf its cgroup's processes moved to (restarted there, or by
+/// systemd's `DelegateSubgroup=agent`) keeps its parent beside the leaf, where its tasks are,
+/// not below the leaf, and hands down the controllers its cgroup is offered: the leaf itself
+/// may be offered none yet.
+#[test]
+fn an_agent_in_its_leaf_keeps_its_parent_beside_the_leaf() {
+    let fake = Fake::new("cpu memory pids\n", true);
+    let own = "system.slice/wharf-agent.service";
+    fake.write(&format!("{own}/cgroup.controllers"), "cpu io memory pids\n");
+    fake.write(&format!("{own}/cgroup.subtree_control"), "");
+    fake.write(&format!("{own}/agent/cgroup.controllers"), "");
+    let cgroups = fake.open_as(CgroupParent::default(), &format!("0::/{own}/agent\n")).unwrap();
+    assert_eq!(cgroups.parents(), vec![fake.path(&format!("{own}/wharf"))]);
+    assert_eq!(fake.read(&format!("{own}/cgroup.subtree_control")), "+cpu +memory +pids");
+    assert!(!fake.path(&format!("{own}/agent/wharf")).exists());
+}
+
 /// A run started again under the id of a lost run (its agent died before saving its handle)
 /// finds that run's cgroup: what is in it is killed before the new run's limits are written.
 #[test]
@@ -225,9 +242,9 @@ fn stats_and_oom_read_the_v2_files() {
     );
     assert_eq!(stats.processes, 3);
     assert!(stats.measured.swap && stats.measured.max_usage);
-    assert!(!cgroup.oom_killed().unwrap());
+    assert_eq!(cgroup.oom_killed().unwrap(), OomRecord::NotKilled);
     fake.write(&format!("{dir}/memory.events"), "low 0\nhigh 0\nmax 9\noom 2\noom_kill 1\n");
-    assert!(cgroup.oom_killed().unwrap());
+    assert_eq!(cgroup.oom_killed().unwrap(), OomRecord::Killed);
 
     // Figures are read afresh each time, from the files kept open.
     fake.write(&format!("{dir}/pids.current"), "5\n");

@@ -1,4 +1,5 @@
-//! The node's resources end to end, through the `wharf` binary on this host's real cgroups:
+//! The node's resources end to end, through the `wharf` binary on this host's real cgroups
+//! (v1 or v2, whichever it runs; `cargo xtask cgroup2` runs them on a v2 kernel too):
 //! admission (an allocation too large is refused with 409 and nothing is kept), the node
 //! fingerprint (`GET /v1/node`, `wharf node status`), task stats from the cgroup (API, CLI,
 //! metrics), an OOM kill in a task's state and events, and task cgroups kept across an
@@ -52,14 +53,29 @@ impl CgroupParent {
         format!("[cgroups]\nparent = \"/{}\"\npids_limit = 256\n", self.name)
     }
 
-    /// The directory of the task cgroup `name` in the `controller` hierarchy.
+    /// The directory of the parent in the hierarchy that holds `controller` (v2: the one).
+    fn dir(&self, controller: &str) -> PathBuf {
+        match hierarchy() {
+            "v1" => Path::new("/sys/fs/cgroup").join(controller).join(&self.name),
+            _ => Path::new("/sys/fs/cgroup").join(&self.name),
+        }
+    }
+
+    /// The directory of the task cgroup `name` that holds `controller`'s files (v2: below
+    /// `share`, as these tasks reserve no cores).
     fn task_dir(&self, controller: &str, name: &str) -> PathBuf {
-        Path::new("/sys/fs/cgroup").join(controller).join(&self.name).join(name)
+        match hierarchy() {
+            "v1" => self.dir(controller).join(name),
+            _ => self.dir(controller).join("share").join(name),
+        }
     }
 
     /// The task cgroups under the parent (from the memory hierarchy).
     fn tasks(&self) -> Vec<String> {
-        let dir = Path::new("/sys/fs/cgroup/memory").join(&self.name);
+        let dir = match hierarchy() {
+            "v1" => self.dir("memory"),
+            _ => self.dir("memory").join("share"),
+        };
         let mut names: Vec<String> = std::fs::read_dir(dir)
             .into_iter()
             .flatten()
@@ -70,6 +86,17 @@ impl CgroupParent {
         names.sort();
         names
     }
+}
+
+/// The cgroup hierarchy this host runs, as the node names it: `v1` where the memory
+/// controller is mounted as a v1 hierarchy, else `v2`.
+fn hierarchy() -> &'static str {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let v1 = mounts.lines().any(|l| {
+        l.split_once(" - cgroup ")
+            .is_some_and(|(_, options)| options.split([' ', ',']).any(|o| o == "memory"))
+    });
+    if v1 { "v1" } else { "v2" }
 }
 
 impl Drop for CgroupParent {
@@ -188,7 +215,7 @@ async fn the_node_reports_its_resources_cgroups_and_drivers() {
     assert_eq!(node.free.cpu_mhz, 3500);
     assert!(node.memory_mb > 0 && node.cpu.cores >= 1, "{node:?}");
     assert!(node.cgroups.enabled, "{:?}", node.cgroups);
-    assert_eq!(node.cgroups.version.as_deref(), Some("v1"));
+    assert_eq!(node.cgroups.version.as_deref(), Some(hierarchy()));
     assert!(node.cgroups.parents.iter().all(|p| p.ends_with(&cgroups.name)), "{:?}", node.cgroups);
     let raw_exec = &node.drivers["raw_exec"];
     assert_eq!(raw_exec.health, wharf_driver::Health::Healthy, "{raw_exec:?}");
@@ -196,8 +223,9 @@ async fn the_node_reports_its_resources_cgroups_and_drivers() {
     let out = agent.cli(&["node", "status"]);
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
+    let cgroups_line = format!("Cgroups    = {} under", hierarchy());
     for line in
-        ["= 4000 MHz", "Reserved   = 500 MHz CPU", "Cgroups    = v1 under", "raw_exec     healthy"]
+        ["= 4000 MHz", "Reserved   = 500 MHz CPU", cgroups_line.as_str(), "raw_exec     healthy"]
     {
         assert!(text.contains(line), "{line:?} missing from:\n{text}");
     }
@@ -284,6 +312,63 @@ async fn task_stats_come_from_the_cgroup() {
     until(&client, &id, "stopped", |d| d.done).await;
 }
 
+/// Through the agent: a task's `resources` are in its cgroup's files (the memory limit, the
+/// CPU weight, the node's pids limit), and a stop whose signal the task ignores kills, at the
+/// task's `kill_timeout`, whatever its cgroup holds, a process that left its session and
+/// process group included; then the cgroup is gone.
+#[tokio::test]
+async fn a_tasks_limits_are_in_its_cgroup_and_a_stop_kills_all_it_holds() {
+    let cgroups = CgroupParent::new();
+    let dir = tempfile::tempdir().unwrap();
+    let agent = AgentProcess::start(dir.path(), &cgroups.config());
+    let client = agent.client();
+    let script = "trap '' TERM; \
+                  setsid sh -c 'echo $$ > \"$WHARF_TASK_DIR/escaped\"; exec sleep 600' & \
+                  echo $$ > \"$WHARF_TASK_DIR/pid\"; wait";
+    let extra = "resources = { cpu = 700, memory = 48 }\n\
+                 kill_signal = \"SIGTERM\"\nkill_timeout = \"1s\"\n";
+    let id = submit(&client, &job("held", "service", &task("t", script, extra))).await.unwrap();
+    let task_dir = dir.path().join(format!("data/allocs/{id}/t"));
+    let (main, escaped) = (read_pid(&task_dir.join("pid")), read_pid(&task_dir.join("escaped")));
+    until(&client, &id, "running", |d| d.state.task_states["t"].status == TaskStatus::Running)
+        .await;
+    let names = cgroups.tasks();
+    assert_eq!(names.len(), 1, "{names:?}");
+    let file = |controller: &str, name: &str| {
+        let path = cgroups.task_dir(controller, &names[0]).join(name);
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .trim()
+            .to_owned()
+    };
+    match hierarchy() {
+        "v1" => {
+            assert_eq!(file("memory", "memory.limit_in_bytes"), (48u64 << 20).to_string());
+            assert_eq!(file("cpu", "cpu.shares"), "700");
+        }
+        _ => {
+            assert_eq!(file("memory", "memory.max"), (48u64 << 20).to_string());
+            // 700 shares on runc's scale.
+            assert_eq!(file("cpu", "cpu.weight"), "27");
+        }
+    }
+    assert_eq!(file("pids", "pids.max"), "256");
+    let procs = file("pids", "cgroup.procs");
+    for pid in [main, escaped] {
+        assert!(procs.lines().any(|l| l == pid.to_string()), "{pid} not in {procs}");
+    }
+
+    client.call(Method::POST, ApiPath::v1(["allocations", &id, "stop"]), None).await.unwrap();
+    let detail = until(&client, &id, "stopped", |d| d.done).await;
+    let ended = detail.state.task_states["t"].events.iter().find_map(|e| match &e.kind {
+        TaskEventKind::Terminated { signal, .. } => Some(*signal),
+        _ => None,
+    });
+    assert_eq!(ended, Some(Some(libc::SIGKILL)), "{:?}", detail.state.task_states["t"].events);
+    eventually("the escaped process is gone", || !alive(escaped));
+    eventually("the task's cgroup is removed", || cgroups.tasks().is_empty());
+}
+
 /// The issue's case: a task that allocates past its `memory` is OOM-killed, and both its state
 /// and its events say so.
 #[tokio::test]
@@ -356,24 +441,21 @@ async fn task_cgroups_survive_an_agent_sigkill_and_none_is_left_after_destroy() 
     assert!(!alive(pid));
     // A clean shutdown with nothing left running leaves no cgroup at all.
     assert!(agent.terminate().success());
-    assert!(!Path::new("/sys/fs/cgroup/memory").join(&cgroups.name).exists());
+    assert!(!cgroups.dir("memory").exists());
 }
 
 /// The node's default cgroup parent: `wharf/<data dir>` below the agent's own cgroup, in each
 /// hierarchy (the agent inherits the test's, whose memory cgroup on this host is not the root).
 /// A task's process is in its cgroup there, and an agent that leaves no task behind leaves no
-/// parent.
+/// parent. On v2 the agent's cgroup must hold no process to hand controllers down: the agent
+/// (and whatever shares its cgroup, this test among them) moves to a leaf `agent` beside it.
 #[tokio::test]
 async fn by_default_task_cgroups_are_below_the_agents_own_cgroup() {
     let dir = tempfile::tempdir().unwrap();
     let parent = CgroupParent::default_for(&dir.path().join("data"));
-    let own_memory = std::fs::read_to_string("/proc/self/cgroup")
-        .unwrap()
-        .lines()
-        .find_map(|l| l.split_once(":memory:").map(|(_, path)| path.to_owned()))
-        .expect("a memory hierarchy");
-    let expected = format!("{}/{}", own_memory.trim_end_matches('/'), parent.name);
-    let memory_parent = Path::new("/sys/fs/cgroup/memory").join(expected.trim_start_matches('/'));
+    let (own, mount) = own_cgroup();
+    let expected = format!("{}/{}", own.trim_end_matches('/'), parent.name);
+    let memory_parent = mount.join(expected.trim_start_matches('/'));
 
     let mut agent = AgentProcess::start(dir.path(), "");
     let client = agent.client();
@@ -389,13 +471,95 @@ async fn by_default_task_cgroups_are_below_the_agents_own_cgroup() {
     let id = submit(&client, &job("own", "service", &task("t", script, ""))).await.unwrap();
     let pid = read_pid(&dir.path().join(format!("data/allocs/{id}/t/pid")));
     let membership = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
-    let line = membership.lines().find(|l| l.contains(":memory:")).unwrap();
-    assert!(line.ends_with(&format!(":{expected}/{id}.t.00000001")), "{line}");
+    let (line, task) = match hierarchy() {
+        "v1" => (membership.lines().find(|l| l.contains(":memory:")).unwrap(), String::new()),
+        _ => {
+            let own_dir = mount.join(own.trim_start_matches('/'));
+            let agent_pid = agent.child.id().to_string();
+            let leaf = std::fs::read_to_string(own_dir.join("agent/cgroup.procs")).unwrap();
+            assert!(leaf.lines().any(|l| l == agent_pid), "the agent is in the leaf: {leaf}");
+            let left = std::fs::read_to_string(own_dir.join("cgroup.procs")).unwrap();
+            assert_eq!(left.trim(), "", "the agent's cgroup holds no process");
+            (membership.lines().next().unwrap(), "share/".to_owned())
+        }
+    };
+    assert!(line.ends_with(&format!(":{expected}/{task}{id}.t.00000001")), "{line}");
 
     client.call(Method::POST, ApiPath::v1(["allocations", &id, "stop"]), None).await.unwrap();
     until(&client, &id, "stopped", |d| d.done).await;
     assert!(agent.terminate().success());
     assert!(!memory_parent.exists(), "{} is left", memory_parent.display());
+}
+
+/// The agent's own cgroup, in the memory hierarchy on v1, and where that hierarchy is mounted.
+/// On v2, an agent that moved to its cgroup's leaf took this process with it: the cgroup above
+/// the leaf is the one the agents' parents are below.
+fn own_cgroup() -> (String, &'static Path) {
+    let membership = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    match hierarchy() {
+        "v1" => {
+            let own = membership
+                .lines()
+                .find_map(|l| l.split_once(":memory:").map(|(_, path)| path.to_owned()))
+                .expect("a memory hierarchy");
+            (own, Path::new("/sys/fs/cgroup/memory"))
+        }
+        _ => {
+            let own = membership
+                .lines()
+                .find_map(|l| l.strip_prefix("0::").map(str::to_owned))
+                .expect("a v2 line");
+            let own = own.strip_suffix("/agent").map(str::to_owned).unwrap_or(own);
+            (own, Path::new("/sys/fs/cgroup"))
+        }
+    }
+}
+
+/// With the default parent, an agent killed with SIGKILL and started again (on v2, from the
+/// leaf its first run moved it to) finds its parent where it was: it reattaches to the running
+/// task in the same cgroup, sweeps nothing of it, and makes no parent of its own below the leaf.
+#[tokio::test]
+async fn by_default_a_restarted_agent_finds_its_tasks_cgroups_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let parent = CgroupParent::default_for(&dir.path().join("data"));
+    let (own, mount) = own_cgroup();
+    let parent_dir = mount.join(own.trim_matches('/')).join(&parent.name);
+    let agent = AgentProcess::start(dir.path(), "");
+    let client = agent.client();
+    let script = "echo $$ > \"$WHARF_TASK_DIR/pid\"; exec sleep 600";
+    let id = submit(&client, &job("again", "service", &task("t", script, ""))).await.unwrap();
+    until(&client, &id, "running", |d| d.state.task_states["t"].status == TaskStatus::Running)
+        .await;
+    let pid = read_pid(&dir.path().join(format!("data/allocs/{id}/t/pid")));
+    let membership = || std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let before = membership();
+    assert!(before.contains(&parent.name), "{before}");
+
+    let (data_dir, config) = agent.kill9();
+    let mut agent = AgentProcess::launch(data_dir, config);
+    let client = agent.client();
+    until(&client, &id, "reattached", |d| {
+        d.state.task_states["t"].events.iter().any(|e| e.kind == TaskEventKind::Reattached)
+    })
+    .await;
+    let node = node_status(&client).await;
+    assert!(
+        node.cgroups.parents.contains(&parent_dir.display().to_string()),
+        "{} is not among {:?}",
+        parent_dir.display(),
+        node.cgroups.parents
+    );
+    assert_eq!(membership(), before, "the task is where it was, not swept");
+    assert!(alive(pid));
+    let stats: AllocStats =
+        client.json(Method::GET, ApiPath::v1(["allocations", &id, "stats"]), None).await.unwrap();
+    assert_eq!(stats.tasks["t"].source, wharf_driver::UsageSource::Cgroup);
+
+    client.call(Method::POST, ApiPath::v1(["allocations", &id, "stop"]), None).await.unwrap();
+    until(&client, &id, "stopped", |d| d.done).await;
+    assert!(!alive(pid));
+    assert!(agent.terminate().success());
+    assert!(!parent_dir.exists(), "{} is left", parent_dir.display());
 }
 
 /// Where cgroups cannot be written (here: an agent that is not root), raw_exec runs tasks as

@@ -103,6 +103,7 @@ pub(crate) fn layout(
         Some((mount.point.clone(), own_dir(mount, path)))
     });
     if let Some((mount, own)) = unified {
+        let own = super::agent_cgroup(&own, &mount);
         let offered = controllers_of(&own).unwrap_or_default();
         let offered: Vec<&str> = offered.split_whitespace().collect();
         let needed = ["memory", "cpu", "pids"];
@@ -245,9 +246,13 @@ mod tests {
     fn a_mount_of_a_sub_cgroup_is_followed() {
         // A container sees its own cgroup as the hierarchy's mount point.
         let mountinfo = "7 0 0:7 /ctr /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
-        let layout =
-            layout(mountinfo, "0::/ctr/agent\n", |_| Some("cpu memory pids".into())).unwrap();
-        assert_eq!(layout.hierarchies[0].own, PathBuf::from("/sys/fs/cgroup/agent"));
+        let offered = |_: &Path| Some("cpu memory pids".into());
+        let node = layout(mountinfo, "0::/ctr/node\n", offered).unwrap();
+        assert_eq!(node.hierarchies[0].own, PathBuf::from("/sys/fs/cgroup/node"));
+        // An agent in the leaf `agent` (see `agent_cgroup`) owns the cgroup above it: here
+        // the container's.
+        let leaf = layout(mountinfo, "0::/ctr/agent\n", offered).unwrap();
+        assert_eq!(leaf.hierarchies[0].own, PathBuf::from("/sys/fs/cgroup"));
     }
 
     #[test]

@@ -21,17 +21,20 @@
 //! whatever task cgroup under it it does not know ([`Cgroups::remove_orphans`]).
 //!
 //! Killing: v2 writes `cgroup.kill` (Linux 5.14); otherwise the cgroup is frozen (v1's
-//! freezer, v2's `cgroup.freeze`), every process in it is sent SIGKILL while none can fork
-//! or exit, and it is thawed so they die. The signal itself is the caller's to send (wharf-exec
-//! owns every signal to a task's processes): [`TaskCgroup::kill_all`] hands it each pid, and a
-//! frozen process keeps its pid, so the pid names the process it was read for.
+//! freezer, v2's `cgroup.freeze`), every process in it is sent SIGKILL while none can fork,
+//! and it is thawed so they die. The signal itself is the caller's to send (wharf-exec owns
+//! every signal to a task's processes): [`TaskCgroup::kill_all`] hands it each pid, and a
+//! frozen process keeps its pid, so the pid names the process it was read for. (v1's freezer
+//! holds even a killed process until the thaw; v2's lets a fatal signal through, so there a
+//! process killed meanwhile leaves the freeze to exit.)
 //!
 //! What this module does not do: start processes (the driver's shim does; a process joins
 //! between fork and exec, through [`crate::Containment`]) or decide what a task may have (the node admits it, the task
 //! spec says what it gets).
 //!
-//! The v1 code runs against real cgroups in this crate's tests; the v2 code's file handling is
-//! tested against a fake cgroupfs tree, and has not been run on a real v2 host here.
+//! The v1 code runs against this host's real cgroups in this crate's tests; the v2 code against
+//! a fake cgroupfs tree here, and on a real v2 kernel in `tests/cgroup_v2.rs`, which
+//! `cargo xtask cgroup2` runs in a virtual machine.
 
 mod detect;
 mod limits;
@@ -68,6 +71,17 @@ impl std::fmt::Display for Version {
             Version::V2 => "v2",
         })
     }
+}
+
+/// What a task's cgroup says of the kernel's OOM killer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OomRecord {
+    /// It killed a process of the task.
+    Killed,
+    /// It killed none.
+    NotKilled,
+    /// The kernel counts no OOM kills (v1 before Linux 4.13): nobody can tell.
+    NotCounted,
 }
 
 /// A cgroup controller wharf uses.
@@ -910,13 +924,29 @@ impl TaskCgroup {
         &self,
         kill: &mut dyn FnMut(i32) -> io::Result<()>,
     ) -> Result<usize, IsolateError> {
+        if !self.kill_file {
+            return self.kill_all_frozen(kill);
+        }
         let dir = self.procs_dir()?;
         // An empty cgroup (or one that is gone) has nothing to kill.
         if self.pids()?.is_empty() {
             return Ok(0);
         }
-        if self.kill_file {
-            self.files.write(&dir.join("cgroup.kill"), "1")?;
+        self.files.write(&dir.join("cgroup.kill"), "1")?;
+        Ok(0)
+    }
+
+    /// Kills every process in it as [`TaskCgroup::kill_all`] does where the kernel has no
+    /// `cgroup.kill` (v1, and v2 before Linux 5.14): the cgroup is frozen, so that none of its
+    /// processes can fork; each is handed to `kill`; the cgroup is thawed, and they take their
+    /// SIGKILL. Returns how many were handed to `kill`.
+    pub fn kill_all_frozen(
+        &self,
+        kill: &mut dyn FnMut(i32) -> io::Result<()>,
+    ) -> Result<usize, IsolateError> {
+        let dir = self.procs_dir()?;
+        // An empty cgroup (or one that is gone) has nothing to kill.
+        if self.pids()?.is_empty() {
             return Ok(0);
         }
         let (state, frozen, thawed) = match self.version {
@@ -977,24 +1007,27 @@ impl TaskCgroup {
         }
     }
 
-    /// Whether the kernel's OOM killer has killed a process in it: v1's
-    /// `memory.oom_control` (`oom_kill`, Linux 4.13; before that, a limit that was hit, from
-    /// `memory.failcnt`), v2's `memory.events`.
-    pub fn oom_killed(&self) -> Result<bool, IsolateError> {
+    /// Whether the kernel's OOM killer has killed a process in it: the `oom_kill` count of
+    /// v1's `memory.oom_control` (Linux 4.13) or v2's `memory.events`. A kernel without the
+    /// count gives [`OomRecord::NotCounted`]: whether a process of the task hit its limit
+    /// (`memory.failcnt`) says nothing of how any process ended.
+    pub fn oom_killed(&self) -> Result<OomRecord, IsolateError> {
         let memory = self.need(Controller::Memory)?;
-        match self.version {
+        let (file, text) = match self.version {
             Version::V1 => {
-                let control = self.files.read(&memory.join("memory.oom_control"))?;
-                match stats::field(&control, "oom_kill") {
-                    Some(kills) => Ok(kills > 0),
-                    None => Ok(self.files.number(&memory.join("memory.failcnt"))? > 0),
-                }
+                ("memory.oom_control", self.files.read(&memory.join("memory.oom_control"))?)
             }
-            Version::V2 => {
-                let events = self.files.read(&memory.join("memory.events"))?;
-                Ok(stats::field(&events, "oom_kill").unwrap_or(0) > 0)
-            }
+            Version::V2 => ("memory.events", self.files.read(&memory.join("memory.events"))?),
+        };
+        let record = match stats::field(&text, "oom_kill") {
+            Some(0) => OomRecord::NotKilled,
+            Some(_) => OomRecord::Killed,
+            None => OomRecord::NotCounted,
+        };
+        if record == OomRecord::NotCounted {
+            tracing::debug!(cgroup = %self.name, file, "the kernel counts no OOM kills here");
         }
+        Ok(record)
     }
 
     /// What the task has used (see [`CgroupStats`] for where each figure comes from).
@@ -1185,8 +1218,14 @@ fn enable_controllers(base: &Path, dir: &Path, offered: &str) -> Result<(), Isol
         // v2 lets a cgroup hand its controllers down only while it holds no process itself,
         // and the agent's own cgroup holds the agent. As a delegated systemd unit does
         // (`DelegateSubgroup=`), its processes move to a leaf of their own beside the task
-        // cgroups, and the cgroup is asked again.
-        if written.as_ref().is_err_and(|e| e.raw_os_error() == Some(libc::EBUSY)) && level == base {
+        // cgroups, and the cgroup is asked again: more than once, as a process forked while
+        // they moved stays behind.
+        for _ in 0..EVACUATIONS {
+            if !written.as_ref().is_err_and(|e| e.raw_os_error() == Some(libc::EBUSY))
+                || level != base
+            {
+                break;
+            }
             evacuate(&level)?;
             written = std::fs::write(&path, &change);
         }
@@ -1210,6 +1249,24 @@ fn enable_controllers(base: &Path, dir: &Path, offered: &str) -> Result<(), Isol
 
 /// The leaf a v2 cgroup's own processes move to, so that it can hand controllers down.
 const AGENT_LEAF: &str = "agent";
+/// How many times the agent's cgroup is emptied into the leaf before it is taken to be in use.
+const EVACUATIONS: usize = 3;
+
+/// v2: the agent's own cgroup, for a process in `cgroup`. A process in a leaf [`AGENT_LEAF`]
+/// is an agent that moved there, or was started there after a restart (as systemd's
+/// `DelegateSubgroup=agent` does): the cgroup above the leaf is its own, the one its parent is
+/// below and whose controllers it hands down, so it finds its parent, and its tasks' cgroups,
+/// again.
+pub(crate) fn agent_cgroup(cgroup: &Path, mount: &Path) -> PathBuf {
+    match cgroup.parent() {
+        Some(above)
+            if cgroup.file_name() == Some(AGENT_LEAF.as_ref()) && above.starts_with(mount) =>
+        {
+            above.to_owned()
+        }
+        _ => cgroup.to_owned(),
+    }
+}
 
 /// Moves every process of the v2 cgroup `dir` into its leaf [`AGENT_LEAF`] (made if needed).
 /// A process that exits meanwhile is skipped.
