@@ -6,6 +6,7 @@
 
 use crate::Effort;
 use crate::report::{Better, Row};
+use crate::target::Target;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -46,7 +47,7 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
         spawn_p50.push(percentile(&spawns, 0.50));
         spawn_p99.push(percentile(&spawns, 0.99));
 
-        shim_kib.push(runtime.block_on(one_shim_memory(&driver, root, run)));
+        shim_kib.push(runtime.block_on(one_shim_memory(&driver, root, run))?);
 
         let tasks = effort.scaled(FULL_TASKS);
         let many = runtime.block_on(many_tasks(&driver, root, run, tasks));
@@ -63,7 +64,7 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
             better: Better::Lower,
             samples: p50,
             baseline: None,
-            target: Some("≤ 0.6 ms".into()),
+            target: Some(Target::parse("≤ 0.6 ms")?),
         },
         Row {
             name: "exec: start-to-running latency, p99".into(),
@@ -98,7 +99,7 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
             better: Better::Lower,
             samples: shim_kib,
             baseline: None,
-            target: Some("≤ 1,024 KiB".into()),
+            target: Some(Target::parse("≤ 1,024 KiB")?),
         },
         Row {
             name: format!("exec: start {tasks} sleep tasks ({CONCURRENCY} at a time)"),
@@ -106,7 +107,7 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
             better: Better::Lower,
             samples: start_all,
             baseline: None,
-            target: (tasks == FULL_TASKS).then(|| "≤ 2 s".into()),
+            target: (tasks == FULL_TASKS).then(|| Target::parse("≤ 2 s")).transpose()?,
         },
         Row {
             name: format!("exec: stop {tasks} tasks (SIGTERM, all at once)"),
@@ -236,14 +237,39 @@ pub(crate) async fn finish(driver: &RawExecDriver, handle: &TaskHandle) {
     driver.destroy_task(handle.id(), true).await.unwrap();
 }
 
-/// Private memory (clean plus dirty) of one shim running a `sleep`, in KiB.
-async fn one_shim_memory(driver: &RawExecDriver, root: &Path, run: usize) -> f64 {
-    let handle =
-        driver.start_task(task(root, &format!("mem{run}"), "sleep", &["600"])).await.unwrap();
-    let kib = private_kib(shim_pid(&handle));
+/// Private memory (clean plus dirty) of one shim running a `sleep`, in KiB, sampled once the
+/// shim has its log files open and has written to them: the shim opens them after it reports
+/// the start, so a sample taken when the start returns could miss what they cost.
+async fn one_shim_memory(driver: &RawExecDriver, root: &Path, run: usize) -> Result<f64, String> {
+    let name = format!("mem{run}");
+    let config = task(root, &name, "/bin/sh", &["-c", "echo out; echo err >&2; exec sleep 600"]);
+    let logs = config.logs.dir.clone();
+    let handle = driver.start_task(config).await.map_err(|e| format!("starting {name}: {e}"))?;
+    let written = written_logs(&logs, &name).await;
+    let kib = written.map(|()| private_kib(shim_pid(&handle)));
     driver.stop_task(handle.id(), Duration::from_secs(5), Signal::Term).await.unwrap();
     finish(driver, &handle).await;
     kib
+}
+
+/// How long a bench waits for a task's first output to reach its log files.
+const LOG_LIMIT: Duration = Duration::from_secs(10);
+
+/// Waits (at most [`LOG_LIMIT`]) until task `name`'s stdout and stderr files in `logs` exist
+/// and hold what it wrote.
+async fn written_logs(logs: &Path, name: &str) -> Result<(), String> {
+    let files = ["stdout", "stderr"].map(|stream| logs.join(format!("{name}.{stream}.0")));
+    let deadline = Instant::now() + LOG_LIMIT;
+    while !files.iter().all(|f| std::fs::metadata(f).is_ok_and(|m| m.len() > 0)) {
+        if Instant::now() > deadline {
+            return Err(format!(
+                "task {name} wrote nothing to {} and its stderr file within {LOG_LIMIT:?}",
+                files[0].display()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    Ok(())
 }
 
 fn shim_pid(handle: &TaskHandle) -> i64 {
