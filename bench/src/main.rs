@@ -90,6 +90,12 @@ fn main() -> ExitCode {
             }
         };
     }
+    if cfg!(debug_assertions) && out.is_some() {
+        eprintln!(
+            "a debug build's numbers are not kept: `cargo xtask bench` runs the bench in release mode"
+        );
+        return ExitCode::from(2);
+    }
     if quick && out.is_some() {
         eprintln!(
             "a quick run's numbers mean nothing: it keeps no history and writes no page; {USAGE}"
