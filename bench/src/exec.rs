@@ -245,7 +245,7 @@ async fn one_shim_memory(driver: &RawExecDriver, root: &Path, run: usize) -> Res
     let config = task(root, &name, "/bin/sh", &["-c", "echo out; echo err >&2; exec sleep 600"]);
     let logs = config.logs.dir.clone();
     let handle = driver.start_task(config).await.map_err(|e| format!("starting {name}: {e}"))?;
-    let written = written_logs(&logs, &name).await;
+    let written = written_logs(&logs, &name, LOG_LIMIT).await;
     let kib = written.map(|()| private_kib(shim_pid(&handle)));
     driver.stop_task(handle.id(), Duration::from_secs(5), Signal::Term).await.unwrap();
     finish(driver, &handle).await;
@@ -255,15 +255,15 @@ async fn one_shim_memory(driver: &RawExecDriver, root: &Path, run: usize) -> Res
 /// How long a bench waits for a task's first output to reach its log files.
 const LOG_LIMIT: Duration = Duration::from_secs(10);
 
-/// Waits (at most [`LOG_LIMIT`]) until task `name`'s stdout and stderr files in `logs` exist
-/// and hold what it wrote.
-async fn written_logs(logs: &Path, name: &str) -> Result<(), String> {
+/// Waits (at most `limit`) until task `name`'s stdout and stderr files in `logs` exist and
+/// hold what it wrote.
+async fn written_logs(logs: &Path, name: &str, limit: Duration) -> Result<(), String> {
     let files = ["stdout", "stderr"].map(|stream| logs.join(format!("{name}.{stream}.0")));
-    let deadline = Instant::now() + LOG_LIMIT;
+    let deadline = Instant::now() + limit;
     while !files.iter().all(|f| std::fs::metadata(f).is_ok_and(|m| m.len() > 0)) {
         if Instant::now() > deadline {
             return Err(format!(
-                "task {name} wrote nothing to {} and its stderr file within {LOG_LIMIT:?}",
+                "task {name} wrote nothing to {} and its stderr file within {limit:?}",
                 files[0].display()
             ));
         }
@@ -365,4 +365,25 @@ pub(crate) fn percentile(samples: &[f64], p: f64) -> f64 {
     }
     let rank = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len());
     sorted[rank - 1]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_shim_is_sampled_only_once_both_its_log_files_hold_output() {
+        let logs = tempfile::tempdir().unwrap();
+        let (out, err) = (logs.path().join("t.stdout.0"), logs.path().join("t.stderr.0"));
+        // No wait is needed to learn that a file is missing or empty: the limit is zero.
+        let ready = || written_logs(logs.path(), "t", Duration::ZERO);
+        let error = ready().await.unwrap_err();
+        assert!(error.contains("t.stdout.0"), "{error}");
+        std::fs::write(&out, "out\n").unwrap();
+        assert!(ready().await.is_err(), "stdout alone is not enough");
+        std::fs::write(&err, "").unwrap();
+        assert!(ready().await.is_err(), "an empty stderr file is not written to");
+        std::fs::write(&err, "err\n").unwrap();
+        assert_eq!(ready().await, Ok(()));
+    }
 }
