@@ -4,6 +4,7 @@
 
 use crate::Effort;
 use crate::report::{Better, Row};
+use crate::target::Target;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wharf_alloc::{AllocRunner, AllocRunnerConfig};
@@ -39,7 +40,7 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
             better: Better::Lower,
             samples: per_runner,
             baseline: None,
-            target: Some("≤ 64 KiB".into()),
+            target: Some(Target::parse("≤ 64 KiB")?),
         },
     ])
 }

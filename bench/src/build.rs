@@ -6,6 +6,7 @@
 //! not on wharf), `PROTOC` refused as in CI. A quick run only weighs the binary.
 
 use crate::report::{Better, Row};
+use crate::target::Target;
 use crate::{Effort, exec};
 use std::process::Command;
 use std::time::Instant;
@@ -22,7 +23,7 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
         better: Better::Lower,
         samples: vec![bytes as f64 / 1e6],
         baseline: None,
-        target: Some("≤ 25 MB".into()),
+        target: Some(Target::parse("≤ 25 MB")?),
     }];
     if effort.runs > 1 {
         rows.push(Row {
@@ -31,7 +32,7 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
             better: Better::Lower,
             samples: vec![clean_release_build()?],
             baseline: None,
-            target: Some("≤ 4 min, downloads included".into()),
+            target: Some(Target::parse("≤ 4 min, downloads included")?),
         });
     }
     Ok(rows)

@@ -8,6 +8,7 @@
 use crate::Effort;
 use crate::exec::{finish, percentile, settle, shim, start_all, stop_all, task};
 use crate::report::{Better, Row};
+use crate::target::Target;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wharf_driver::Driver;
@@ -90,7 +91,7 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
             better: Better::Lower,
             samples: start,
             baseline: Some(("the same start without a cgroup".into(), start_plain)),
-            target: Some("≤ 1.5 ms".into()),
+            target: Some(Target::parse("≤ 1.5 ms")?),
         },
         Row {
             name: format!(
@@ -100,7 +101,7 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
             better: Better::Lower,
             samples: stats,
             baseline: None,
-            target: full.then(|| "≤ 50 ms".into()),
+            target: full.then(|| Target::parse("≤ 50 ms")).transpose()?,
         },
         Row {
             name: format!(
@@ -120,7 +121,7 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
             better: Better::Lower,
             samples: stop,
             baseline: Some(("SIGKILL to each task's process group, no cgroups".into(), stop_plain)),
-            target: full.then(|| "≤ 0.3 s".into()),
+            target: full.then(|| Target::parse("≤ 0.3 s")).transpose()?,
         },
     ])
 }

@@ -6,6 +6,7 @@
 
 use crate::Effort;
 use crate::report::{Better, Row};
+use crate::target::Target;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -46,7 +47,7 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
         spawn_p50.push(percentile(&spawns, 0.50));
         spawn_p99.push(percentile(&spawns, 0.99));
 
-        shim_kib.push(runtime.block_on(one_shim_memory(&driver, root, run)));
+        shim_kib.push(runtime.block_on(one_shim_memory(&driver, root, run))?);
 
         let tasks = effort.scaled(FULL_TASKS);
         let many = runtime.block_on(many_tasks(&driver, root, run, tasks));
@@ -63,7 +64,7 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
             better: Better::Lower,
             samples: p50,
             baseline: None,
-            target: Some("≤ 0.6 ms".into()),
+            target: Some(Target::parse("≤ 0.6 ms")?),
         },
         Row {
             name: "exec: start-to-running latency, p99".into(),
@@ -98,7 +99,7 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
             better: Better::Lower,
             samples: shim_kib,
             baseline: None,
-            target: Some("≤ 1,024 KiB".into()),
+            target: Some(Target::parse("≤ 1,024 KiB")?),
         },
         Row {
             name: format!("exec: start {tasks} sleep tasks ({CONCURRENCY} at a time)"),
@@ -106,7 +107,7 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
             better: Better::Lower,
             samples: start_all,
             baseline: None,
-            target: (tasks == FULL_TASKS).then(|| "≤ 2 s".into()),
+            target: (tasks == FULL_TASKS).then(|| Target::parse("≤ 2 s")).transpose()?,
         },
         Row {
             name: format!("exec: stop {tasks} tasks (SIGTERM, all at once)"),
@@ -236,14 +237,39 @@ pub(crate) async fn finish(driver: &RawExecDriver, handle: &TaskHandle) {
     driver.destroy_task(handle.id(), true).await.unwrap();
 }
 
-/// Private memory (clean plus dirty) of one shim running a `sleep`, in KiB.
-async fn one_shim_memory(driver: &RawExecDriver, root: &Path, run: usize) -> f64 {
-    let handle =
-        driver.start_task(task(root, &format!("mem{run}"), "sleep", &["600"])).await.unwrap();
-    let kib = private_kib(shim_pid(&handle));
+/// Private memory (clean plus dirty) of one shim running a `sleep`, in KiB, sampled once the
+/// shim has its log files open and has written to them: the shim opens them after it reports
+/// the start, so a sample taken when the start returns could miss what they cost.
+async fn one_shim_memory(driver: &RawExecDriver, root: &Path, run: usize) -> Result<f64, String> {
+    let name = format!("mem{run}");
+    let config = task(root, &name, "/bin/sh", &["-c", "echo out; echo err >&2; exec sleep 600"]);
+    let logs = config.logs.dir.clone();
+    let handle = driver.start_task(config).await.map_err(|e| format!("starting {name}: {e}"))?;
+    let written = written_logs(&logs, &name, LOG_LIMIT).await;
+    let kib = written.map(|()| private_kib(shim_pid(&handle)));
     driver.stop_task(handle.id(), Duration::from_secs(5), Signal::Term).await.unwrap();
     finish(driver, &handle).await;
     kib
+}
+
+/// How long a bench waits for a task's first output to reach its log files.
+const LOG_LIMIT: Duration = Duration::from_secs(10);
+
+/// Waits (at most `limit`) until task `name`'s stdout and stderr files in `logs` exist and
+/// hold what it wrote.
+async fn written_logs(logs: &Path, name: &str, limit: Duration) -> Result<(), String> {
+    let files = ["stdout", "stderr"].map(|stream| logs.join(format!("{name}.{stream}.0")));
+    let deadline = Instant::now() + limit;
+    while !files.iter().all(|f| std::fs::metadata(f).is_ok_and(|m| m.len() > 0)) {
+        if Instant::now() > deadline {
+            return Err(format!(
+                "task {name} wrote nothing to {} and its stderr file within {limit:?}",
+                files[0].display()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    Ok(())
 }
 
 fn shim_pid(handle: &TaskHandle) -> i64 {
@@ -339,4 +365,25 @@ pub(crate) fn percentile(samples: &[f64], p: f64) -> f64 {
     }
     let rank = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len());
     sorted[rank - 1]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_shim_is_sampled_only_once_both_its_log_files_hold_output() {
+        let logs = tempfile::tempdir().unwrap();
+        let (out, err) = (logs.path().join("t.stdout.0"), logs.path().join("t.stderr.0"));
+        // No wait is needed to learn that a file is missing or empty: the limit is zero.
+        let ready = || written_logs(logs.path(), "t", Duration::ZERO);
+        let error = ready().await.unwrap_err();
+        assert!(error.contains("t.stdout.0"), "{error}");
+        std::fs::write(&out, "out\n").unwrap();
+        assert!(ready().await.is_err(), "stdout alone is not enough");
+        std::fs::write(&err, "").unwrap();
+        assert!(ready().await.is_err(), "an empty stderr file is not written to");
+        std::fs::write(&err, "err\n").unwrap();
+        assert_eq!(ready().await, Ok(()));
+    }
 }

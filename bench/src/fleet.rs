@@ -7,6 +7,7 @@
 
 use crate::Effort;
 use crate::report::{Better, Row};
+use crate::target::Target;
 use hyper::Method;
 use std::collections::HashMap;
 use std::path::Path;
@@ -114,26 +115,28 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
     let workers = effort.scaled(FULL_WORKERS).max(2);
     let window = FULL_WINDOW.mul_f64(effort.scale.max(0.1));
     let scale = runtime.block_on(idle_fleet(&wharf, workers, window))?;
-    let row = |name: String, unit, better, samples, target: Option<&str>| Row {
-        name,
-        unit,
-        better,
-        samples,
-        baseline: None,
-        target: target.map(str::to_owned),
+    let row = |name: String, unit, better, samples, target: Option<&str>| {
+        Ok::<_, String>(Row {
+            name,
+            unit,
+            better,
+            samples,
+            baseline: None,
+            target: target.map(Target::parse).transpose()?,
+        })
     };
     let mut rows = Vec::new();
     for (store, p50, p99, target) in latency_rows {
         let name = |p: &str| format!("fleet ({store}): submit to running on a worker, {p}");
-        rows.push(row(name("p50"), "ms", Better::Lower, p50, Some(target)));
-        rows.push(row(name("p99"), "ms", Better::Lower, p99, None));
+        rows.push(row(name("p50"), "ms", Better::Lower, p50, Some(target))?);
+        rows.push(row(name("p99"), "ms", Better::Lower, p99, None)?);
     }
     if !failovers.is_empty() {
         let name = format!(
             "fleet (etcd, 3 replicas, {}s lease): leader SIGKILL to the new leader's first placement",
             FAILOVER_LEASE.as_secs()
         );
-        rows.push(row(name, "s", Better::Lower, failovers, None));
+        rows.push(row(name, "s", Better::Lower, failovers, None)?);
     }
     rows.push(row(
         format!(
@@ -143,8 +146,8 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
         Better::Higher,
         decisions,
         Some("≥ 5,000/s"),
-    ));
-    rows.extend([
+    )?);
+    for made in [
         row(
             format!("fleet: {workers} loopback workers created until all idle"),
             "s",
@@ -180,7 +183,9 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
             vec![scale.agent_mib],
             None,
         ),
-    ]);
+    ] {
+        rows.push(made?);
+    }
     Ok(rows)
 }
 

@@ -9,6 +9,7 @@
 
 use crate::Effort;
 use crate::report::{Better, Row};
+use crate::target::Target;
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -76,7 +77,7 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
             better: Better::Lower,
             samples: exec_p50,
             baseline: Some((baseline.into(), raw_p50)),
-            target: Some("≤ 3 ms".into()),
+            target: Some(Target::parse("≤ 3 ms")?),
         },
         Row {
             name: "exec (isolated): what the containment adds to a start (median of exec minus raw_exec, turn by turn)".into(),

@@ -5,6 +5,7 @@
 
 use crate::Effort;
 use crate::report::{Better, Row};
+use crate::target::Target;
 use hyper::Method;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -57,7 +58,7 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
             better: Better::Lower,
             samples: vec![percentile(&latencies, 0.50)],
             baseline: None,
-            target: Some("≤ 5 ms".into()),
+            target: Some(Target::parse("≤ 5 ms")?),
         },
         Row {
             name: "node: submit to running through the API, p99".into(),
@@ -65,7 +66,7 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
             better: Better::Lower,
             samples: vec![percentile(&latencies, 0.99)],
             baseline: None,
-            target: Some("≤ 25 ms".into()),
+            target: Some(Target::parse("≤ 25 ms")?),
         },
         Row {
             name: format!(
@@ -75,7 +76,7 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
             better: Better::Lower,
             samples: heap_kib,
             baseline: None,
-            target: Some("≤ 64 KiB".into()),
+            target: Some(Target::parse("≤ 64 KiB")?),
         },
         Row {
             name: format!("node: restore of {records} finished allocations (records only)"),
@@ -94,7 +95,7 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
             better: Better::Lower,
             samples: overshoot.iter().map(ms).collect(),
             baseline: None,
-            target: Some("≤ 100 ms".into()),
+            target: Some(Target::parse("≤ 100 ms")?),
         },
         Row {
             name: format!("node: restore of {count} allocations with running tasks"),
@@ -102,7 +103,7 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
             better: Better::Lower,
             samples: restore.iter().map(ms).collect(),
             baseline: None,
-            target: (count == FULL_ALLOCS).then(|| "≤ 200 ms".into()),
+            target: (count == FULL_ALLOCS).then(|| Target::parse("≤ 200 ms")).transpose()?,
         },
     ])
 }
@@ -274,7 +275,10 @@ async fn restore_finished(config: NodeConfig, count: usize) -> Duration {
     elapsed
 }
 
-/// How long stopping a task that ignores SIGTERM takes beyond its kill timeout.
+/// How long stopping a task that ignores SIGTERM takes beyond its kill timeout. The stop must
+/// last at least the timeout and the task die of SIGKILL: a stop that returned early, or a
+/// task that ended some other way, is an error for the row rather than a figure (as a
+/// figure, an early return would score best).
 async fn stop_overshoot(dir: &Path, shim: &Path) -> Result<Duration, String> {
     use wharf_driver::Driver;
     let driver = wharf_exec::RawExecDriver::with_shim(shim);
@@ -296,23 +300,50 @@ async fn stop_overshoot(dir: &Path, shim: &Path) -> Result<Duration, String> {
             .cloned()
             .unwrap(),
     };
-    let handle = driver.start_task(config).await.unwrap();
-    // The trap is set once the shell printed: wait (bounded) for that line.
-    let out = task_dir.join("logs/stubborn.stdout.0");
-    let deadline = Instant::now() + WAIT_LIMIT;
-    while std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0) == 0 {
-        if Instant::now() > deadline {
-            let _ = driver.destroy_task(handle.id(), true).await;
-            return Err(format!("the stubborn task printed nothing within {WAIT_LIMIT:?}"));
+    let handle =
+        driver.start_task(config).await.map_err(|e| format!("starting the stubborn task: {e}"))?;
+    let measured = async {
+        // The trap is set once the shell printed: wait (bounded) for that line.
+        let out = task_dir.join("logs/stubborn.stdout.0");
+        let deadline = Instant::now() + WAIT_LIMIT;
+        while std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0) == 0 {
+            if Instant::now() > deadline {
+                return Err(format!("the stubborn task printed nothing within {WAIT_LIMIT:?}"));
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        tokio::time::sleep(Duration::from_millis(1)).await;
+        let started = Instant::now();
+        driver
+            .stop_task(handle.id(), KILL_TIMEOUT, wharf_state::Signal::Term)
+            .await
+            .map_err(|e| format!("stopping the stubborn task: {e}"))?;
+        let took = started.elapsed();
+        let exit = tokio::time::timeout(WAIT_LIMIT, driver.wait_task(handle.id()))
+            .await
+            .map_err(|_| format!("the stubborn task's end unknown {WAIT_LIMIT:?} after its stop"))?
+            .map_err(|e| format!("the stubborn task's end: {e}"))?;
+        judge_kill(took, exit.signal)
     }
-    let started = Instant::now();
-    let stopped = driver.stop_task(handle.id(), KILL_TIMEOUT, wharf_state::Signal::Term).await;
-    let overshoot = started.elapsed().saturating_sub(KILL_TIMEOUT);
+    .await;
     let _ = driver.destroy_task(handle.id(), true).await;
-    stopped.map_err(|e| format!("stopping the stubborn task: {e}"))?;
-    Ok(overshoot)
+    measured
+}
+
+/// The figure of the kill-timeout row, from how long the stop took and the signal that ended
+/// the task: the time past the timeout, or why there is none.
+fn judge_kill(took: Duration, signal: Option<i32>) -> Result<Duration, String> {
+    if took < KILL_TIMEOUT {
+        return Err(format!(
+            "the stop of a task that ignores SIGTERM returned after {took:?}, before its kill timeout of {KILL_TIMEOUT:?}"
+        ));
+    }
+    if signal != Some(nix::libc::SIGKILL) {
+        return Err(format!(
+            "the task that ignores SIGTERM ended by {}, not by SIGKILL, when its kill timeout passed",
+            signal.map_or("an exit, no signal".into(), |s| format!("signal {s}"))
+        ));
+    }
+    Ok(took - KILL_TIMEOUT)
 }
 
 /// Stops every allocation and waits (bounded) until each has finished, complete.
@@ -350,4 +381,23 @@ fn percentile(samples: &[f64], p: f64) -> f64 {
     }
     let index = ((sorted.len() - 1) as f64 * p).round() as usize;
     sorted[index]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kill_timeout_row_counts_only_a_stop_that_waited_and_killed() {
+        let past = |ms| KILL_TIMEOUT + Duration::from_millis(ms);
+        let kill = Some(nix::libc::SIGKILL);
+        assert_eq!(judge_kill(past(3), kill), Ok(Duration::from_millis(3)));
+        assert_eq!(judge_kill(KILL_TIMEOUT, kill), Ok(Duration::ZERO));
+        let early = judge_kill(KILL_TIMEOUT - Duration::from_millis(1), kill).unwrap_err();
+        assert!(early.contains("before its kill timeout"), "{early}");
+        let termed = judge_kill(past(3), Some(nix::libc::SIGTERM)).unwrap_err();
+        assert!(termed.contains("signal 15, not by SIGKILL"), "{termed}");
+        let exited = judge_kill(past(3), None).unwrap_err();
+        assert!(exited.contains("an exit"), "{exited}");
+    }
 }

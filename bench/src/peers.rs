@@ -36,6 +36,7 @@
 
 use crate::Effort;
 use crate::report::{Better, Row};
+use crate::target::Target;
 use hyper::Method;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -96,33 +97,38 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
     let mut rows = Vec::new();
     for (peer, theirs) in peers {
         let is_s6 = *peer == "s6";
-        let row =
-            |name: String, figure: &dyn Fn(&PeerRun) -> f64, unit, target: Option<&str>| Row {
+        let row = |name: String,
+                   figure: &dyn Fn(&PeerRun) -> f64,
+                   unit,
+                   target: Option<&str>|
+         -> Result<Row, String> {
+            Ok(Row {
                 name,
                 unit,
                 better: Better::Lower,
                 samples: ours.iter().map(figure).collect(),
                 baseline: Some(((*peer).into(), theirs.iter().map(figure).collect())),
-                target: target.filter(|_| full && is_s6).map(str::to_owned),
-            };
+                target: target.filter(|_| full && is_s6).map(Target::parse).transpose()?,
+            })
+        };
         rows.push(row(
             format!("{count} processes: start, from all requested (daemon running) until all reported running"),
             &|r| ms(&r.start),
             "ms",
             Some("≤ 600 ms and ≥ 3x s6"),
-        ));
+        )?);
         rows.push(row(
             format!("{count} processes: stop, from all requested until all reported down"),
             &|r| ms(&r.stop),
             "ms",
             Some("≤ 300 ms"),
-        ));
+        )?);
         rows.push(row(
             format!("{count} processes: private memory the supervisor's processes gain, per process (wharf: agent and shims)"),
             &per_process,
             "KiB",
             Some("≤ 45 KiB"),
-        ));
+        )?);
     }
     // The same measure without cgroups, and with the data directory in memory, beside s6: what
     // the cgroups and the disk cost (directories made and removed, fsyncs).

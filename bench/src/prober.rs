@@ -9,6 +9,7 @@
 
 use crate::Effort;
 use crate::report::{Better, Row};
+use crate::target::Target;
 use nix::sys::resource::{UsageWho, getrusage};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,7 +21,7 @@ const WORKERS: usize = 10_000;
 const INTERVAL: Duration = Duration::from_secs(10);
 
 pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
-    let mut rows = pool_cpu(effort);
+    let mut rows = pool_cpu(effort)?;
     rows.extend(sshd_probes(effort)?);
     Ok(rows)
 }
@@ -57,7 +58,7 @@ fn cpu_time() -> Duration {
     }
 }
 
-fn pool_cpu(effort: Effort) -> Vec<Row> {
+fn pool_cpu(effort: Effort) -> Result<Vec<Row>, String> {
     let workers = effort.scaled(WORKERS);
     // The quick run shortens the cycle so it still sees every worker probed.
     let interval = if effort.scale < 1.0 { Duration::from_millis(500) } else { INTERVAL };
@@ -70,7 +71,7 @@ fn pool_cpu(effort: Effort) -> Vec<Row> {
         let cpu_per_probe = share / 100.0 / rate;
         capacity.push(1.0 / cpu_per_probe / interval.as_secs_f64());
     }
-    vec![
+    Ok(vec![
         Row {
             name: format!(
                 "prober: CPU to probe {workers} workers every {interval:?} (scripted executor, process CPU over one real-time cycle)"
@@ -79,7 +80,7 @@ fn pool_cpu(effort: Effort) -> Vec<Row> {
             better: Better::Lower,
             samples: cpu,
             baseline: None,
-            target: Some("≤ 25%".into()),
+            target: Some(Target::parse("≤ 25%")?),
         },
         // Not a speed: the schedule asks for workers ÷ interval probes a second. The row shows
         // the pool keeps to it under that load.
@@ -91,7 +92,10 @@ fn pool_cpu(effort: Effort) -> Vec<Row> {
             better: Better::Higher,
             samples: rates,
             baseline: None,
-            target: Some(format!("{:.0}/s", workers as f64 / interval.as_secs_f64())),
+            target: Some(Target::parse(&format!(
+                "{:.0}/s",
+                workers as f64 / interval.as_secs_f64()
+            ))?),
         },
         Row {
             name: format!(
@@ -103,7 +107,7 @@ fn pool_cpu(effort: Effort) -> Vec<Row> {
             baseline: None,
             target: None,
         },
-    ]
+    ])
 }
 
 /// Runs a pool of `workers` for one warm-up cycle and one measured cycle; returns the CPU
@@ -196,7 +200,7 @@ fn sshd_probes(effort: Effort) -> Result<Vec<Row>, String> {
         better: Better::Higher,
         samples: persistent,
         baseline: Some(("a new connection per probe".into(), fresh)),
-        target: Some("≥ 2,000/s".into()),
+        target: Some(Target::parse("≥ 2,000/s")?),
     },
     Row {
         name: "prober: sshd's CPU per run probe (its session fork and the remote shell; for comparison)".into(),
@@ -246,6 +250,37 @@ fn sshd_cpu(pid: u32) -> Duration {
         }
     }
     Duration::from_millis(ticks * 10)
+}
+
+/// The probes of one SSH measurement.
+#[derive(Debug, Default)]
+struct Tally {
+    passed: u64,
+    failed: u64,
+    /// The first failed probe's outcome and the worker's error.
+    first_failure: Option<String>,
+}
+
+impl Tally {
+    fn add(&mut self, other: Tally) {
+        self.passed += other.passed;
+        self.failed += other.failed;
+        self.first_failure = self.first_failure.take().or(other.first_failure);
+    }
+
+    /// The probes that passed, when none failed: a failed probe fails the row rather than
+    /// lowering its rate.
+    fn passed(&self) -> Result<u64, String> {
+        match &self.first_failure {
+            None if self.failed == 0 => Ok(self.passed),
+            first => Err(format!(
+                "{} of {} SSH probes failed (the first: {})",
+                self.failed,
+                self.passed + self.failed,
+                first.as_deref().unwrap_or("unknown")
+            )),
+        }
+    }
 }
 
 /// Probes `workers` idle workers over SSH in a loop for `window`.
@@ -322,24 +357,32 @@ fn probe_rate(
             .map(|(worker, executor)| {
                 let (worker, executor) = (worker.clone(), executor.clone());
                 tokio::spawn(async move {
-                    let mut done = 0u64;
+                    let mut tally = Tally::default();
                     while started.elapsed() < window {
                         if reconnect {
                             executor.close().await;
                         }
-                        if worker.probe_and_update().await == ProbeOutcome::Passed {
-                            done += 1;
+                        match worker.probe_and_update().await {
+                            ProbeOutcome::Passed => tally.passed += 1,
+                            outcome => {
+                                tally.failed += 1;
+                                if tally.first_failure.is_none() {
+                                    let error = worker.view().last_error;
+                                    tally.first_failure = Some(format!("{outcome:?}: {error:?}"));
+                                }
+                            }
                         }
                         let _ = worker.take_effects();
                     }
-                    done
+                    tally
                 })
             })
             .collect();
-        let mut total = 0;
+        let mut tally = Tally::default();
         for task in tasks {
-            total += task.await.map_err(|e| e.to_string())?;
+            tally.add(task.await.map_err(|e| e.to_string())?);
         }
+        let total = tally.passed()?;
         let cpu = cpu_time() - cpu_before;
         let server = sshd_cpu(sshd.pid()).saturating_sub(server_before);
         let probes = total.max(1) as u32;
@@ -349,4 +392,20 @@ fn probe_rate(
             server: server / probes,
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_failed_ssh_probe_fails_the_rate() {
+        let mut tally = Tally { passed: 10, ..Tally::default() };
+        tally.add(Tally { passed: 5, ..Tally::default() });
+        assert_eq!(tally.passed(), Ok(15));
+        tally.add(Tally { passed: 3, failed: 1, first_failure: Some("Failed: refused".into()) });
+        let error = tally.passed().unwrap_err();
+        assert!(error.starts_with("1 of 19 SSH probes failed"), "{error}");
+        assert!(error.contains("Failed: refused"), "{error}");
+    }
 }

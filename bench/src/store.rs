@@ -3,6 +3,7 @@
 
 use crate::Effort;
 use crate::report::{Better, Row};
+use crate::target::Target;
 use std::time::Instant;
 use wharf_state::TaskState;
 use wharf_store::{RedbStore, StateStore, StoreOptions};
@@ -15,7 +16,7 @@ struct Measured {
     commits_per_thousand: f64,
 }
 
-pub(crate) fn run(effort: Effort) -> Vec<Row> {
+pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).build().unwrap();
     let one_per_commit = StoreOptions { max_writes_per_commit: 1, ..StoreOptions::default() };
     let mut rows = Vec::new();
@@ -35,7 +36,7 @@ pub(crate) fn run(effort: Effort) -> Vec<Row> {
             better: Better::Higher,
             samples: rates(&grouped),
             baseline: Some(("one commit per change".into(), rates(&naive))),
-            target: (writers == 32).then(|| "≥ 20,000/s and ≥ 10x".into()),
+            target: (writers == 32).then(|| Target::parse("≥ 20,000/s and ≥ 10x")).transpose()?,
         });
         if writers > 1 {
             let commits = |m: &[Measured]| m.iter().map(|m| m.commits_per_thousand).collect();
@@ -49,7 +50,7 @@ pub(crate) fn run(effort: Effort) -> Vec<Row> {
             });
         }
     }
-    rows
+    Ok(rows)
 }
 
 /// Opens a fresh store on the disk the agent would use (not tmpfs) and has `writers` tasks
