@@ -1027,7 +1027,7 @@ impl Snapshot {
         for instance in pool.instances() {
             match instance {
                 InstanceView::Worker(view) => {
-                    snapshot.workers.insert(view.id.clone(), view);
+                    snapshot.workers.insert(view.id.clone(), *view);
                 }
                 InstanceView::Creating { instance_type, .. } => {
                     *snapshot.creating.entry(instance_type).or_default() += 1;

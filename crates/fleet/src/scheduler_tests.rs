@@ -633,6 +633,7 @@ fn worker_view(id: &str, state: State, idle: IdleBehavior, running: &[&str]) -> 
         idle_behavior: idle,
         running: running.iter().map(|s| (*s).to_owned()).collect(),
         starting: Vec::new(),
+        awaiting_outcome: Vec::new(),
         last_runner: None,
         probe_age: Duration::ZERO,
         idle_for: Duration::ZERO,
