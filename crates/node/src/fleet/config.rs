@@ -95,6 +95,10 @@ pub struct TimeoutsConfig {
     /// ... until this long has passed; then the worker is drained.
     #[serde(with = "serde_str")]
     pub term: Duration,
+    /// A worker whose allocation ended is not shut down for idleness (drained) until the
+    /// fleet has asked its agent how the allocation ended, or this long has passed.
+    #[serde(with = "serde_str")]
+    pub outcome_hold: Duration,
 }
 
 /// The fleet brake.
@@ -261,6 +265,7 @@ impl Default for TimeoutsConfig {
             stale_run_lock: Duration::from_secs(30),
             signal: Duration::from_secs(5),
             term: Duration::from_secs(120),
+            outcome_hold: Duration::from_secs(60),
         }
     }
 }

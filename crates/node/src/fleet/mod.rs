@@ -419,6 +419,7 @@ fn plan(config: &FleetConfig, data_dir: &Path) -> anyhow::Result<Plan> {
             stale_run_lock: config.timeouts.stale_run_lock,
             signal: config.timeouts.signal,
             term: config.timeouts.term,
+            outcome_hold: config.timeouts.outcome_hold,
             ..Timeouts::default()
         },
         boot_probe_command: "true".into(),
