@@ -26,6 +26,8 @@ const WHARF: &str = env!("CARGO_BIN_EXE_wharf");
 const LEASE: Duration = Duration::from_secs(3);
 /// Any single wait; reaching it means something hung.
 const LIMIT: Duration = Duration::from_secs(60);
+/// The token the replicas share: a follower forwards requests to the leader with it.
+const TOKEN: &str = "the-replicas-shared-token";
 
 /// Three replicas and what they share. Dropped: every fleet is killed and the shared loopback
 /// workers are wiped with everything they ran.
@@ -63,7 +65,8 @@ impl Replicas {
         for i in 0..3 {
             let dir = tempfile::tempdir().unwrap();
             let settings = format!(
-                "per_worker_limit = 4\nprobe_interval = \"200ms\"\nsync_interval = \"1s\"\n\
+                "token = {TOKEN:?}\nper_worker_limit = 4\nprobe_interval = \"200ms\"\n\
+                 sync_interval = \"1s\"\n\
                  [loopback]\ninstances = 2\nroot = {root:?}\n\
                  [runner]\ndirectory = {runner:?}\n\
                  [store]\nbackend = \"etcd\"\nendpoints = [\"{endpoint}\"]\nprefix = \"/ha\"\n\
@@ -95,7 +98,7 @@ impl Replicas {
     }
 
     fn client(&self, i: usize) -> Client {
-        Client::new(self.fleet(i).address(), None)
+        Client::new(self.fleet(i).address(), Some(TOKEN.into()))
     }
 
     async fn status(&self, i: usize) -> Option<FleetStatus> {

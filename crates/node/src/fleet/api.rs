@@ -12,6 +12,10 @@
 //! | `GET /v1/metrics` | the pool's and the scheduler's metrics (Prometheus) |
 //! | `GET /v1/status` | this replica, the leader, the replicas and the store |
 //!
+//! Every call but `/v1/health` requires the fleet's token, as `Authorization: Bearer <token>`:
+//! the configured one, or the one the fleet keeps in its data directory
+//! ([`crate::api_token::FLEET`]). None is a 401, a wrong one a 403.
+//!
 //! Every replica answers. The leader serves everything; a follower serves its status, its
 //! metrics and the allocations as the store holds them, and forwards the rest to the leader
 //! (the answer says who in `x-wharf-leader`); with no leader (an election under way) it
