@@ -1408,17 +1408,16 @@ impl Books {
     ) {
         let Some(entry) = self.entries.get_mut(id) else { return };
         let placement = &mut entry.placement;
-        let (worker, how, failed, phase) = match end {
+        let (worker, failed, phase) = match end {
             AttemptEnd::Ended { worker, outcome } => {
                 let failed = outcome.starts_with("failed");
-                let how = format!("ended: {outcome}");
-                (worker.clone(), how, failed, Phase::Ended { worker, outcome })
+                (worker.clone(), failed, Phase::Ended { worker, outcome })
             }
             AttemptEnd::Lost { worker, reason } => {
-                let how = format!("lost: {reason}");
-                (worker.clone(), how, true, Phase::Lost { worker, reason })
+                (worker.clone(), true, Phase::Lost { worker, reason })
             }
         };
+        let how = phase.attempt_outcome().unwrap_or_default();
         let events: Vec<&RescheduleEvent> = placement.reschedules().collect();
         let next = if failed && !placement.stop_requested {
             reschedule::decide(&placement.reschedule, &events, now)

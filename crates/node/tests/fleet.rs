@@ -240,6 +240,47 @@ async fn loopback_workers_run_allocations_and_end_with_the_fleet() {
     assert!(left.is_empty(), "left running: {left:?}");
 }
 
+/// `wharf fleet status ID` of batch work whose every attempt failed: the rescheduled attempt
+/// and the last one each say when they ended and how, in the table and in the JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_when_and_how_every_attempt_ended() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = FleetProcess::start(dir.path(), "[loopback]\ninstances = 1\n");
+    let client = fleet.client();
+    // Batch work is placed again once when it fails (after 5s, by default), and not again.
+    let spec = job("fails", "batch", "exit 3") + "restart = { attempts = 0 }\n";
+    let alloc = submit(&client, &spec).await.unwrap();
+    let done = until_alloc(&client, &alloc.id, "it fails twice", FleetAlloc::is_final).await;
+    assert_eq!((done.phase.as_str(), done.attempt), ("ended", 2), "{done:?}");
+
+    let out = fleet.cli(&["status", &alloc.id, "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let shown: Vec<FleetAlloc> = serde_json::from_slice(&out.stdout).unwrap();
+    let shown = &shown[0];
+    let first = &shown.history[0];
+    assert!(first.outcome.starts_with("ended: failed"), "{shown:?}");
+    let finished = shown.finished.clone().expect("the last attempt's end, in the JSON");
+    let outcome = shown.outcome.clone().expect("how the last attempt ended, in the JSON");
+    assert!(outcome.starts_with("ended: failed"), "{outcome}");
+    assert_eq!(Some(outcome.strip_prefix("ended: ").unwrap()), shown.detail.as_deref());
+    assert!(first.finished < finished, "{shown:?}");
+
+    let out = fleet.cli(&["status", &alloc.id]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<&str> = text.lines().skip_while(|l| !l.starts_with("ATTEMPT")).collect();
+    assert_eq!(rows.len(), 3, "{text}");
+    // ATTEMPT, RUNNER ID, WORKER, STARTED, ENDED, then OUTCOME (which has spaces).
+    let ended_column = |row: &str| row.split_whitespace().nth(4).unwrap_or_default().to_owned();
+    let outcome_column = |row: &str| row.split_whitespace().skip(5).collect::<Vec<_>>().join(" ");
+    let header: Vec<&str> = rows[0].split_whitespace().collect();
+    assert_eq!(header[5..], ["ENDED", "OUTCOME"], "{text}");
+    assert_eq!(ended_column(rows[1]), first.finished, "{text}");
+    assert_eq!(outcome_column(rows[1]), first.outcome, "{text}");
+    assert_eq!(ended_column(rows[2]), finished, "{text}");
+    assert_eq!(outcome_column(rows[2]), outcome, "{text}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_get_clear_errors_and_change_nothing() {
     let dir = tempfile::tempdir().unwrap();

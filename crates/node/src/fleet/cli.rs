@@ -298,8 +298,9 @@ fn print_allocs(allocs: &[FleetAlloc], json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The allocation's attempts, oldest first: each one that is over with how it ended, then the
-/// current one (Nomad's reschedule tracker, as `nomad alloc status` shows it).
+/// The allocation's attempts, oldest first, each with when and how it ended once it has: the
+/// ones that are over, then the current one (Nomad's reschedule tracker, as `nomad alloc
+/// status` shows it), whose outcome is its phase while it is under way.
 fn print_attempts(alloc: &FleetAlloc) {
     let row = |attempt: &dyn std::fmt::Display,
                runner_id: &str,
@@ -320,12 +321,14 @@ fn print_attempts(alloc: &FleetAlloc) {
         let (worker, started) = (a.worker.as_deref(), a.started.as_deref());
         row(&a.attempt, &a.runner_id, worker, started, Some(&a.finished), &a.outcome);
     }
-    let now = match (&alloc.not_before, alloc.phase.as_str()) {
-        (Some(at), "queued") => format!("queued, not before {at}"),
-        _ => alloc.phase.clone(),
+    let now = match (&alloc.outcome, &alloc.not_before, alloc.phase.as_str()) {
+        (Some(outcome), _, _) => outcome.clone(),
+        (None, Some(at), "queued") => format!("queued, not before {at}"),
+        (None, _, phase) => phase.to_owned(),
     };
     let (worker, started) = (alloc.worker.as_deref(), alloc.started.as_deref());
-    row(&alloc.attempt, &alloc.runner_id, worker, started, None, &now);
+    let ended = alloc.finished.as_deref();
+    row(&alloc.attempt, &alloc.runner_id, worker, started, ended, &now);
 }
 
 /// Prints each change of phase until the allocation is done with; succeeds if it completed.
