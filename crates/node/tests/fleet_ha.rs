@@ -204,6 +204,45 @@ async fn runs_on_as_before(replicas: &Replicas, via: usize, before: &[FleetAlloc
     }
 }
 
+/// Followers that follow log no error: a follower's campaign waits for as long as another
+/// replica leads, and nothing cuts it short (a per-call timeout of the etcd client used to,
+/// with an ERROR about every 6 s). Watched for longer than that, while work goes through them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followers_that_follow_log_no_error() {
+    /// Longer than the old period of the error.
+    const WATCH: Duration = Duration::from_secs(10);
+    let replicas = Replicas::start().await;
+    let watched = Instant::now();
+    let leader = replicas.leader(None).await;
+    let followers: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    replicas.submit(followers[0], "while-following").await;
+    replicas.running(followers[1], "while-following").await;
+    let errors = |i: usize| -> Vec<String> {
+        let log = replicas.fleet(i).log_tail(usize::MAX);
+        log.lines().filter(|l| l.contains("ERROR")).map(str::to_owned).collect()
+    };
+    // Each follower's log is read through the whole watch: an error fails the test as it comes.
+    while watched.elapsed() < WATCH {
+        for &i in &followers {
+            let found = errors(i);
+            assert!(
+                found.is_empty(),
+                "r{i} logged errors while it followed:\n{}",
+                found.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for &i in &followers {
+        let status = replicas.status(i).await.unwrap();
+        assert_eq!(status.role, "follower", "r{i}");
+        assert_eq!(status.leader.map(|l| l.name), Some(format!("r{leader}")), "r{i}");
+        let found = errors(i);
+        assert!(found.is_empty(), "r{i} logged errors while it followed:\n{}", found.join("\n"));
+    }
+    assert_eq!(replicas.leader(None).await, leader, "the leader never changed");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_leader_is_replaced_within_its_lease_and_nothing_is_lost_or_run_twice() {
     let mut replicas = Replicas::start().await;

@@ -335,10 +335,15 @@ impl Fleet {
 
 /// A replica's life: campaign, lead until the term is lost (or the fleet stops), follow, and
 /// campaign again. `first` hears how the first attempt to lead went.
+///
+/// A follower's campaign waits for as long as another replica leads: following is the normal
+/// state of all but one replica, said at debug level. A campaign that fails (the store cannot
+/// be reached, this replica's lease lapsed) and a lead that cannot be built are errors.
 async fn lead(fleet: Arc<Fleet>, first: tokio::sync::oneshot::Sender<anyhow::Result<()>>) {
     let mut first = Some(first);
     let mut stopping = fleet.stopping.subscribe();
     loop {
+        tracing::debug!(replica = %fleet.replica.name, "campaigning to lead the fleet; following whoever leads meanwhile");
         let campaign = tokio::select! {
             term = fleet.store.campaign(&fleet.replica) => term,
             _ = stopping.wait_for(|stop| *stop) => return,
