@@ -44,7 +44,8 @@ impl FleetProcess {
         // inherit this), so logging does not weigh on the figures.
         let filter = "warn,wharf_node::fleet=info";
         let fleet = Fleet::start(wharf, &dir, settings, filter, Duration::from_secs(60)).unwrap();
-        let client = Client::new(fleet.address(), None);
+        // The token the fleet made and keeps in its data directory.
+        let client = Client::new(fleet.address(), Some(fleet.token().unwrap()));
         FleetProcess { fleet, client }
     }
 

@@ -2,7 +2,8 @@
 //! caller's directory, reached at the address it announces, its log kept in that directory,
 //! and, when dropped, killed with the agents it left behind wiped (a test must leave nothing).
 //! [`Fleet::kill`] is the crash instead: SIGKILL, leaving its agents for the next fleet over
-//! the same directory to find.
+//! the same directory to find. Its API requires a token: the one given in its settings, or the
+//! one it makes and keeps in its data directory ([`Fleet::token`]).
 
 // This fixture's job is to start and stop a program.
 #![allow(clippy::disallowed_methods)]
@@ -87,6 +88,16 @@ impl Fleet {
     /// Its data directory (`<dir>/fleet`).
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
+    }
+
+    /// The token its API requires when none was configured: the one it made at its first
+    /// start and keeps in `<data_dir>/fleet-token` (wharf-node's `api_token::FLEET`). An error
+    /// if there is none (a fleet given a token removes the file).
+    pub fn token(&self) -> Result<String, String> {
+        let path = self.data_dir.join("fleet-token");
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read the fleet's token {}: {e}", path.display()))?;
+        Ok(text.trim_end().to_owned())
     }
 
     /// The last `lines` lines of its log.

@@ -16,7 +16,12 @@
 //!   as running until a probe says otherwise;
 //! - work a probe no longer lists has ended: the runner is asked how
 //!   ([`RunnerConfig::outcome_args`](wharf_prober::RunnerConfig)), and work the runner never
-//!   received after a start that was not acknowledged goes back to the queue;
+//!   received after a start that was not acknowledged goes back to the queue. The worker
+//!   keeps the runner as awaiting its outcome, which holds its idle shutdown (a drained worker
+//!   goes as soon as it is idle) for at most [`Timeouts::outcome_hold`](wharf_prober::Timeouts):
+//!   the scheduler asks again while a question fails and the worker still waits, and tells the
+//!   pool once the answer is durable, or that it wants none
+//!   ([`Pool::outcome_collected`]);
 //! - work on a worker that is shut down or gone is lost; but work the worker's last probe saw
 //!   end before it went (a drained worker goes as soon as it is idle) has ended, and the
 //!   worker is asked how, and work whose worker is being asked is judged by the answer, never
@@ -251,6 +256,9 @@ pub(crate) struct Decisions {
     /// Runner ids whose stop was asked (before a take-over, or before a worker listed them)
     /// and not yet sent to the worker that runs them.
     pub(crate) stop_asked: Vec<String>,
+    /// Runners that left a worker's list whose outcome the books have, or do not want (the
+    /// worker, runner id): the worker need not wait for the question any longer.
+    pub(crate) collected: Vec<(InstanceId, String)>,
     /// Workers to create, to keep the minimum.
     pub(crate) creates: usize,
     /// Instance types to create one of each, for work no worker has room for.
@@ -720,6 +728,19 @@ impl Scheduler {
                 }
             }));
         }
+        for (worker, runner_id) in decisions.collected {
+            let scheduler = self.clone();
+            spawn(Box::pin(async move {
+                if scheduler.ready(sequence).await {
+                    debug!(%worker, runner = %runner_id, "its outcome is in the books");
+                    if let Err(e) =
+                        scheduler.shared.pool.outcome_collected(&worker, &runner_id).await
+                    {
+                        debug!(%worker, runner = %runner_id, error = %e, "cannot let the worker go");
+                    }
+                }
+            }));
+        }
         // Creates return at once; the pool runs them and tells its subscribers how they went.
         if self.acting() {
             for instance_type in &decisions.creates_for_work {
@@ -838,14 +859,14 @@ impl Scheduler {
         let answer = shared.pool.runner_outcome(&worker, &runner_id).await;
         let not_ended = matches!(&answer, Ok(Some(line))
             if matches!(line.split(' ').next(), Some("pending" | "running")));
+        let view = shared.pool.workers().into_iter().find(|w| w.id == worker);
         // Asked because its worker went after its last probe: what still runs went with it.
-        let worker_out = not_ended
-            && shared
-                .pool
-                .workers()
-                .iter()
-                .find(|w| w.id == worker)
-                .is_none_or(|w| w.state == State::Shutdown);
+        let worker_out = view.as_ref().is_none_or(|w| w.state == State::Shutdown);
+        // A question that failed is asked again while the worker waits for the answer.
+        let ask_again = answer.is_err()
+            && view.as_ref().is_some_and(|w| {
+                w.state != State::Shutdown && w.awaiting_outcome.contains(&runner_id)
+            });
         let now = self.now();
         let mut guard = shared.inner.lock();
         let books = &mut *guard;
@@ -883,6 +904,10 @@ impl Scheduler {
             }
             Ok(Some(_)) if not_ended && !worker_out => {
                 // Not ended after all (the probe raced its start): the next probe lists it.
+                return;
+            }
+            Err(e) if ask_again => {
+                debug!(work = %id, %worker, error = %e, "cannot learn how the work ended yet; asking again");
                 return;
             }
             Ok(Some(_)) if not_ended => {
@@ -1027,7 +1052,7 @@ impl Snapshot {
         for instance in pool.instances() {
             match instance {
                 InstanceView::Worker(view) => {
-                    snapshot.workers.insert(view.id.clone(), view);
+                    snapshot.workers.insert(view.id.clone(), *view);
                 }
                 InstanceView::Creating { instance_type, .. } => {
                     *snapshot.creating.entry(instance_type).or_default() += 1;
@@ -1244,6 +1269,22 @@ impl Books {
             }
         }
 
+        // Runners that ended and await their outcome: the work still running on that worker
+        // under that id is (or is about to be) asked; any other's outcome is in the books, or
+        // not wanted (an attempt written off, work forgotten).
+        for view in views.values() {
+            for runner_id in &view.awaiting_outcome {
+                let (id, _) = parse_runner_id(runner_id);
+                let asked = self.entries.get(id).is_some_and(|entry| {
+                    entry.placement.runner_id() == *runner_id
+                        && entry.placement.phase == (Phase::Running { worker: view.id.0.clone() })
+                });
+                if !asked {
+                    decisions.collected.push((view.id.clone(), runner_id.clone()));
+                }
+            }
+        }
+
         // Each worker that takes work: its runners and what the work placed there needs. A
         // worker counts every start through it as running until a probe says otherwise, so its
         // view is the load, plus the starts decided but not yet begun; work it no longer lists
@@ -1367,17 +1408,16 @@ impl Books {
     ) {
         let Some(entry) = self.entries.get_mut(id) else { return };
         let placement = &mut entry.placement;
-        let (worker, how, failed, phase) = match end {
+        let (worker, failed, phase) = match end {
             AttemptEnd::Ended { worker, outcome } => {
                 let failed = outcome.starts_with("failed");
-                let how = format!("ended: {outcome}");
-                (worker.clone(), how, failed, Phase::Ended { worker, outcome })
+                (worker.clone(), failed, Phase::Ended { worker, outcome })
             }
             AttemptEnd::Lost { worker, reason } => {
-                let how = format!("lost: {reason}");
-                (worker.clone(), how, true, Phase::Lost { worker, reason })
+                (worker.clone(), true, Phase::Lost { worker, reason })
             }
         };
+        let how = phase.attempt_outcome().unwrap_or_default();
         let events: Vec<&RescheduleEvent> = placement.reschedules().collect();
         let next = if failed && !placement.stop_requested {
             reschedule::decide(&placement.reschedule, &events, now)

@@ -37,6 +37,10 @@ struct RunnerState {
     kills: Vec<String>,
     /// What its resources command prints; `None`: it fails (a runner that cannot say).
     resources: Option<String>,
+    /// Its outcome command never answers in time (an agent that hangs), though it lists.
+    outcome_hangs: bool,
+    /// Outcome commands it was sent.
+    outcome_asks: usize,
 }
 
 /// A host whose runner keeps the work it is given until told it ended.
@@ -105,6 +109,10 @@ impl Executor for FakeRunner {
                 None => Err(ProberError::Exec { worker, detail: "cannot say".into() }),
             },
             Some("outcome") => {
+                state.outcome_asks += 1;
+                if state.outcome_hangs {
+                    return Err(ProberError::Timeout { worker, what: command.into(), deadline });
+                }
                 let id = last_word(command);
                 ok(state.outcomes.get(&id).cloned().unwrap_or_else(|| "unknown".into()) + "\n")
             }
@@ -139,7 +147,50 @@ struct Harness {
 
 const PROBE_INTERVAL: Duration = Duration::from_secs(10);
 
+/// Hosts whose destroy also ends their runner, as destroying a loopback instance wipes its
+/// agent: nothing on them answers any more.
+#[derive(Debug)]
+struct Wiping {
+    set: StaticInstanceSet,
+    hosts: BTreeMap<String, Arc<FakeRunner>>,
+}
+
+#[async_trait::async_trait]
+impl InstanceSet for Wiping {
+    async fn create(
+        &self,
+        instance_type: &InstanceType,
+        tags: &Tags,
+        init_command: &str,
+    ) -> Result<Instance, ProberError> {
+        self.set.create(instance_type, tags, init_command).await
+    }
+    async fn list(&self) -> Result<Vec<Instance>, ProberError> {
+        self.set.list().await
+    }
+    async fn destroy(&self, id: &InstanceId) -> Result<(), ProberError> {
+        if let Some(host) = self.hosts.get(&id.0) {
+            host.state.lock().reachable = false;
+        }
+        self.set.destroy(id).await
+    }
+    async fn set_tags(&self, id: &InstanceId, tags: &Tags) -> Result<(), ProberError> {
+        self.set.set_tags(id, tags).await
+    }
+}
+
 fn harness(hosts: &[&str], scheduling: SchedulerConfig) -> Harness {
+    harness_with(hosts, scheduling, Duration::ZERO, false)
+}
+
+/// A harness whose workers await the outcome of ended work for `outcome_hold`, and whose
+/// destroys end the host's runner if `destroy_wipes`.
+fn harness_with(
+    hosts: &[&str],
+    scheduling: SchedulerConfig,
+    outcome_hold: Duration,
+    destroy_wipes: bool,
+) -> Harness {
     let clock = Arc::new(FakeClock::new(Moment::from_origin(secs(1))));
     let runners: BTreeMap<String, Arc<FakeRunner>> = hosts
         .iter()
@@ -166,6 +217,11 @@ fn harness(hosts: &[&str], scheduling: SchedulerConfig) -> Harness {
         clock.clone(),
     )
     .unwrap();
+    let set: Arc<dyn InstanceSet> = if destroy_wipes {
+        Arc::new(Wiping { set, hosts: runners.clone() })
+    } else {
+        Arc::new(set)
+    };
     let for_executor = runners.clone();
     let new_executor: NewExecutor =
         Arc::new(move |i: &Instance| for_executor[&i.id.0].clone() as Arc<dyn Executor>);
@@ -185,6 +241,7 @@ fn harness(hosts: &[&str], scheduling: SchedulerConfig) -> Harness {
                 booting: secs(60),
                 probe: secs(60),
                 idle: secs(1_000_000),
+                outcome_hold,
                 ..Timeouts::default()
             },
             ..WorkerConfig::default()
@@ -192,7 +249,7 @@ fn harness(hosts: &[&str], scheduling: SchedulerConfig) -> Harness {
         probe_interval: PROBE_INTERVAL,
         ..PoolConfig::default()
     };
-    let pool = Pool::new(config, clock.clone(), Arc::new(set), new_executor).unwrap();
+    let pool = Pool::new(config, clock.clone(), set, new_executor).unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let store = Arc::new(MemoryStore::new());
     let scheduler = runtime.block_on(take_over(&pool, scheduling.clone(), store.clone()));
@@ -354,6 +411,83 @@ fn a_drained_worker_shut_down_after_its_work_ended_records_the_end_not_a_loss() 
     assert_eq!(h.phase("b"), running("h2"));
     let metrics = h.scheduler.metrics();
     assert!(metrics.contains("wharf_fleet_finished_total{phase=\"lost\"} 0"), "{metrics}");
+}
+
+/// The worker at `name`, as the pool shows it.
+fn worker(h: &Harness, name: &str) -> WorkerView {
+    h.pool.workers().into_iter().find(|w| w.id.0 == name).expect("a worker of the pool")
+}
+
+/// A drained worker whose last work ended is kept until the fleet has its agent's answer on
+/// how it ended, then shut down at once: the outcome is the runner's, not "cannot say", though
+/// the destroy ends the agent (as a loopback instance's wipe does).
+#[test]
+fn a_drained_worker_waits_for_the_outcome_of_its_last_work_then_shuts_down() {
+    let h = harness_with(&["h1", "h2"], config(1), secs(60), true);
+    h.submit("a");
+    h.submit("b");
+    h.step();
+    assert_eq!((h.phase("a"), h.phase("b")), (running("h1"), running("h2")));
+    h.runtime.block_on(h.pool.set_idle_behavior(&"h1".into(), IdleBehavior::Drain)).unwrap();
+    h.host("h1").end("a", "failed exit status 3");
+    // The probe that sees `a` end leaves h1 idle; the next round would have shut the drained
+    // worker down, but its outcome is awaited.
+    h.probe();
+    h.probe();
+    let h1 = worker(&h, "h1");
+    assert_eq!(
+        (h1.state, h1.awaiting_outcome.as_slice()),
+        (State::Idle, ["a".to_owned()].as_slice())
+    );
+    // The step asks; the one after finds the answer in the books and lets the worker go.
+    h.step();
+    assert_eq!(
+        h.phase("a"),
+        Phase::Ended { worker: "h1".into(), outcome: "failed exit status 3".into() }
+    );
+    assert_eq!(h.host("h1").state.lock().outcome_asks, 1);
+    h.step();
+    let h1 = worker(&h, "h1");
+    assert_eq!(h1.state, State::Shutdown, "{h1:?}");
+    assert!(h1.awaiting_outcome.is_empty(), "{h1:?}");
+    assert!(!h.host("h1").state.lock().reachable, "the destroy ended its runner");
+    assert_eq!(h.phase("b"), running("h2"));
+    let metrics = h.scheduler.metrics();
+    assert!(metrics.contains("wharf_fleet_finished_total{phase=\"lost\"} 0"), "{metrics}");
+}
+
+/// A drained worker whose agent never says how its last work ended is asked again while it
+/// waits, and shut down when the hold runs out; the work then ended, how no one can say.
+#[test]
+fn a_drained_worker_whose_agent_never_answers_is_shut_down_after_the_hold() {
+    let hold = secs(60);
+    let h = harness_with(&["h1"], config(1), hold, true);
+    h.submit("a");
+    h.step();
+    h.runtime.block_on(h.pool.set_idle_behavior(&"h1".into(), IdleBehavior::Drain)).unwrap();
+    h.host("h1").end("a", "complete");
+    h.host("h1").state.lock().outcome_hangs = true;
+    h.probe();
+    for asked in 1..=3 {
+        h.step();
+        assert_eq!(h.phase("a"), running("h1"), "no answer yet, after {asked} questions");
+        assert_eq!(h.host("h1").state.lock().outcome_asks, asked);
+        assert_eq!(worker(&h, "h1").state, State::Idle);
+    }
+    // Probe rounds until the hold has run out: the last one shuts the worker down.
+    for _ in 0..(hold.as_secs() / PROBE_INTERVAL.as_secs()) {
+        assert_eq!(worker(&h, "h1").state, State::Idle);
+        h.probe();
+    }
+    assert_eq!(worker(&h, "h1").state, State::Shutdown);
+    h.step();
+    match h.phase("a") {
+        Phase::Ended { worker, outcome } => {
+            assert_eq!(worker, "h1");
+            assert!(outcome.starts_with("ended; the worker cannot say how"), "{outcome}");
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 /// A shut-down worker whose last probe did not list the work, but whose runner says it still
@@ -633,6 +767,7 @@ fn worker_view(id: &str, state: State, idle: IdleBehavior, running: &[&str]) -> 
         idle_behavior: idle,
         running: running.iter().map(|s| (*s).to_owned()).collect(),
         starting: Vec::new(),
+        awaiting_outcome: Vec::new(),
         last_runner: None,
         probe_age: Duration::ZERO,
         idle_for: Duration::ZERO,
@@ -640,6 +775,12 @@ fn worker_view(id: &str, state: State, idle: IdleBehavior, running: &[&str]) -> 
         last_error: None,
         resources: None,
     }
+}
+
+/// The same worker, awaiting the outcome of these runners that left its list.
+fn awaiting(mut view: WorkerView, runners: &[&str]) -> WorkerView {
+    view.awaiting_outcome = runners.iter().map(|s| (*s).to_owned()).collect();
+    view
 }
 
 /// The same worker, saying it has `has` for work.
@@ -654,7 +795,7 @@ fn having(mut view: WorkerView, has: Amount) -> WorkerView {
 #[test]
 fn decide_table() {
     use crate::scheduler::{Books, Snapshot};
-    use IdleBehavior::{Hold, Run};
+    use IdleBehavior::{Drain, Hold, Run};
     use State::{Booting, Idle, Running, Shutdown};
     let now = Timestamp(1_000_000);
     let lost =
@@ -678,6 +819,8 @@ fn decide_table() {
         launches: &'static [(&'static str, &'static str)],
         asks: &'static [&'static str],
         stops: &'static [&'static str],
+        /// Runners whose outcome the worker need not wait for any longer.
+        collected: &'static [&'static str],
         creates: usize,
         creates_for_work: &'static [&'static str],
         phases: Vec<(&'static str, Phase)>,
@@ -698,6 +841,7 @@ fn decide_table() {
         launches: &[],
         asks: &[],
         stops: &[],
+        collected: &[],
         creates: 0,
         creates_for_work: &[],
         phases: Vec::new(),
@@ -832,6 +976,26 @@ fn decide_table() {
             ..case("work a worker no longer listed before it was shut down is asked how it ended")
         },
         Case {
+            work: vec![("a", running("w1"))],
+            workers: vec![awaiting(worker_view("w1", Idle, Drain, &[]), &["a"])],
+            asks: &["a"],
+            ..case("work whose runner awaits its outcome: asked, and the worker kept waiting")
+        },
+        Case {
+            work: vec![
+                ("a", Phase::Ended { worker: "w1".into(), outcome: "complete".into() }),
+                ("b", Phase::Queued),
+                ("c", running("w2")),
+            ],
+            workers: vec![
+                awaiting(worker_view("w1", Idle, Drain, &[]), &["a", "b", "gone", "c"]),
+                worker_view("w2", Running, Run, &["c"]),
+            ],
+            launches: &[("b", "w2")],
+            collected: &["a", "b", "gone", "c"],
+            ..case("runners whose outcome is in the books, or not wanted, are let go")
+        },
+        Case {
             work: vec![("a", lost("w1", "gone"))],
             workers: vec![worker_view("w1", Running, Run, &["a"])],
             stops: &["a"],
@@ -879,6 +1043,8 @@ fn decide_table() {
         let asks: Vec<&str> = decisions.ask.iter().map(|(id, _)| id.as_str()).collect();
         assert_eq!(asks, case.asks, "{name}: asks");
         assert_eq!(decisions.stop, case.stops, "{name}: stops");
+        let collected: Vec<&str> = decisions.collected.iter().map(|(_, r)| r.as_str()).collect();
+        assert_eq!(collected, case.collected, "{name}: outcomes collected");
         assert_eq!(decisions.creates, case.creates, "{name}: creates");
         assert_eq!(decisions.creates_for_work, case.creates_for_work, "{name}: creates for work");
         for (id, phrase) in case.waits {

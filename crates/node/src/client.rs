@@ -134,6 +134,8 @@ pub struct Client {
     token_unreadable: Option<String>,
     /// The token file looked for and not found, for the message of a 401.
     token_absent: Option<PathBuf>,
+    /// The server it talks to, as a 401's message names it: `agent`, `fleet`.
+    server: &'static str,
     /// The fleet leader's term its requests carry (`X-Wharf-Fleet-Term`), if any.
     fleet_term: Option<u64>,
     http: HyperClient<HttpConnector, Full<Bytes>>,
@@ -157,6 +159,7 @@ impl Client {
             token,
             token_unreadable: None,
             token_absent: None,
+            server: crate::api_token::AGENT.server,
             fleet_term: None,
             http,
         }
@@ -186,13 +189,21 @@ impl Client {
     /// This client, presenting the token the agent of `data_dir` keeps there unless it was
     /// given one. A token file that cannot be read (only the agent's user may) fails every
     /// call, naming the file; no file at all leaves the client without a token.
-    pub fn with_token_of(mut self, data_dir: &Path) -> Client {
+    pub fn with_token_of(self, data_dir: &Path) -> Client {
+        self.with_token_in(crate::api_token::AGENT, data_dir)
+    }
+
+    /// This client, presenting the token kept in `file` of the server whose data directory is
+    /// `data_dir` (an agent's, a fleet's) unless it was given one; as
+    /// [`Client::with_token_of`].
+    pub fn with_token_in(mut self, file: crate::api_token::TokenFile, data_dir: &Path) -> Client {
+        self.server = file.server;
         if self.token.is_some() {
             return self;
         }
-        match crate::agent_token::read(data_dir) {
+        match file.read(data_dir) {
             Ok(Some(token)) => self.token = Some(token),
-            Ok(None) => self.token_absent = Some(crate::agent_token::path(data_dir)),
+            Ok(None) => self.token_absent = Some(file.path(data_dir)),
             Err(e) => self.token_unreadable = Some(e.to_string()),
         }
         self
@@ -266,9 +277,10 @@ impl Client {
             Some(path) => format!(" (there is no {})", path.display()),
             None => String::new(),
         };
+        let server = self.server;
         format!(
-            "{message}; give the agent's token with --token or WHARF_TOKEN, or the agent's data \
-             directory with --data-dir to read the token it keeps there{looked}"
+            "{message}; give the {server}'s token with --token or WHARF_TOKEN, or the {server}'s \
+             data directory with --data-dir to read the token it keeps there{looked}"
         )
     }
 

@@ -12,7 +12,8 @@
 //! - [`fleet`]: `wharf fleet`, a pool of agents driven by wharf-prober, and its API.
 //! - [`resources`]: what the node has and keeps, admission's totals, and the tasks' cgroups;
 //!   [`usage`]: how the node's resources and tasks' usage are shown (API, CLI, metrics).
-//! - [`agent_token`]: the API token an agent keeps in its data directory when none is set.
+//! - [`api_token`]: the API token an agent or a fleet keeps in its data directory when none is
+//!   set; [`agent_token`]: the agent's.
 //! - [`metrics`], [`probe`], [`client`], [`agent_file`]: what those need. Task logs are read
 //!   by each task's driver (`wharf_driver::Driver::task_logs`).
 
@@ -20,6 +21,7 @@ pub mod agent;
 pub mod agent_file;
 pub mod agent_token;
 pub mod api;
+pub mod api_token;
 pub mod cli;
 pub mod client;
 pub mod config;

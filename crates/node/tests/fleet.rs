@@ -28,15 +28,20 @@ impl FleetProcess {
         FleetProcess(Fleet::start(Path::new(WHARF), dir, &settings, "info", LIMIT).unwrap())
     }
 
+    /// A client presenting the token the fleet keeps in its data directory.
     fn client(&self) -> Client {
-        Client::new(self.0.address(), None)
+        Client::new(self.0.address(), Some(self.0.token().unwrap()))
     }
 
+    /// `wharf fleet ARGS`, reaching this fleet at its address with the token it reads in the
+    /// fleet's data directory.
     fn cli(&self, args: &[&str]) -> std::process::Output {
         Command::new(WHARF)
             .arg("fleet")
             .args(args)
             .env("WHARF_FLEET_ADDR", self.0.address())
+            .env("WHARF_DATA_DIR", self.0.data_dir())
+            .env_remove("WHARF_TOKEN")
             .output()
             .unwrap()
     }
@@ -235,6 +240,47 @@ async fn loopback_workers_run_allocations_and_end_with_the_fleet() {
     assert!(left.is_empty(), "left running: {left:?}");
 }
 
+/// `wharf fleet status ID` of batch work whose every attempt failed: the rescheduled attempt
+/// and the last one each say when they ended and how, in the table and in the JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_when_and_how_every_attempt_ended() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = FleetProcess::start(dir.path(), "[loopback]\ninstances = 1\n");
+    let client = fleet.client();
+    // Batch work is placed again once when it fails (after 5s, by default), and not again.
+    let spec = job("fails", "batch", "exit 3") + "restart = { attempts = 0 }\n";
+    let alloc = submit(&client, &spec).await.unwrap();
+    let done = until_alloc(&client, &alloc.id, "it fails twice", FleetAlloc::is_final).await;
+    assert_eq!((done.phase.as_str(), done.attempt), ("ended", 2), "{done:?}");
+
+    let out = fleet.cli(&["status", &alloc.id, "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let shown: Vec<FleetAlloc> = serde_json::from_slice(&out.stdout).unwrap();
+    let shown = &shown[0];
+    let first = &shown.history[0];
+    assert!(first.outcome.starts_with("ended: failed"), "{shown:?}");
+    let finished = shown.finished.clone().expect("the last attempt's end, in the JSON");
+    let outcome = shown.outcome.clone().expect("how the last attempt ended, in the JSON");
+    assert!(outcome.starts_with("ended: failed"), "{outcome}");
+    assert_eq!(Some(outcome.strip_prefix("ended: ").unwrap()), shown.detail.as_deref());
+    assert!(first.finished < finished, "{shown:?}");
+
+    let out = fleet.cli(&["status", &alloc.id]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<&str> = text.lines().skip_while(|l| !l.starts_with("ATTEMPT")).collect();
+    assert_eq!(rows.len(), 3, "{text}");
+    // ATTEMPT, RUNNER ID, WORKER, STARTED, ENDED, then OUTCOME (which has spaces).
+    let ended_column = |row: &str| row.split_whitespace().nth(4).unwrap_or_default().to_owned();
+    let outcome_column = |row: &str| row.split_whitespace().skip(5).collect::<Vec<_>>().join(" ");
+    let header: Vec<&str> = rows[0].split_whitespace().collect();
+    assert_eq!(header[5..], ["ENDED", "OUTCOME"], "{text}");
+    assert_eq!(ended_column(rows[1]), first.finished, "{text}");
+    assert_eq!(outcome_column(rows[1]), first.outcome, "{text}");
+    assert_eq!(ended_column(rows[2]), finished, "{text}");
+    assert_eq!(outcome_column(rows[2]), outcome, "{text}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_get_clear_errors_and_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -279,6 +325,101 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
     assert!(String::from_utf8_lossy(&refused.stderr).contains("loopback.instances"), "{refused:?}");
 }
 
+/// The fleet's API is never open: with no token configured, the fleet makes one at its first
+/// start and keeps it in its data directory, readable by its user alone. No token is a 401, a
+/// wrong one a 403, on every call but the health check; `wharf fleet` commands find the token
+/// through `--data-dir`, `WHARF_DATA_DIR` or the default data directory, and a token given
+/// wins. A token configured later wins, and the kept one is removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fleets_api_requires_the_token_it_keeps_and_its_commands_find_it_in_the_data_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = FleetProcess::start(dir.path(), "[loopback]\ninstances = 1\n");
+    let data_dir = fleet.0.data_dir().to_owned();
+    let file = wharf_node::api_token::FLEET.path(&data_dir);
+    assert_eq!(file, data_dir.join("fleet-token"));
+    let meta = std::fs::symlink_metadata(&file).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600, "{}", file.display());
+    let token = fleet.0.token().unwrap();
+    assert!(token.len() == 64 && token.bytes().all(|b| b.is_ascii_hexdigit()), "{token}");
+
+    let address = fleet.0.address();
+    let anonymous = Client::new(address, None);
+    let wrong = Client::new(address, Some("not-the-fleets-token-0123".into()));
+    let spec = job("refused", "batch", "true").into_bytes();
+    let calls = [
+        (Method::GET, "/v1/workers", None),
+        (Method::GET, "/v1/allocations", None),
+        (Method::POST, "/v1/allocations", Some(("application/toml", spec.clone()))),
+        (Method::POST, "/v1/allocations/refused/stop", None),
+        (Method::POST, "/v1/workers/loopback-1/drain", None),
+        (Method::GET, "/v1/metrics", None),
+        (Method::GET, "/v1/status", None),
+    ];
+    for (method, path, body) in calls {
+        let refused = anonymous.call(method.clone(), path, body.clone()).await.unwrap_err();
+        assert_eq!(status_of(refused), StatusCode::UNAUTHORIZED, "{method} {path}");
+        let refused = wrong.call(method.clone(), path, body).await.unwrap_err();
+        assert_eq!(status_of(refused), StatusCode::FORBIDDEN, "{method} {path}");
+    }
+    anonymous.call(Method::GET, "/v1/health", None).await.unwrap();
+    let client = fleet.client();
+    let allocs: Vec<FleetAlloc> = client.json(Method::GET, "/v1/allocations", None).await.unwrap();
+    assert!(allocs.is_empty(), "nothing refused was taken: {allocs:?}");
+    until_workers(&client, "an idle worker", |w| w.len() == 1 && w[0].state == "idle").await;
+
+    // The commands: no token anywhere they look is a 401 that says where they looked.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let command = |args: &[&str], env: &[(&str, &std::ffi::OsStr)]| {
+        Command::new(WHARF)
+            .args(args)
+            .current_dir(elsewhere.path())
+            .env("WHARF_FLEET_ADDR", address)
+            .env_remove("WHARF_DATA_DIR")
+            .env_remove("WHARF_TOKEN")
+            .envs(env.iter().copied())
+            .output()
+            .unwrap()
+    };
+    let refused = command(&["fleet", "workers"], &[]);
+    assert!(!refused.status.success(), "{refused:?}");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    for phrase in ["requires a token", "give the fleet's token", "wharf-fleet/fleet-token"] {
+        assert!(stderr.contains(phrase), "{phrase:?} in {stderr}");
+    }
+    let dir_flag = ["--data-dir", data_dir.to_str().unwrap(), "fleet", "workers"];
+    let in_env = [("WHARF_DATA_DIR", data_dir.as_os_str())];
+    // The default data directory, ./wharf-fleet, is this fleet's (through a link).
+    std::os::unix::fs::symlink(&data_dir, elsewhere.path().join("wharf-fleet")).unwrap();
+    for (case, out) in [
+        ("--data-dir", command(&dir_flag, &[])),
+        ("WHARF_DATA_DIR", command(&["fleet", "workers"], &in_env)),
+        ("the default data directory", command(&["fleet", "workers"], &[])),
+    ] {
+        assert!(out.status.success(), "{case}: {out:?}");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains("loopback-") && stdout.contains(" idle "), "{case}: {stdout}");
+    }
+    let wrong_flag =
+        command(&["--token", "not-the-fleets-token-0123", "fleet", "workers"], &in_env);
+    assert!(!wrong_flag.status.success(), "a token given wins: {wrong_flag:?}");
+    assert!(String::from_utf8_lossy(&wrong_flag.stderr).contains("not valid"), "{wrong_flag:?}");
+
+    // Started again over the same directory with a token configured: that one, and no other.
+    let status = fleet.0.terminate(LIMIT).unwrap();
+    assert!(status.success(), "{status:?}");
+    let configured = "the-configured-token-0123";
+    let settings = format!("token = \"{configured}\"\n[loopback]\ninstances = 1\n");
+    let fleet = FleetProcess::start(dir.path(), &settings);
+    assert!(!file.exists(), "the kept token is removed when one is configured");
+    let kept = Client::new(fleet.0.address(), Some(token));
+    let refused = kept.call(Method::GET, "/v1/workers", None).await.unwrap_err();
+    assert_eq!(status_of(refused), StatusCode::FORBIDDEN);
+    Client::new(fleet.0.address(), Some(configured.into()))
+        .call(Method::GET, "/v1/workers", None)
+        .await
+        .unwrap();
+}
+
 /// The loopback agents are the fleet's own: the WHARF_ADDR and WHARF_TOKEN in the fleet's
 /// environment are the fleet's address and token (as they are `wharf agent`'s), and do not
 /// reach its agents. Each agent makes a token of its own, kept in its data directory inside
@@ -301,9 +442,10 @@ async fn loopback_agents_each_keep_their_own_token_and_ignore_the_fleets_setting
         Fleet::start_with_env(Path::new(WHARF), dir.path(), settings, "info", LIMIT, &env).unwrap(),
     );
     assert_eq!(fleet.0.address(), free, "the fleet listens where WHARF_ADDR says");
-    let anonymous = fleet.client();
+    let anonymous = Client::new(fleet.0.address(), None);
     let refused = anonymous.call(Method::GET, "/v1/workers", None).await.unwrap_err();
     assert_eq!(status_of(refused), StatusCode::UNAUTHORIZED, "the fleet requires WHARF_TOKEN");
+    assert!(fleet.0.token().is_err(), "given a token, the fleet keeps none of its own");
     let client = Client::new(fleet.0.address(), Some(fleet_token.into()));
     until_workers(&client, "two idle workers", |w| {
         w.len() == 2 && w.iter().all(|w| w.state == "idle")

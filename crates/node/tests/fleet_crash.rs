@@ -198,7 +198,7 @@ async fn acknowledged_work_survives_sigkills_of_the_fleet_and_runs_once() {
 
     // The workers come up before the first kill, so no kill lands in their creation.
     let mut fleet = start();
-    let client = Client::new(fleet.address(), None);
+    let client = Client::new(fleet.address(), Some(fleet.token().unwrap()));
     let deadline = Instant::now() + LIMIT;
     loop {
         let health: serde_json::Value =
@@ -213,7 +213,7 @@ async fn acknowledged_work_survives_sigkills_of_the_fleet_and_runs_once() {
     }
 
     for round in 0..ROUNDS {
-        let client = Client::new(fleet.address(), None);
+        let client = Client::new(fleet.address(), Some(fleet.token().unwrap()));
         check(round, &fleet, &allocations(&client).await, &mut promised, &ran(&ran_log));
 
         // Kill after this many acknowledgements (0: at once, while the fleet takes over).
@@ -259,7 +259,7 @@ async fn acknowledged_work_survives_sigkills_of_the_fleet_and_runs_once() {
     }
 
     // The last fleet runs everything to its end.
-    let client = Client::new(fleet.address(), None);
+    let client = Client::new(fleet.address(), Some(fleet.token().unwrap()));
     check(ROUNDS, &fleet, &allocations(&client).await, &mut promised, &ran(&ran_log));
     let deadline = Instant::now() + LIMIT;
     let seen = loop {

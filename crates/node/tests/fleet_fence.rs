@@ -78,6 +78,7 @@ impl Executor for Gated {
 fn config(dir: &Path, shared: &Path, etcd: &Etcd, name: &str) -> FleetConfig {
     let text = format!(
         "bind = \"127.0.0.1:0\"\ndata_dir = {data:?}\nper_worker_limit = 4\n\
+         token = \"the-replicas-shared-token\"\n\
          probe_interval = \"200ms\"\nsync_interval = \"1s\"\ncommand_deadline = \"5s\"\n\
          [runner]\nbinary = {wharf:?}\ndirectory = {runner:?}\n\
          [loopback]\ninstances = 2\nroot = {root:?}\n\

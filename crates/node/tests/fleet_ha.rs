@@ -26,6 +26,8 @@ const WHARF: &str = env!("CARGO_BIN_EXE_wharf");
 const LEASE: Duration = Duration::from_secs(3);
 /// Any single wait; reaching it means something hung.
 const LIMIT: Duration = Duration::from_secs(60);
+/// The token the replicas share: a follower forwards requests to the leader with it.
+const TOKEN: &str = "the-replicas-shared-token";
 
 /// Three replicas and what they share. Dropped: every fleet is killed and the shared loopback
 /// workers are wiped with everything they ran.
@@ -63,7 +65,8 @@ impl Replicas {
         for i in 0..3 {
             let dir = tempfile::tempdir().unwrap();
             let settings = format!(
-                "per_worker_limit = 4\nprobe_interval = \"200ms\"\nsync_interval = \"1s\"\n\
+                "token = {TOKEN:?}\nper_worker_limit = 4\nprobe_interval = \"200ms\"\n\
+                 sync_interval = \"1s\"\n\
                  [loopback]\ninstances = 2\nroot = {root:?}\n\
                  [runner]\ndirectory = {runner:?}\n\
                  [store]\nbackend = \"etcd\"\nendpoints = [\"{endpoint}\"]\nprefix = \"/ha\"\n\
@@ -95,7 +98,7 @@ impl Replicas {
     }
 
     fn client(&self, i: usize) -> Client {
-        Client::new(self.fleet(i).address(), None)
+        Client::new(self.fleet(i).address(), Some(TOKEN.into()))
     }
 
     async fn status(&self, i: usize) -> Option<FleetStatus> {
@@ -199,6 +202,45 @@ async fn runs_on_as_before(replicas: &Replicas, via: usize, before: &[FleetAlloc
         let on = replicas.agents_running(&alloc.id);
         assert_eq!(on.len(), 1, "{} runs on {on:?}", alloc.id);
     }
+}
+
+/// Followers that follow log no error: a follower's campaign waits for as long as another
+/// replica leads, and nothing cuts it short (a per-call timeout of the etcd client used to,
+/// with an ERROR about every 6 s). Watched for longer than that, while work goes through them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followers_that_follow_log_no_error() {
+    /// Longer than the old period of the error.
+    const WATCH: Duration = Duration::from_secs(10);
+    let replicas = Replicas::start().await;
+    let watched = Instant::now();
+    let leader = replicas.leader(None).await;
+    let followers: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    replicas.submit(followers[0], "while-following").await;
+    replicas.running(followers[1], "while-following").await;
+    let errors = |i: usize| -> Vec<String> {
+        let log = replicas.fleet(i).log_tail(usize::MAX);
+        log.lines().filter(|l| l.contains("ERROR")).map(str::to_owned).collect()
+    };
+    // Each follower's log is read through the whole watch: an error fails the test as it comes.
+    while watched.elapsed() < WATCH {
+        for &i in &followers {
+            let found = errors(i);
+            assert!(
+                found.is_empty(),
+                "r{i} logged errors while it followed:\n{}",
+                found.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for &i in &followers {
+        let status = replicas.status(i).await.unwrap();
+        assert_eq!(status.role, "follower", "r{i}");
+        assert_eq!(status.leader.map(|l| l.name), Some(format!("r{leader}")), "r{i}");
+        let found = errors(i);
+        assert!(found.is_empty(), "r{i} logged errors while it followed:\n{}", found.join("\n"));
+    }
+    assert_eq!(replicas.leader(None).await, leader, "the leader never changed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

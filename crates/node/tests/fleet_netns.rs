@@ -101,7 +101,7 @@ impl Cluster {
         let wharf_sha256 =
             String::from_utf8_lossy(&sum.stdout).split_whitespace().next().unwrap().to_owned();
         let fleet = Fleet::start(Path::new(WHARF), dir.path(), &config, "info", LIMIT).unwrap();
-        let client = Client::new(fleet.address(), None);
+        let client = Client::new(fleet.address(), Some(fleet.token().unwrap()));
         let cluster = Cluster { fleet, client, hosts, _key: key, dir, wharf_sha256 };
         cluster
             .until("every host booted as an idle worker", LIMIT, async || {

@@ -30,6 +30,12 @@ pub struct Timeouts {
     pub term: Duration,
     /// A destroyed instance still listed after this long is destroyed again.
     pub shutdown: Duration,
+    /// A runner that left a worker's list (it ended, or was killed) holds the worker's idle
+    /// shutdown until the pool's user says its outcome is in
+    /// ([`Pool::outcome_collected`](crate::Pool::outcome_collected)), or this long: the
+    /// runner's outcome command needs the worker. Zero: no hold, as for a runner that cannot
+    /// say how work ended.
+    pub outcome_hold: Duration,
 }
 
 impl Default for Timeouts {
@@ -42,6 +48,7 @@ impl Default for Timeouts {
             signal: Duration::from_secs(5),
             term: Duration::from_secs(120),
             shutdown: Duration::from_secs(10),
+            outcome_hold: Duration::ZERO,
         }
     }
 }

@@ -323,7 +323,7 @@ impl Pool {
     /// creates, oldest first.
     pub fn instances(&self) -> Vec<InstanceView> {
         let mut views: Vec<InstanceView> =
-            self.workers().into_iter().map(InstanceView::Worker).collect();
+            self.workers().into_iter().map(|view| InstanceView::Worker(Box::new(view))).collect();
         let state = self.shared.state.lock();
         let mut creating: Vec<(Moment, String)> = state
             .creating
@@ -961,6 +961,21 @@ impl Pool {
         self.worker(id)?.runner_outcome(runner).await
     }
 
+    /// Says that the outcome of `runner`, which left worker `id`'s list, is in (or is not
+    /// wanted): it no longer holds the worker's idle shutdown (see
+    /// [`Timeouts::outcome_hold`](crate::Timeouts)), and a worker that only that kept is
+    /// shut down now. Returns whether the outcome was awaited.
+    pub async fn outcome_collected(
+        &self,
+        id: &InstanceId,
+        runner: &str,
+    ) -> Result<bool, ProberError> {
+        let worker = self.worker(id)?;
+        let awaited = worker.outcome_collected(runner);
+        self.apply(&worker).await;
+        Ok(awaited)
+    }
+
     /// What every worker is told.
     pub fn worker_config(&self) -> &WorkerConfig {
         &self.shared.worker_config
@@ -1028,8 +1043,8 @@ pub enum InstanceView {
         /// When the create began.
         since: Moment,
     },
-    /// A worker.
-    Worker(WorkerView),
+    /// A worker (boxed: a view is many times the size of a create in flight).
+    Worker(Box<WorkerView>),
 }
 
 impl InstanceView {

@@ -34,6 +34,7 @@ fn worker_config(deploy: bool) -> WorkerConfig {
             signal: secs(5),
             term: 2 * MIN,
             shutdown: secs(10),
+            outcome_hold: Duration::ZERO,
         },
         boot_probe_command: BOOT.into(),
         runner: RunnerConfig {
@@ -2015,6 +2016,201 @@ fn after_probe_table() {
         if outcome == ProbeOutcome::Passed && !case.raced {
             assert_eq!(record.probed, now, "{name}: a pass is a success at its end");
         }
+    }
+}
+
+/// A runner that left the list holds the worker's idle shutdown until its outcome is
+/// collected, or the hold runs out; as a table of what happens to a worker running one runner,
+/// step by step. No executor, no runtime.
+#[test]
+fn an_ended_runner_holds_the_idle_shutdown_until_its_outcome_is_in_table() {
+    use IdleBehavior::{Drain, Run};
+    use State::{Idle, Running, Shutdown};
+    const RUNNER: &str = "zzzzz-1";
+    /// What happens to the worker, in order.
+    #[derive(Debug, Clone, Copy)]
+    enum Step {
+        /// The clock moves on.
+        Wait(Duration),
+        /// A run probe passes, listing these.
+        Probe(&'static [&'static str]),
+        /// A run probe fails, its last success long past the probe timeout.
+        ProbeFailsLong,
+        /// A kill of the runner succeeded.
+        Killed,
+        /// The pool's user says the runner's outcome is in; whether it was awaited.
+        Collected(bool),
+        /// The pool's idle check (each probe round makes one); whether it shut down.
+        IdleCheck(bool),
+        /// An operator or a scheduler asks for a shutdown; whether it was done.
+        Requested(bool),
+    }
+    struct Case {
+        name: &'static str,
+        idle: IdleBehavior,
+        hold: Duration,
+        steps: Vec<Step>,
+        want_state: State,
+        want_awaiting: &'static [&'static str],
+    }
+    use Step::*;
+    let cases = vec![
+        Case {
+            name: "drained, ended: kept while its outcome is awaited",
+            idle: Drain,
+            hold: MIN,
+            steps: vec![Probe(&[]), IdleCheck(false), Wait(MIN - secs(1)), IdleCheck(false)],
+            want_state: Idle,
+            want_awaiting: &[RUNNER],
+        },
+        Case {
+            name: "drained, ended, its outcome collected: shut down at once",
+            idle: Drain,
+            hold: MIN,
+            steps: vec![Probe(&[]), IdleCheck(false), Wait(secs(2)), Collected(true)],
+            want_state: Shutdown,
+            want_awaiting: &[],
+        },
+        Case {
+            name: "drained, ended, the hold runs out: shut down without the outcome",
+            idle: Drain,
+            hold: MIN,
+            steps: vec![Probe(&[]), Wait(MIN), IdleCheck(true), Collected(false)],
+            want_state: Shutdown,
+            want_awaiting: &[],
+        },
+        Case {
+            name: "no hold configured: a drained worker goes as soon as it is idle",
+            idle: Drain,
+            hold: Duration::ZERO,
+            steps: vec![Probe(&[]), IdleCheck(true)],
+            want_state: Shutdown,
+            want_awaiting: &[],
+        },
+        Case {
+            name: "idle past the idle timeout, outcome awaited: kept until it is in",
+            idle: Run,
+            hold: 3 * MIN,
+            steps: vec![
+                Probe(&[]),
+                Wait(2 * MIN),
+                IdleCheck(false),
+                Collected(true),
+                Collected(false),
+            ],
+            want_state: Shutdown,
+            want_awaiting: &[],
+        },
+        Case {
+            name: "killed: awaits its outcome as one that ended",
+            idle: Drain,
+            hold: MIN,
+            steps: vec![Killed, IdleCheck(false)],
+            want_state: Idle,
+            want_awaiting: &[RUNNER],
+        },
+        Case {
+            name: "listed again after a probe missed it: running, nothing awaited",
+            idle: Drain,
+            hold: MIN,
+            steps: vec![Probe(&[]), Wait(secs(10)), Probe(&[RUNNER]), IdleCheck(false)],
+            want_state: Running,
+            want_awaiting: &[],
+        },
+        Case {
+            name: "an outcome that was not awaited changes nothing",
+            idle: Run,
+            hold: MIN,
+            steps: vec![Collected(false)],
+            want_state: Running,
+            want_awaiting: &[],
+        },
+        Case {
+            name: "unresponsive past the probe timeout: shut down, the hold does not keep it",
+            idle: Drain,
+            hold: 60 * MIN,
+            steps: vec![Probe(&[]), ProbeFailsLong],
+            want_state: Shutdown,
+            want_awaiting: &[RUNNER],
+        },
+        Case {
+            name: "a shutdown asked for is not held",
+            idle: Run,
+            hold: MIN,
+            steps: vec![Probe(&[]), IdleCheck(false), Requested(true)],
+            want_state: Shutdown,
+            want_awaiting: &[RUNNER],
+        },
+    ];
+    for case in cases {
+        let name = case.name;
+        let timeouts = Timeouts {
+            booting: 10 * MIN,
+            probe: 10 * MIN,
+            idle: MIN,
+            outcome_hold: case.hold,
+            ..Timeouts::default()
+        };
+        let rules = Rules { timeouts: &timeouts, tag_prefix: "t-", brake_engaged: false };
+        let spec = WorkerSpec {
+            instance: Instance {
+                id: "w1".into(),
+                address: None,
+                remote_user: "root".into(),
+                tags: Tags::new(),
+                host_key: None,
+                runner_args: String::new(),
+            },
+            instance_type: "small".into(),
+            state: Running,
+            idle_behavior: case.idle,
+        };
+        let mut now = Moment::from_origin(secs(100_000));
+        let mut record = Record::new(spec, now);
+        record.add_running(RUNNER);
+        let mut fx = Vec::new();
+        for (index, step) in case.steps.iter().enumerate() {
+            let at = format!("{name}: step {index} ({step:?})");
+            match *step {
+                Wait(d) => now = now + d,
+                Probe(ids) => {
+                    let mut report = ProbeReport::start(&record, now);
+                    report.run = Some(RunReport {
+                        result: Ok(crate::runner_list::RunnerList {
+                            running: ids.iter().map(|s| (*s).to_owned()).collect(),
+                            ..Default::default()
+                        }),
+                        took: Duration::ZERO,
+                    });
+                    let outcome = record.after_probe(report, now, &rules, &mut fx);
+                    assert_eq!(outcome, ProbeOutcome::Passed, "{at}");
+                }
+                ProbeFailsLong => {
+                    now = now + 11 * MIN;
+                    let mut report = ProbeReport::start(&record, now);
+                    report.run =
+                        Some(RunReport { result: Err("unreachable".into()), took: secs(1) });
+                    record.after_probe(report, now, &rules, &mut fx);
+                }
+                Killed => record.killed(RUNNER, now, &rules, &mut fx),
+                Collected(want) => {
+                    let awaited = record.outcome_collected(RUNNER, now, &rules, &mut fx);
+                    assert_eq!(awaited, want, "{at}");
+                }
+                IdleCheck(want) => {
+                    assert_eq!(record.shutdown_if_idle(now, &rules, &mut fx), want, "{at}");
+                }
+                Requested(want) => {
+                    assert_eq!(record.request_shutdown(now, &mut fx).is_ok(), want, "{at}");
+                }
+            }
+        }
+        assert_eq!(record.state, case.want_state, "{name}");
+        let awaiting: Vec<&str> = record.awaiting_outcome.keys().map(String::as_str).collect();
+        assert_eq!(awaiting, case.want_awaiting, "{name}");
+        assert_eq!(record.view(now).awaiting_outcome, case.want_awaiting, "{name}: its view");
+        let destroys = kinds(&fx).iter().filter(|f| **f == Fx::Destroy).count();
+        assert_eq!(destroys, usize::from(case.want_state == Shutdown), "{name}: {fx:?}");
     }
 }
 

@@ -80,6 +80,19 @@ impl Phase {
         )
     }
 
+    /// How a final phase ended the current attempt, as an [`Attempt`]'s `outcome` says it:
+    /// `ended: <outcome>`, `lost: <reason>`, `failed: <reason>` or `cancelled`. `None` while
+    /// the attempt is under way (queued, starting, running).
+    pub fn attempt_outcome(&self) -> Option<String> {
+        match self {
+            Phase::Queued | Phase::Starting { .. } | Phase::Running { .. } => None,
+            Phase::Ended { outcome, .. } => Some(format!("ended: {outcome}")),
+            Phase::Lost { reason, .. } => Some(format!("lost: {reason}")),
+            Phase::Failed { reason } => Some(format!("failed: {reason}")),
+            Phase::Cancelled => Some("cancelled".into()),
+        }
+    }
+
     /// The worker it is on (or was last on).
     pub fn worker(&self) -> Option<&str> {
         match self {
@@ -119,7 +132,7 @@ pub struct Attempt {
     pub started: Option<Timestamp>,
     /// When it ended.
     pub finished: Timestamp,
-    /// How it ended: `ended: <outcome>`, `lost: <reason>`.
+    /// How it ended: `ended: <outcome>`, `lost: <reason>` ([`Phase::attempt_outcome`]).
     pub outcome: String,
     /// How it came to be, if it was a reschedule.
     pub rescheduled: Option<RescheduleEvent>,
@@ -245,6 +258,27 @@ mod tests {
         // Not an attempt suffix: taken as a plain id.
         for plain in ["web__1", "web__03", "web__x", "__2", "a__b__"] {
             assert_eq!(parse_runner_id(plain), (plain, 1), "{plain}");
+        }
+    }
+
+    #[test]
+    fn a_final_phase_says_how_the_attempt_ended_and_one_under_way_does_not() {
+        let worker = || "h1".to_owned();
+        let cases = [
+            (Phase::Queued, None),
+            (Phase::Starting { worker: worker() }, None),
+            (Phase::Running { worker: worker() }, None),
+            (
+                Phase::Ended { worker: worker(), outcome: "failed exit 3".into() },
+                Some("ended: failed exit 3"),
+            ),
+            (Phase::Lost { worker: worker(), reason: "gone".into() }, Some("lost: gone")),
+            (Phase::Failed { reason: "refused".into() }, Some("failed: refused")),
+            (Phase::Cancelled, Some("cancelled")),
+        ];
+        for (phase, want) in cases {
+            assert_eq!(phase.attempt_outcome().as_deref(), want, "{phase:?}");
+            assert_eq!(want.is_some(), phase.is_final(), "{phase:?}");
         }
     }
 

@@ -12,6 +12,10 @@
 //! | `GET /v1/metrics` | the pool's and the scheduler's metrics (Prometheus) |
 //! | `GET /v1/status` | this replica, the leader, the replicas and the store |
 //!
+//! Every call but `/v1/health` requires the fleet's token, as `Authorization: Bearer <token>`:
+//! the configured one, or the one the fleet keeps in its data directory
+//! ([`crate::api_token::FLEET`]). None is a 401, a wrong one a 403.
+//!
 //! Every replica answers. The leader serves everything; a follower serves its status, its
 //! metrics and the allocations as the store holds them, and forwards the rest to the leader
 //! (the answer says who in `x-wharf-leader`); with no leader (an election under way) it
@@ -188,6 +192,12 @@ pub struct FleetAlloc {
     pub runner_id: String,
     /// When a worker acknowledged the current attempt's start (RFC 3339).
     pub started: Option<String>,
+    /// When the current attempt ended (RFC 3339), once the work is done with.
+    pub finished: Option<String>,
+    /// How the current attempt ended, once the work is done with, as each attempt in
+    /// `history` says it: `ended: complete ...`, `ended: failed ...`, `lost: <why>`,
+    /// `failed: <why>` or `cancelled`.
+    pub outcome: Option<String>,
     /// For a reschedule: the delay the current attempt waits (or waited), in seconds.
     pub delay_seconds: Option<f64>,
     /// Queued after a reschedule: not placed before this (RFC 3339).
@@ -257,6 +267,8 @@ fn describe(
         starts: placement.starts,
         runner_id: placement.runner_id(),
         started: placement.started.map(|at| at.to_string()),
+        finished: placement.finished.map(|at| at.to_string()),
+        outcome: placement.phase.attempt_outcome(),
         delay_seconds: placement.rescheduled.as_ref().map(|r| r.delay.as_secs_f64()),
         not_before: placement.not_before.map(|at| at.to_string()),
         history: placement

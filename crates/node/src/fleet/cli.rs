@@ -91,7 +91,10 @@ Settings of `wharf fleet` itself, as of `wharf agent`: a flag overrides its envi
 (WHARF_ADDR, WHARF_DATA_DIR, WHARF_TOKEN), which overrides the --config file, which overrides \
 the defaults (data in ./wharf-fleet, API on 127.0.0.1:4748). --address, --data-dir and --token \
 set the file's `bind`, `data_dir` and `token`; any address other than loopback requires a \
-token. The commands that talk to a fleet find it with --fleet-address and present --token.";
+token, and so does a fleet on etcd (the same on every replica). Without one, the fleet makes a \
+token at its first start and keeps it in `fleet-token` in its data directory, readable by its \
+user alone. The commands that talk to a fleet find it with --fleet-address and present \
+--token, or else the token kept in --data-dir (./wharf-fleet without it).";
 
 /// The global flags (or their environment variables) as `wharf fleet` applies them.
 #[derive(Debug, Clone, Copy, Default)]
@@ -126,6 +129,22 @@ fn fleet_config(
     Ok(config)
 }
 
+/// The client of the fleet at `address`: it presents the token given, else the one the fleet
+/// keeps in its data directory (the one given, else the default one), as the agent's clients
+/// do.
+fn client(address: &str, overrides: Overrides<'_>) -> Client {
+    let default_dir;
+    let data_dir = match overrides.data_dir {
+        Some(dir) => dir,
+        None => {
+            default_dir = FleetConfig::default().data_dir;
+            &default_dir
+        }
+    };
+    Client::new(address, overrides.token.map(str::to_owned))
+        .with_token_in(crate::api_token::FLEET, data_dir)
+}
+
 /// Runs `wharf fleet` with `args`.
 pub async fn run(
     args: FleetArgs,
@@ -138,7 +157,7 @@ pub async fn run(
         super::serve(config).await?;
         return Ok(ExitCode::SUCCESS);
     };
-    let client = Client::new(&args.fleet_address, overrides.token.map(str::to_owned));
+    let client = client(&args.fleet_address, overrides);
     let worker_action = |worker: String, action: &'static str| {
         let client = client.clone();
         async move {
@@ -279,8 +298,9 @@ fn print_allocs(allocs: &[FleetAlloc], json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The allocation's attempts, oldest first: each one that is over with how it ended, then the
-/// current one (Nomad's reschedule tracker, as `nomad alloc status` shows it).
+/// The allocation's attempts, oldest first, each with when and how it ended once it has: the
+/// ones that are over, then the current one (Nomad's reschedule tracker, as `nomad alloc
+/// status` shows it), whose outcome is its phase while it is under way.
 fn print_attempts(alloc: &FleetAlloc) {
     let row = |attempt: &dyn std::fmt::Display,
                runner_id: &str,
@@ -301,12 +321,14 @@ fn print_attempts(alloc: &FleetAlloc) {
         let (worker, started) = (a.worker.as_deref(), a.started.as_deref());
         row(&a.attempt, &a.runner_id, worker, started, Some(&a.finished), &a.outcome);
     }
-    let now = match (&alloc.not_before, alloc.phase.as_str()) {
-        (Some(at), "queued") => format!("queued, not before {at}"),
-        _ => alloc.phase.clone(),
+    let now = match (&alloc.outcome, &alloc.not_before, alloc.phase.as_str()) {
+        (Some(outcome), _, _) => outcome.clone(),
+        (None, Some(at), "queued") => format!("queued, not before {at}"),
+        (None, _, phase) => phase.to_owned(),
     };
     let (worker, started) = (alloc.worker.as_deref(), alloc.started.as_deref());
-    row(&alloc.attempt, &alloc.runner_id, worker, started, None, &now);
+    let ended = alloc.finished.as_deref();
+    row(&alloc.attempt, &alloc.runner_id, worker, started, ended, &now);
 }
 
 /// Prints each change of phase until the allocation is done with; succeeds if it completed.

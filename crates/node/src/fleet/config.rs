@@ -13,7 +13,8 @@
 //!
 //! [store]                           # what the fleet must not lose
 //! backend = "redb"                  # <data_dir>/fleet.redb, one fleet process (the default)
-//! # backend = "etcd"                # replicas sharing one etcd; one leads at a time
+//! # backend = "etcd"                # replicas sharing one etcd; one leads at a time, and
+//!                                   # they all need the same top-level `token`
 //! # endpoints = ["127.0.0.1:2379"]
 //! # lease_ttl = "5s"
 //!
@@ -42,7 +43,10 @@ use wharf_state::duration::serde_str;
 pub struct FleetConfig {
     /// The management API's address. Any address other than loopback requires `token`.
     pub bind: SocketAddr,
-    /// A secret every API call but `/v1/health` must present.
+    /// A secret every API call but `/v1/health` must present. Without one, the fleet makes
+    /// one at its first start and keeps it in `<data_dir>/fleet-token`, readable by its user
+    /// alone, where `wharf fleet` commands read it (`crate::api_token`). Replicas on etcd
+    /// forward to their leader, so they must be given the same one.
     pub token: Option<String>,
     /// The fleet's files: loopback instances live under `instances/`.
     pub data_dir: PathBuf,
@@ -95,6 +99,10 @@ pub struct TimeoutsConfig {
     /// ... until this long has passed; then the worker is drained.
     #[serde(with = "serde_str")]
     pub term: Duration,
+    /// A worker whose allocation ended is not shut down for idleness (drained) until the
+    /// fleet has asked its agent how the allocation ended, or this long has passed.
+    #[serde(with = "serde_str")]
+    pub outcome_hold: Duration,
 }
 
 /// The fleet brake.
@@ -261,6 +269,7 @@ impl Default for TimeoutsConfig {
             stale_run_lock: Duration::from_secs(30),
             signal: Duration::from_secs(5),
             term: Duration::from_secs(120),
+            outcome_hold: Duration::from_secs(60),
         }
     }
 }
@@ -349,6 +358,14 @@ impl FleetConfig {
             if self.store.lease_ttl < Duration::from_secs(2) {
                 return Err("store.lease_ttl: must be at least 2s".into());
             }
+            // Each replica would make a token of its own, and the leader would refuse what
+            // the others forward with theirs.
+            if self.token.as_deref().is_none_or(str::is_empty) {
+                return Err("token: replicas sharing etcd forward requests to their leader, \
+                     so they need one token they all know: set the same `token` on every \
+                     replica (or give it with --token or WHARF_TOKEN)"
+                    .into());
+            }
         }
         if self.max_body_bytes < 1024 {
             return Err("max_body_bytes: must be at least 1024".into());
@@ -406,15 +423,18 @@ fn check_agent_data_dirs(hosts: &StaticSettings, runner: &RunnerSettings) -> Res
     Ok(())
 }
 
-/// The fleet's API bound beyond loopback needs a token, and a token must not be guessable.
+/// The fleet's API bound beyond loopback needs a token its remote clients can be given (the
+/// one it makes is read on its own host, from its data directory), and a token must not be
+/// guessable.
 fn check_exposure(bind: SocketAddr, token: Option<&str>) -> Result<(), String> {
     if !bind.ip().is_loopback() && token.is_none_or(str::is_empty) {
         return Err(format!(
-            "bind: {bind} is reachable from other machines; set `token` so the API is not open to them"
+            "bind: {bind} is reachable from other machines; set `token`, and give it to their \
+             clients"
         ));
     }
-    if token.is_some_and(|t| t.len() < 16) {
-        return Err("token: use at least 16 characters".into());
+    if let Some(token) = token {
+        crate::api_token::check(token).map_err(|problem| format!("token: {problem}"))?;
     }
     Ok(())
 }
@@ -462,6 +482,9 @@ mod tests {
             ("[store]\nbackend = \"zookeeper\"", "store.backend"),
             ("[store]\nbackend = \"etcd\"\nendpoints = []", "store.endpoints"),
             ("[store]\nbackend = \"etcd\"\nlease_ttl = \"1s\"", "store.lease_ttl"),
+            ("[store]\nbackend = \"etcd\"", "set the same `token` on every replica"),
+            ("token = \"0123456789 abcdef\"", "token: use printable ASCII"),
+            ("token = \"short\"", "token: use at least 16 characters"),
             ("[runner]\nagent_address = \"127.0.0.1:1\"", "runner.agent_address"),
             ("[runner]\nagent_data_dir = \"/var/lib/wharf\"", "runner.agent_data_dir"),
             (

@@ -16,7 +16,9 @@
 //! - every agent keeps a token of its own, in its data directory: the runner commands reach
 //!   each agent through that directory (a loopback agent's is in the fleet's; a static host's
 //!   is `agent_data_dir`), and read the token there as root, so no token leaves its host;
-//! - [`api`] serves the management API.
+//! - [`api`] serves the management API, which always requires a token: the configured one, or
+//!   the one the fleet makes at its first start and keeps in `<data_dir>/fleet-token`
+//!   ([`crate::api_token::FLEET`]), where `wharf fleet` commands read it.
 
 pub mod api;
 pub mod cli;
@@ -116,12 +118,18 @@ impl Fleet {
 
     /// [`Fleet::start`], with every worker's executor wrapped by `layer`.
     pub async fn start_layered(
-        config: FleetConfig,
+        mut config: FleetConfig,
         executor_layer: Option<ExecutorLayer>,
     ) -> anyhow::Result<Arc<Fleet>> {
+        config.check().map_err(|problem| anyhow::anyhow!("invalid configuration: {problem}"))?;
         std::fs::create_dir_all(&config.data_dir)
             .with_context(|| format!("cannot create {}", config.data_dir.display()))?;
         let data_dir = config.data_dir.canonicalize()?;
+        // The API is never open: a configured token, else the one kept in the data directory.
+        match &config.token {
+            Some(_) => crate::api_token::FLEET.remove(&data_dir)?,
+            None => config.token = Some(crate::api_token::FLEET.load_or_create(&data_dir)?),
+        }
         let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
         let mut plan = plan(&config, &data_dir)?;
         let wall_origin = wall_origin(clock.as_ref());
@@ -327,10 +335,15 @@ impl Fleet {
 
 /// A replica's life: campaign, lead until the term is lost (or the fleet stops), follow, and
 /// campaign again. `first` hears how the first attempt to lead went.
+///
+/// A follower's campaign waits for as long as another replica leads: following is the normal
+/// state of all but one replica, said at debug level. A campaign that fails (the store cannot
+/// be reached, this replica's lease lapsed) and a lead that cannot be built are errors.
 async fn lead(fleet: Arc<Fleet>, first: tokio::sync::oneshot::Sender<anyhow::Result<()>>) {
     let mut first = Some(first);
     let mut stopping = fleet.stopping.subscribe();
     loop {
+        tracing::debug!(replica = %fleet.replica.name, "campaigning to lead the fleet; following whoever leads meanwhile");
         let campaign = tokio::select! {
             term = fleet.store.campaign(&fleet.replica) => term,
             _ = stopping.wait_for(|stop| *stop) => return,
@@ -419,6 +432,7 @@ fn plan(config: &FleetConfig, data_dir: &Path) -> anyhow::Result<Plan> {
             stale_run_lock: config.timeouts.stale_run_lock,
             signal: config.timeouts.signal,
             term: config.timeouts.term,
+            outcome_hold: config.timeouts.outcome_hold,
             ..Timeouts::default()
         },
         boot_probe_command: "true".into(),

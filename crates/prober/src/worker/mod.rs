@@ -243,6 +243,9 @@ pub struct WorkerView {
     pub running: Vec<String>,
     /// Runners being started.
     pub starting: Vec<String>,
+    /// Runners that left its list whose outcome its user has not said is in: they hold its
+    /// idle shutdown (see [`Timeouts::outcome_hold`](crate::Timeouts)).
+    pub awaiting_outcome: Vec<String>,
     /// The last runner it ran.
     pub last_runner: Option<String>,
     /// Time since its last successful probe (or since it appeared).
@@ -678,6 +681,13 @@ impl Worker {
         self.decide(|record, now, _, fx| record.close_runner(id, now, fx));
     }
 
+    /// The pool's user has the outcome of runner `id` (or wants none): it no longer holds an
+    /// idle shutdown, which happens now if that was all that held it. Returns whether the
+    /// outcome was awaited.
+    pub fn outcome_collected(&self, id: &str) -> bool {
+        self.decide(|record, now, rules, fx| record.outcome_collected(id, now, rules, fx))
+    }
+
     /// Reports an outcome on the worker's behalf (the pool's `disappeared`), at most once.
     pub fn report_outcome(&self, outcome: BootOutcome) {
         self.decide(|record, _, _, fx| record.report_boot_outcome(outcome, fx));
@@ -770,7 +780,7 @@ impl Worker {
             sent += 1;
             match self.executor.execute(&command, &[], self.config.command_deadline).await {
                 Ok(out) if out.success() => {
-                    self.decide(|record, now, _, fx| record.killed(&id, now, fx));
+                    self.decide(|record, now, rules, fx| record.killed(&id, now, rules, fx));
                 }
                 Ok(out) => {
                     let e = out.checked(&self.id.0, &command).err();

@@ -19,6 +19,12 @@
 //!   sync), the runners are left alone and the next probe catches up;
 //! - listed runners are adopted or moved from starting to running; running ones not listed
 //!   ended; a first pass of both probes makes the worker idle (or running), once.
+//!
+//! A runner that left the list (it ended, or a kill succeeded) is kept as awaiting its outcome
+//! when [`Timeouts::outcome_hold`] is set: the worker is not shut down for idleness (drained,
+//! or idle too long) until the pool's user says the outcome is in
+//! ([`Record::outcome_collected`]) or the hold runs out, since asking a runner how work ended
+//! needs the worker. Shutdowns for brokenness, on request and kills are not held.
 
 use super::{BootOutcome, Effect, IdleBehavior, ProbeOutcome, State, WorkerSpec, WorkerView};
 use crate::Tag;
@@ -139,6 +145,9 @@ pub struct Record {
     pub running: BTreeMap<String, Runner>,
     /// Runners whose start command is running.
     pub starting: BTreeMap<String, Runner>,
+    /// Runners that left the list whose outcome the pool's user has not said is in, each with
+    /// the moment its hold on an idle shutdown ends.
+    pub awaiting_outcome: BTreeMap<String, Moment>,
     /// The boot outcome was counted.
     pub boot_outcome_reported: bool,
     /// The time to ready was observed.
@@ -174,6 +183,7 @@ impl Record {
             last_runner: None,
             running: BTreeMap::new(),
             starting: BTreeMap::new(),
+            awaiting_outcome: BTreeMap::new(),
             boot_outcome_reported: false,
             time_to_ready_reported: false,
             stale_run_lock_since: None,
@@ -210,6 +220,7 @@ impl Record {
             idle_behavior: self.idle_behavior,
             running: self.running.keys().cloned().collect(),
             starting: self.starting.keys().cloned().collect(),
+            awaiting_outcome: self.awaiting_outcome.keys().cloned().collect(),
             last_runner: self.last_runner.clone(),
             probe_age: now.since(self.probed),
             idle_for: now.since(self.busy),
@@ -264,7 +275,7 @@ impl Record {
             self.probe_failed(&report, error, now, rules, fx);
             return ProbeOutcome::Failed;
         }
-        self.probe_passed(listed, &report, now, fx);
+        self.probe_passed(listed, &report, now, rules, fx);
         ProbeOutcome::Passed
     }
 
@@ -316,6 +327,7 @@ impl Record {
         listed: Vec<String>,
         report: &ProbeReport,
         now: Moment,
+        rules: &Rules<'_>,
         fx: &mut Vec<Effect>,
     ) {
         self.probed = now;
@@ -334,7 +346,7 @@ impl Record {
             // first moment that can be used.
             self.busy = now;
         }
-        let mut changed = self.update_running(&listed, now, fx);
+        let mut changed = self.update_running(&listed, now, rules, fx);
         if report.booted && matches!(self.state, State::Unknown | State::Booting) {
             if self.state == State::Booting && !self.time_to_ready_reported {
                 self.time_to_ready_reported = true;
@@ -365,11 +377,20 @@ impl Record {
     }
 
     /// Makes the running runners match a probe's `listed` ids: listed runners being started
-    /// move to running, unknown ones are adopted, running ones not listed ended. Starting ones
-    /// not listed stay: they may not have started yet. Returns whether anything changed.
-    fn update_running(&mut self, listed: &[String], now: Moment, fx: &mut Vec<Effect>) -> bool {
+    /// move to running, unknown ones are adopted, running ones not listed ended (and await
+    /// their outcome). Starting ones not listed stay: they may not have started yet. Returns
+    /// whether anything changed.
+    fn update_running(
+        &mut self,
+        listed: &[String],
+        now: Moment,
+        rules: &Rules<'_>,
+        fx: &mut Vec<Effect>,
+    ) -> bool {
         let mut changed = false;
         for id in listed {
+            // Listed after all (a probe that raced its start): it has not ended.
+            self.awaiting_outcome.remove(id);
             if self.running.contains_key(id) {
                 continue;
             }
@@ -384,10 +405,59 @@ impl Record {
         let gone: Vec<String> =
             self.running.keys().filter(|id| !listed.contains(id)).cloned().collect();
         for id in gone {
-            self.close_runner(&id, now, fx);
+            self.runner_left(&id, now, rules, fx);
             changed = true;
         }
         changed
+    }
+
+    /// A running runner left the list (it ended, or was killed): it is closed, and awaits its
+    /// outcome for at most [`Timeouts::outcome_hold`].
+    fn runner_left(&mut self, id: &str, now: Moment, rules: &Rules<'_>, fx: &mut Vec<Effect>) {
+        if !self.running.contains_key(id) {
+            return;
+        }
+        self.close_runner(id, now, fx);
+        let hold = rules.timeouts.outcome_hold;
+        if !hold.is_zero() {
+            self.awaiting_outcome.insert(id.to_owned(), now + hold);
+        }
+    }
+
+    /// The pool's user has the outcome of runner `id`, or wants none: it no longer holds the
+    /// worker, which is shut down now if that was all that kept it. Returns whether the
+    /// outcome was awaited.
+    pub fn outcome_collected(
+        &mut self,
+        id: &str,
+        now: Moment,
+        rules: &Rules<'_>,
+        fx: &mut Vec<Effect>,
+    ) -> bool {
+        if self.awaiting_outcome.remove(id).is_none() {
+            return false;
+        }
+        debug!(worker = %self.instance.id, runner = %id, "runner outcome collected");
+        self.shutdown_if_idle(now, rules, fx);
+        true
+    }
+
+    /// Whether a runner's outcome still holds an idle shutdown at `now`.
+    fn awaits_outcome(&self, now: Moment) -> bool {
+        self.awaiting_outcome.values().any(|until| *until > now)
+    }
+
+    /// Lets go of the runners whose hold ran out by `now`: their outcome was not collected in
+    /// time, and the worker no longer waits for it.
+    fn end_outcome_holds(&mut self, now: Moment) {
+        let worker = &self.instance.id;
+        self.awaiting_outcome.retain(|id, until| {
+            let holds = *until > now;
+            if !holds {
+                warn!(%worker, runner = %id, "the runner's outcome was not collected in time; the worker no longer waits for it");
+            }
+            holds
+        });
     }
 
     /// Forgets a runner that ended: records its exit, and a running worker with nothing left
@@ -441,9 +511,10 @@ impl Record {
     }
 
     /// Whether the worker should be shut down now for being idle (too long, or drained), as
-    /// Arvados' `eligibleForShutdown`, except that an unknown worker with work is never.
+    /// Arvados' `eligibleForShutdown`, except that an unknown worker with work is never, nor
+    /// one whose ended runner's outcome is still awaited.
     pub fn eligible_for_shutdown(&self, now: Moment, rules: &Rules<'_>) -> bool {
-        if self.idle_behavior == IdleBehavior::Hold {
+        if self.idle_behavior == IdleBehavior::Hold || self.awaits_outcome(now) {
             return false;
         }
         let draining = self.idle_behavior == IdleBehavior::Drain;
@@ -465,14 +536,16 @@ impl Record {
         }
     }
 
-    /// Shuts the worker down if it is idle too long or drained with nothing left; returns
-    /// whether it did.
+    /// Shuts the worker down if it is idle too long or drained with nothing left, and no
+    /// ended runner's outcome is awaited (holds that ran out are let go); returns whether it
+    /// did.
     pub fn shutdown_if_idle(
         &mut self,
         now: Moment,
         rules: &Rules<'_>,
         fx: &mut Vec<Effect>,
     ) -> bool {
+        self.end_outcome_holds(now);
         if !self.eligible_for_shutdown(now, rules) {
             return false;
         }
@@ -584,6 +657,8 @@ impl Record {
         }
         let runner = self.new_runner();
         let generation = runner.generation;
+        // A new runner under the id: the outcome command would now say how this one goes.
+        self.awaiting_outcome.remove(id);
         self.starting.insert(id.to_owned(), runner);
         if self.state != State::Running {
             self.state = State::Running;
@@ -657,11 +732,11 @@ impl Record {
         due
     }
 
-    /// A kill of runner `id` succeeded: it is gone.
-    pub fn killed(&mut self, id: &str, now: Moment, fx: &mut Vec<Effect>) {
+    /// A kill of runner `id` succeeded: it is gone, and awaits its outcome as one that ended.
+    pub fn killed(&mut self, id: &str, now: Moment, rules: &Rules<'_>, fx: &mut Vec<Effect>) {
         info!(worker = %self.instance.id, runner = %id, "runner killed");
         self.starting.remove(id);
-        self.close_runner(id, now, fx);
+        self.runner_left(id, now, rules, fx);
         fx.push(Effect::Notify);
     }
 
@@ -672,5 +747,6 @@ impl Record {
         }
         self.running.clear();
         self.starting.clear();
+        self.awaiting_outcome.clear();
     }
 }
