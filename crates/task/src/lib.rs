@@ -20,7 +20,7 @@ pub use clock::{SystemClock, TokioClock, WallClock};
 pub use error::TaskError;
 pub use events::{EventStream, RecordedEvent};
 pub use hooks::{HookContext, PrestartResponse, TaskDirHook, TaskDirs, TaskHook};
-pub use lifecycle::RunnerState;
+pub use lifecycle::TaskRunnerState;
 pub use local_state::LocalState;
 pub use restart::{Decision, Outcome, RestartTracker};
 pub use runner::{

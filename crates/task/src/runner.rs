@@ -18,12 +18,12 @@
 //! Kill stops the task for good; shutdown (the agent exiting) leaves it running with its handle
 //! persisted, for the next agent to reattach.
 
-use crate::TaskError;
 use crate::clock::{SystemClock, WallClock};
 use crate::env::{self, EnvIdentity, EnvPaths};
+use crate::error::TaskError;
 use crate::events::{EventStream, RecordedEvent};
 use crate::hooks::{HOOK_TIMEOUT, HookContext, TaskDirHook, TaskDirs, TaskHook};
-use crate::lifecycle::{Action, Event, RunnerState};
+use crate::lifecycle::{TaskRunnerAction, TaskRunnerEvent, TaskRunnerState};
 use crate::local_state::{HookState, LocalState};
 use crate::restart::{Decision, Outcome, RestartTracker};
 use crate::watched::Watched;
@@ -201,7 +201,7 @@ struct Shared {
     tracker: Mutex<RestartTracker>,
     origin: tokio::time::Instant,
     /// The runner's own lifecycle; changed only through [`TaskRunner::step`].
-    lifecycle: watch::Sender<RunnerState>,
+    lifecycle: watch::Sender<TaskRunnerState>,
     /// The running (or reattached) task, when there is one.
     current: Watched<Option<TaskId>>,
     /// A handle recovered by `restore`, adopted by the run loop instead of starting. Boxed:
@@ -286,7 +286,7 @@ enum RunEnded {
 }
 
 /// How the restart loop, or the whole run, ended.
-enum Ending {
+enum LoopEnd {
     /// The task is dead.
     Dead,
     /// The agent is shutting down; the task is left as it is.
@@ -340,7 +340,7 @@ impl TaskRunner {
                 persist: tokio::sync::Mutex::new(()),
                 tracker: Mutex::new(tracker),
                 origin: tokio::time::Instant::now(),
-                lifecycle: watch::channel(RunnerState::Idle).0,
+                lifecycle: watch::channel(TaskRunnerState::Idle).0,
                 current: Watched::new(None),
                 recovered: Mutex::new(None),
                 pending_outcome: Mutex::new(None),
@@ -398,18 +398,18 @@ impl TaskRunner {
     }
 
     /// Where the runner's own life stands (see [`crate::lifecycle`]).
-    pub fn lifecycle(&self) -> RunnerState {
+    pub fn lifecycle(&self) -> TaskRunnerState {
         *self.shared.lifecycle.borrow()
     }
 
     /// A watcher of [`TaskRunner::lifecycle`]: it always sees the latest.
-    pub fn watch_lifecycle(&self) -> watch::Receiver<RunnerState> {
+    pub fn watch_lifecycle(&self) -> watch::Receiver<TaskRunnerState> {
         self.shared.lifecycle.subscribe()
     }
 
     /// Whether the run loop has returned (or will never run).
     pub fn is_finished(&self) -> bool {
-        self.lifecycle() == RunnerState::Finished
+        self.lifecycle() == TaskRunnerState::Finished
     }
 
     /// A listener of every event the runner records from now on, in order (see
@@ -421,12 +421,12 @@ impl TaskRunner {
     /// Waits until the run loop has returned (or will never run).
     pub async fn wait_finished(&self) {
         let mut lifecycle = self.shared.lifecycle.subscribe();
-        let _ = lifecycle.wait_for(|s| *s == RunnerState::Finished).await;
+        let _ = lifecycle.wait_for(|s| *s == TaskRunnerState::Finished).await;
     }
 
     /// Applies `event` to the lifecycle; returns what to do about it.
-    fn step(&self, event: Event) -> Action {
-        let mut action = Action::Ignore;
+    fn step(&self, event: TaskRunnerEvent) -> TaskRunnerAction {
+        let mut action = TaskRunnerAction::Ignore;
         self.shared.lifecycle.send_if_modified(|state| {
             let (next, what) = state.on(event);
             action = what;
@@ -441,7 +441,7 @@ impl TaskRunner {
     async fn wind_down_requested(&self) -> WindDown {
         let mut lifecycle = self.shared.lifecycle.subscribe();
         match lifecycle.wait_for(|s| s.winding_down()).await.map(|s| *s) {
-            Ok(RunnerState::Killing) => WindDown::Kill,
+            Ok(TaskRunnerState::Killing) => WindDown::Kill,
             _ => WindDown::Shutdown,
         }
     }
@@ -509,7 +509,7 @@ impl TaskRunner {
     /// Runs the task until it is dead and released, or until shutdown. Returns at once if
     /// the run was already claimed (by an earlier call, or by a kill before it).
     pub async fn run(&self) {
-        if self.step(Event::Run) == Action::RunLoop {
+        if self.step(TaskRunnerEvent::Run) == TaskRunnerAction::RunLoop {
             self.run_claimed().await;
         }
     }
@@ -526,25 +526,25 @@ impl TaskRunner {
             self.note(|_| {});
         }
         let ending = if s.local.lock().run_complete {
-            Ending::Dead
+            LoopEnd::Dead
         } else {
             let restored_dead =
                 s.state.lock().status == TaskStatus::Dead && s.pending_outcome.lock().is_none();
             // A task restored dead has only the end of its run left.
-            let looped = if restored_dead { Ending::Dead } else { self.main_loop().await };
+            let looped = if restored_dead { LoopEnd::Dead } else { self.main_loop().await };
             match looped {
-                Ending::Dead => Box::pin(self.after_death()).await,
-                Ending::Shutdown => Ending::Shutdown,
+                LoopEnd::Dead => Box::pin(self.after_death()).await,
+                LoopEnd::Shutdown => LoopEnd::Shutdown,
             }
         };
-        if let Ending::Shutdown = ending {
+        if let LoopEnd::Shutdown = ending {
             Box::pin(self.on_shutdown()).await;
         }
-        self.step(Event::RunEnded);
+        self.step(TaskRunnerEvent::RunEnded);
     }
 
     /// Starts, watches and restarts the task until it is dead, or until shutdown.
-    async fn main_loop(&self) -> Ending {
+    async fn main_loop(&self) -> LoopEnd {
         let s = &self.shared;
         loop {
             let pending = s.pending_outcome.lock().take();
@@ -553,7 +553,7 @@ impl TaskRunner {
                 None => match self.run_once().await {
                     RunEnded::Outcome(outcome) => outcome,
                     RunEnded::KilledBeforeStart => break,
-                    RunEnded::Shutdown => return Ending::Shutdown,
+                    RunEnded::Shutdown => return LoopEnd::Shutdown,
                 },
             };
             let decision = s.tracker.lock().decide(&outcome, s.origin.elapsed());
@@ -562,7 +562,7 @@ impl TaskRunner {
                     match Box::pin(self.restart_delay(delay, reason)).await {
                         None => {}
                         Some(WindDown::Kill) => break,
-                        Some(WindDown::Shutdown) => return Ending::Shutdown,
+                        Some(WindDown::Shutdown) => return LoopEnd::Shutdown,
                     }
                 }
                 Decision::Fail { reason } => {
@@ -573,7 +573,7 @@ impl TaskRunner {
                 Decision::Done | Decision::Killed => break,
             }
         }
-        Ending::Dead
+        LoopEnd::Dead
     }
 
     /// Records a restart and waits out its delay, unless the runner is asked to wind down
@@ -964,14 +964,15 @@ impl TaskRunner {
 
     /// The task is dead: record it, then wait for an allocation-wide restart, a kill (the alloc
     /// runner releases dead tasks once they are all dead) or shutdown.
-    async fn after_death(&self) -> Ending {
+    async fn after_death(&self) -> LoopEnd {
         let s = &self.shared;
         loop {
             self.commit(|state| {
                 let _ = state.set_status(TaskStatus::Dead, self.now());
             })
             .await;
-            let released = s.stage == Stage::Poststop || self.lifecycle() == RunnerState::Killing;
+            let released =
+                s.stage == Stage::Poststop || self.lifecycle() == TaskRunnerState::Killing;
             if released {
                 break;
             }
@@ -979,7 +980,7 @@ impl TaskRunner {
                 biased;
                 wind_down = self.wind_down_requested() => match wind_down {
                     WindDown::Kill => break,
-                    WindDown::Shutdown => return Ending::Shutdown,
+                    WindDown::Shutdown => return LoopEnd::Shutdown,
                 },
                 () = s.rerun.notified() => {
                     // Run again as part of an allocation-wide restart: a restart like any
@@ -993,8 +994,8 @@ impl TaskRunner {
                         let _ = state.set_status(TaskStatus::Pending, self.now());
                     })
                     .await;
-                    if let Ending::Shutdown = self.main_loop().await {
-                        return Ending::Shutdown;
+                    if let LoopEnd::Shutdown = self.main_loop().await {
+                        return LoopEnd::Shutdown;
                     }
                 }
             }
@@ -1002,7 +1003,7 @@ impl TaskRunner {
         self.stop_hooks().await;
         s.local.lock().run_complete = true;
         self.persist_local().await;
-        Ending::Dead
+        LoopEnd::Dead
     }
 
     async fn stop_hooks(&self) {
@@ -1020,15 +1021,15 @@ impl TaskRunner {
     pub async fn kill(&self, event: Option<TaskEvent>) {
         let s = &self.shared;
         let alive = s.state.lock().status != TaskStatus::Dead
-            && matches!(self.lifecycle(), RunnerState::Idle | RunnerState::Running);
+            && matches!(self.lifecycle(), TaskRunnerState::Idle | TaskRunnerState::Running);
         if let Some(event) = event.filter(|_| alive) {
             self.commit(|state| state.append_event(event)).await;
         }
-        match self.step(Event::Kill) {
+        match self.step(TaskRunnerEvent::Kill) {
             // Killed before it ran: the kill runs it to its end here, and a later `run` returns.
-            Action::RunToEnd => Box::pin(self.run_claimed()).await,
-            Action::AwaitFinished => self.wait_finished().await,
-            Action::Ignore | Action::RunLoop => {}
+            TaskRunnerAction::RunToEnd => Box::pin(self.run_claimed()).await,
+            TaskRunnerAction::AwaitFinished => self.wait_finished().await,
+            TaskRunnerAction::Ignore | TaskRunnerAction::RunLoop => {}
         }
     }
 
@@ -1067,7 +1068,7 @@ impl TaskRunner {
     /// Leaves the task running and makes [`TaskRunner::run`] return, with everything restore
     /// needs persisted.
     pub fn shutdown(&self) {
-        self.step(Event::Shutdown);
+        self.step(TaskRunnerEvent::Shutdown);
     }
 
     /// The id of the task that runs now. A task reported running that the runner has not
@@ -1089,7 +1090,7 @@ impl TaskRunner {
 
     /// Whether the runner may still attach to a task: its loop has not begun or is running.
     fn may_still_attach(&self) -> bool {
-        matches!(self.lifecycle(), RunnerState::Idle | RunnerState::Running)
+        matches!(self.lifecycle(), TaskRunnerState::Idle | TaskRunnerState::Running)
     }
 
     /// Restarts the running task. A restart that is not a `failure` does not count against
@@ -1109,7 +1110,7 @@ impl TaskRunner {
     pub fn rerun(&self) -> bool {
         let s = &self.shared;
         // A run completed before a restore never runs again; its mark is persisted.
-        let waiting = self.lifecycle() == RunnerState::Running && !s.local.lock().run_complete;
+        let waiting = self.lifecycle() == TaskRunnerState::Running && !s.local.lock().run_complete;
         let mut state = s.state.lock();
         if !waiting || state.status != TaskStatus::Dead {
             return false;

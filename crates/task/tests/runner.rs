@@ -13,7 +13,8 @@ use wharf_state::{
 };
 use wharf_store::{MemoryStore, StateStore};
 use wharf_task::{
-    PrestartResponse, RunnerState, TaskError, TaskHook, TaskRunner, TaskRunnerConfig, TokioClock,
+    PrestartResponse, TaskError, TaskHook, TaskRunner, TaskRunnerConfig, TaskRunnerState,
+    TokioClock,
 };
 
 /// Long enough for anything a test waits for; a test that reaches it has hung.
@@ -133,7 +134,7 @@ fn running(state: &TaskState) -> bool {
 }
 
 /// Waits (bounded) until the runner's own lifecycle is `wanted`.
-async fn until_lifecycle(runner: &TaskRunner, wanted: RunnerState) {
+async fn until_lifecycle(runner: &TaskRunner, wanted: TaskRunnerState) {
     let mut lifecycle = runner.watch_lifecycle();
     tokio::time::timeout(LIMIT, lifecycle.wait_for(|s| *s == wanted))
         .await
@@ -754,8 +755,8 @@ async fn a_dead_task_runs_again_when_the_allocation_restarts() {
     assert!(!runner.rerun(), "a released task does not run again");
 }
 
-/// The seed's cap-1 channel: every change of the task's state notifies, and changes that
-/// nobody waited for leave exactly one wake-up pending, not one each.
+/// The state-change notification coalesces: every change of the task's state notifies, and
+/// changes that nobody waited for leave exactly one wake-up pending, not one each.
 #[tokio::test(start_paused = true)]
 async fn change_notifications_coalesce() {
     let h = Harness::new("batch", "config = { run_for = \"1s\" }");
@@ -864,7 +865,7 @@ async fn restore_dead() {
     second.restore(h.stored_task().await.as_ref()).await.unwrap();
     second.set_start_gate(true);
     spawn_run(&second);
-    until_lifecycle(&second, RunnerState::Running).await;
+    until_lifecycle(&second, TaskRunnerState::Running).await;
     assert!(second.rerun(), "a dead task whose run is not complete can run again");
     h.until(&second, "started again", |_| h.driver.start_count("a1", "t") == 2).await;
     second.kill(None).await;
@@ -875,7 +876,7 @@ async fn restore_dead() {
     assert!(!third.rerun(), "refused from the persisted mark, before the run begins");
     third.set_start_gate(true);
     spawn_run(&third);
-    until_lifecycle(&third, RunnerState::Finished).await;
+    until_lifecycle(&third, TaskRunnerState::Finished).await;
     assert!(!third.rerun());
     assert!(matches!(third.restart("again", false).await, Err(TaskError::NotRunning { .. })));
     assert_eq!(h.driver.start_count("a1", "t"), 2, "never started a third time");
@@ -918,7 +919,7 @@ async fn restart_signal_task_not_running() {
     let h = Harness::new("batch", "config = { run_for = \"0s\" }");
     let runner = h.runner();
     spawn_run(&runner); // The gate stays closed: the task is pending.
-    until_lifecycle(&runner, RunnerState::Running).await;
+    until_lifecycle(&runner, TaskRunnerState::Running).await;
     let asked = Instant::now();
     assert!(matches!(runner.signal(Signal::Quit, "x").await, Err(TaskError::NotRunning { .. })));
     assert!(matches!(runner.restart("x", false).await, Err(TaskError::NotRunning { .. })));
