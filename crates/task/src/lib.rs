@@ -9,6 +9,7 @@ pub mod clock;
 pub mod env;
 mod error;
 pub mod events;
+mod facts;
 pub mod hooks;
 pub mod lifecycle;
 pub mod local_state;

@@ -135,11 +135,10 @@ fn running(state: &TaskState) -> bool {
 
 /// Waits (bounded) until the runner's own lifecycle is `wanted`.
 async fn until_lifecycle(runner: &TaskRunner, wanted: TaskRunnerState) {
-    let mut lifecycle = runner.watch_lifecycle();
-    tokio::time::timeout(LIMIT, lifecycle.wait_for(|s| *s == wanted))
+    let reached = tokio::time::timeout(LIMIT, runner.wait_lifecycle(|s| s == wanted))
         .await
-        .unwrap_or_else(|_| panic!("the runner never reached {wanted:?}"))
-        .unwrap();
+        .unwrap_or_else(|_| panic!("the runner never reached {wanted:?}"));
+    assert_eq!(reached, wanted);
 }
 
 #[test]
@@ -358,6 +357,24 @@ async fn a_user_restart_is_immediate_and_does_not_count() {
     let state = h.until(&runner, "dead", dead).await;
     assert_eq!(h.driver.start_count("a1", "t"), 5);
     assert!(state.failed);
+    runner.kill(None).await;
+}
+
+/// Restart requests that arrive before the runner acts on the first are one pending request
+/// (the latest's `failure` wins): the task restarts once, and each request is recorded.
+#[tokio::test(start_paused = true)]
+async fn restart_requests_made_together_restart_the_task_once() {
+    let h = Harness::new("batch", "config = { run_for = \"10s\" }");
+    let runner = h.start();
+    h.until(&runner, "running", running).await;
+    // Neither call lets the run loop in between: both are pending when it wakes.
+    runner.restart("first", false).await.unwrap();
+    runner.restart("second", false).await.unwrap();
+    let state = h.until(&runner, "dead", dead).await;
+    assert_eq!(h.driver.start_count("a1", "t"), 2, "one restart: {:?}", titles(&state));
+    assert_eq!(state.restarts, 1);
+    let signaled = state.events.iter().filter(|e| e.kind.title() == "Restart Signaled").count();
+    assert_eq!(signaled, 2, "{:?}", titles(&state));
     runner.kill(None).await;
 }
 
