@@ -7,7 +7,7 @@
 //! call is bounded by [`HOOK_TIMEOUT`]; a hook that fails or overruns becomes an event, and
 //! only a prestart failure stops the task from starting.
 
-use crate::TaskError;
+use crate::error::TaskError;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;

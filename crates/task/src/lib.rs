@@ -6,9 +6,11 @@
 //! the in-memory store under tokio's paused clock.
 
 pub mod clock;
+mod config;
 pub mod env;
 mod error;
 pub mod events;
+mod facts;
 pub mod hooks;
 pub mod lifecycle;
 pub mod local_state;
@@ -17,15 +19,15 @@ mod runner;
 pub mod watched;
 
 pub use clock::{SystemClock, TokioClock, WallClock};
+pub use config::{DEFAULT_MAX_KILL_TIMEOUT, LogLimits, TaskRunnerConfig};
 pub use error::TaskError;
 pub use events::{EventStream, RecordedEvent};
 pub use hooks::{HookContext, PrestartResponse, TaskDirHook, TaskDirs, TaskHook};
-pub use lifecycle::RunnerState;
+pub use lifecycle::TaskRunnerState;
 pub use local_state::LocalState;
 pub use restart::{Decision, Outcome, RestartTracker};
 pub use runner::{
-    DEFAULT_MAX_KILL_TIMEOUT, DESTROY_TIMEOUT, EXIT_RESULT_TIMEOUT, LogLimits, REATTACH_WAIT,
-    START_TIMEOUT, STOP_GRACE, TaskRunner, TaskRunnerConfig,
+    DESTROY_TIMEOUT, EXIT_RESULT_TIMEOUT, REATTACH_WAIT, START_TIMEOUT, STOP_GRACE, TaskRunner,
 };
 pub use watched::Watched;
 /// The attribute that implementations of [`TaskHook`] put on their `impl` block.

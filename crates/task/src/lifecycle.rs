@@ -1,4 +1,4 @@
-//! The task runner's own lifecycle: one value, changed only by [`RunnerState::on`].
+//! The task runner's own lifecycle: one value, changed only by [`TaskRunnerState::on`].
 //!
 //! This is the runner's life, not the task's status (`pending`, `running`, `dead` in
 //! [`wharf_state::TaskState`]): whether its run loop has begun, whether it was told to kill
@@ -26,7 +26,7 @@
 
 /// Where a task runner's own life stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RunnerState {
+pub enum TaskRunnerState {
     /// Built, perhaps restored; the run loop has not begun.
     Idle,
     /// The run loop starts, watches and restarts the task.
@@ -41,7 +41,7 @@ pub enum RunnerState {
 
 /// What happens to a task runner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Event {
+pub enum TaskRunnerEvent {
     /// `run` was called.
     Run,
     /// `kill` was called: stop the task for good.
@@ -54,7 +54,7 @@ pub enum Event {
 
 /// What the runner does about an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
+pub enum TaskRunnerAction {
     /// Nothing: already under way, or over.
     Ignore,
     /// Run the loop.
@@ -65,12 +65,12 @@ pub enum Action {
     AwaitFinished,
 }
 
-impl RunnerState {
+impl TaskRunnerState {
     /// The transition table (see the module docs): the next state and what to do.
-    pub fn on(self, event: Event) -> (RunnerState, Action) {
-        use Action as A;
-        use Event as E;
-        use RunnerState as S;
+    pub fn on(self, event: TaskRunnerEvent) -> (TaskRunnerState, TaskRunnerAction) {
+        use TaskRunnerAction as A;
+        use TaskRunnerEvent as E;
+        use TaskRunnerState as S;
         match (self, event) {
             (S::Idle, E::Run) => (S::Running, A::RunLoop),
             (S::Idle, E::Kill) => (S::Killing, A::RunToEnd),
@@ -87,16 +87,16 @@ impl RunnerState {
 
     /// Whether the task is being stopped for good or left behind: the loop must wind down.
     pub fn winding_down(self) -> bool {
-        matches!(self, RunnerState::Killing | RunnerState::ShuttingDown)
+        matches!(self, TaskRunnerState::Killing | TaskRunnerState::ShuttingDown)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use Action as A;
-    use Event as E;
-    use RunnerState as S;
+    use TaskRunnerAction as A;
+    use TaskRunnerEvent as E;
+    use TaskRunnerState as S;
 
     #[test]
     fn transition_table() {

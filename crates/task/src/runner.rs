@@ -17,26 +17,44 @@
 //!
 //! Kill stops the task for good; shutdown (the agent exiting) leaves it running with its handle
 //! persisted, for the next agent to reattach.
+//!
+//! # What the runner knows, and its locks
+//!
+//! What is fixed when the runner is built (the task, its driver, store, hooks, directories,
+//! limits) is plain data. Everything that changes as it lives is one [`RunnerFacts`] value (see
+//! [`crate::facts`]), each fact in one field: its lifecycle, the allocation, the task's state,
+//! its local state (whose driver handle is the one record of which task runs), what a restore
+//! left, the start gate, the restart and rerun requests, the restart count. A decision that
+//! needs several facts reads them in one look. Every change wakes every waiter (the run loop
+//! waiting for its gate, a wind-down, a restart or a rerun; a caller waiting for a reattach or
+//! the run's end), and each looks again for what it needs.
+//!
+//! Locks, outermost first; none is taken while a later one is held:
+//!
+//! 1. `persist`, a tokio mutex held across the store's write: one persist at a time, so the
+//!    store never goes back to an older state.
+//! 2. `facts`, a parking_lot mutex inside [`Watched`], never held across an `.await` (its
+//!    closures do not call back into the runner).
+//! 3. The event stream's sender, taken under `facts` so the stream's order is the state's.
 
-use crate::TaskError;
-use crate::clock::{SystemClock, WallClock};
+use crate::clock::WallClock;
+use crate::config::{LogLimits, TaskRunnerConfig};
 use crate::env::{self, EnvIdentity, EnvPaths};
+use crate::error::TaskError;
 use crate::events::{EventStream, RecordedEvent};
+use crate::facts::{Change, RestartRequest, Restored, RunnerFacts, WindDown};
 use crate::hooks::{HOOK_TIMEOUT, HookContext, TaskDirHook, TaskDirs, TaskHook};
-use crate::lifecycle::{Action, Event, RunnerState};
+use crate::lifecycle::{TaskRunnerAction, TaskRunnerEvent, TaskRunnerState};
 use crate::local_state::{HookState, LocalState};
 use crate::restart::{Decision, Outcome, RestartTracker};
 use crate::watched::Watched;
-use parking_lot::Mutex;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use tokio::sync::{Notify, watch};
+use tokio::sync::Notify;
 use wharf_driver::{
     Driver, DriverError, ExecResult, ExitResult, LogConfig, LogFrom, LogReader, LogStream,
-    LogTarget, ResourceUsage, TaskConfig, TaskHandle, TaskId,
+    LogTarget, ResourceUsage, TaskConfig, TaskId,
 };
 use wharf_state::spec::Stage;
 use wharf_state::{Allocation, Signal, Task, TaskEvent, TaskEventKind, TaskState, TaskStatus};
@@ -55,138 +73,17 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(300);
 /// reattach to it after a restore, before answering that it is not running.
 pub const REATTACH_WAIT: Duration = Duration::from_secs(5);
 
-/// Log rotation limits for a task's output.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LogLimits {
-    /// Files kept per stream.
-    pub max_files: u32,
-    /// Size at which a file is rotated.
-    pub max_file_bytes: u64,
-}
-
-impl Default for LogLimits {
-    fn default() -> Self {
-        LogLimits {
-            max_files: LogConfig::DEFAULT_MAX_FILES,
-            max_file_bytes: LogConfig::DEFAULT_MAX_FILE_BYTES,
-        }
-    }
-}
-
-/// The cap on a task's `kill_timeout` unless the node sets one.
-pub const DEFAULT_MAX_KILL_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Everything a [`TaskRunner`] is built from: [`TaskRunnerConfig::new`] takes what has no
-/// default, the `with_` methods change the rest.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct TaskRunnerConfig {
-    /// The allocation the task belongs to, shared with whoever else holds it (the alloc
-    /// runner and its other task runners share one).
-    pub alloc: Arc<Allocation>,
-    /// The task, as in the allocation's group.
-    pub task: Task,
-    /// The driver named by the task.
-    pub driver: Arc<dyn Driver>,
-    /// Where state is persisted.
-    pub store: Arc<dyn StateStore>,
-    /// Where event timestamps come from. Default: the system's clock.
-    pub clock: Arc<dyn WallClock>,
-    /// The allocation's directory: `<data dir>/allocs/<alloc id>`.
-    pub alloc_root: PathBuf,
-    /// Hooks run after the built-in ones. Default: none.
-    pub hooks: Vec<Arc<dyn TaskHook>>,
-    /// The node-wide cap on `kill_timeout`. Default: [`DEFAULT_MAX_KILL_TIMEOUT`].
-    pub max_kill_timeout: Duration,
-    /// Log rotation limits. Default: 10 files of 10 MiB per stream.
-    pub logs: LogLimits,
-    /// Notified (coalescing) after every state change, for whoever coordinates several task
-    /// runners (the alloc runner). Default: a notification of its own.
-    pub state_changed: Arc<Notify>,
-    /// Where every recorded event goes. Default: a stream of its own; the alloc runner gives
-    /// its task runners one shared stream.
-    pub events: EventStream,
-}
-
-impl TaskRunnerConfig {
-    /// A runner of `task` of `alloc` through `driver`, persisting through `store`, with its
-    /// directory under `alloc_root` (`<alloc_root>/<task>`), and defaults for the rest.
-    pub fn new(
-        alloc: impl Into<Arc<Allocation>>,
-        task: Task,
-        driver: Arc<dyn Driver>,
-        store: Arc<dyn StateStore>,
-        alloc_root: impl Into<PathBuf>,
-    ) -> TaskRunnerConfig {
-        TaskRunnerConfig {
-            alloc: alloc.into(),
-            task,
-            driver,
-            store,
-            clock: Arc::new(SystemClock),
-            alloc_root: alloc_root.into(),
-            hooks: Vec::new(),
-            max_kill_timeout: DEFAULT_MAX_KILL_TIMEOUT,
-            logs: LogLimits::default(),
-            state_changed: Arc::new(Notify::new()),
-            events: EventStream::default(),
-        }
-    }
-
-    /// Takes event timestamps from `clock`.
-    pub fn with_clock(mut self, clock: Arc<dyn WallClock>) -> TaskRunnerConfig {
-        self.clock = clock;
-        self
-    }
-
-    /// Adds a hook, run after the built-in ones and those added before.
-    pub fn with_hook(mut self, hook: Arc<dyn TaskHook>) -> TaskRunnerConfig {
-        self.hooks.push(hook);
-        self
-    }
-
-    /// Caps the task's `kill_timeout`.
-    pub fn with_max_kill_timeout(mut self, max: Duration) -> TaskRunnerConfig {
-        self.max_kill_timeout = max;
-        self
-    }
-
-    /// Sets the log rotation limits.
-    pub fn with_logs(mut self, logs: LogLimits) -> TaskRunnerConfig {
-        self.logs = logs;
-        self
-    }
-
-    /// Notifies `state_changed` (coalescing) after every change of the task's state.
-    pub fn with_state_changed(mut self, state_changed: Arc<Notify>) -> TaskRunnerConfig {
-        self.state_changed = state_changed;
-        self
-    }
-
-    /// Sends every recorded event to `events`.
-    pub fn with_events(mut self, events: EventStream) -> TaskRunnerConfig {
-        self.events = events;
-        self
-    }
-}
-
-/// A user's or a hook's request to restart the running task.
-#[derive(Debug, Clone)]
-struct RestartRequest {
-    failure: bool,
-}
-
 /// Runs one task. Cheap to clone; clones control the same runner.
 #[derive(Debug, Clone)]
 pub struct TaskRunner {
     shared: Arc<Shared>,
 }
 
+/// What the runner is built with, and its [`RunnerFacts`] (see the module docs for its locks).
 #[derive(Debug)]
 struct Shared {
     task: Task,
     stage: Stage,
-    alloc: Mutex<Arc<Allocation>>,
     driver: Arc<dyn Driver>,
     store: Arc<dyn StateStore>,
     clock: Arc<dyn WallClock>,
@@ -194,55 +91,15 @@ struct Shared {
     dirs: TaskDirs,
     logs: LogLimits,
     kill_timeout: Duration,
-    state: Mutex<TaskState>,
-    local: Mutex<LocalState>,
-    /// Serialises persists, so the store never goes back to an older state.
-    persist: tokio::sync::Mutex<()>,
-    tracker: Mutex<RestartTracker>,
+    /// When the runner was built: the restart tracker's clock.
     origin: tokio::time::Instant,
-    /// The runner's own lifecycle; changed only through [`TaskRunner::step`].
-    lifecycle: watch::Sender<RunnerState>,
-    /// The running (or reattached) task, when there is one.
-    current: Watched<Option<TaskId>>,
-    /// A handle recovered by `restore`, adopted by the run loop instead of starting. Boxed:
-    /// it is there only between a restore and the run.
-    recovered: Mutex<Option<Box<TaskHandle>>>,
-    /// An outcome to act on before anything else (a task lost while the agent was away).
-    pending_outcome: Mutex<Option<Outcome>>,
-    /// The environment of the last run, once its handle (which holds it while the task runs)
-    /// is released: what hooks see between runs and after the last.
-    env: Mutex<BTreeMap<String, String>>,
-    /// The lifecycle gate the alloc runner opens and closes.
-    gate: Watched<bool>,
-    restart: Mutex<Option<RestartRequest>>,
-    restart_notify: Notify,
-    rerun: Notify,
+    /// The alloc runner's notification of a change of the task's state.
     state_changed: Arc<Notify>,
     events: EventStream,
-    /// No change has been made and no state restored: the first change records `Received`.
-    fresh: AtomicBool,
-}
-
-/// A change of the task state being made: events appended through it also go to the event
-/// stream.
-struct Change<'a> {
-    state: &'a mut TaskState,
-    events: &'a mut Vec<TaskEvent>,
-}
-
-impl Change<'_> {
-    fn append_event(&mut self, event: TaskEvent) {
-        self.events.push(event.clone());
-        self.state.append_event(event);
-    }
-
-    fn set_status(
-        &mut self,
-        to: TaskStatus,
-        at: wharf_state::Timestamp,
-    ) -> Result<(), wharf_state::task_state::InvalidTransition> {
-        self.state.set_status(to, at)
-    }
+    /// Serialises persists, so the store never goes back to an older state.
+    persist: tokio::sync::Mutex<()>,
+    /// Everything that changes as the runner lives, under one lock.
+    facts: Watched<RunnerFacts>,
 }
 
 /// A hook call that cannot fail, as one that can.
@@ -286,17 +143,17 @@ enum RunEnded {
 }
 
 /// How the restart loop, or the whole run, ended.
-enum Ending {
+enum LoopEnd {
     /// The task is dead.
     Dead,
     /// The agent is shutting down; the task is left as it is.
     Shutdown,
 }
 
-/// Which way the runner was asked to wind down.
-enum WindDown {
-    Kill,
-    Shutdown,
+/// What a dead task's runner was asked for while it waited to be released.
+enum AfterDeath {
+    WindDown(WindDown),
+    Rerun,
 }
 
 impl TaskRunner {
@@ -323,11 +180,10 @@ impl TaskRunner {
         let kill_timeout = config.task.kill_timeout.min(config.max_kill_timeout);
         // A fresh task is received with its first change (unless a restore replaces its
         // state), so that the event is in the stream, in order, for whoever listens by then.
-        let state = TaskState::new();
+        let facts = RunnerFacts::new(config.alloc, tracker);
         TaskRunner {
             shared: Arc::new(Shared {
                 stage,
-                alloc: Mutex::new(config.alloc),
                 driver: config.driver,
                 store: config.store,
                 clock: config.clock,
@@ -335,23 +191,11 @@ impl TaskRunner {
                 dirs,
                 logs: config.logs,
                 kill_timeout,
-                state: Mutex::new(state),
-                local: Mutex::new(LocalState::default()),
-                persist: tokio::sync::Mutex::new(()),
-                tracker: Mutex::new(tracker),
                 origin: tokio::time::Instant::now(),
-                lifecycle: watch::channel(RunnerState::Idle).0,
-                current: Watched::new(None),
-                recovered: Mutex::new(None),
-                pending_outcome: Mutex::new(None),
-                env: Mutex::new(BTreeMap::new()),
-                gate: Watched::new(false),
-                restart: Mutex::new(None),
-                restart_notify: Notify::new(),
-                rerun: Notify::new(),
                 state_changed: config.state_changed,
                 events: config.events,
-                fresh: AtomicBool::new(true),
+                persist: tokio::sync::Mutex::new(()),
+                facts: Watched::new(facts),
                 task: config.task,
             }),
         }
@@ -384,7 +228,7 @@ impl TaskRunner {
 
     /// A snapshot of its state.
     pub fn state(&self) -> TaskState {
-        self.shared.state.lock().clone()
+        self.shared.facts.read(|facts| facts.task.clone())
     }
 
     /// The driver running it.
@@ -394,22 +238,28 @@ impl TaskRunner {
 
     /// Lets the task start (the lifecycle gate). Closing it again holds back later restarts.
     pub fn set_start_gate(&self, open: bool) {
-        self.shared.gate.set(open);
+        self.shared.facts.update(|facts| facts.gate_open = open);
     }
 
     /// Where the runner's own life stands (see [`crate::lifecycle`]).
-    pub fn lifecycle(&self) -> RunnerState {
-        *self.shared.lifecycle.borrow()
+    pub fn lifecycle(&self) -> TaskRunnerState {
+        self.shared.facts.read(|facts| facts.lifecycle)
     }
 
-    /// A watcher of [`TaskRunner::lifecycle`]: it always sees the latest.
-    pub fn watch_lifecycle(&self) -> watch::Receiver<RunnerState> {
-        self.shared.lifecycle.subscribe()
+    /// Waits until [`TaskRunner::lifecycle`] is one that `reached` accepts, and returns it.
+    pub async fn wait_lifecycle(
+        &self,
+        reached: impl Fn(TaskRunnerState) -> bool,
+    ) -> TaskRunnerState {
+        self.shared
+            .facts
+            .wait_until(|facts| reached(facts.lifecycle).then_some(facts.lifecycle))
+            .await
     }
 
     /// Whether the run loop has returned (or will never run).
     pub fn is_finished(&self) -> bool {
-        self.lifecycle() == RunnerState::Finished
+        self.lifecycle() == TaskRunnerState::Finished
     }
 
     /// A listener of every event the runner records from now on, in order (see
@@ -420,30 +270,21 @@ impl TaskRunner {
 
     /// Waits until the run loop has returned (or will never run).
     pub async fn wait_finished(&self) {
-        let mut lifecycle = self.shared.lifecycle.subscribe();
-        let _ = lifecycle.wait_for(|s| *s == RunnerState::Finished).await;
+        self.wait_lifecycle(|state| state == TaskRunnerState::Finished).await;
     }
 
     /// Applies `event` to the lifecycle; returns what to do about it.
-    fn step(&self, event: Event) -> Action {
-        let mut action = Action::Ignore;
-        self.shared.lifecycle.send_if_modified(|state| {
-            let (next, what) = state.on(event);
-            action = what;
-            let moved = next != *state;
-            *state = next;
-            moved
-        });
-        action
+    fn step(&self, event: TaskRunnerEvent) -> TaskRunnerAction {
+        self.shared.facts.update(|facts| {
+            let (next, action) = facts.lifecycle.on(event);
+            facts.lifecycle = next;
+            action
+        })
     }
 
     /// Waits until the runner is asked to kill its task or to leave it; says which.
     async fn wind_down_requested(&self) -> WindDown {
-        let mut lifecycle = self.shared.lifecycle.subscribe();
-        match lifecycle.wait_for(|s| s.winding_down()).await.map(|s| *s) {
-            Ok(RunnerState::Killing) => WindDown::Kill,
-            _ => WindDown::Shutdown,
-        }
+        self.shared.facts.wait_until(|facts| facts.wind_down()).await
     }
 
     /// Loads the task's persisted state and reattaches to its task if one was running.
@@ -452,18 +293,25 @@ impl TaskRunner {
         let s = &self.shared;
         let Some(stored) = stored else { return Ok(()) };
         if let Some(state) = &stored.state {
-            *s.state.lock() = state.clone();
-            s.fresh.store(false, Ordering::Relaxed);
+            s.facts.update(|facts| {
+                facts.task = state.clone();
+                facts.received_unrecorded = false;
+            });
         }
-        let local = match &stored.local_state {
+        let mut local = match &stored.local_state {
             Some(bytes) => LocalState::decode(bytes)
                 .map_err(|reason| TaskError::BadLocalState { task: s.task.name.clone(), reason })?,
             None => LocalState::default(),
         };
-        let handle = local.handle.clone();
-        *s.local.lock() = local;
+        // The handle is the record of the running task: it goes back only once the driver has
+        // recovered the task.
+        let handle = local.handle.take();
+        let running = s.facts.update(|facts| {
+            facts.local = local;
+            facts.task.status == TaskStatus::Running
+        });
         let Some(handle) = handle else {
-            if s.state.lock().status == TaskStatus::Running {
+            if running {
                 // Running with no handle: whatever ran is unknown to us now.
                 self.lost("no driver handle was saved").await;
             }
@@ -473,15 +321,17 @@ impl TaskRunner {
             Ok(()) => {
                 tracing::info!(alloc_id = %self.alloc_id(), task = %s.task.name, task_id = %handle.id(), "reattached to task");
                 // Known at once, so a restart or signal right after the restore reaches it.
-                s.current.set(Some(handle.id().clone()));
-                *s.recovered.lock() = Some(Box::new(handle));
+                s.facts.update(|facts| {
+                    facts.local.handle = Some(handle);
+                    facts.restored = Restored::Reattached;
+                });
             }
             Err(error) => {
                 tracing::warn!(alloc_id = %self.alloc_id(), task = %s.task.name, %error, "could not reattach to task");
                 let _ =
                     tokio::time::timeout(DESTROY_TIMEOUT, s.driver.destroy_task(handle.id(), true))
                         .await;
-                s.local.lock().handle = None;
+                // The handle stays out of the local state, which is written without it.
                 self.persist_local().await;
                 self.lost(&error.to_string()).await;
             }
@@ -498,18 +348,19 @@ impl TaskRunner {
             )
         })
         .await;
-        *self.shared.pending_outcome.lock() = Some(Outcome::Exited(ExitResult {
+        let outcome = Outcome::Exited(ExitResult {
             exit_code: 0,
             signal: None,
             oom_killed: false,
             error: Some(format!("task lost while the agent was away: {error}")),
-        }));
+        });
+        self.shared.facts.update(|facts| facts.restored = Restored::Lost(outcome));
     }
 
     /// Runs the task until it is dead and released, or until shutdown. Returns at once if
     /// the run was already claimed (by an earlier call, or by a kill before it).
     pub async fn run(&self) {
-        if self.step(Event::Run) == Action::RunLoop {
+        if self.step(TaskRunnerEvent::Run) == TaskRunnerAction::RunLoop {
             self.run_claimed().await;
         }
     }
@@ -521,48 +372,49 @@ impl TaskRunner {
     /// on the heap only while it runs.
     async fn run_claimed(&self) {
         let s = &self.shared;
-        if s.fresh.load(Ordering::Relaxed) {
+        if s.facts.read(|facts| facts.received_unrecorded) {
             // Received as the run begins; written with the next commit.
             self.note(|_| {});
         }
-        let ending = if s.local.lock().run_complete {
-            Ending::Dead
+        let (complete, restored_dead) =
+            s.facts.read(|facts| (facts.local.run_complete, facts.restored_dead()));
+        let ending = if complete {
+            LoopEnd::Dead
         } else {
-            let restored_dead =
-                s.state.lock().status == TaskStatus::Dead && s.pending_outcome.lock().is_none();
             // A task restored dead has only the end of its run left.
-            let looped = if restored_dead { Ending::Dead } else { self.main_loop().await };
+            let looped = if restored_dead { LoopEnd::Dead } else { self.main_loop().await };
             match looped {
-                Ending::Dead => Box::pin(self.after_death()).await,
-                Ending::Shutdown => Ending::Shutdown,
+                LoopEnd::Dead => Box::pin(self.after_death()).await,
+                LoopEnd::Shutdown => LoopEnd::Shutdown,
             }
         };
-        if let Ending::Shutdown = ending {
+        if let LoopEnd::Shutdown = ending {
             Box::pin(self.on_shutdown()).await;
         }
-        self.step(Event::RunEnded);
+        self.step(TaskRunnerEvent::RunEnded);
     }
 
     /// Starts, watches and restarts the task until it is dead, or until shutdown.
-    async fn main_loop(&self) -> Ending {
+    async fn main_loop(&self) -> LoopEnd {
         let s = &self.shared;
         loop {
-            let pending = s.pending_outcome.lock().take();
-            let outcome = match pending {
+            let lost = s.facts.update(RunnerFacts::take_lost);
+            let outcome = match lost {
                 Some(outcome) => outcome,
                 None => match self.run_once().await {
                     RunEnded::Outcome(outcome) => outcome,
                     RunEnded::KilledBeforeStart => break,
-                    RunEnded::Shutdown => return Ending::Shutdown,
+                    RunEnded::Shutdown => return LoopEnd::Shutdown,
                 },
             };
-            let decision = s.tracker.lock().decide(&outcome, s.origin.elapsed());
+            let decision =
+                s.facts.update(|facts| facts.restarts.decide(&outcome, s.origin.elapsed()));
             match decision {
                 Decision::Restart { delay, reason } => {
                     match Box::pin(self.restart_delay(delay, reason)).await {
                         None => {}
                         Some(WindDown::Kill) => break,
-                        Some(WindDown::Shutdown) => return Ending::Shutdown,
+                        Some(WindDown::Shutdown) => return LoopEnd::Shutdown,
                     }
                 }
                 Decision::Fail { reason } => {
@@ -573,7 +425,7 @@ impl TaskRunner {
                 Decision::Done | Decision::Killed => break,
             }
         }
-        Ending::Dead
+        LoopEnd::Dead
     }
 
     /// Records a restart and waits out its delay, unless the runner is asked to wind down
@@ -582,7 +434,7 @@ impl TaskRunner {
         let event = self.event(TaskEventKind::Restarting { delay, reason });
         self.commit(|state| {
             state.append_event(event);
-            let _ = state.set_status(TaskStatus::Pending, self.now());
+            state.set_status(TaskStatus::Pending, self.now());
         })
         .await;
         tokio::select! {
@@ -594,27 +446,30 @@ impl TaskRunner {
     /// One run: wait for the gate, prepare, start (or adopt a recovered task), wait for it.
     async fn run_once(&self) -> RunEnded {
         let s = &self.shared;
-        let recovered = s.recovered.lock().take();
-        let task_id = match recovered {
-            Some(handle) => {
-                let id = handle.id().clone();
-                s.current.set(Some(id.clone()));
+        let reattached = s.facts.update(RunnerFacts::take_reattached);
+        let task_id = match reattached {
+            Some(id) => {
                 let event = self.event(TaskEventKind::Reattached);
                 Box::pin(self.commit(|state| {
                     state.append_event(event);
-                    let _ = state.set_status(TaskStatus::Running, self.now());
+                    state.set_status(TaskStatus::Running, self.now());
                 }))
                 .await;
                 id
             }
             None => {
-                tokio::select! {
-                    biased;
-                    wind_down = self.wind_down_requested() => return match wind_down {
-                        WindDown::Kill => RunEnded::KilledBeforeStart,
-                        WindDown::Shutdown => RunEnded::Shutdown,
-                    },
-                    _ = s.gate.wait_for(|open| *open) => {}
+                // A wind-down comes before the gate.
+                let wind_down = s
+                    .facts
+                    .wait_until(|facts| match facts.wind_down() {
+                        Some(wind_down) => Some(Some(wind_down)),
+                        None => facts.gate_open.then_some(None),
+                    })
+                    .await;
+                match wind_down {
+                    Some(WindDown::Kill) => return RunEnded::KilledBeforeStart,
+                    Some(WindDown::Shutdown) => return RunEnded::Shutdown,
+                    None => {}
                 }
                 match Box::pin(self.start()).await {
                     Ok(id) => id,
@@ -653,7 +508,7 @@ impl TaskRunner {
     /// for the restart tracker returned.
     async fn start(&self) -> Result<TaskId, Outcome> {
         let s = &self.shared;
-        let alloc = s.alloc.lock().clone();
+        let alloc = s.facts.read(|facts| facts.alloc.clone());
         let base_env = env::build(
             EnvIdentity {
                 alloc_id: &alloc.id,
@@ -683,11 +538,10 @@ impl TaskRunner {
         if let Err(error) = s.driver.validate_config(&driver_config) {
             return Err(self.start_failed(error).await);
         }
-        let run = {
-            let mut local = s.local.lock();
-            local.runs += 1;
-            local.runs
-        };
+        let run = s.facts.update(|facts| {
+            facts.local.runs += 1;
+            facts.local.runs
+        });
         let config = TaskConfig {
             id: TaskId::new(&alloc.id, &s.task.name, run),
             alloc_id: alloc.id.clone(),
@@ -717,12 +571,11 @@ impl TaskRunner {
             }
         };
         let id = handle.id().clone();
-        s.current.set(Some(id.clone()));
-        s.local.lock().handle = Some(handle);
+        s.facts.update(|facts| facts.local.handle = Some(handle));
         let event = self.event(TaskEventKind::Started);
         self.commit_with_local(|state| {
             state.append_event(event);
-            let _ = state.set_status(TaskStatus::Running, self.now());
+            state.set_status(TaskStatus::Running, self.now());
         })
         .await;
         Ok(id)
@@ -754,7 +607,8 @@ impl TaskRunner {
         let s = &self.shared;
         for hook in &s.hooks {
             let name = hook.name().to_owned();
-            let saved = s.local.lock().hooks.get(&name).cloned().unwrap_or_default();
+            let saved =
+                s.facts.read(|facts| facts.local.hooks.get(&name).cloned().unwrap_or_default());
             if saved.done {
                 env.extend(saved.env);
                 continue;
@@ -779,10 +633,9 @@ impl TaskRunner {
             }
             env.extend(response.env.clone());
             if response.done || response.state.is_some() {
-                s.local.lock().hooks.insert(
-                    name,
-                    HookState { done: response.done, data: response.state, env: response.env },
-                );
+                let saved =
+                    HookState { done: response.done, data: response.state, env: response.env };
+                s.facts.update(|facts| facts.local.hooks.insert(name, saved));
             }
         }
         Ok(env)
@@ -795,7 +648,7 @@ impl TaskRunner {
     /// Runs every hook's `phase`, each call bounded by [`HOOK_TIMEOUT`]. A poststart or stop
     /// hook that fails or times out becomes a `HookFailed` event; the next hook still runs.
     async fn run_hooks(&self, phase: HookPhase<'_>) {
-        let alloc = self.shared.alloc.lock().clone();
+        let alloc = self.shared.facts.read(|facts| facts.alloc.clone());
         let env = self.hook_env();
         for hook in &self.shared.hooks {
             let ctx = self.ctx(&alloc, &env);
@@ -822,11 +675,10 @@ impl TaskRunner {
     /// The environment hooks see: the running task's, kept in its handle (one copy of it,
     /// not two), or else the last run's.
     fn hook_env(&self) -> BTreeMap<String, String> {
-        let s = &self.shared;
-        match &s.local.lock().handle {
+        self.shared.facts.read(|facts| match &facts.local.handle {
             Some(handle) => handle.config.env.clone(),
-            None => s.env.lock().clone(),
-        }
+            None => facts.last_env.clone(),
+        })
     }
 
     fn ctx<'a>(
@@ -840,19 +692,15 @@ impl TaskRunner {
     /// Waits for the task to exit, or for a kill, restart or shutdown request.
     async fn wait(&self, task_id: &TaskId) -> Waited {
         let s = &self.shared;
+        // A wind-down comes before a restart request, and both before the task's exit.
+        let asked = s.facts.wait_until(|facts| match facts.wind_down() {
+            Some(WindDown::Kill) => Some(Waited::Killed),
+            Some(WindDown::Shutdown) => Some(Waited::Shutdown),
+            None => facts.restart.take().map(Waited::Restart),
+        });
         tokio::select! {
             biased;
-            wind_down = self.wind_down_requested() => match wind_down {
-                WindDown::Kill => Waited::Killed,
-                WindDown::Shutdown => Waited::Shutdown,
-            },
-            () = s.restart_notify.notified() => {
-                match s.restart.lock().take() {
-                    Some(request) => Waited::Restart(request),
-                    // A request taken by an earlier wait; treat as a plain restart.
-                    None => Waited::Restart(RestartRequest { failure: false }),
-                }
-            }
+            asked = asked => asked,
             result = s.driver.wait_task(task_id) => Waited::Exited(result.unwrap_or_else(|error| ExitResult {
                 exit_code: 0,
                 signal: None,
@@ -943,7 +791,11 @@ impl TaskRunner {
     /// is written with it (including what a stop noted).
     async fn release(&self, task_id: &TaskId) {
         let s = &self.shared;
-        s.current.set(None);
+        s.facts.update(|facts| {
+            if let Some(handle) = facts.local.handle.take() {
+                facts.last_env = handle.config.env;
+            }
+        });
         // What the driver frees now (a cgroup, a run directory) is housekeeping for a run that
         // has ended: the task's death is recorded without waiting for it. An agent that stops
         // before it is done leaves orphans its successor removes.
@@ -956,32 +808,32 @@ impl TaskRunner {
                 tracing::debug!(%alloc_id, %task, %error, "driver could not free the task");
             }
         });
-        if let Some(handle) = s.local.lock().handle.take() {
-            *s.env.lock() = handle.config.env;
-        }
         self.persist_local().await;
     }
 
     /// The task is dead: record it, then wait for an allocation-wide restart, a kill (the alloc
     /// runner releases dead tasks once they are all dead) or shutdown.
-    async fn after_death(&self) -> Ending {
+    async fn after_death(&self) -> LoopEnd {
         let s = &self.shared;
         loop {
-            self.commit(|state| {
-                let _ = state.set_status(TaskStatus::Dead, self.now());
-            })
-            .await;
-            let released = s.stage == Stage::Poststop || self.lifecycle() == RunnerState::Killing;
+            self.commit(|state| state.set_status(TaskStatus::Dead, self.now())).await;
+            let released =
+                s.stage == Stage::Poststop || self.lifecycle() == TaskRunnerState::Killing;
             if released {
                 break;
             }
-            tokio::select! {
-                biased;
-                wind_down = self.wind_down_requested() => match wind_down {
-                    WindDown::Kill => break,
-                    WindDown::Shutdown => return Ending::Shutdown,
-                },
-                () = s.rerun.notified() => {
+            // A wind-down comes before a rerun.
+            let asked = s
+                .facts
+                .wait_until(|facts| match facts.wind_down() {
+                    Some(wind_down) => Some(AfterDeath::WindDown(wind_down)),
+                    None => std::mem::take(&mut facts.rerun).then_some(AfterDeath::Rerun),
+                })
+                .await;
+            match asked {
+                AfterDeath::WindDown(WindDown::Kill) => break,
+                AfterDeath::WindDown(WindDown::Shutdown) => return LoopEnd::Shutdown,
+                AfterDeath::Rerun => {
                     // Run again as part of an allocation-wide restart: a restart like any
                     // other, counted and recorded, though not against the policy.
                     let event = self.event(TaskEventKind::Restarting {
@@ -990,19 +842,19 @@ impl TaskRunner {
                     });
                     self.commit(|state| {
                         state.append_event(event);
-                        let _ = state.set_status(TaskStatus::Pending, self.now());
+                        state.set_status(TaskStatus::Pending, self.now());
                     })
                     .await;
-                    if let Ending::Shutdown = self.main_loop().await {
-                        return Ending::Shutdown;
+                    if let LoopEnd::Shutdown = self.main_loop().await {
+                        return LoopEnd::Shutdown;
                     }
                 }
             }
         }
         self.stop_hooks().await;
-        s.local.lock().run_complete = true;
+        s.facts.update(|facts| facts.local.run_complete = true);
         self.persist_local().await;
-        Ending::Dead
+        LoopEnd::Dead
     }
 
     async fn stop_hooks(&self) {
@@ -1019,16 +871,15 @@ impl TaskRunner {
     /// "Sibling Task Failed").
     pub async fn kill(&self, event: Option<TaskEvent>) {
         let s = &self.shared;
-        let alive = s.state.lock().status != TaskStatus::Dead
-            && matches!(self.lifecycle(), RunnerState::Idle | RunnerState::Running);
+        let alive = s.facts.read(RunnerFacts::may_record_kill);
         if let Some(event) = event.filter(|_| alive) {
             self.commit(|state| state.append_event(event)).await;
         }
-        match self.step(Event::Kill) {
+        match self.step(TaskRunnerEvent::Kill) {
             // Killed before it ran: the kill runs it to its end here, and a later `run` returns.
-            Action::RunToEnd => Box::pin(self.run_claimed()).await,
-            Action::AwaitFinished => self.wait_finished().await,
-            Action::Ignore | Action::RunLoop => {}
+            TaskRunnerAction::RunToEnd => Box::pin(self.run_claimed()).await,
+            TaskRunnerAction::AwaitFinished => self.wait_finished().await,
+            TaskRunnerAction::Ignore | TaskRunnerAction::RunLoop => {}
         }
     }
 
@@ -1037,7 +888,7 @@ impl TaskRunner {
     pub async fn mark_failed_dead(&self, event: TaskEvent) {
         self.commit(|state| {
             state.append_event(event.failing());
-            let _ = state.set_status(TaskStatus::Dead, self.now());
+            state.set_status(TaskStatus::Dead, self.now());
         })
         .await;
         self.kill(None).await;
@@ -1048,17 +899,17 @@ impl TaskRunner {
     /// the failure, and ends the runner.
     pub async fn abandon(&self, event: TaskEvent) {
         let s = &self.shared;
-        let recovered = s.recovered.lock().take();
-        s.pending_outcome.lock().take();
-        if let Some(handle) = recovered {
+        let reattached = s.facts.update(|facts| {
+            facts.take_lost();
+            facts.take_reattached()
+        });
+        if let Some(id) = reattached {
             let destroyed =
-                tokio::time::timeout(DESTROY_TIMEOUT, s.driver.destroy_task(handle.id(), true))
-                    .await;
+                tokio::time::timeout(DESTROY_TIMEOUT, s.driver.destroy_task(&id, true)).await;
             if !matches!(destroyed, Ok(Ok(()))) {
                 tracing::warn!(alloc_id = %self.alloc_id(), task = %s.task.name, "could not destroy an abandoned task; it may still run");
             }
-            s.current.set(None);
-            s.local.lock().handle = None;
+            s.facts.update(|facts| facts.local.handle = None);
         }
         self.commit_with_local(|_| {}).await;
         self.mark_failed_dead(event).await;
@@ -1067,7 +918,7 @@ impl TaskRunner {
     /// Leaves the task running and makes [`TaskRunner::run`] return, with everything restore
     /// needs persisted.
     pub fn shutdown(&self) {
-        self.step(Event::Shutdown);
+        self.step(TaskRunnerEvent::Shutdown);
     }
 
     /// The id of the task that runs now. A task reported running that the runner has not
@@ -1075,21 +926,16 @@ impl TaskRunner {
     async fn running_task(&self) -> Result<TaskId, TaskError> {
         let s = &self.shared;
         let not_running = || TaskError::NotRunning { task: s.task.name.clone() };
-        if let Some(id) = s.current.get() {
+        let (current, may_wait) =
+            s.facts.read(|facts| (facts.running_task(), facts.may_wait_for_reattach()));
+        if let Some(id) = current {
             return Ok(id);
         }
-        if s.state.lock().status != TaskStatus::Running || !self.may_still_attach() {
+        if !may_wait {
             return Err(not_running());
         }
-        match tokio::time::timeout(REATTACH_WAIT, s.current.wait_for(Option::is_some)).await {
-            Ok(id) => id.ok_or_else(not_running),
-            Err(_) => Err(not_running()),
-        }
-    }
-
-    /// Whether the runner may still attach to a task: its loop has not begun or is running.
-    fn may_still_attach(&self) -> bool {
-        matches!(self.lifecycle(), RunnerState::Idle | RunnerState::Running)
+        let reattached = s.facts.wait_until(|facts| facts.running_task());
+        tokio::time::timeout(REATTACH_WAIT, reattached).await.map_err(|_| not_running())
     }
 
     /// Restarts the running task. A restart that is not a `failure` does not count against
@@ -1099,8 +945,7 @@ impl TaskRunner {
         self.running_task().await?;
         let event = self.event(TaskEventKind::RestartSignaled { reason: reason.to_owned() });
         self.commit(|state| state.append_event(event)).await;
-        *s.restart.lock() = Some(RestartRequest { failure });
-        s.restart_notify.notify_one();
+        s.facts.update(|facts| facts.restart = Some(RestartRequest { failure }));
         Ok(())
     }
 
@@ -1108,17 +953,16 @@ impl TaskRunner {
     /// the task is not waiting for that (still running, or released).
     pub fn rerun(&self) -> bool {
         let s = &self.shared;
-        // A run completed before a restore never runs again; its mark is persisted.
-        let waiting = self.lifecycle() == RunnerState::Running && !s.local.lock().run_complete;
-        let mut state = s.state.lock();
-        if !waiting || state.status != TaskStatus::Dead {
-            return false;
-        }
-        // Pending at once, so whoever coordinates start gates sees it before the loop wakes.
-        let _ = state.set_status(TaskStatus::Pending, s.clock.now());
-        drop(state);
-        s.rerun.notify_one();
-        true
+        let at = s.clock.now();
+        s.facts.update(|facts| {
+            if !facts.awaits_rerun() {
+                return false;
+            }
+            // Pending at once, so whoever coordinates start gates sees it before the loop wakes.
+            facts.set_status(TaskStatus::Pending, at, &s.task.name);
+            facts.rerun = true;
+            true
+        })
     }
 
     /// Sends a signal to the running task.
@@ -1190,19 +1034,20 @@ impl TaskRunner {
 
     /// Applies an allocation update and runs the update hooks.
     pub async fn update(&self, alloc: impl Into<Arc<Allocation>>) {
-        *self.shared.alloc.lock() = alloc.into();
+        let alloc = alloc.into();
+        self.shared.facts.update(|facts| facts.alloc = alloc);
         self.run_hooks(HookPhase::Update).await;
     }
 
     fn current_id(&self) -> Result<TaskId, TaskError> {
         self.shared
-            .current
-            .get()
+            .facts
+            .read(RunnerFacts::running_task)
             .ok_or_else(|| TaskError::NotRunning { task: self.shared.task.name.clone() })
     }
 
     fn alloc_id(&self) -> String {
-        self.shared.alloc.lock().id.clone()
+        self.shared.facts.read(|facts| facts.alloc.id.clone())
     }
 
     fn now(&self) -> wharf_state::Timestamp {
@@ -1222,26 +1067,28 @@ impl TaskRunner {
     /// Changes the task state in memory only (the next commit writes it), and tells the alloc
     /// runner.
     fn note(&self, change: impl FnOnce(&mut Change<'_>)) {
-        self.apply(change);
+        self.shared.facts.update(|facts| self.apply(facts, change));
         self.shared.state_changed.notify_one();
     }
 
     /// Applies `change` to the task state and sends the events it recorded to the stream,
-    /// under the state's lock so the stream's order is the state's. Returns the new state.
-    fn apply(&self, change: impl FnOnce(&mut Change<'_>)) -> TaskState {
+    /// under the facts' lock (which the caller holds) so the stream's order is the state's.
+    fn apply(&self, facts: &mut RunnerFacts, change: impl FnOnce(&mut Change<'_>)) {
         let s = &self.shared;
-        let alloc_id = self.alloc_id();
-        let mut state = s.state.lock();
         let mut events = Vec::new();
-        let mut edit = Change { state: &mut state, events: &mut events };
-        if s.fresh.swap(false, Ordering::Relaxed) {
+        let mut edit = Change {
+            state: &mut facts.task,
+            events: &mut events,
+            alloc_id: &facts.alloc.id,
+            task: &s.task.name,
+        };
+        if std::mem::take(&mut facts.received_unrecorded) {
             edit.append_event(TaskEvent::new(s.clock.now(), TaskEventKind::Received));
         }
         change(&mut edit);
         if !events.is_empty() {
-            s.events.send(&alloc_id, &s.task.name, events);
+            s.events.send(&facts.alloc.id, &s.task.name, events);
         }
-        state.clone()
     }
 
     /// As [`TaskRunner::commit`], with the local state in the same atomic write.
@@ -1256,15 +1103,18 @@ impl TaskRunner {
     async fn persist(&self, change: impl FnOnce(&mut Change<'_>), with_local: bool) {
         let s = &self.shared;
         let _order = s.persist.lock().await;
-        let state = self.apply(change);
-        let alloc_id = self.alloc_id();
+        // The state after the change and the local state, taken in one look.
+        let (alloc_id, state, local) = s.facts.update(|facts| {
+            self.apply(facts, change);
+            let local = with_local.then(|| facts.local.encode());
+            (facts.alloc.id.clone(), facts.task.clone(), local)
+        });
         let batch =
             WriteBatch::new().put_task_state(&alloc_id, &s.task.name, &state).and_then(|batch| {
-                if !with_local {
-                    return Ok(batch);
-                }
-                let local = s.local.lock().encode().map_err(|e| {
-                    wharf_store::StoreError::Encode { what: "task local state".into(), source: e }
+                let Some(local) = local else { return Ok(batch) };
+                let local = local.map_err(|e| wharf_store::StoreError::Encode {
+                    what: "task local state".into(),
+                    source: e,
                 })?;
                 batch.put_task_local_state(&alloc_id, &s.task.name, &local)
             });

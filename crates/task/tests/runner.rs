@@ -13,7 +13,8 @@ use wharf_state::{
 };
 use wharf_store::{MemoryStore, StateStore};
 use wharf_task::{
-    PrestartResponse, RunnerState, TaskError, TaskHook, TaskRunner, TaskRunnerConfig, TokioClock,
+    PrestartResponse, TaskError, TaskHook, TaskRunner, TaskRunnerConfig, TaskRunnerState,
+    TokioClock,
 };
 
 /// Long enough for anything a test waits for; a test that reaches it has hung.
@@ -133,12 +134,11 @@ fn running(state: &TaskState) -> bool {
 }
 
 /// Waits (bounded) until the runner's own lifecycle is `wanted`.
-async fn until_lifecycle(runner: &TaskRunner, wanted: RunnerState) {
-    let mut lifecycle = runner.watch_lifecycle();
-    tokio::time::timeout(LIMIT, lifecycle.wait_for(|s| *s == wanted))
+async fn until_lifecycle(runner: &TaskRunner, wanted: TaskRunnerState) {
+    let reached = tokio::time::timeout(LIMIT, runner.wait_lifecycle(|s| s == wanted))
         .await
-        .unwrap_or_else(|_| panic!("the runner never reached {wanted:?}"))
-        .unwrap();
+        .unwrap_or_else(|_| panic!("the runner never reached {wanted:?}"));
+    assert_eq!(reached, wanted);
 }
 
 #[test]
@@ -357,6 +357,24 @@ async fn a_user_restart_is_immediate_and_does_not_count() {
     let state = h.until(&runner, "dead", dead).await;
     assert_eq!(h.driver.start_count("a1", "t"), 5);
     assert!(state.failed);
+    runner.kill(None).await;
+}
+
+/// Restart requests that arrive before the runner acts on the first are one pending request
+/// (the latest's `failure` wins): the task restarts once, and each request is recorded.
+#[tokio::test(start_paused = true)]
+async fn restart_requests_made_together_restart_the_task_once() {
+    let h = Harness::new("batch", "config = { run_for = \"10s\" }");
+    let runner = h.start();
+    h.until(&runner, "running", running).await;
+    // Neither call lets the run loop in between: both are pending when it wakes.
+    runner.restart("first", false).await.unwrap();
+    runner.restart("second", false).await.unwrap();
+    let state = h.until(&runner, "dead", dead).await;
+    assert_eq!(h.driver.start_count("a1", "t"), 2, "one restart: {:?}", titles(&state));
+    assert_eq!(state.restarts, 1);
+    let signaled = state.events.iter().filter(|e| e.kind.title() == "Restart Signaled").count();
+    assert_eq!(signaled, 2, "{:?}", titles(&state));
     runner.kill(None).await;
 }
 
@@ -754,8 +772,8 @@ async fn a_dead_task_runs_again_when_the_allocation_restarts() {
     assert!(!runner.rerun(), "a released task does not run again");
 }
 
-/// The seed's cap-1 channel: every change of the task's state notifies, and changes that
-/// nobody waited for leave exactly one wake-up pending, not one each.
+/// The state-change notification coalesces: every change of the task's state notifies, and
+/// changes that nobody waited for leave exactly one wake-up pending, not one each.
 #[tokio::test(start_paused = true)]
 async fn change_notifications_coalesce() {
     let h = Harness::new("batch", "config = { run_for = \"1s\" }");
@@ -864,7 +882,7 @@ async fn restore_dead() {
     second.restore(h.stored_task().await.as_ref()).await.unwrap();
     second.set_start_gate(true);
     spawn_run(&second);
-    until_lifecycle(&second, RunnerState::Running).await;
+    until_lifecycle(&second, TaskRunnerState::Running).await;
     assert!(second.rerun(), "a dead task whose run is not complete can run again");
     h.until(&second, "started again", |_| h.driver.start_count("a1", "t") == 2).await;
     second.kill(None).await;
@@ -875,7 +893,7 @@ async fn restore_dead() {
     assert!(!third.rerun(), "refused from the persisted mark, before the run begins");
     third.set_start_gate(true);
     spawn_run(&third);
-    until_lifecycle(&third, RunnerState::Finished).await;
+    until_lifecycle(&third, TaskRunnerState::Finished).await;
     assert!(!third.rerun());
     assert!(matches!(third.restart("again", false).await, Err(TaskError::NotRunning { .. })));
     assert_eq!(h.driver.start_count("a1", "t"), 2, "never started a third time");
@@ -918,7 +936,7 @@ async fn restart_signal_task_not_running() {
     let h = Harness::new("batch", "config = { run_for = \"0s\" }");
     let runner = h.runner();
     spawn_run(&runner); // The gate stays closed: the task is pending.
-    until_lifecycle(&runner, RunnerState::Running).await;
+    until_lifecycle(&runner, TaskRunnerState::Running).await;
     let asked = Instant::now();
     assert!(matches!(runner.signal(Signal::Quit, "x").await, Err(TaskError::NotRunning { .. })));
     assert!(matches!(runner.restart("x", false).await, Err(TaskError::NotRunning { .. })));
