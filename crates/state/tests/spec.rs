@@ -129,17 +129,27 @@ fn doc_with_tasks(task_lines: &str) -> String {
     format!("[job]\nid = \"j\"\ntype = \"service\"\n[group]\nname = \"g\"\n{task_lines}")
 }
 
+/// A job whose one task `t` (driver `x`) has `extra` lines.
+fn task_with(extra: &str) -> String {
+    doc_with_tasks(&format!("[[group.task]]\nname = \"t\"\ndriver = \"x\"\n{extra}"))
+}
+
+/// A job whose group has `extra` lines and one task `t` (driver `x`).
+fn group_with(extra: &str) -> String {
+    doc_with_tasks(&format!("{extra}[[group.task]]\nname = \"t\"\ndriver = \"x\"\n"))
+}
+
 #[test]
 fn invalid_specs_name_the_field() {
     // (document, the field the error must name, a phrase it must contain)
     let cases: Vec<(String, &str, &str)> = vec![
-        (doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\nbogus = 1\n"), "group.task[0].bogus", "unknown field `bogus`"),
+        (task_with("bogus = 1\n"), "group.task[0].bogus", "unknown field `bogus`"),
         (doc_with_tasks("[[group.task]]\nname = \"\"\ndriver = \"x\"\n"), "group.task[0].name", "[A-Za-z0-9_-]{1,64}"),
         (doc_with_tasks("[[group.task]]\nname = \"a/b\"\ndriver = \"x\"\n"), "group.task[0].name", "directory name"),
         (doc_with_tasks("[[group.task]]\nname = \"alloc\"\ndriver = \"x\"\n"), "group.task[0].name", "reserved"),
         (doc_with_tasks(&format!("[[group.task]]\nname = \"{}\"\ndriver = \"x\"\n", "n".repeat(65))), "group.task[0].name", "{1,64}"),
         (
-            doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\n[[group.task]]\nname = \"t\"\ndriver = \"x\"\n"),
+            group_with("[[group.task]]\nname = \"t\"\ndriver = \"x\"\n"),
             "group.task[1].name",
             "duplicate task name \"t\"",
         ),
@@ -149,62 +159,62 @@ fn invalid_specs_name_the_field() {
             "only one task may be the leader, found 2: a, b",
         ),
         (
-            doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\nlifecycle = { hook = \"poststop\", sidecar = true }\n"),
+            task_with("lifecycle = { hook = \"poststop\", sidecar = true }\n"),
             "group.task[0].lifecycle.sidecar",
             "poststop task cannot be a sidecar",
         ),
         (
-            doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\nlifecycle = { hook = \"prerun\" }\n"),
+            task_with("lifecycle = { hook = \"prerun\" }\n"),
             "group.task[0].lifecycle.hook",
             "unknown variant `prerun`",
         ),
-        (doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\nkill_timeout = \"5 minutes\"\n"), "group.task[0].kill_timeout", "invalid duration"),
-        (doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\nkill_timeout = 5\n"), "group.task[0].kill_timeout", "invalid type"),
-        (doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\nkill_signal = \"SIGFOO\"\n"), "group.task[0].kill_signal", "unknown signal \"SIGFOO\""),
-        (doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\nrestart = { interval = \"1s\" }\n"), "group.task[0].restart", "shorter than the minimum of 5s"),
-        (doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\nrestart = { interval = \"1x\" }\n"), "group.task[0].restart.interval", "unknown unit"),
+        (task_with("kill_timeout = \"5 minutes\"\n"), "group.task[0].kill_timeout", "invalid duration"),
+        (task_with("kill_timeout = 5\n"), "group.task[0].kill_timeout", "invalid type"),
+        (task_with("kill_signal = \"SIGFOO\"\n"), "group.task[0].kill_signal", "unknown signal \"SIGFOO\""),
+        (task_with("restart = { interval = \"1s\" }\n"), "group.task[0].restart", "shorter than the minimum of 5s"),
+        (task_with("restart = { interval = \"1x\" }\n"), "group.task[0].restart.interval", "unknown unit"),
         (
-            doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\nrestart = { attempts = 10, delay = \"1m\", interval = \"5m\" }\n"),
+            task_with("restart = { attempts = 10, delay = \"1m\", interval = \"5m\" }\n"),
             "group.task[0].restart",
             "do not fit in the interval",
         ),
         (
-            doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\nrestart = { attempts = 0, mode = \"delay\" }\n"),
+            task_with("restart = { attempts = 0, mode = \"delay\" }\n"),
             "group.task[0].restart",
             "ambiguous",
         ),
         (doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"\"\n"), "group.task[0].driver", "needs a driver"),
-        (doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\nenv = { \"A=B\" = \"1\" }\n"), "group.task[0].env", "not a valid variable name"),
-        (doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\nresources = { memory = 0 }\n"), "group.task[0].resources.memory", "at least 1"),
-        (doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\nresources = { cpu = 0 }\n"), "group.task[0].resources.cpu", "at least 1"),
+        (task_with("env = { \"A=B\" = \"1\" }\n"), "group.task[0].env", "not a valid variable name"),
+        (task_with("resources = { memory = 0 }\n"), "group.task[0].resources.memory", "at least 1"),
+        (task_with("resources = { cpu = 0 }\n"), "group.task[0].resources.cpu", "at least 1"),
         (
-            doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\nresources = { memory = 512, memory_max = 256 }\n"),
+            task_with("resources = { memory = 512, memory_max = 256 }\n"),
             "group.task[0].resources.memory_max",
             "below `memory`",
         ),
         (
-            doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\nresources = { memory = 1, memory_mb = 2 }\n"),
+            task_with("resources = { memory = 1, memory_mb = 2 }\n"),
             "group.task[0].resources",
             "duplicate field `memory`",
         ),
-        (doc_with_tasks("[[group.task]]\nname = \"t\"\ndriver = \"x\"\nresources = { disk = 1 }\n"), "group.task[0].resources.disk", "unknown field `disk`"),
+        (task_with("resources = { disk = 1 }\n"), "group.task[0].resources.disk", "unknown field `disk`"),
         (
-            doc_with_tasks("reschedule = { delay = \"1s\" }\n[[group.task]]\nname = \"t\"\ndriver = \"x\"\n"),
+            group_with("reschedule = { delay = \"1s\" }\n"),
             "group.reschedule",
             "delay 1s is shorter than the minimum of 5s",
         ),
         (
-            doc_with_tasks("reschedule = { delay_function = \"linear\" }\n[[group.task]]\nname = \"t\"\ndriver = \"x\"\n"),
+            group_with("reschedule = { delay_function = \"linear\" }\n"),
             "group.reschedule.delay_function",
             "unknown variant `linear`",
         ),
         (
-            doc_with_tasks("reschedule = { attempts = 3, unlimited = true }\n[[group.task]]\nname = \"t\"\ndriver = \"x\"\n"),
+            group_with("reschedule = { attempts = 3, unlimited = true }\n"),
             "group.reschedule",
             "ambiguous",
         ),
         (
-            doc_with_tasks("reschedule = { tries = 3 }\n[[group.task]]\nname = \"t\"\ndriver = \"x\"\n"),
+            group_with("reschedule = { tries = 3 }\n"),
             "group.reschedule.tries",
             "unknown field `tries`",
         ),

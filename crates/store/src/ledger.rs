@@ -14,17 +14,17 @@
 //! records  <key>            -> opaque bytes
 //! ```
 //!
-//! Writes go to a dedicated thread that takes every request waiting, applies those whose term
-//! holds in one transaction, commits once with immediate durability and answers each: a burst
-//! of writes shares one fsync, and a write returns only once it is durable. Reads run on
-//! tokio's blocking pool.
+//! Writes go to the file's [`GroupWriter`] thread, which takes every request waiting, applies
+//! those whose term holds in one transaction, commits once with immediate durability and
+//! answers each: a burst of writes shares one fsync, and a write returns only once it is
+//! durable. Reads run on tokio's blocking pool.
 
 use crate::error::StoreError;
 use crate::redb_store::{StoreOptions, open_file};
+use crate::writer::GroupWriter;
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, mpsc};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 use tokio::sync::oneshot;
 
 /// The schema this build reads and writes.
@@ -74,8 +74,7 @@ pub struct Ledger {
 struct Inner {
     path: PathBuf,
     db: Arc<Database>,
-    sender: Option<mpsc::Sender<Request>>,
-    writer: Option<JoinHandle<()>>,
+    writer: GroupWriter<Request>,
 }
 
 impl std::fmt::Debug for Request {
@@ -87,16 +86,6 @@ impl std::fmt::Debug for Request {
     }
 }
 
-impl Drop for Inner {
-    fn drop(&mut self) {
-        // The writer answers what it holds, then ends; joining releases the file.
-        drop(self.sender.take());
-        if let Some(writer) = self.writer.take() {
-            let _ = writer.join();
-        }
-    }
-}
-
 impl Ledger {
     /// Opens the ledger at `path`, creating it (mode 0600) if it does not exist. A file held
     /// by another process, a damaged file or one of a newer schema is refused.
@@ -105,17 +94,14 @@ impl Ledger {
         let db = open_file(&path, &StoreOptions::default())?;
         check_schema(&path, &db)?;
         let db = Arc::new(db);
-        let (sender, receiver) = mpsc::channel();
         let writer = {
             let (db, writer_path) = (db.clone(), path.clone());
-            std::thread::Builder::new()
-                .name("wharf-ledger-writer".into())
-                .spawn(move || run_writer(&db, &writer_path, &receiver))
-                .map_err(|source| StoreError::Open { path: path.clone(), source })?
+            GroupWriter::spawn("wharf-ledger-writer", usize::MAX, move |group| {
+                commit_group(&db, &writer_path, group)
+            })
+            .map_err(|source| StoreError::Open { path: path.clone(), source })?
         };
-        Ok(Ledger {
-            inner: Arc::new(Inner { path, db, sender: Some(sender), writer: Some(writer) }),
-        })
+        Ok(Ledger { inner: Arc::new(Inner { path, db, writer }) })
     }
 
     /// The file it writes.
@@ -189,8 +175,7 @@ impl Ledger {
     }
 
     fn send(&self, request: Request) -> Result<(), StoreError> {
-        let sender = self.inner.sender.as_ref().ok_or(StoreError::Closed)?;
-        sender.send(request).map_err(|_| StoreError::Closed)
+        self.inner.writer.send(request).map_err(|_| StoreError::Closed)
     }
 
     fn storage(&self, operation: &'static str, message: String) -> StoreError {
@@ -244,43 +229,38 @@ fn check_schema(path: &Path, db: &Database) -> Result<(), StoreError> {
     }
 }
 
-fn run_writer(db: &Database, path: &Path, receiver: &mpsc::Receiver<Request>) {
-    let mut group = Vec::new();
-    while let Ok(first) = receiver.recv() {
-        group.push(first);
-        while let Ok(more) = receiver.try_recv() {
-            group.push(more);
-        }
-        match commit(db, &group) {
-            Ok(answers) => {
-                for (request, answer) in group.drain(..).zip(answers) {
-                    // A caller that stopped waiting does not care about the answer.
-                    match (request, answer) {
-                        (Request::TakeTerm(reply), Answer::Term(term)) => {
-                            let _ = reply.send(Ok(term));
-                        }
-                        (Request::Write { reply, .. }, Answer::Fenced { current }) => {
-                            let _ = reply.send(Err(Refusal::Fenced { current }));
-                        }
-                        (Request::Write { reply, .. }, _) => {
-                            let _ = reply.send(Ok(()));
-                        }
-                        (Request::TakeTerm(reply), _) => {
-                            let _ = reply.send(Err("no term was taken".into()));
-                        }
+/// Commits one group and answers each request: a term taken, a write applied or fenced, or
+/// the commit's failure.
+fn commit_group(db: &Database, path: &Path, group: Vec<Request>) {
+    match commit(db, &group) {
+        Ok(answers) => {
+            for (request, answer) in group.into_iter().zip(answers) {
+                // A caller that stopped waiting does not care about the answer.
+                match (request, answer) {
+                    (Request::TakeTerm(reply), Answer::Term(term)) => {
+                        let _ = reply.send(Ok(term));
+                    }
+                    (Request::Write { reply, .. }, Answer::Fenced { current }) => {
+                        let _ = reply.send(Err(Refusal::Fenced { current }));
+                    }
+                    (Request::Write { reply, .. }, _) => {
+                        let _ = reply.send(Ok(()));
+                    }
+                    (Request::TakeTerm(reply), _) => {
+                        let _ = reply.send(Err("no term was taken".into()));
                     }
                 }
             }
-            Err(e) => {
-                tracing::error!(path = %path.display(), error = %e, writes = group.len(), "ledger commit failed");
-                for request in group.drain(..) {
-                    match request {
-                        Request::TakeTerm(reply) => {
-                            let _ = reply.send(Err(e.to_string()));
-                        }
-                        Request::Write { reply, .. } => {
-                            let _ = reply.send(Err(Refusal::Failed(e.to_string())));
-                        }
+        }
+        Err(e) => {
+            tracing::error!(path = %path.display(), error = %e, writes = group.len(), "ledger commit failed");
+            for request in group {
+                match request {
+                    Request::TakeTerm(reply) => {
+                        let _ = reply.send(Err(e.to_string()));
+                    }
+                    Request::Write { reply, .. } => {
+                        let _ = reply.send(Err(Refusal::Failed(e.to_string())));
                     }
                 }
             }

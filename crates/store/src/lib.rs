@@ -12,6 +12,8 @@ mod memory;
 pub mod record;
 #[cfg(feature = "redb")]
 mod redb_store;
+#[cfg(feature = "redb")]
+mod writer;
 
 pub use error::{Cause, StoreError};
 #[cfg(feature = "redb")]

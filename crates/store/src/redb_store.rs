@@ -14,11 +14,12 @@
 //! versioning (no `meta`, bare JSON values, no deployment or local-state tables), is upgraded
 //! on open after a backup copy of the file is written beside it.
 //!
-//! Writes go to a dedicated thread over a channel. The thread takes every request waiting,
-//! applies them in one transaction and commits once with `Durability::Immediate`, then answers
-//! each caller. Under load many writes share one fsync; a lone write is committed at once.
+//! Writes go to the file's [`GroupWriter`] thread, which takes every request waiting, applies
+//! them in one transaction and commits once with `Durability::Immediate`, then answers each
+//! caller. Under load many writes share one fsync; a lone write is committed at once.
 
 use crate::error::StoreError;
+use crate::writer::GroupWriter;
 use crate::{Op, RawRecords, Snapshot, StateStore, StoredAlloc, Table, WriteBatch, record};
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
 use std::fs::OpenOptions;
@@ -26,8 +27,6 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
-use std::thread::JoinHandle;
 use tokio::sync::oneshot;
 
 /// The newest schema this build reads and the one it writes.
@@ -92,8 +91,7 @@ pub struct RedbStore {
 struct Inner {
     path: PathBuf,
     db: Arc<Database>,
-    sender: Option<mpsc::Sender<Request>>,
-    writer: Option<JoinHandle<()>>,
+    writer: GroupWriter<Request>,
     counters: Arc<Counters>,
 }
 
@@ -106,20 +104,10 @@ struct Counters {
     failing: parking_lot::Mutex<Option<String>>,
 }
 
+#[derive(Debug)]
 struct Request {
     ops: Vec<Op>,
     reply: oneshot::Sender<Result<(), String>>,
-}
-
-impl Drop for Inner {
-    fn drop(&mut self) {
-        // Closing the channel ends the writer once it has answered every request it holds;
-        // joining it releases the file before the caller might open it again.
-        drop(self.sender.take());
-        if let Some(writer) = self.writer.take() {
-            let _ = writer.join();
-        }
-    }
 }
 
 impl RedbStore {
@@ -173,16 +161,14 @@ impl RedbStore {
     fn start(path: PathBuf, db: Database, options: &StoreOptions) -> Result<RedbStore, StoreError> {
         let db = Arc::new(db);
         let counters = Arc::new(Counters::default());
-        let (sender, receiver) = mpsc::channel();
         let writer = {
             let (db, writer_path, counters) = (db.clone(), path.clone(), counters.clone());
-            let max = options.max_writes_per_commit.max(1);
-            std::thread::Builder::new()
-                .name("wharf-store-writer".into())
-                .spawn(move || run_writer(&db, &writer_path, &receiver, max, &counters))
-                .map_err(|source| StoreError::Open { path: path.clone(), source })?
+            GroupWriter::spawn("wharf-store-writer", options.max_writes_per_commit, move |group| {
+                commit_group(&db, &writer_path, group, &counters)
+            })
+            .map_err(|source| StoreError::Open { path: path.clone(), source })?
         };
-        let inner = Inner { path, db, sender: Some(sender), writer: Some(writer), counters };
+        let inner = Inner { path, db, writer, counters };
         Ok(RedbStore { inner: Arc::new(inner) })
     }
 
@@ -223,8 +209,10 @@ impl RedbStore {
         batch: WriteBatch,
     ) -> Result<oneshot::Receiver<Result<(), String>>, StoreError> {
         let (reply, receiver) = oneshot::channel();
-        let sender = self.inner.sender.as_ref().ok_or(StoreError::Closed)?;
-        sender.send(Request { ops: batch.ops, reply }).map_err(|_| StoreError::Closed)?;
+        self.inner
+            .writer
+            .send(Request { ops: batch.ops, reply })
+            .map_err(|_| StoreError::Closed)?;
         Ok(receiver)
     }
 
@@ -268,36 +256,21 @@ impl StateStore for RedbStore {
     }
 }
 
-fn run_writer(
-    db: &Database,
-    path: &Path,
-    receiver: &mpsc::Receiver<Request>,
-    max: usize,
-    counters: &Counters,
-) {
-    let mut group = Vec::new();
-    while let Ok(first) = receiver.recv() {
-        group.push(first);
-        while group.len() < max {
-            match receiver.try_recv() {
-                Ok(request) => group.push(request),
-                Err(_) => break,
-            }
-        }
-        #[allow(clippy::disallowed_methods)] // Commit latency is a measurement, not logic.
-        let started = std::time::Instant::now();
-        let result = commit(db, group.iter().flat_map(|r| &r.ops)).map_err(|e| {
-            tracing::error!(path = %path.display(), error = %e, writes = group.len(), "state store commit failed");
-            e.to_string()
-        });
-        counters.commit_micros.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-        *counters.failing.lock() = result.as_ref().err().cloned();
-        counters.commits.fetch_add(1, Ordering::Relaxed);
-        counters.writes.fetch_add(group.len() as u64, Ordering::Relaxed);
-        for request in group.drain(..) {
-            // A caller that stopped waiting does not care about the answer.
-            let _ = request.reply.send(result.clone());
-        }
+/// Commits one group of writes and answers each: all of them durable, or all failed.
+fn commit_group(db: &Database, path: &Path, group: Vec<Request>, counters: &Counters) {
+    #[allow(clippy::disallowed_methods)] // Commit latency is a measurement, not logic.
+    let started = std::time::Instant::now();
+    let result = commit(db, group.iter().flat_map(|r| &r.ops)).map_err(|e| {
+        tracing::error!(path = %path.display(), error = %e, writes = group.len(), "state store commit failed");
+        e.to_string()
+    });
+    counters.commit_micros.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+    *counters.failing.lock() = result.as_ref().err().cloned();
+    counters.commits.fetch_add(1, Ordering::Relaxed);
+    counters.writes.fetch_add(group.len() as u64, Ordering::Relaxed);
+    for request in group {
+        // A caller that stopped waiting does not care about the answer.
+        let _ = request.reply.send(result.clone());
     }
 }
 
