@@ -16,6 +16,7 @@ mod alloc;
 mod build;
 mod cgroups;
 mod exec;
+mod figure;
 mod fleet;
 mod health;
 mod heap;

@@ -2,18 +2,11 @@
 //! table, which every run prints, and the lines of the page of kept runs (`history` merges the
 //! runs into lines; this module draws them).
 
+pub(crate) use crate::figure::{Better, figure};
 use crate::target::{Figures, Target, Verdict, advantage};
 use std::fmt::Write;
 use std::time::{SystemTime, UNIX_EPOCH};
 use wharf_state::Timestamp;
-
-/// Whether a larger figure is better.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum Better {
-    Higher,
-    Lower,
-}
 
 /// One measured figure.
 #[derive(Debug, Clone)]
@@ -121,17 +114,6 @@ pub(crate) fn spread(samples: &[f64]) -> Option<(f64, f64)> {
     let min = samples.iter().copied().fold(f64::INFINITY, f64::min);
     let max = samples.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     (samples.len() >= 2).then_some((min, max))
-}
-
-/// A figure with the digits that mean something at its size.
-pub(crate) fn figure(value: f64) -> String {
-    if value >= 100.0 {
-        format!("{value:.0}")
-    } else if value >= 10.0 {
-        format!("{value:.1}")
-    } else {
-        format!("{value:.2}")
-    }
 }
 
 impl Report {

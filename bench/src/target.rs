@@ -10,7 +10,7 @@
 //! Judging takes the median (of a run, or of the kept runs) and never the spread: a target
 //! met by the median is met.
 
-use crate::report::{Better, figure};
+use crate::figure::{Better, figure};
 
 /// A target: the text the table prints and the clauses read from it.
 #[derive(Debug, Clone, PartialEq)]

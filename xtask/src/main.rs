@@ -8,6 +8,7 @@
 
 mod boundaries;
 mod cgroup2;
+mod code_rules;
 mod library;
 mod release;
 
@@ -23,6 +24,8 @@ tasks:
   cgroup2         the cgroup tests on a real cgroup v2 kernel, in a virtual machine (QEMU,
                   Debian's kernel, a busybox initramfs)
   boundaries      check the crate dependency rules of DESIGN.md
+  code            check the code's shape: no file-level import cycle inside a crate, no
+                  function over 150 lines outside tests
   library         check what the library crates promise users: READMEs as crate docs with
                   an example, dependency trees without the heavy default features, every
                   example runs, every crate packages
@@ -39,6 +42,7 @@ fn main() -> ExitCode {
         ["ci"] => ci(),
         ["cgroup2"] => cgroup2::run(),
         ["boundaries"] => check_boundaries(),
+        ["code"] => check_code_rules(),
         ["library"] => library::check(),
         ["release"] => release::check(),
         ["bench"] => bench(false),
@@ -137,6 +141,33 @@ fn ci() -> Result<(), String> {
     bench(true)?;
     eprintln!("\nci: all checks passed");
     Ok(())
+}
+
+fn check_code_rules() -> Result<(), String> {
+    eprintln!("\n==> code rules");
+    let root = workspace_root();
+    let mut crates = Vec::new();
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root.join("crates"))
+        .map_err(|e| format!("cannot list crates/: {e}"))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .collect();
+    dirs.extend(["xtask", "bench", "tests"].iter().map(|dir| root.join(dir)));
+    dirs.sort();
+    for dir in dirs {
+        let src = dir.join("src");
+        if src.join("lib.rs").exists() || src.join("main.rs").exists() {
+            let name =
+                dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            crates.push(code_rules::CrateSources { name, src });
+        }
+    }
+    let problems = code_rules::check(&root, &crates)?;
+    if problems.is_empty() {
+        eprintln!("no import cycle, no function over {} lines", code_rules::MAX_FUNCTION_LINES);
+        Ok(())
+    } else {
+        Err(format!("the code breaks its shape rules:\n  {}", problems.join("\n  ")))
+    }
 }
 
 fn check_boundaries() -> Result<(), String> {

@@ -12,6 +12,8 @@ pub mod alloc;
 pub mod duration;
 pub mod fleet;
 pub mod health;
+mod job_type;
+mod problems;
 pub mod reschedule;
 pub mod resources;
 pub mod service;

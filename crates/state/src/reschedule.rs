@@ -13,7 +13,7 @@
 //! (when the next attempt is due, whether one is left) are the fleet's.
 
 use crate::duration;
-use crate::spec::JobType;
+use crate::job_type::JobType;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;

@@ -38,7 +38,7 @@
 //! every check, where Nomad offers it only for checks run by Consul.
 
 use crate::duration::{self, Formatted};
-use crate::spec::Problems;
+use crate::problems::Problems;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;

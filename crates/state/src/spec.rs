@@ -6,39 +6,15 @@
 //! Which drivers exist is not known here: [`Job::check_drivers`] takes that from the caller.
 
 use crate::duration;
+pub use crate::job_type::JobType;
+use crate::problems::Problems;
+pub use crate::problems::{FieldProblem, SpecError};
 use crate::reschedule::{RescheduleOverrides, ReschedulePolicy};
 use crate::service::{self, Network, PortSpec, Service, UpdateStrategy};
 use crate::signal::Signal;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
-use std::fmt;
 use std::time::Duration;
-
-/// Whether a job runs until it is stopped or until its work is done.
-///
-/// On one node `system` behaves as `service` and `sysbatch` as `batch`; they are accepted so
-/// that Nomad job specs carry over unchanged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum JobType {
-    /// Long-running: tasks that exit are restarted by policy.
-    Service,
-    /// Run to completion: a task that exits 0 is done.
-    Batch,
-    /// Nomad's job on every node; here, a service.
-    System,
-    /// Nomad's batch job on every node; here, a batch job.
-    #[serde(rename = "sysbatch")]
-    SysBatch,
-}
-
-impl JobType {
-    /// Whether the job runs to completion (batch and sysbatch), so that a task that exits 0
-    /// has done its work.
-    pub fn runs_to_completion(self) -> bool {
-        matches!(self, JobType::Batch | JobType::SysBatch)
-    }
-}
 
 /// A job: an id, a type and its task groups. An allocation runs one of the groups.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -714,51 +690,6 @@ fn check_name(problems: &mut Problems, field: &str, name: &str) {
             field,
             format!("{name:?} must match [A-Za-z0-9_-]{{1,64}} (it becomes a directory name)"),
         );
-    }
-}
-
-/// A job spec that could not be read or is not valid. Each problem names its field.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub struct SpecError {
-    /// What is wrong, one entry per problem, in the order found.
-    pub problems: Vec<FieldProblem>,
-}
-
-/// One problem with one field of a spec.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldProblem {
-    /// Where it is, such as `group.task[1].name`; empty for the document as a whole.
-    pub field: String,
-    /// What is wrong.
-    pub message: String,
-}
-
-impl fmt::Display for SpecError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, p) in self.problems.iter().enumerate() {
-            if i > 0 {
-                f.write_str("\n")?;
-            }
-            if p.field.is_empty() {
-                f.write_str(&p.message)?;
-            } else {
-                write!(f, "{}: {}", p.field, p.message)?;
-            }
-        }
-        Ok(())
-    }
-}
-
-#[derive(Default)]
-pub(crate) struct Problems(Vec<FieldProblem>);
-
-impl Problems {
-    pub(crate) fn add(&mut self, field: &str, message: String) {
-        self.0.push(FieldProblem { field: field.to_owned(), message });
-    }
-
-    fn into_result(self) -> Result<(), SpecError> {
-        if self.0.is_empty() { Ok(()) } else { Err(SpecError { problems: self.0 }) }
     }
 }
 
