@@ -66,7 +66,7 @@ impl Default for HealthConfig {
 
 /// The health parts of one alloc runner, shared by its two hooks.
 #[derive(Debug)]
-pub(crate) struct Health {
+pub(crate) struct HealthMonitor {
     alloc_id: String,
     book: Arc<CheckBook>,
     config: HealthConfig,
@@ -102,13 +102,13 @@ struct Watching {
 /// A running health watcher.
 #[derive(Debug)]
 struct Watcher {
-    end: watch::Sender<Option<Ending>>,
+    end: watch::Sender<Option<WatcherEnd>>,
     done: tokio::task::JoinHandle<()>,
 }
 
 /// How a watcher is told to end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Ending {
+enum WatcherEnd {
     /// After one last look, which still records a verdict the allocation has earned by then
     /// (a task that failed for good): the run is over.
     LastLook,
@@ -116,13 +116,13 @@ enum Ending {
     Abandon,
 }
 
-impl Health {
+impl HealthMonitor {
     pub(crate) fn new(
         alloc: &wharf_state::Allocation,
         config: HealthConfig,
         runner: WeakRunner,
-    ) -> Arc<Health> {
-        Arc::new(Health {
+    ) -> Arc<HealthMonitor> {
+        Arc::new(HealthMonitor {
             alloc_id: alloc.id.clone(),
             book: Arc::new(CheckBook::new(alloc)),
             config,
@@ -212,7 +212,7 @@ impl Health {
             watching.current.take()
         };
         if let Some(watcher) = watcher {
-            watcher.end.send_replace(Some(Ending::LastLook));
+            watcher.end.send_replace(Some(WatcherEnd::LastLook));
         }
         self.running.lock().clear();
         self.config.catalog.deregister_alloc(&self.alloc_id);
@@ -220,7 +220,7 @@ impl Health {
 
     /// Starts watching `alloc`'s health, unless nobody judges it (batch jobs, `manual`) or it
     /// is judged already.
-    fn start_watching(self: &Arc<Health>, alloc: &Allocation) -> Result<(), AllocError> {
+    fn start_watching(self: &Arc<HealthMonitor>, alloc: &Allocation) -> Result<(), AllocError> {
         let Some(runner) = self.runner.upgrade() else { return Ok(()) };
         let group = alloc.group()?;
         let Some(strategy) = alloc.job.health_strategy(group) else { return Ok(()) };
@@ -238,7 +238,7 @@ impl Health {
         }
         let done = tokio::spawn(watch_health(self.clone(), HealthTracker::new(strategy), ended));
         if let Some(replaced) = watching.current.replace(Watcher { end, done }) {
-            replaced.end.send_replace(Some(Ending::Abandon));
+            replaced.end.send_replace(Some(WatcherEnd::Abandon));
         }
         Ok(())
     }
@@ -256,7 +256,7 @@ fn current_task<'a>(ctx: &HookContext<'a>) -> &'a Task {
 
 /// The task hook that registers a task's services and runs its checks while it runs.
 #[derive(Debug)]
-pub(crate) struct ServiceHook(pub(crate) Arc<Health>);
+pub(crate) struct ServiceHook(pub(crate) Arc<HealthMonitor>);
 
 #[async_trait::async_trait]
 impl TaskHook for ServiceHook {
@@ -321,7 +321,7 @@ impl TaskControl for RunnerControl {
 
 /// The alloc hook that judges the allocation's health.
 #[derive(Debug)]
-pub(crate) struct HealthHook(pub(crate) Arc<Health>);
+pub(crate) struct HealthHook(pub(crate) Arc<HealthMonitor>);
 
 #[async_trait::async_trait]
 impl AllocHook for HealthHook {
@@ -353,7 +353,7 @@ impl AllocHook for HealthHook {
             (watching.current.take(), deployment)
         };
         if let Some(watcher) = previous {
-            watcher.end.send_replace(Some(Ending::Abandon));
+            watcher.end.send_replace(Some(WatcherEnd::Abandon));
             // A verdict it was recording is written before the health is looked at again.
             let _ = watcher.done.await;
         }
@@ -382,18 +382,18 @@ impl AllocHook for HealthHook {
 }
 
 /// Looks at the allocation on every change of its tasks or checks, and at the tracker's
-/// deadlines, until it is judged, or told to end (see [`Ending`]).
+/// deadlines, until it is judged, or told to end (see [`WatcherEnd`]).
 async fn watch_health(
-    health: Arc<Health>,
+    health: Arc<HealthMonitor>,
     mut tracker: HealthTracker,
-    mut ended: watch::Receiver<Option<Ending>>,
+    mut ended: watch::Receiver<Option<WatcherEnd>>,
 ) {
     let origin = Instant::now();
     let mut checks = health.book.subscribe();
     let Some(mut states) = health.runner.upgrade().map(|r| r.subscribe()) else { return };
     let mut last_look = false;
     loop {
-        if *ended.borrow() == Some(Ending::Abandon) {
+        if *ended.borrow() == Some(WatcherEnd::Abandon) {
             return;
         }
         let Some(runner) = health.runner.upgrade() else { return };
@@ -414,7 +414,7 @@ async fn watch_health(
         tokio::select! {
             biased;
             ending = ended.wait_for(Option::is_some) => match ending.map(|e| *e) {
-                Ok(Some(Ending::LastLook)) => last_look = true,
+                Ok(Some(WatcherEnd::LastLook)) => last_look = true,
                 _ => return,
             },
             changed = states.changed() => if changed.is_err() { return },

@@ -13,11 +13,11 @@ pub mod lifecycle;
 mod runner;
 pub mod spare_dirs;
 
-pub use coordinator::Phase;
+pub use coordinator::LifecyclePhase;
 pub use error::AllocError;
 pub use health_hooks::HealthConfig;
 pub use hooks::{AllocDirHook, AllocHook, AllocHookContext};
-pub use lifecycle::RunnerState;
+pub use lifecycle::AllocRunnerState;
 pub use runner::{AllocRunner, AllocRunnerConfig, AllocUsage, DEFAULT_POSTSTOP_TIMEOUT};
 pub use spare_dirs::SpareDirs;
 pub use wharf_task::{LogLimits, RecordedEvent, SystemClock, TokioClock, WallClock};

@@ -13,17 +13,17 @@
 //! once everything else is dead.
 //!
 //! The runner's own life (pending, running, killing, ending, dead, shutting down, destroying)
-//! is one [`RunnerState`], changed only through its transition table in [`crate::lifecycle`];
+//! is one [`AllocRunnerState`], changed only through its transition table in [`crate::lifecycle`];
 //! run, kill, shutdown, destroy and allocation-wide restarts all go through it.
 //!
 //! Every wait here ends: task runners bound their own kills, and destroy bounds how long it
 //! lets poststop tasks run before killing them too.
 
 use crate::AllocError;
-use crate::coordinator::{Coordinator, Phase};
-use crate::health_hooks::{Health, HealthConfig, HealthHook, ServiceHook};
+use crate::coordinator::{Coordinator, LifecyclePhase};
+use crate::health_hooks::{HealthConfig, HealthHook, HealthMonitor, ServiceHook};
 use crate::hooks::{AllocDirHook, AllocHook, AllocHookContext};
-use crate::lifecycle::{Action, Event, RunnerState};
+use crate::lifecycle::{AllocRunnerAction, AllocRunnerEvent, AllocRunnerState};
 use crate::spare_dirs::SpareDirs;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -222,7 +222,7 @@ struct Shared {
     events: EventStream,
     state: watch::Sender<AllocState>,
     /// The runner's own lifecycle; changed only through [`AllocRunner::step`].
-    lifecycle: watch::Sender<RunnerState>,
+    lifecycle: watch::Sender<AllocRunnerState>,
     coordinator: Mutex<Coordinator>,
     deployment: Mutex<Option<DeploymentStatus>>,
     /// The deployment status last written to the store, so an unchanged one is not rewritten.
@@ -236,7 +236,7 @@ struct Shared {
     /// never brings back a destroyed allocation.
     records: tokio::sync::Mutex<()>,
     /// Services, checks and allocation health (the health hooks).
-    health: Arc<Health>,
+    health: Arc<HealthMonitor>,
 }
 
 /// A reference to an alloc runner that does not keep it alive, for its own hooks.
@@ -278,7 +278,7 @@ impl AllocRunner {
         // The health hooks reach the runner they belong to through a weak reference.
         let shared = Arc::new_cyclic(|weak: &Weak<Shared>| {
             let runner = WeakRunner { shared: weak.clone(), clock: config.clock.clone() };
-            let health = Health::new(&alloc, config.health, runner);
+            let health = HealthMonitor::new(&alloc, config.health, runner);
             let state_changed = Arc::new(Notify::new());
             let events = EventStream::new(config.event_buffer);
             let mut task_hooks = config.task_hooks;
@@ -322,7 +322,7 @@ impl AllocRunner {
                 state_changed,
                 events,
                 state: watch::channel(initial).0,
-                lifecycle: watch::channel(RunnerState::Pending).0,
+                lifecycle: watch::channel(AllocRunnerState::Pending).0,
                 coordinator: Mutex::new(Coordinator::new()),
                 deployment: Mutex::new(None),
                 persisted_deployment: Mutex::new(None),
@@ -398,18 +398,18 @@ impl AllocRunner {
     }
 
     /// Where the runner's own life stands (see [`crate::lifecycle`]).
-    pub fn lifecycle(&self) -> RunnerState {
+    pub fn lifecycle(&self) -> AllocRunnerState {
         *self.shared.lifecycle.borrow()
     }
 
     /// A watcher of [`AllocRunner::lifecycle`]: it always sees the latest.
-    pub fn watch_lifecycle(&self) -> watch::Receiver<RunnerState> {
+    pub fn watch_lifecycle(&self) -> watch::Receiver<AllocRunnerState> {
         self.shared.lifecycle.subscribe()
     }
 
     /// Applies `event` to the lifecycle; returns the state it was in and what to do.
-    fn step(&self, event: Event) -> (RunnerState, Action) {
-        let mut step = (RunnerState::Pending, Action::Ignore);
+    fn step(&self, event: AllocRunnerEvent) -> (AllocRunnerState, AllocRunnerAction) {
+        let mut step = (AllocRunnerState::Pending, AllocRunnerAction::Ignore);
         self.shared.lifecycle.send_if_modified(|state| {
             let (next, action) = state.on(event);
             step = (*state, action);
@@ -422,7 +422,7 @@ impl AllocRunner {
     }
 
     /// Waits until the lifecycle satisfies `reached`.
-    async fn until(&self, reached: impl Fn(RunnerState) -> bool) {
+    async fn until(&self, reached: impl Fn(AllocRunnerState) -> bool) {
         let mut lifecycle = self.shared.lifecycle.subscribe();
         let _ = lifecycle.wait_for(|state| reached(*state)).await;
     }
@@ -434,12 +434,12 @@ impl AllocRunner {
 
     /// Waits until the run is over (or will never begin).
     pub async fn wait(&self) {
-        self.until(RunnerState::run_over).await;
+        self.until(AllocRunnerState::run_over).await;
     }
 
     /// Whether [`AllocRunner::destroy`] has completed.
     pub fn is_destroyed(&self) -> bool {
-        self.lifecycle() == RunnerState::Destroyed
+        self.lifecycle() == AllocRunnerState::Destroyed
     }
 
     /// Loads every task's persisted state and reattaches to running tasks; the deployment
@@ -490,13 +490,13 @@ impl AllocRunner {
     /// takes: every step that does more (hooks, kills, reactions, updates) is boxed, and
     /// its state lives on the heap only while it runs.
     pub async fn run(&self) {
-        if self.step(Event::Run).1 != Action::StartRun {
+        if self.step(AllocRunnerEvent::Run).1 != AllocRunnerAction::StartRun {
             return;
         }
         Box::pin(self.persist_alloc()).await;
         tokio::join!(self.run_tasks(), self.watch_task_states(), self.handle_updates());
         self.publish();
-        self.step(Event::RunOver);
+        self.step(AllocRunnerEvent::RunOver);
     }
 
     async fn run_tasks(&self) {
@@ -622,7 +622,8 @@ impl AllocRunner {
             .iter()
             .filter(|t| t.stage() != Stage::Poststop)
             .all(|t| t.state().status == TaskStatus::Dead);
-        if all_dead && self.step(Event::AllDead).1 == Action::ReleaseDeadTasks {
+        if all_dead && self.step(AllocRunnerEvent::AllDead).1 == AllocRunnerAction::ReleaseDeadTasks
+        {
             self.prekill_hooks().await;
             // Dead tasks wait for an allocation-wide restart until released.
             let mut releasing = JoinSet::new();
@@ -649,7 +650,7 @@ impl AllocRunner {
     }
 
     /// The lifecycle phase the allocation is in.
-    pub fn phase(&self) -> Phase {
+    pub fn phase(&self) -> LifecyclePhase {
         self.shared.coordinator.lock().phase()
     }
 
@@ -683,7 +684,7 @@ impl AllocRunner {
     /// Kills the tasks, once: a kill already under way, or an allocation already ending,
     /// makes this a no-op (see [`crate::lifecycle`]).
     async fn kill(&self, event: Option<TaskEventKind>) {
-        if self.step(Event::Kill).1 == Action::KillTasks {
+        if self.step(AllocRunnerEvent::Kill).1 == AllocRunnerAction::KillTasks {
             self.kill_tasks(event).await;
         }
     }
@@ -799,9 +800,9 @@ impl AllocRunner {
     pub async fn destroy(&self) {
         let s = &self.shared;
         loop {
-            let (before, action) = self.step(Event::Destroy);
+            let (before, action) = self.step(AllocRunnerEvent::Destroy);
             match action {
-                Action::DestroyUnstarted => {
+                AllocRunnerAction::DestroyUnstarted => {
                     // Never ran: each kill ends its task runner without starting anything
                     // (and stops a task restored from a previous agent).
                     for task in &s.tasks {
@@ -809,26 +810,27 @@ impl AllocRunner {
                     }
                     break;
                 }
-                Action::DestroyRun => {
-                    if before == RunnerState::Running {
+                AllocRunnerAction::DestroyRun => {
+                    if before == AllocRunnerState::Running {
                         self.kill_tasks(None).await;
                     }
-                    let run_over = self.until(RunnerState::run_over);
+                    let run_over = self.until(AllocRunnerState::run_over);
                     if tokio::time::timeout(s.poststop_timeout, run_over).await.is_err() {
                         tracing::warn!(alloc_id = %s.id, "poststop tasks did not finish in time; killing them");
                         for task in &s.tasks {
                             task.kill(None).await;
                         }
-                        self.until(RunnerState::run_over).await;
+                        self.until(AllocRunnerState::run_over).await;
                     }
                     break;
                 }
-                Action::DestroyRecords => break,
-                Action::AwaitShutDownThenDestroy => {
-                    self.until(|state| !matches!(state, RunnerState::ShuttingDown { .. })).await;
+                AllocRunnerAction::DestroyRecords => break,
+                AllocRunnerAction::AwaitShutDownThenDestroy => {
+                    self.until(|state| !matches!(state, AllocRunnerState::ShuttingDown { .. }))
+                        .await;
                 }
-                Action::AwaitDestroyed => {
-                    self.until(|state| state == RunnerState::Destroyed).await;
+                AllocRunnerAction::AwaitDestroyed => {
+                    self.until(|state| state == AllocRunnerState::Destroyed).await;
                     return;
                 }
                 _ => return,
@@ -846,7 +848,7 @@ impl AllocRunner {
         if let Err(error) = s.store.delete_allocation(&s.id).await {
             tracing::error!(alloc_id = %s.id, %error, "deleting the allocation's records failed");
         }
-        self.step(Event::DestroyDone);
+        self.step(AllocRunnerEvent::DestroyDone);
     }
 
     /// Leaves every task running and ends the run, with everything restore needs persisted;
@@ -854,21 +856,23 @@ impl AllocRunner {
     /// for it.
     pub async fn shutdown(&self) {
         let s = &self.shared;
-        match self.step(Event::Shutdown).1 {
-            Action::ShutDownUnstarted => {}
-            Action::ShutDownRun => {
+        match self.step(AllocRunnerEvent::Shutdown).1 {
+            AllocRunnerAction::ShutDownUnstarted => {}
+            AllocRunnerAction::ShutDownRun => {
                 for task in &s.tasks {
                     task.shutdown();
                 }
-                self.until(RunnerState::run_over).await;
+                self.until(AllocRunnerState::run_over).await;
             }
-            Action::AwaitShutDown => {
-                self.until(|state| matches!(state, RunnerState::ShutDown | RunnerState::Destroyed))
-                    .await;
+            AllocRunnerAction::AwaitShutDown => {
+                self.until(|state| {
+                    matches!(state, AllocRunnerState::ShutDown | AllocRunnerState::Destroyed)
+                })
+                .await;
                 return;
             }
-            Action::AwaitDestroyed => {
-                self.until(|state| state == RunnerState::Destroyed).await;
+            AllocRunnerAction::AwaitDestroyed => {
+                self.until(|state| state == AllocRunnerState::Destroyed).await;
                 return;
             }
             _ => return,
@@ -878,7 +882,7 @@ impl AllocRunner {
             let ctx = AllocHookContext { alloc: &alloc, alloc_root: &s.alloc_root };
             let _ = tokio::time::timeout(HOOK_TIMEOUT, hook.shutdown(ctx)).await;
         }
-        self.step(Event::ShutdownDone);
+        self.step(AllocRunnerEvent::ShutdownDone);
     }
 
     /// Forces the client status, such as `lost` when the node lost track of the allocation.
@@ -982,7 +986,7 @@ impl AllocRunner {
             alloc_id: self.shared.id.clone(),
             reason: reason.to_owned(),
         };
-        if let Action::Refuse(reason) = self.step(Event::RestartAll).1 {
+        if let AllocRunnerAction::Refuse(reason) = self.step(AllocRunnerEvent::RestartAll).1 {
             return Err(refuse(reason));
         }
         if self.with_alloc(Allocation::server_terminal) {
