@@ -22,7 +22,7 @@
 use crate::AllocError;
 use crate::coordinator::{Coordinator, LifecyclePhase};
 use crate::health_hooks::{HealthConfig, HealthHook, HealthMonitor, ServiceHook};
-use crate::hooks::{AllocDirHook, AllocHook, AllocHookContext};
+use crate::hooks::{self, AllocDirHook, AllocHook, AllocHookContext, AllocHookPhase};
 use crate::lifecycle::{AllocRunnerAction, AllocRunnerEvent, AllocRunnerState};
 use crate::spare_dirs::SpareDirs;
 use parking_lot::Mutex;
@@ -42,7 +42,6 @@ use wharf_state::{
 };
 use wharf_store::{StateStore, StoredAlloc};
 use wharf_task::events::DEFAULT_EVENT_BUFFER;
-use wharf_task::hooks::HOOK_TIMEOUT;
 use wharf_task::{
     DEFAULT_MAX_KILL_TIMEOUT, EventStream, LogLimits, RecordedEvent, SystemClock, TaskError,
     TaskHook, TaskRunner, TaskRunnerConfig, WallClock, Watched,
@@ -511,7 +510,7 @@ impl AllocRunner {
         while running.join_next().await.is_some() {}
         s.runners_finished.set(true);
         if !self.lifecycle().shutting_down() {
-            Box::pin(self.postrun()).await;
+            Box::pin(self.run_hooks(AllocHookPhase::Postrun, &self.current())).await;
         }
     }
 
@@ -536,8 +535,19 @@ impl AllocRunner {
         } else if self.state().client_status.is_terminal() {
             // Ended before the agent restarted: nothing starts again; the task runners only
             // finish what their restore left.
-        } else if let Err(error) = self.prerun().await {
-            tracing::error!(alloc_id = %s.id, %error, "prerun failed");
+        } else {
+            self.run_hooks(AllocHookPhase::Prerun, &self.current()).await;
+        }
+    }
+
+    /// Runs the alloc hooks of `phase` on `alloc`, as the phase's policy says (the table in
+    /// [`crate::hooks`]). A failure that fails the allocation (a prerun hook's) marks every
+    /// task failed, so that none starts.
+    async fn run_hooks(&self, phase: AllocHookPhase, alloc: &Allocation) {
+        let s = &self.shared;
+        let ctx = AllocHookContext { alloc, alloc_root: &s.alloc_root };
+        if let Err(error) = hooks::run_hooks(&s.hooks, phase, ctx, &s.id).await {
+            tracing::error!(alloc_id = %s.id, %error, "{phase} failed");
             for task in &s.tasks {
                 let kind = TaskEventKind::SetupFailure {
                     error: format!("failed to set up the allocation: {error}"),
@@ -545,27 +555,6 @@ impl AllocRunner {
                 task.mark_failed_dead(TaskEvent::new(s.clock.now(), kind)).await;
             }
         }
-    }
-
-    /// The postrun hooks, once every task runner has finished (unless the agent is leaving).
-    async fn postrun(&self) {
-        let s = &self.shared;
-        let alloc = self.current();
-        for hook in &s.hooks {
-            let ctx = AllocHookContext { alloc: &alloc, alloc_root: &s.alloc_root };
-            if let Err(error) = bounded(hook.name(), hook.postrun(ctx)).await {
-                tracing::warn!(alloc_id = %s.id, %error, "postrun hook failed");
-            }
-        }
-    }
-
-    async fn prerun(&self) -> Result<(), AllocError> {
-        let alloc = self.current();
-        for hook in &self.shared.hooks {
-            let ctx = AllocHookContext { alloc: &alloc, alloc_root: &self.shared.alloc_root };
-            bounded(hook.name(), hook.prerun(ctx)).await?;
-        }
-        Ok(())
     }
 
     /// Reacts to task state changes until the run is done, then once more.
@@ -624,7 +613,7 @@ impl AllocRunner {
             .all(|t| t.state().status == TaskStatus::Dead);
         if all_dead && self.step(AllocRunnerEvent::AllDead).1 == AllocRunnerAction::ReleaseDeadTasks
         {
-            self.prekill_hooks().await;
+            self.run_hooks(AllocHookPhase::Prekill, &self.current()).await;
             // Dead tasks wait for an allocation-wide restart until released.
             let mut releasing = JoinSet::new();
             for task in s.tasks.iter().filter(|t| t.stage() != Stage::Poststop) {
@@ -693,7 +682,7 @@ impl AllocRunner {
     /// tasks together, then the sidecars. Poststop tasks are left alone.
     async fn kill_tasks(&self, event: Option<TaskEventKind>) {
         let s = &self.shared;
-        self.prekill_hooks().await;
+        self.run_hooks(AllocHookPhase::Prekill, &self.current()).await;
         let stamped = || event.clone().map(|kind| TaskEvent::new(s.clock.now(), kind));
         let killable = || s.tasks.iter().filter(|t| t.stage() != Stage::Poststop);
         for leader in killable().filter(|t| t.is_leader()) {
@@ -707,14 +696,6 @@ impl AllocRunner {
                 killing.spawn(async move { task.kill(event).await });
             }
             while killing.join_next().await.is_some() {}
-        }
-    }
-
-    async fn prekill_hooks(&self) {
-        let alloc = self.current();
-        for hook in &self.shared.hooks {
-            let ctx = AllocHookContext { alloc: &alloc, alloc_root: &self.shared.alloc_root };
-            let _ = tokio::time::timeout(HOOK_TIMEOUT, hook.prekill(ctx)).await;
         }
     }
 
@@ -778,12 +759,7 @@ impl AllocRunner {
         self.set_alloc(update.clone());
         self.persist_alloc().await;
         if !update.server_terminal() {
-            for hook in &s.hooks {
-                let ctx = AllocHookContext { alloc: &update, alloc_root: &s.alloc_root };
-                if let Err(error) = bounded(hook.name(), hook.update(ctx)).await {
-                    tracing::warn!(alloc_id = %s.id, %error, "update hook failed");
-                }
-            }
+            self.run_hooks(AllocHookPhase::Update, &update).await;
         }
         for task in &s.tasks {
             task.update(update.clone()).await;
@@ -837,13 +813,7 @@ impl AllocRunner {
             }
         }
         self.publish();
-        let alloc = self.current();
-        for hook in &s.hooks {
-            let ctx = AllocHookContext { alloc: &alloc, alloc_root: &s.alloc_root };
-            if let Err(error) = bounded(hook.name(), hook.destroy(ctx)).await {
-                tracing::warn!(alloc_id = %s.id, %error, "destroy hook failed");
-            }
-        }
+        self.run_hooks(AllocHookPhase::Destroy, &self.current()).await;
         let _records = s.records.lock().await;
         if let Err(error) = s.store.delete_allocation(&s.id).await {
             tracing::error!(alloc_id = %s.id, %error, "deleting the allocation's records failed");
@@ -877,11 +847,7 @@ impl AllocRunner {
             }
             _ => return,
         }
-        let alloc = self.current();
-        for hook in &s.hooks {
-            let ctx = AllocHookContext { alloc: &alloc, alloc_root: &s.alloc_root };
-            let _ = tokio::time::timeout(HOOK_TIMEOUT, hook.shutdown(ctx)).await;
-        }
+        self.run_hooks(AllocHookPhase::Shutdown, &self.current()).await;
         self.step(AllocRunnerEvent::ShutdownDone);
     }
 
@@ -1153,14 +1119,4 @@ impl AllocRunner {
 
 fn collect(errors: Vec<(String, TaskError)>) -> Result<(), AllocError> {
     if errors.is_empty() { Ok(()) } else { Err(AllocError::Tasks(errors)) }
-}
-
-async fn bounded(
-    hook: &str,
-    call: impl std::future::Future<Output = Result<(), AllocError>>,
-) -> Result<(), AllocError> {
-    match tokio::time::timeout(HOOK_TIMEOUT, call).await {
-        Ok(result) => result,
-        Err(_) => Err(AllocError::Hook { hook: hook.to_owned(), reason: "timed out".into() }),
-    }
 }
