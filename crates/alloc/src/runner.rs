@@ -21,7 +21,7 @@
 
 use crate::AllocError;
 use crate::coordinator::{Coordinator, LifecyclePhase};
-use crate::health_hooks::{HealthConfig, HealthHook, HealthMonitor, ServiceHook};
+use crate::health_hooks::{HealthConfig, HealthHook, HealthMonitor, ServiceHook, WatchedRunner};
 use crate::hooks::{self, AllocDirHook, AllocHook, AllocHookContext, AllocHookPhase};
 use crate::lifecycle::{AllocRunnerAction, AllocRunnerEvent, AllocRunnerState};
 use crate::spare_dirs::SpareDirs;
@@ -38,7 +38,7 @@ use wharf_driver::{
 use wharf_state::spec::Stage;
 use wharf_state::{
     AllocState, Allocation, CheckState, ClientStatus, DeploymentStatus, Signal, TaskEvent,
-    TaskEventKind, TaskState, TaskStatus, Timestamp,
+    TaskEventKind, TaskState, TaskStatus,
 };
 use wharf_store::{StateStore, StoredAlloc};
 use wharf_task::events::DEFAULT_EVENT_BUFFER;
@@ -235,27 +235,12 @@ struct Shared {
     /// never brings back a destroyed allocation.
     records: tokio::sync::Mutex<()>,
     /// Services, checks and allocation health (the health hooks).
-    health: Arc<HealthMonitor>,
+    health: Arc<HealthMonitor<AllocRunner>>,
 }
 
-/// A reference to an alloc runner that does not keep it alive, for its own hooks.
+/// A reference to an alloc runner that does not keep it alive, for its own health hooks.
 #[derive(Debug, Clone)]
-pub(crate) struct WeakRunner {
-    shared: Weak<Shared>,
-    clock: Arc<dyn WallClock>,
-}
-
-impl WeakRunner {
-    /// The runner, unless it is gone.
-    pub(crate) fn upgrade(&self) -> Option<AllocRunner> {
-        self.shared.upgrade().map(|shared| AllocRunner { shared })
-    }
-
-    /// The runner's clock.
-    pub(crate) fn clock(&self) -> Arc<dyn WallClock> {
-        self.clock.clone()
-    }
-}
+pub(crate) struct WeakRunner(Weak<Shared>);
 
 impl AllocRunner {
     /// Builds the runner and its task runners without running anything. Fails if the group is
@@ -276,8 +261,8 @@ impl AllocRunner {
         }
         // The health hooks reach the runner they belong to through a weak reference.
         let shared = Arc::new_cyclic(|weak: &Weak<Shared>| {
-            let runner = WeakRunner { shared: weak.clone(), clock: config.clock.clone() };
-            let health = HealthMonitor::new(&alloc, config.health, runner);
+            let runner = WeakRunner(weak.clone());
+            let health = HealthMonitor::new(&alloc, config.health, runner, config.clock.clone());
             let state_changed = Arc::new(Notify::new());
             let events = EventStream::new(config.event_buffer);
             let mut task_hooks = config.task_hooks;
@@ -862,27 +847,13 @@ impl AllocRunner {
         self.record_health(healthy, None).await;
     }
 
-    /// Records the allocation's health and why. It is written before watchers see it, as the
-    /// seed persists before it broadcasts: health anyone was told of is health a restarted
-    /// agent finds, and does not judge again.
-    pub(crate) async fn record_health(&self, healthy: bool, description: Option<String>) {
+    /// Records the allocation's health and why. It is written before watchers see it: health
+    /// anyone was told of is health a restarted agent finds, and does not judge again.
+    async fn record_health(&self, healthy: bool, description: Option<String>) {
         let mut status = self.shared.deployment.lock().clone().unwrap_or_default();
         status.healthy = Some(healthy);
-        status.timestamp = Some(self.now());
+        status.timestamp = Some(self.shared.clock.now());
         status.description = description;
-        self.write_deployment(status).await;
-    }
-
-    /// Forgets the allocation's health (its deployment changed), persisted, so that it is
-    /// judged again (Nomad's `ClearHealth`). The canary flag stays.
-    pub(crate) async fn clear_health(&self) {
-        let Some(mut status) = self.shared.deployment.lock().clone() else { return };
-        if status.healthy.is_none() {
-            return;
-        }
-        status.healthy = None;
-        status.timestamp = None;
-        status.description = None;
         self.write_deployment(status).await;
     }
 
@@ -907,11 +878,6 @@ impl AllocRunner {
         self.persist_deployment().await;
     }
 
-    /// The time of day, from the runner's clock.
-    pub(crate) fn now(&self) -> Timestamp {
-        self.shared.clock.now()
-    }
-
     /// Every check of the allocation's services with its latest result; pending until it
     /// has run.
     pub fn checks(&self) -> Vec<CheckState> {
@@ -933,15 +899,6 @@ impl AllocRunner {
     /// Restarts one running task (not counted against its restart policy).
     pub async fn restart_task(&self, name: &str, reason: &str) -> Result<(), AllocError> {
         Ok(self.task(name)?.restart(reason, false).await?)
-    }
-
-    /// Restarts one running task as a failure, counted by its restart policy (check_restart).
-    pub(crate) async fn restart_task_failed(
-        &self,
-        name: &str,
-        reason: &str,
-    ) -> Result<(), AllocError> {
-        Ok(self.task(name)?.restart(reason, true).await?)
     }
 
     /// Whether an allocation-wide restart may happen now: the runner is running (not pending,
@@ -1119,4 +1076,65 @@ impl AllocRunner {
 
 fn collect(errors: Vec<(String, TaskError)>) -> Result<(), AllocError> {
     if errors.is_empty() { Ok(()) } else { Err(AllocError::Tasks(errors)) }
+}
+
+/// What the health hooks see of the runner and do to it; nothing else of it is theirs.
+#[async_trait::async_trait]
+impl WatchedRunner for AllocRunner {
+    type Weak = WeakRunner;
+
+    fn upgrade(weak: &WeakRunner) -> Option<AllocRunner> {
+        weak.0.upgrade().map(|shared| AllocRunner { shared })
+    }
+
+    fn state(&self) -> AllocState {
+        AllocRunner::state(self)
+    }
+
+    fn subscribe(&self) -> watch::Receiver<AllocState> {
+        AllocRunner::subscribe(self)
+    }
+
+    fn stopping(&self) -> bool {
+        self.with_alloc(Allocation::server_terminal)
+    }
+
+    fn tasks(&self) -> Vec<(String, Stage)> {
+        self.shared.tasks.iter().map(|t| (t.name().to_owned(), t.stage())).collect()
+    }
+
+    async fn record_health(&self, healthy: bool, description: Option<String>) {
+        AllocRunner::record_health(self, healthy, description).await;
+    }
+
+    /// Nomad's `ClearHealth`: the canary flag stays.
+    async fn clear_health(&self) {
+        let Some(mut status) = self.shared.deployment.lock().clone() else { return };
+        if status.healthy.is_none() {
+            return;
+        }
+        status.healthy = None;
+        status.timestamp = None;
+        status.description = None;
+        self.write_deployment(status).await;
+    }
+
+    async fn emit_event(&self, task: &str, event: TaskEvent) {
+        if let Ok(task) = self.task(task) {
+            task.emit_event(event).await;
+        }
+    }
+
+    async fn exec(
+        &self,
+        task: &str,
+        command: &[String],
+        timeout: Duration,
+    ) -> Result<ExecResult, AllocError> {
+        AllocRunner::exec(self, task, command, timeout).await
+    }
+
+    async fn restart_failed(&self, task: &str, reason: &str) -> Result<(), AllocError> {
+        Ok(self.task(task)?.restart(reason, true).await?)
+    }
 }
