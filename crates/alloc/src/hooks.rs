@@ -17,6 +17,7 @@
 //! The alloc runner calls `run_hooks` for every phase; the table is `AllocHookPhase::policy`,
 //! tested row by row.
 
+use crate::alloc_dir;
 use crate::error::AllocError;
 use crate::spare_dirs::SpareDirs;
 use std::fmt;
@@ -187,8 +188,7 @@ impl AllocDirHook {
 
     /// The shared directories under `alloc_root`.
     pub fn shared_dirs(alloc_root: &Path) -> [PathBuf; 3] {
-        let shared = alloc_root.join("alloc");
-        [shared.join("data"), shared.join("logs"), shared.join("tmp")]
+        alloc_dir::shared_dirs(alloc_root)
     }
 }
 

@@ -5,6 +5,7 @@
 //! through the task runners (and so through a [`driver::Driver`]) and state only through a
 //! [`store::StateStore`].
 
+mod alloc_dir;
 pub mod coordinator;
 mod error;
 mod health_hooks;

@@ -1,10 +1,11 @@
 //! The alloc runner's own lifecycle: one value, changed only by [`AllocRunnerState::on`].
 //!
 //! Every request to an alloc runner (run, kill, shutdown, destroy, an allocation-wide restart)
-//! and every milestone of its run becomes an [`AllocRunnerEvent`]. The pure transition function decides
-//! the next state and what the runner does about it ([`AllocRunnerAction`]); no combination of requests
-//! exists that the table below does not name. The runner keeps the state in a watch channel, so
-//! "wait until destroyed" or "wait until the run is over" is a wait for a state.
+//! and every milestone of its run becomes an [`AllocRunnerEvent`]. The pure transition
+//! function decides the next state and what the runner does about it ([`AllocRunnerAction`]);
+//! no combination of requests exists that the table below does not name. The runner keeps the
+//! state in a watch channel, so "wait until destroyed" or "wait until the run is over" is a
+//! wait for a state.
 //!
 //! ```text
 //!            run               kill                every task but poststop dead

@@ -13,14 +13,19 @@
 //! once everything else is dead.
 //!
 //! The runner's own life (pending, running, killing, ending, dead, shutting down, destroying)
-//! is one [`AllocRunnerState`], changed only through its transition table in [`crate::lifecycle`];
-//! run, kill, shutdown, destroy and allocation-wide restarts all go through it.
+//! is one [`AllocRunnerState`], changed only through its transition table in
+//! [`crate::lifecycle`]; run, kill, shutdown, destroy and allocation-wide restarts all go
+//! through it.
+//!
+//! Alloc hooks run through [`crate::hooks`]' one loop, each phase with its policy (the table
+//! there). The health hooks see this runner only as their `WatchedRunner`, which it
+//! implements at the end of this file.
 //!
 //! Every wait here ends: task runners bound their own kills, and destroy bounds how long it
 //! lets poststop tasks run before killing them too.
 
-use crate::AllocError;
 use crate::coordinator::{Coordinator, LifecyclePhase};
+use crate::error::AllocError;
 use crate::health_hooks::{HealthConfig, HealthHook, HealthMonitor, ServiceHook, WatchedRunner};
 use crate::hooks::{self, AllocDirHook, AllocHook, AllocHookContext, AllocHookPhase};
 use crate::lifecycle::{AllocRunnerAction, AllocRunnerEvent, AllocRunnerState};
