@@ -19,9 +19,11 @@
 use wharf_state::spec::Stage;
 use wharf_state::{TaskState, TaskStatus};
 
-/// Where the allocation is in its lifecycle.
+/// Where the allocation's tasks are in their lifecycle order (prestart, main, poststart,
+/// wait, poststop), which says which task stages may start. Not the runner's own life: that
+/// is `AllocRunnerState` (in `lifecycle`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Phase {
+pub enum LifecyclePhase {
     /// Prestart tasks run; main tasks wait.
     Prestart,
     /// Main tasks start.
@@ -37,7 +39,7 @@ pub enum Phase {
 /// Tracks the phase across state updates.
 #[derive(Debug, Clone)]
 pub struct Coordinator {
-    phase: Phase,
+    phase: LifecyclePhase,
 }
 
 impl Default for Coordinator {
@@ -49,57 +51,57 @@ impl Default for Coordinator {
 impl Coordinator {
     /// A coordinator at the start of an allocation's life.
     pub fn new() -> Coordinator {
-        Coordinator { phase: Phase::Prestart }
+        Coordinator { phase: LifecyclePhase::Prestart }
     }
 
     /// The current phase.
-    pub fn phase(&self) -> Phase {
+    pub fn phase(&self) -> LifecyclePhase {
         self.phase
     }
 
     /// Starts over, for a restart of the whole allocation.
     pub fn reset(&mut self) {
-        self.phase = Phase::Prestart;
+        self.phase = LifecyclePhase::Prestart;
     }
 
     /// Advances as far as `tasks` (each task's stage and state) allow; returns the new phase.
     pub fn update<'a>(
         &mut self,
         tasks: impl Iterator<Item = (Stage, &'a TaskState)> + Clone,
-    ) -> Phase {
+    ) -> LifecyclePhase {
         let others_dead = tasks
             .clone()
             .filter(|(stage, _)| *stage != Stage::Poststop)
             .all(|(_, s)| s.status == TaskStatus::Dead);
         if others_dead {
-            self.phase = Phase::Poststop;
+            self.phase = LifecyclePhase::Poststop;
             return self.phase;
         }
         loop {
             let next = match self.phase {
-                Phase::Prestart => {
+                LifecyclePhase::Prestart => {
                     let ready = tasks.clone().all(|(stage, state)| match stage {
                         Stage::PrestartEphemeral => state.successful(),
                         Stage::PrestartSidecar => state.status == TaskStatus::Running,
                         _ => true,
                     });
-                    ready.then_some(Phase::Main)
+                    ready.then_some(LifecyclePhase::Main)
                 }
-                Phase::Main => {
+                LifecyclePhase::Main => {
                     let started = tasks
                         .clone()
                         .filter(|(stage, _)| *stage == Stage::Main)
                         .all(|(_, s)| s.status != TaskStatus::Pending);
-                    started.then_some(Phase::Poststart)
+                    started.then_some(LifecyclePhase::Poststart)
                 }
-                Phase::Poststart => {
+                LifecyclePhase::Poststart => {
                     let done = tasks
                         .clone()
                         .filter(|(stage, _)| *stage == Stage::PoststartEphemeral)
                         .all(|(_, s)| s.status == TaskStatus::Dead);
-                    done.then_some(Phase::Wait)
+                    done.then_some(LifecyclePhase::Wait)
                 }
-                Phase::Wait | Phase::Poststop => None,
+                LifecyclePhase::Wait | LifecyclePhase::Poststop => None,
             };
             match next {
                 Some(next) => self.phase = next,
@@ -110,7 +112,7 @@ impl Coordinator {
 
     /// Whether tasks of `stage` may start in the current phase.
     pub fn gate_open(&self, stage: Stage) -> bool {
-        use Phase as P;
+        use LifecyclePhase as P;
         use Stage as S;
         match (self.phase, stage) {
             (P::Poststop, stage) => stage == S::Poststop,
@@ -142,68 +144,68 @@ mod tests {
     fn phase_table() {
         // (case, tasks as (stage, status, failed), expected phase from a fresh coordinator)
         type Tasks = Vec<(Stage, TaskStatus, bool)>;
-        let cases: Vec<(&str, Tasks, Phase)> = vec![
-            ("main only, pending", vec![(Main, P, false)], Phase::Main),
-            ("main only, running", vec![(Main, R, false)], Phase::Wait),
+        let cases: Vec<(&str, Tasks, LifecyclePhase)> = vec![
+            ("main only, pending", vec![(Main, P, false)], LifecyclePhase::Main),
+            ("main only, running", vec![(Main, R, false)], LifecyclePhase::Wait),
             (
                 "prestart pending holds main",
                 vec![(PrestartEphemeral, P, false), (Main, P, false)],
-                Phase::Prestart,
+                LifecyclePhase::Prestart,
             ),
             (
                 "prestart running holds main",
                 vec![(PrestartEphemeral, R, false), (Main, P, false)],
-                Phase::Prestart,
+                LifecyclePhase::Prestart,
             ),
             (
                 "prestart succeeded opens main",
                 vec![(PrestartEphemeral, D, false), (Main, P, false)],
-                Phase::Main,
+                LifecyclePhase::Main,
             ),
             (
                 "prestart failed holds main",
                 vec![(PrestartEphemeral, D, true), (Main, P, false)],
-                Phase::Prestart,
+                LifecyclePhase::Prestart,
             ),
             (
                 "sidecar pending holds main",
                 vec![(PrestartSidecar, P, false), (Main, P, false)],
-                Phase::Prestart,
+                LifecyclePhase::Prestart,
             ),
             (
                 "sidecar running opens main",
                 vec![(PrestartSidecar, R, false), (Main, P, false)],
-                Phase::Main,
+                LifecyclePhase::Main,
             ),
             (
                 "main running opens poststart",
                 vec![(Main, R, false), (PoststartEphemeral, P, false)],
-                Phase::Poststart,
+                LifecyclePhase::Poststart,
             ),
             (
                 "poststart done: wait",
                 vec![(Main, R, false), (PoststartEphemeral, D, false)],
-                Phase::Wait,
+                LifecyclePhase::Wait,
             ),
             (
                 "poststart sidecar does not hold wait",
                 vec![(Main, R, false), (PoststartSidecar, R, false)],
-                Phase::Wait,
+                LifecyclePhase::Wait,
             ),
             (
                 "all dead: poststop",
                 vec![(Main, D, false), (PoststartSidecar, D, false), (Poststop, P, false)],
-                Phase::Poststop,
+                LifecyclePhase::Poststop,
             ),
             (
                 "failed prestart and dead main: poststop",
                 vec![(PrestartEphemeral, D, true), (Main, D, false), (Poststop, P, false)],
-                Phase::Poststop,
+                LifecyclePhase::Poststop,
             ),
             (
                 "a live sidecar keeps it out of poststop",
                 vec![(Main, D, false), (PrestartSidecar, R, false), (Poststop, P, false)],
-                Phase::Wait,
+                LifecyclePhase::Wait,
             ),
         ];
         for (case, tasks, want) in cases {
@@ -218,13 +220,16 @@ mod tests {
     fn phases_do_not_go_back_until_reset() {
         let mut c = Coordinator::new();
         let running = [(Main, state(R, false))];
-        assert_eq!(c.update(running.iter().map(|(st, s)| (*st, s))), Phase::Wait);
+        assert_eq!(c.update(running.iter().map(|(st, s)| (*st, s))), LifecyclePhase::Wait);
         // The main task restarts (pending again): the phase stays.
         let restarting = [(Main, state(P, false))];
-        assert_eq!(c.update(restarting.iter().map(|(st, s)| (*st, s))), Phase::Wait);
+        assert_eq!(c.update(restarting.iter().map(|(st, s)| (*st, s))), LifecyclePhase::Wait);
         c.reset();
         let with_prestart = [(PrestartEphemeral, state(P, false)), (Main, state(P, false))];
-        assert_eq!(c.update(with_prestart.iter().map(|(st, s)| (*st, s))), Phase::Prestart);
+        assert_eq!(
+            c.update(with_prestart.iter().map(|(st, s)| (*st, s))),
+            LifecyclePhase::Prestart
+        );
     }
 
     #[test]
@@ -239,11 +244,11 @@ mod tests {
         ];
         // Expected open gates in the order of `stages`.
         let table = [
-            (Phase::Prestart, [true, true, false, false, false, false]),
-            (Phase::Main, [false, true, true, false, false, false]),
-            (Phase::Poststart, [false, true, true, true, true, false]),
-            (Phase::Wait, [false, true, true, false, true, false]),
-            (Phase::Poststop, [false, false, false, false, false, true]),
+            (LifecyclePhase::Prestart, [true, true, false, false, false, false]),
+            (LifecyclePhase::Main, [false, true, true, false, false, false]),
+            (LifecyclePhase::Poststart, [false, true, true, true, true, false]),
+            (LifecyclePhase::Wait, [false, true, true, false, true, false]),
+            (LifecyclePhase::Poststop, [false, false, false, false, false, true]),
         ];
         for (phase, open) in table {
             let c = Coordinator { phase };

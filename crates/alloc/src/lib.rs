@@ -5,6 +5,7 @@
 //! through the task runners (and so through a [`driver::Driver`]) and state only through a
 //! [`store::StateStore`].
 
+mod alloc_dir;
 pub mod coordinator;
 mod error;
 mod health_hooks;
@@ -13,11 +14,11 @@ pub mod lifecycle;
 mod runner;
 pub mod spare_dirs;
 
-pub use coordinator::Phase;
+pub use coordinator::LifecyclePhase;
 pub use error::AllocError;
 pub use health_hooks::HealthConfig;
 pub use hooks::{AllocDirHook, AllocHook, AllocHookContext};
-pub use lifecycle::RunnerState;
+pub use lifecycle::AllocRunnerState;
 pub use runner::{AllocRunner, AllocRunnerConfig, AllocUsage, DEFAULT_POSTSTOP_TIMEOUT};
 pub use spare_dirs::SpareDirs;
 pub use wharf_task::{LogLimits, RecordedEvent, SystemClock, TokioClock, WallClock};

@@ -1,10 +1,11 @@
-//! The alloc runner's own lifecycle: one value, changed only by [`RunnerState::on`].
+//! The alloc runner's own lifecycle: one value, changed only by [`AllocRunnerState::on`].
 //!
 //! Every request to an alloc runner (run, kill, shutdown, destroy, an allocation-wide restart)
-//! and every milestone of its run becomes an [`Event`]. The pure transition function decides
-//! the next state and what the runner does about it ([`Action`]); no combination of requests
-//! exists that the table below does not name. The runner keeps the state in a watch channel, so
-//! "wait until destroyed" or "wait until the run is over" is a wait for a state.
+//! and every milestone of its run becomes an [`AllocRunnerEvent`]. The pure transition
+//! function decides the next state and what the runner does about it ([`AllocRunnerAction`]);
+//! no combination of requests exists that the table below does not name. The runner keeps the
+//! state in a watch channel, so "wait until destroyed" or "wait until the run is over" is a
+//! wait for a state.
 //!
 //! ```text
 //!            run               kill                every task but poststop dead
@@ -38,7 +39,7 @@
 
 /// Where an alloc runner's own life stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RunnerState {
+pub enum AllocRunnerState {
     /// Built, perhaps restored; the run has not begun.
     Pending,
     /// The tasks run under their lifecycle gates; an allocation-wide restart is possible.
@@ -66,9 +67,9 @@ pub enum RunnerState {
     Destroyed,
 }
 
-/// What happens to an alloc runner.
+/// What happens to an alloc runner: the input of [`AllocRunnerState::on`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Event {
+pub enum AllocRunnerEvent {
     /// `run` was called.
     Run,
     /// The tasks must be killed.
@@ -89,9 +90,9 @@ pub enum Event {
     RestartAll,
 }
 
-/// What the runner does about an event.
+/// What the alloc runner does about an event: the output of [`AllocRunnerState::on`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
+pub enum AllocRunnerAction {
     /// Nothing: the event is already being dealt with, or no longer matters.
     Ignore,
     /// The request is not allowed in this state; the reason is for the caller.
@@ -126,12 +127,12 @@ pub enum Action {
     Restart,
 }
 
-impl RunnerState {
+impl AllocRunnerState {
     /// The transition table (see the module docs): the next state and what to do.
-    pub fn on(self, event: Event) -> (RunnerState, Action) {
-        use Action as A;
-        use Event as E;
-        use RunnerState as S;
+    pub fn on(self, event: AllocRunnerEvent) -> (AllocRunnerState, AllocRunnerAction) {
+        use AllocRunnerAction as A;
+        use AllocRunnerEvent as E;
+        use AllocRunnerState as S;
         let unchanged = |action| (self, action);
         match (self, event) {
             (S::Pending, E::Run) => (S::Running, A::StartRun),
@@ -193,28 +194,28 @@ impl RunnerState {
     pub fn run_over(self) -> bool {
         matches!(
             self,
-            RunnerState::Dead
-                | RunnerState::ShuttingDown { run_over: true }
-                | RunnerState::ShutDown
-                | RunnerState::Destroying { run_over: true }
-                | RunnerState::Destroyed
+            AllocRunnerState::Dead
+                | AllocRunnerState::ShuttingDown { run_over: true }
+                | AllocRunnerState::ShutDown
+                | AllocRunnerState::Destroying { run_over: true }
+                | AllocRunnerState::Destroyed
         )
     }
 
     /// Whether the agent is leaving this allocation's tasks running.
     pub fn shutting_down(self) -> bool {
-        matches!(self, RunnerState::ShuttingDown { .. } | RunnerState::ShutDown)
+        matches!(self, AllocRunnerState::ShuttingDown { .. } | AllocRunnerState::ShutDown)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use Action as A;
-    use Event as E;
-    use RunnerState as S;
+    use AllocRunnerAction as A;
+    use AllocRunnerEvent as E;
+    use AllocRunnerState as S;
 
-    const STATES: [RunnerState; 11] = [
+    const STATES: [AllocRunnerState; 11] = [
         S::Pending,
         S::Running,
         S::Killing,
@@ -227,7 +228,7 @@ mod tests {
         S::Destroying { run_over: true },
         S::Destroyed,
     ];
-    const EVENTS: [Event; 9] = [
+    const EVENTS: [AllocRunnerEvent; 9] = [
         E::Run,
         E::Kill,
         E::AllDead,
@@ -243,7 +244,7 @@ mod tests {
     fn transition_table() {
         // Every transition that changes the state or does something; (state, event) pairs not
         // listed must leave the state as it is and be ignored or refused.
-        let table: &[(RunnerState, Event, RunnerState, Action)] = &[
+        let table: &[(AllocRunnerState, AllocRunnerEvent, AllocRunnerState, AllocRunnerAction)] = &[
             (S::Pending, E::Run, S::Running, A::StartRun),
             (S::Pending, E::Shutdown, S::ShuttingDown { run_over: true }, A::ShutDownUnstarted),
             (S::Pending, E::Destroy, S::Destroying { run_over: true }, A::DestroyUnstarted),
@@ -356,7 +357,7 @@ mod tests {
 
     #[test]
     fn the_run_is_over_exactly_in_the_final_states() {
-        let over: Vec<RunnerState> = STATES.into_iter().filter(|s| s.run_over()).collect();
+        let over: Vec<AllocRunnerState> = STATES.into_iter().filter(|s| s.run_over()).collect();
         assert_eq!(
             over,
             [
@@ -375,7 +376,7 @@ mod tests {
     fn destroy_always_ends_destroyed() {
         // Every sequence of up to four events, then a destroy, the end of the run (and of a
         // shutdown under way), the destroy again (a waiter retrying) and its completion.
-        fn walk(state: RunnerState, depth: usize) {
+        fn walk(state: AllocRunnerState, depth: usize) {
             let mut end = state;
             for event in [E::Destroy, E::RunOver, E::ShutdownDone, E::Destroy, E::DestroyDone] {
                 end = end.on(event).0;

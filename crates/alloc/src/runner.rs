@@ -13,17 +13,22 @@
 //! once everything else is dead.
 //!
 //! The runner's own life (pending, running, killing, ending, dead, shutting down, destroying)
-//! is one [`RunnerState`], changed only through its transition table in [`crate::lifecycle`];
-//! run, kill, shutdown, destroy and allocation-wide restarts all go through it.
+//! is one [`AllocRunnerState`], changed only through its transition table in
+//! [`crate::lifecycle`]; run, kill, shutdown, destroy and allocation-wide restarts all go
+//! through it.
+//!
+//! Alloc hooks run through [`crate::hooks`]' one loop, each phase with its policy (the table
+//! there). The health hooks see this runner only as their `WatchedRunner`, which it
+//! implements at the end of this file.
 //!
 //! Every wait here ends: task runners bound their own kills, and destroy bounds how long it
 //! lets poststop tasks run before killing them too.
 
-use crate::AllocError;
-use crate::coordinator::{Coordinator, Phase};
-use crate::health_hooks::{Health, HealthConfig, HealthHook, ServiceHook};
-use crate::hooks::{AllocDirHook, AllocHook, AllocHookContext};
-use crate::lifecycle::{Action, Event, RunnerState};
+use crate::coordinator::{Coordinator, LifecyclePhase};
+use crate::error::AllocError;
+use crate::health_hooks::{HealthConfig, HealthHook, HealthMonitor, ServiceHook, WatchedRunner};
+use crate::hooks::{self, AllocDirHook, AllocHook, AllocHookContext, AllocHookPhase};
+use crate::lifecycle::{AllocRunnerAction, AllocRunnerEvent, AllocRunnerState};
 use crate::spare_dirs::SpareDirs;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -38,11 +43,10 @@ use wharf_driver::{
 use wharf_state::spec::Stage;
 use wharf_state::{
     AllocState, Allocation, CheckState, ClientStatus, DeploymentStatus, Signal, TaskEvent,
-    TaskEventKind, TaskState, TaskStatus, Timestamp,
+    TaskEventKind, TaskState, TaskStatus,
 };
 use wharf_store::{StateStore, StoredAlloc};
 use wharf_task::events::DEFAULT_EVENT_BUFFER;
-use wharf_task::hooks::HOOK_TIMEOUT;
 use wharf_task::{
     DEFAULT_MAX_KILL_TIMEOUT, EventStream, LogLimits, RecordedEvent, SystemClock, TaskError,
     TaskHook, TaskRunner, TaskRunnerConfig, WallClock, Watched,
@@ -222,7 +226,7 @@ struct Shared {
     events: EventStream,
     state: watch::Sender<AllocState>,
     /// The runner's own lifecycle; changed only through [`AllocRunner::step`].
-    lifecycle: watch::Sender<RunnerState>,
+    lifecycle: watch::Sender<AllocRunnerState>,
     coordinator: Mutex<Coordinator>,
     deployment: Mutex<Option<DeploymentStatus>>,
     /// The deployment status last written to the store, so an unchanged one is not rewritten.
@@ -236,27 +240,12 @@ struct Shared {
     /// never brings back a destroyed allocation.
     records: tokio::sync::Mutex<()>,
     /// Services, checks and allocation health (the health hooks).
-    health: Arc<Health>,
+    health: Arc<HealthMonitor<AllocRunner>>,
 }
 
-/// A reference to an alloc runner that does not keep it alive, for its own hooks.
+/// A reference to an alloc runner that does not keep it alive, for its own health hooks.
 #[derive(Debug, Clone)]
-pub(crate) struct WeakRunner {
-    shared: Weak<Shared>,
-    clock: Arc<dyn WallClock>,
-}
-
-impl WeakRunner {
-    /// The runner, unless it is gone.
-    pub(crate) fn upgrade(&self) -> Option<AllocRunner> {
-        self.shared.upgrade().map(|shared| AllocRunner { shared })
-    }
-
-    /// The runner's clock.
-    pub(crate) fn clock(&self) -> Arc<dyn WallClock> {
-        self.clock.clone()
-    }
-}
+pub(crate) struct WeakRunner(Weak<Shared>);
 
 impl AllocRunner {
     /// Builds the runner and its task runners without running anything. Fails if the group is
@@ -277,8 +266,8 @@ impl AllocRunner {
         }
         // The health hooks reach the runner they belong to through a weak reference.
         let shared = Arc::new_cyclic(|weak: &Weak<Shared>| {
-            let runner = WeakRunner { shared: weak.clone(), clock: config.clock.clone() };
-            let health = Health::new(&alloc, config.health, runner);
+            let runner = WeakRunner(weak.clone());
+            let health = HealthMonitor::new(&alloc, config.health, runner, config.clock.clone());
             let state_changed = Arc::new(Notify::new());
             let events = EventStream::new(config.event_buffer);
             let mut task_hooks = config.task_hooks;
@@ -322,7 +311,7 @@ impl AllocRunner {
                 state_changed,
                 events,
                 state: watch::channel(initial).0,
-                lifecycle: watch::channel(RunnerState::Pending).0,
+                lifecycle: watch::channel(AllocRunnerState::Pending).0,
                 coordinator: Mutex::new(Coordinator::new()),
                 deployment: Mutex::new(None),
                 persisted_deployment: Mutex::new(None),
@@ -398,18 +387,18 @@ impl AllocRunner {
     }
 
     /// Where the runner's own life stands (see [`crate::lifecycle`]).
-    pub fn lifecycle(&self) -> RunnerState {
+    pub fn lifecycle(&self) -> AllocRunnerState {
         *self.shared.lifecycle.borrow()
     }
 
     /// A watcher of [`AllocRunner::lifecycle`]: it always sees the latest.
-    pub fn watch_lifecycle(&self) -> watch::Receiver<RunnerState> {
+    pub fn watch_lifecycle(&self) -> watch::Receiver<AllocRunnerState> {
         self.shared.lifecycle.subscribe()
     }
 
     /// Applies `event` to the lifecycle; returns the state it was in and what to do.
-    fn step(&self, event: Event) -> (RunnerState, Action) {
-        let mut step = (RunnerState::Pending, Action::Ignore);
+    fn step(&self, event: AllocRunnerEvent) -> (AllocRunnerState, AllocRunnerAction) {
+        let mut step = (AllocRunnerState::Pending, AllocRunnerAction::Ignore);
         self.shared.lifecycle.send_if_modified(|state| {
             let (next, action) = state.on(event);
             step = (*state, action);
@@ -422,7 +411,7 @@ impl AllocRunner {
     }
 
     /// Waits until the lifecycle satisfies `reached`.
-    async fn until(&self, reached: impl Fn(RunnerState) -> bool) {
+    async fn until(&self, reached: impl Fn(AllocRunnerState) -> bool) {
         let mut lifecycle = self.shared.lifecycle.subscribe();
         let _ = lifecycle.wait_for(|state| reached(*state)).await;
     }
@@ -434,12 +423,12 @@ impl AllocRunner {
 
     /// Waits until the run is over (or will never begin).
     pub async fn wait(&self) {
-        self.until(RunnerState::run_over).await;
+        self.until(AllocRunnerState::run_over).await;
     }
 
     /// Whether [`AllocRunner::destroy`] has completed.
     pub fn is_destroyed(&self) -> bool {
-        self.lifecycle() == RunnerState::Destroyed
+        self.lifecycle() == AllocRunnerState::Destroyed
     }
 
     /// Loads every task's persisted state and reattaches to running tasks; the deployment
@@ -490,13 +479,13 @@ impl AllocRunner {
     /// takes: every step that does more (hooks, kills, reactions, updates) is boxed, and
     /// its state lives on the heap only while it runs.
     pub async fn run(&self) {
-        if self.step(Event::Run).1 != Action::StartRun {
+        if self.step(AllocRunnerEvent::Run).1 != AllocRunnerAction::StartRun {
             return;
         }
         Box::pin(self.persist_alloc()).await;
         tokio::join!(self.run_tasks(), self.watch_task_states(), self.handle_updates());
         self.publish();
-        self.step(Event::RunOver);
+        self.step(AllocRunnerEvent::RunOver);
     }
 
     async fn run_tasks(&self) {
@@ -511,7 +500,7 @@ impl AllocRunner {
         while running.join_next().await.is_some() {}
         s.runners_finished.set(true);
         if !self.lifecycle().shutting_down() {
-            Box::pin(self.postrun()).await;
+            Box::pin(self.run_hooks(AllocHookPhase::Postrun, &self.current())).await;
         }
     }
 
@@ -536,8 +525,19 @@ impl AllocRunner {
         } else if self.state().client_status.is_terminal() {
             // Ended before the agent restarted: nothing starts again; the task runners only
             // finish what their restore left.
-        } else if let Err(error) = self.prerun().await {
-            tracing::error!(alloc_id = %s.id, %error, "prerun failed");
+        } else {
+            self.run_hooks(AllocHookPhase::Prerun, &self.current()).await;
+        }
+    }
+
+    /// Runs the alloc hooks of `phase` on `alloc`, as the phase's policy says (the table in
+    /// [`crate::hooks`]). A failure that fails the allocation (a prerun hook's) marks every
+    /// task failed, so that none starts.
+    async fn run_hooks(&self, phase: AllocHookPhase, alloc: &Allocation) {
+        let s = &self.shared;
+        let ctx = AllocHookContext { alloc, alloc_root: &s.alloc_root };
+        if let Err(error) = hooks::run_hooks(&s.hooks, phase, ctx, &s.id).await {
+            tracing::error!(alloc_id = %s.id, %error, "{phase} failed");
             for task in &s.tasks {
                 let kind = TaskEventKind::SetupFailure {
                     error: format!("failed to set up the allocation: {error}"),
@@ -545,27 +545,6 @@ impl AllocRunner {
                 task.mark_failed_dead(TaskEvent::new(s.clock.now(), kind)).await;
             }
         }
-    }
-
-    /// The postrun hooks, once every task runner has finished (unless the agent is leaving).
-    async fn postrun(&self) {
-        let s = &self.shared;
-        let alloc = self.current();
-        for hook in &s.hooks {
-            let ctx = AllocHookContext { alloc: &alloc, alloc_root: &s.alloc_root };
-            if let Err(error) = bounded(hook.name(), hook.postrun(ctx)).await {
-                tracing::warn!(alloc_id = %s.id, %error, "postrun hook failed");
-            }
-        }
-    }
-
-    async fn prerun(&self) -> Result<(), AllocError> {
-        let alloc = self.current();
-        for hook in &self.shared.hooks {
-            let ctx = AllocHookContext { alloc: &alloc, alloc_root: &self.shared.alloc_root };
-            bounded(hook.name(), hook.prerun(ctx)).await?;
-        }
-        Ok(())
     }
 
     /// Reacts to task state changes until the run is done, then once more.
@@ -622,8 +601,9 @@ impl AllocRunner {
             .iter()
             .filter(|t| t.stage() != Stage::Poststop)
             .all(|t| t.state().status == TaskStatus::Dead);
-        if all_dead && self.step(Event::AllDead).1 == Action::ReleaseDeadTasks {
-            self.prekill_hooks().await;
+        if all_dead && self.step(AllocRunnerEvent::AllDead).1 == AllocRunnerAction::ReleaseDeadTasks
+        {
+            self.run_hooks(AllocHookPhase::Prekill, &self.current()).await;
             // Dead tasks wait for an allocation-wide restart until released.
             let mut releasing = JoinSet::new();
             for task in s.tasks.iter().filter(|t| t.stage() != Stage::Poststop) {
@@ -649,7 +629,7 @@ impl AllocRunner {
     }
 
     /// The lifecycle phase the allocation is in.
-    pub fn phase(&self) -> Phase {
+    pub fn phase(&self) -> LifecyclePhase {
         self.shared.coordinator.lock().phase()
     }
 
@@ -683,7 +663,7 @@ impl AllocRunner {
     /// Kills the tasks, once: a kill already under way, or an allocation already ending,
     /// makes this a no-op (see [`crate::lifecycle`]).
     async fn kill(&self, event: Option<TaskEventKind>) {
-        if self.step(Event::Kill).1 == Action::KillTasks {
+        if self.step(AllocRunnerEvent::Kill).1 == AllocRunnerAction::KillTasks {
             self.kill_tasks(event).await;
         }
     }
@@ -692,7 +672,7 @@ impl AllocRunner {
     /// tasks together, then the sidecars. Poststop tasks are left alone.
     async fn kill_tasks(&self, event: Option<TaskEventKind>) {
         let s = &self.shared;
-        self.prekill_hooks().await;
+        self.run_hooks(AllocHookPhase::Prekill, &self.current()).await;
         let stamped = || event.clone().map(|kind| TaskEvent::new(s.clock.now(), kind));
         let killable = || s.tasks.iter().filter(|t| t.stage() != Stage::Poststop);
         for leader in killable().filter(|t| t.is_leader()) {
@@ -706,14 +686,6 @@ impl AllocRunner {
                 killing.spawn(async move { task.kill(event).await });
             }
             while killing.join_next().await.is_some() {}
-        }
-    }
-
-    async fn prekill_hooks(&self) {
-        let alloc = self.current();
-        for hook in &self.shared.hooks {
-            let ctx = AllocHookContext { alloc: &alloc, alloc_root: &self.shared.alloc_root };
-            let _ = tokio::time::timeout(HOOK_TIMEOUT, hook.prekill(ctx)).await;
         }
     }
 
@@ -777,12 +749,7 @@ impl AllocRunner {
         self.set_alloc(update.clone());
         self.persist_alloc().await;
         if !update.server_terminal() {
-            for hook in &s.hooks {
-                let ctx = AllocHookContext { alloc: &update, alloc_root: &s.alloc_root };
-                if let Err(error) = bounded(hook.name(), hook.update(ctx)).await {
-                    tracing::warn!(alloc_id = %s.id, %error, "update hook failed");
-                }
-            }
+            self.run_hooks(AllocHookPhase::Update, &update).await;
         }
         for task in &s.tasks {
             task.update(update.clone()).await;
@@ -799,9 +766,9 @@ impl AllocRunner {
     pub async fn destroy(&self) {
         let s = &self.shared;
         loop {
-            let (before, action) = self.step(Event::Destroy);
+            let (before, action) = self.step(AllocRunnerEvent::Destroy);
             match action {
-                Action::DestroyUnstarted => {
+                AllocRunnerAction::DestroyUnstarted => {
                     // Never ran: each kill ends its task runner without starting anything
                     // (and stops a task restored from a previous agent).
                     for task in &s.tasks {
@@ -809,44 +776,39 @@ impl AllocRunner {
                     }
                     break;
                 }
-                Action::DestroyRun => {
-                    if before == RunnerState::Running {
+                AllocRunnerAction::DestroyRun => {
+                    if before == AllocRunnerState::Running {
                         self.kill_tasks(None).await;
                     }
-                    let run_over = self.until(RunnerState::run_over);
+                    let run_over = self.until(AllocRunnerState::run_over);
                     if tokio::time::timeout(s.poststop_timeout, run_over).await.is_err() {
                         tracing::warn!(alloc_id = %s.id, "poststop tasks did not finish in time; killing them");
                         for task in &s.tasks {
                             task.kill(None).await;
                         }
-                        self.until(RunnerState::run_over).await;
+                        self.until(AllocRunnerState::run_over).await;
                     }
                     break;
                 }
-                Action::DestroyRecords => break,
-                Action::AwaitShutDownThenDestroy => {
-                    self.until(|state| !matches!(state, RunnerState::ShuttingDown { .. })).await;
+                AllocRunnerAction::DestroyRecords => break,
+                AllocRunnerAction::AwaitShutDownThenDestroy => {
+                    self.until(|state| !matches!(state, AllocRunnerState::ShuttingDown { .. }))
+                        .await;
                 }
-                Action::AwaitDestroyed => {
-                    self.until(|state| state == RunnerState::Destroyed).await;
+                AllocRunnerAction::AwaitDestroyed => {
+                    self.until(|state| state == AllocRunnerState::Destroyed).await;
                     return;
                 }
                 _ => return,
             }
         }
         self.publish();
-        let alloc = self.current();
-        for hook in &s.hooks {
-            let ctx = AllocHookContext { alloc: &alloc, alloc_root: &s.alloc_root };
-            if let Err(error) = bounded(hook.name(), hook.destroy(ctx)).await {
-                tracing::warn!(alloc_id = %s.id, %error, "destroy hook failed");
-            }
-        }
+        self.run_hooks(AllocHookPhase::Destroy, &self.current()).await;
         let _records = s.records.lock().await;
         if let Err(error) = s.store.delete_allocation(&s.id).await {
             tracing::error!(alloc_id = %s.id, %error, "deleting the allocation's records failed");
         }
-        self.step(Event::DestroyDone);
+        self.step(AllocRunnerEvent::DestroyDone);
     }
 
     /// Leaves every task running and ends the run, with everything restore needs persisted;
@@ -854,31 +816,29 @@ impl AllocRunner {
     /// for it.
     pub async fn shutdown(&self) {
         let s = &self.shared;
-        match self.step(Event::Shutdown).1 {
-            Action::ShutDownUnstarted => {}
-            Action::ShutDownRun => {
+        match self.step(AllocRunnerEvent::Shutdown).1 {
+            AllocRunnerAction::ShutDownUnstarted => {}
+            AllocRunnerAction::ShutDownRun => {
                 for task in &s.tasks {
                     task.shutdown();
                 }
-                self.until(RunnerState::run_over).await;
+                self.until(AllocRunnerState::run_over).await;
             }
-            Action::AwaitShutDown => {
-                self.until(|state| matches!(state, RunnerState::ShutDown | RunnerState::Destroyed))
-                    .await;
+            AllocRunnerAction::AwaitShutDown => {
+                self.until(|state| {
+                    matches!(state, AllocRunnerState::ShutDown | AllocRunnerState::Destroyed)
+                })
+                .await;
                 return;
             }
-            Action::AwaitDestroyed => {
-                self.until(|state| state == RunnerState::Destroyed).await;
+            AllocRunnerAction::AwaitDestroyed => {
+                self.until(|state| state == AllocRunnerState::Destroyed).await;
                 return;
             }
             _ => return,
         }
-        let alloc = self.current();
-        for hook in &s.hooks {
-            let ctx = AllocHookContext { alloc: &alloc, alloc_root: &s.alloc_root };
-            let _ = tokio::time::timeout(HOOK_TIMEOUT, hook.shutdown(ctx)).await;
-        }
-        self.step(Event::ShutdownDone);
+        self.run_hooks(AllocHookPhase::Shutdown, &self.current()).await;
+        self.step(AllocRunnerEvent::ShutdownDone);
     }
 
     /// Forces the client status, such as `lost` when the node lost track of the allocation.
@@ -892,27 +852,13 @@ impl AllocRunner {
         self.record_health(healthy, None).await;
     }
 
-    /// Records the allocation's health and why. It is written before watchers see it, as the
-    /// seed persists before it broadcasts: health anyone was told of is health a restarted
-    /// agent finds, and does not judge again.
-    pub(crate) async fn record_health(&self, healthy: bool, description: Option<String>) {
+    /// Records the allocation's health and why. It is written before watchers see it: health
+    /// anyone was told of is health a restarted agent finds, and does not judge again.
+    async fn record_health(&self, healthy: bool, description: Option<String>) {
         let mut status = self.shared.deployment.lock().clone().unwrap_or_default();
         status.healthy = Some(healthy);
-        status.timestamp = Some(self.now());
+        status.timestamp = Some(self.shared.clock.now());
         status.description = description;
-        self.write_deployment(status).await;
-    }
-
-    /// Forgets the allocation's health (its deployment changed), persisted, so that it is
-    /// judged again (Nomad's `ClearHealth`). The canary flag stays.
-    pub(crate) async fn clear_health(&self) {
-        let Some(mut status) = self.shared.deployment.lock().clone() else { return };
-        if status.healthy.is_none() {
-            return;
-        }
-        status.healthy = None;
-        status.timestamp = None;
-        status.description = None;
         self.write_deployment(status).await;
     }
 
@@ -935,11 +881,6 @@ impl AllocRunner {
         self.publish();
         // A status changed meanwhile (settled as failed) is written too.
         self.persist_deployment().await;
-    }
-
-    /// The time of day, from the runner's clock.
-    pub(crate) fn now(&self) -> Timestamp {
-        self.shared.clock.now()
     }
 
     /// Every check of the allocation's services with its latest result; pending until it
@@ -965,15 +906,6 @@ impl AllocRunner {
         Ok(self.task(name)?.restart(reason, false).await?)
     }
 
-    /// Restarts one running task as a failure, counted by its restart policy (check_restart).
-    pub(crate) async fn restart_task_failed(
-        &self,
-        name: &str,
-        reason: &str,
-    ) -> Result<(), AllocError> {
-        Ok(self.task(name)?.restart(reason, true).await?)
-    }
-
     /// Whether an allocation-wide restart may happen now: the runner is running (not pending,
     /// ending, shutting down or destroyed) and the allocation should run (neither stopped nor
     /// ended), as Nomad's `shouldRun` has it.
@@ -982,7 +914,7 @@ impl AllocRunner {
             alloc_id: self.shared.id.clone(),
             reason: reason.to_owned(),
         };
-        if let Action::Refuse(reason) = self.step(Event::RestartAll).1 {
+        if let AllocRunnerAction::Refuse(reason) = self.step(AllocRunnerEvent::RestartAll).1 {
             return Err(refuse(reason));
         }
         if self.with_alloc(Allocation::server_terminal) {
@@ -1151,12 +1083,63 @@ fn collect(errors: Vec<(String, TaskError)>) -> Result<(), AllocError> {
     if errors.is_empty() { Ok(()) } else { Err(AllocError::Tasks(errors)) }
 }
 
-async fn bounded(
-    hook: &str,
-    call: impl std::future::Future<Output = Result<(), AllocError>>,
-) -> Result<(), AllocError> {
-    match tokio::time::timeout(HOOK_TIMEOUT, call).await {
-        Ok(result) => result,
-        Err(_) => Err(AllocError::Hook { hook: hook.to_owned(), reason: "timed out".into() }),
+/// What the health hooks see of the runner and do to it; nothing else of it is theirs.
+#[async_trait::async_trait]
+impl WatchedRunner for AllocRunner {
+    type Weak = WeakRunner;
+
+    fn upgrade(weak: &WeakRunner) -> Option<AllocRunner> {
+        weak.0.upgrade().map(|shared| AllocRunner { shared })
+    }
+
+    fn state(&self) -> AllocState {
+        AllocRunner::state(self)
+    }
+
+    fn subscribe(&self) -> watch::Receiver<AllocState> {
+        AllocRunner::subscribe(self)
+    }
+
+    fn stopping(&self) -> bool {
+        self.with_alloc(Allocation::server_terminal)
+    }
+
+    fn tasks(&self) -> Vec<(String, Stage)> {
+        self.shared.tasks.iter().map(|t| (t.name().to_owned(), t.stage())).collect()
+    }
+
+    async fn record_health(&self, healthy: bool, description: Option<String>) {
+        AllocRunner::record_health(self, healthy, description).await;
+    }
+
+    /// Nomad's `ClearHealth`: the canary flag stays.
+    async fn clear_health(&self) {
+        let Some(mut status) = self.shared.deployment.lock().clone() else { return };
+        if status.healthy.is_none() {
+            return;
+        }
+        status.healthy = None;
+        status.timestamp = None;
+        status.description = None;
+        self.write_deployment(status).await;
+    }
+
+    async fn emit_event(&self, task: &str, event: TaskEvent) {
+        if let Ok(task) = self.task(task) {
+            task.emit_event(event).await;
+        }
+    }
+
+    async fn exec(
+        &self,
+        task: &str,
+        command: &[String],
+        timeout: Duration,
+    ) -> Result<ExecResult, AllocError> {
+        AllocRunner::exec(self, task, command, timeout).await
+    }
+
+    async fn restart_failed(&self, task: &str, reason: &str) -> Result<(), AllocError> {
+        Ok(self.task(task)?.restart(reason, true).await?)
     }
 }

@@ -14,16 +14,15 @@
 //! the directories itself, as it would without spares.
 //!
 //! Under the spare root (`<data dir>/spare`):
-//! - `alloc-<n>/` holds the shared directories of [`AllocDirHook::shared_dirs`]; it becomes
+//! - `alloc-<n>/` holds the directories the allocation's tasks share (`alloc/data`,
+//!   `alloc/logs`, `alloc/tmp`, as the alloc dir hook makes them); it becomes
 //!   `<data dir>/allocs/<alloc id>`;
 //! - `task-<n>/` holds `local/`, `logs/` and `secrets/` (mode 0700) as
 //!   [`wharf_task::hooks::TaskDirs`] lays them out; it becomes `<alloc root>/<task>`;
 //! - `building-<n>/` is a shell being made. It is renamed to one of the above once complete,
 //!   so a crash never leaves a half-made shell under a usable name; the next start removes it.
-//!
-//! [`AllocDirHook::shared_dirs`]: crate::AllocDirHook::shared_dirs
 
-use crate::AllocDirHook;
+use crate::alloc_dir;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -78,7 +77,7 @@ impl Kind {
     fn furnish(self, dir: &Path) -> io::Result<()> {
         match self {
             Kind::Alloc => {
-                for shared in AllocDirHook::shared_dirs(dir) {
+                for shared in alloc_dir::shared_dirs(dir) {
                     std::fs::create_dir_all(shared)?;
                 }
                 Ok(())
@@ -275,7 +274,7 @@ mod tests {
     }
 
     fn assert_alloc_layout(root: &Path) {
-        for dir in AllocDirHook::shared_dirs(root) {
+        for dir in alloc_dir::shared_dirs(root) {
             assert!(dir.is_dir(), "{} is missing", dir.display());
         }
     }

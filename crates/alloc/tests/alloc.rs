@@ -1055,7 +1055,7 @@ async fn restore_running_terminal() {
     assert_eq!(status(&state, "bye"), TaskStatus::Dead);
     assert!(at(&state, "bye", "Started").is_some(), "poststop ran");
     assert_eq!(state.client_status, ClientStatus::Complete);
-    assert_eq!(second.lifecycle(), wharf_alloc::RunnerState::Dead);
+    assert_eq!(second.lifecycle(), wharf_alloc::AllocRunnerState::Dead);
     second.destroy().await;
     assert!(h.store.load_all().await.unwrap().allocs.is_empty(), "collected");
 }

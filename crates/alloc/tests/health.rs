@@ -1,7 +1,8 @@
 //! Services, checks, check_restart and allocation health beside the alloc runner: Nomad's
-//! health hook cases (`client/allocrunner/health_hook_test.go`) and the seed's rule that a
-//! judged allocation is not judged again after a restore, on the mock driver, the in-memory
-//! store and the fake network, under tokio's paused clock.
+//! health hook cases (its `TestHealthHook_*` tests, named in each test's doc) and the rule
+//! that a judged allocation is not judged again after a restore, on the mock driver, the
+//! in-memory store and the fake network, under tokio's paused clock. The health hooks' own
+//! unit tests, on a fake runner, are in `src/health_hooks.rs`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -215,9 +216,10 @@ async fn which_allocations_are_judged() {
     }
 }
 
-/// The seed's rule (`persistDeploymentStatus`, restored by `Restore`): an allocation judged
-/// before an agent restart is not judged again after it, even if its checks now fail; its
-/// checks do run again.
+/// The deployment status is persisted and restored with the allocation (as Nomad's alloc
+/// runner does in `persistDeploymentStatus` and `Restore`): an allocation judged before an
+/// agent restart is not judged again after it, even if its checks now fail; its checks do
+/// run again.
 #[tokio::test(start_paused = true)]
 async fn a_judged_allocation_is_not_judged_again_after_a_restore() {
     let h = Harness::new("service", UPDATE, &service(""));
@@ -441,9 +443,9 @@ impl StateStore for GatedStore {
     }
 }
 
-/// The seed persists the deployment status before it tells anyone (`SetHealth`): no watcher
-/// sees a verdict the store does not hold, so a verdict someone was told of survives a crash
-/// and is not judged again.
+/// The deployment status is persisted before anyone is told of it (as Nomad's alloc runner's
+/// `SetHealth` does): no watcher sees a verdict the store does not hold, so a verdict someone
+/// was told of survives a crash and is not judged again.
 #[tokio::test(start_paused = true)]
 async fn health_is_durable_before_anyone_sees_it() {
     let h = Harness::new("service", UPDATE, &service(""));
