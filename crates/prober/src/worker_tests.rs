@@ -1382,8 +1382,8 @@ fn finish_now<F: std::future::Future>(future: F) -> F::Output {
 
 #[test]
 fn a_probe_during_a_start_moves_the_runner_and_the_start_leaves_it_alone() {
-    // Arvados' guard against a start racing a probe: while the start command runs, a probe lists the runner and moves it
-    // from starting to running; the start must not add it again or reset it.
+    // A start racing a probe: while the start command runs, a probe lists the runner and
+    // moves it from starting to running; the start must not add it again or reset it.
     fn probe_during_start(worker: &Worker, command: &str, _: &FakeClock) {
         if command.contains("--detach") {
             assert_eq!(finish_now(worker.probe_and_update()), ProbeOutcome::Passed);
