@@ -36,14 +36,22 @@ const RULES: &[Rule] = &[
         never_reaches: &["redb"],
     },
     Rule {
+        // The raw system calls of the static shim: `core` and nothing else.
+        krate: "wharf-nolibc",
+        may_use: &[],
+        externals_only: Some(&[]),
+        never_reaches: &[],
+    },
+    Rule {
         krate: "wharf-isolate",
-        may_use: &["wharf-state"],
+        may_use: &["wharf-nolibc", "wharf-state"],
         externals_only: None,
-        never_reaches: &["tokio", "redb"],
+        // It signals nothing (nix is the other way to signals).
+        never_reaches: &["tokio", "redb", "nix"],
     },
     Rule {
         krate: "wharf-exec",
-        may_use: &["wharf-driver", "wharf-isolate", "wharf-state"],
+        may_use: &["wharf-driver", "wharf-isolate", "wharf-nolibc", "wharf-state"],
         externals_only: None,
         never_reaches: &["redb"],
     },
@@ -126,10 +134,11 @@ pub(crate) fn check(metadata: &Value) -> Result<Vec<String>, String> {
             } else if let Some(allowed) = rule.externals_only
                 && !allowed.contains(&dep.as_str())
             {
-                violations.push(format!(
-                    "{member} depends on {dep}; it may use only {}",
-                    allowed.join(", ")
-                ));
+                violations.push(if allowed.is_empty() {
+                    format!("{member} depends on {dep}; it may depend on no other crate")
+                } else {
+                    format!("{member} depends on {dep}; it may use only {}", allowed.join(", "))
+                });
             }
             if let Some((_, owner)) = OWNED.iter().find(|(name, _)| name == dep)
                 && owner != member
@@ -297,6 +306,23 @@ mod tests {
                 "wharf-driver depends on redb directly; only wharf-store may",
                 "wharf-driver depends on wharf-store, which it may not use",
                 "wharf-driver reaches redb through its dependencies; it must not",
+            ]
+        );
+    }
+
+    #[test]
+    fn nolibc_depends_on_nothing_and_isolate_never_reaches_nix() {
+        let m = metadata(&[
+            ("wharf-state", &[]),
+            ("wharf-nolibc", &[("libc", None), ("tempfile", Some("dev"))]),
+            ("wharf-isolate", &[("wharf-nolibc", None), ("wharf-state", None), ("nix", None)]),
+            ("wharf-exec", &[("wharf-nolibc", Some("build")), ("wharf-isolate", None)]),
+        ]);
+        assert_eq!(
+            check(&m).unwrap(),
+            [
+                "wharf-isolate reaches nix through its dependencies; it must not",
+                "wharf-nolibc depends on libc; it may depend on no other crate",
             ]
         );
     }

@@ -140,7 +140,7 @@ pub(crate) fn parse_exit_record(bytes: &[u8]) -> Result<WaitStatus, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use wharf_isolate::nolibc::sys::WaitStatus as NolibcStatus;
+    use wharf_nolibc::sys::WaitStatus as NolibcStatus;
 
     #[test]
     fn shim_args_are_read_back_by_the_shim() {

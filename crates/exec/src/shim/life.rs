@@ -4,11 +4,11 @@
 
 use super::args::Args;
 use super::logs::RotatingLog;
-use super::nolibc::sys::{self, Errno, MaskHow, PollFd, WaitStatus};
 use super::text::{Argv, Line, Lossy, parse_u64};
 use core::cell::Cell;
 use core::ffi::CStr;
 use core::fmt::{self, Write};
+use wharf_nolibc::sys::{self, Errno, MaskHow, PollFd, WaitStatus};
 
 /// After the task's main process exits, how long the shim waits for the rest of its processes
 /// to die and its pipes to close before it records the exit anyway.
@@ -164,11 +164,9 @@ fn make_dirs(path: &CStr) -> Result<i32, Errno> {
 
 /// Opens the log directory. The task may write in the directory that holds it (its own
 /// directory), and so may have put a link in its place, aimed anywhere: the log directory
-/// itself is opened without following a link ([`nolibc::open_beneath`]), relative to its
+/// itself is opened without following a link ([`wharf_nolibc::open_beneath`]), relative to its
 /// parent, which is the agent's and is opened as any path. Root creates the log files in
 /// what is opened: never in a directory the task chose.
-///
-/// [`nolibc::open_beneath`]: super::nolibc::open_beneath
 fn open_log_dir(path: &CStr) -> Result<i32, Errno> {
     let bytes = path.to_bytes_with_nul();
     // The last slash that starts a name: `/a/logs` and `/a/logs/` both name `logs` in `/a`.
@@ -181,12 +179,12 @@ fn open_log_dir(path: &CStr) -> Result<i32, Errno> {
         return if bytes.first() == Some(&b'/') {
             open_dir(path)
         } else {
-            super::nolibc::open_beneath(sys::AT_FDCWD, path, flags, 0)
+            wharf_nolibc::open_beneath(sys::AT_FDCWD, path, flags, 0)
         };
     };
     let name = CStr::from_bytes_with_nul(&bytes[split + 1..]).map_err(|_| Errno(sys::EINVAL))?;
     let parent = if split == 0 { open_dir(c"/")? } else { open_each_dir(&bytes[..split], false)? };
-    let opened = super::nolibc::open_beneath(parent, name, flags, 0);
+    let opened = wharf_nolibc::open_beneath(parent, name, flags, 0);
     sys::close(parent);
     opened
 }
@@ -744,7 +742,7 @@ impl Confine for JoinCgroups<'_> {
 
     fn apply(&self) -> Result<(), ConfineFailure> {
         for (index, procs) in (0u32..).zip(self.paths()) {
-            if let Err(e) = super::nolibc::join_cgroup(procs) {
+            if let Err(e) = wharf_nolibc::join_cgroup(procs) {
                 let mut code = [0; 12];
                 code[..4].copy_from_slice(&index.to_le_bytes());
                 return Err(ConfineFailure { code, errno: e.0 });

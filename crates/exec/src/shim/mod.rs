@@ -32,7 +32,7 @@
 //! ## Two builds of one shim
 //!
 //! The shim's code (modules `life`, `args`, `logs`, `text`) uses `core` alone, with system
-//! calls from [`wharf_isolate::nolibc`]: no allocator, no C library. The build script compiles
+//! calls from [`wharf_nolibc`]: no allocator, no C library. The build script compiles
 //! it into a static program of its own (`static_main.rs`: no dynamic loader, no relocations,
 //! no C start-up), which this crate carries ([`STATIC_SHIM`]) and the raw_exec driver starts
 //! by default from a sealed in-memory file: a start then costs two program starts that load
@@ -66,7 +66,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::OnceLock;
 use text::{Argv, Lossy};
-use wharf_isolate::{Containment, Failure, Prepared, nolibc};
+use wharf_isolate::{Containment, Failure, Prepared};
+use wharf_nolibc::sys::Errno;
 
 /// The static shim (see the module docs), built by this crate's build script; empty on an
 /// architecture it is not built for.
@@ -242,12 +243,12 @@ struct StdConfine {
 }
 
 impl Confine for StdConfine {
-    fn before_clone(&self) -> Result<(), nolibc::sys::Errno> {
+    fn before_clone(&self) -> Result<(), Errno> {
         self.prepared.before_fork().map_err(|e| match e {
             wharf_isolate::IsolateError::Sys { source, .. } => {
-                nolibc::sys::Errno(source.raw_os_error().unwrap_or(0))
+                Errno(source.raw_os_error().unwrap_or(0))
             }
-            _ => nolibc::sys::Errno(0),
+            _ => Errno(0),
         })
     }
 

@@ -12,13 +12,13 @@
 // The memory functions below are loops that must stay loops, not calls to themselves.
 #![no_builtins]
 
-// The modules of `src/shim` and wharf-isolate's `nolibc`, at the paths the build script
-// gives.
+// The modules of `src/shim`, at the paths the build script gives (wharf-nolibc is a crate of
+// its own, which the build script links with `--extern`).
 include!(concat!(env!("WHARF_SHIM_OUT_DIR"), "/modules.rs"));
 
 use core::ffi::CStr;
 use life::{JoinCgroups, Stage};
-use nolibc::sys;
+use wharf_nolibc::sys;
 use text::{Argv, Lossy};
 
 #[cfg(target_arch = "x86_64")]
