@@ -223,6 +223,7 @@ fn a_task_directory_rule_without_remove_dir_keeps_its_directories_in_place() {
 struct Sleeper(std::process::Child);
 
 impl Drop for Sleeper {
+    #[allow(clippy::disallowed_methods)] // The test's own bystander, killed and reaped.
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
