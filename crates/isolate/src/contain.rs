@@ -18,10 +18,11 @@
 //! reports a failure as a [`Failure`] (a step and an error number) small enough to go through
 //! a pipe, so it is safe in the child of a multi-threaded process too.
 
+use crate::error::IsolateError;
 use crate::landlock::{self, Access, Rule};
 use crate::namespace::Namespaces;
+use crate::sys;
 use crate::users::Ugid;
-use crate::{IsolateError, sys};
 use std::ffi::{CString, OsStr, OsString};
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};

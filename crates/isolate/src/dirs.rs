@@ -15,7 +15,7 @@
 //! The shim, which has no std, does the same for its log directory with
 //! [`wharf_nolibc::open_beneath`] directly.
 
-use crate::IsolateError;
+use crate::error::IsolateError;
 use std::ffi::{CString, OsStr, OsString};
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
