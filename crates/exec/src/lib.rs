@@ -18,7 +18,7 @@
 //!   carry a safety contract (the shim's entry point closes inherited descriptors);
 //! - `output`: reading a task's output back (`Driver::task_logs`).
 //!
-//! - `contain`: [`TaskCgroups`], the node's cgroups as the drivers use them: a cgroup per task
+//! - `task_cgroups`: [`TaskCgroups`], the node's cgroups as the drivers use them: a cgroup per task
 //!   with its limits, kills by cgroup (this crate sends the signals, wharf-isolate writes the
 //!   cgroup files), stats and OOM kills from it, and the sweep of orphaned cgroups.
 //! - `isolation` and `isolated`: the `exec` driver ([`ExecDriver`], after Nomad's exec2): a
@@ -48,7 +48,6 @@
 compile_error!("wharf-exec runs tasks with Linux system calls (pidfds, signalfd, subreapers)");
 
 pub mod config;
-mod contain;
 mod error;
 mod exec;
 mod handle;
@@ -62,14 +61,14 @@ mod raw_exec;
 pub mod shim;
 mod stats;
 mod sys;
+mod task_cgroups;
 
 pub use config::RawExecConfig;
-pub use contain::{TaskCgroups, destroy_cgroups, remove_orphan_cgroups};
 pub use error::ExecError;
 pub use exec::OUTPUT_LIMIT;
-pub use raw_exec::{
-    DRIVER_NAME, EXEC_RUNS_DIR, RUNS_DIR, RawExecDriver, RawExecOptions, SHIM_NAME,
-};
+pub use protocol::SHIM_NAME;
+pub use raw_exec::{DRIVER_NAME, EXEC_RUNS_DIR, RUNS_DIR, RawExecDriver, RawExecOptions};
+pub use task_cgroups::{TaskCgroups, destroy_cgroups, remove_orphan_cgroups};
 
 pub use isolated::ExecDriver;
 pub use isolation::{EXEC_DRIVER_NAME, ExecConfig, ExecOptions, NamespaceMode};

@@ -38,7 +38,7 @@ compile_error!(
 );
 
 pub mod cgroup;
-mod contain;
+mod containment;
 pub mod cpuset;
 pub mod dirs;
 mod error;
@@ -50,7 +50,7 @@ mod sys;
 pub mod users;
 
 pub use cgroup::{CgroupOptions, CgroupParent, Cgroups, TaskCgroup};
-pub use contain::{Containment, Failure, Prepared, Step};
+pub use containment::{Containment, ContainmentFailure, ContainmentStep, Prepared};
 pub use cpuset::CpuSet;
 pub use error::IsolateError;
 pub use host::Host;

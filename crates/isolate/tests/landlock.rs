@@ -8,7 +8,7 @@ mod common;
 use common::{Outcome, defaults, run};
 use std::path::{Path, PathBuf};
 use wharf_isolate::landlock::{Access, Mode, Rule, Unveil};
-use wharf_isolate::{Containment, Step};
+use wharf_isolate::{Containment, ContainmentStep};
 
 /// A directory tree like go-landlock's `tests/`.
 struct Tree {
@@ -165,7 +165,7 @@ fn locker_creates() {
     let index = rules.len() - 1;
     let outcome = tree.sh(&containment, "true");
     let failure = outcome.failure.expect("the start fails");
-    assert_eq!(failure.step, Step::LandlockRule(index as u32));
+    assert_eq!(failure.step, ContainmentStep::LandlockRule(index as u32));
     assert!(failure.describe(&containment).contains("missing.txt: No such file"));
     let optional =
         Rule { if_exists: true, ..Rule::new(tree.path("missing.txt"), Access::READ_FILE) };

@@ -55,7 +55,7 @@ mod text;
 pub(crate) use args::SHIM_PROTOCOL;
 #[cfg(test)]
 pub(crate) use life::exit_record;
-pub(crate) use life::{EXIT_RECORD_VERSION, Stage};
+pub(crate) use life::{EXIT_RECORD_VERSION, StartStep};
 
 use crate::sys;
 use args::Args;
@@ -66,7 +66,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::OnceLock;
 use text::{Argv, Lossy};
-use wharf_isolate::{Containment, Failure, Prepared};
+use wharf_isolate::{Containment, ContainmentFailure, Prepared};
 use wharf_nolibc::sys::Errno;
 
 /// The static shim (see the module docs), built by this crate's build script; empty on an
@@ -136,7 +136,7 @@ pub fn run_if_invoked() {
             let threads =
                 threads.map_or_else(|e| format!("an unknown number ({e}) of"), |n| n.to_string());
             life::report_failure(
-                Stage::Setup,
+                StartStep::Setup,
                 0,
                 format_args!(
                     "the program embedding the shim had {threads} threads when started as the \
@@ -198,7 +198,7 @@ unsafe fn run() -> u8 {
     let args = match Args::parse(&argv) {
         Ok(args) => args,
         Err(message) => {
-            life::report_failure(Stage::Setup, 0, format_args!("{}", Lossy(message.bytes())));
+            life::report_failure(StartStep::Setup, 0, format_args!("{}", Lossy(message.bytes())));
             return 2;
         }
     };
@@ -224,11 +224,11 @@ unsafe fn run() -> u8 {
     }) {
         Ok((containment, Ok(prepared))) => StdConfine { containment, prepared },
         Ok((_, Err(e))) => {
-            life::report_failure(Stage::Confine, 0, format_args!("{e}"));
+            life::report_failure(StartStep::Confine, 0, format_args!("{e}"));
             return 1;
         }
         Err(message) => {
-            life::report_failure(Stage::Setup, 0, format_args!("{message}"));
+            life::report_failure(StartStep::Setup, 0, format_args!("{message}"));
             return 2;
         }
     };
@@ -259,7 +259,7 @@ impl Confine for StdConfine {
     }
 
     fn describe(&self, failure: ConfineFailure, out: &mut dyn std::fmt::Write) {
-        let _ = match Failure::decode(&failure.code) {
+        let _ = match ContainmentFailure::decode(&failure.code) {
             Some(failure) => out.write_str(&failure.describe(&self.containment)),
             None => out.write_str("a containment step failed"),
         };

@@ -17,7 +17,7 @@
 include!(concat!(env!("WHARF_SHIM_OUT_DIR"), "/modules.rs"));
 
 use core::ffi::CStr;
-use life::{JoinCgroups, Stage};
+use life::{JoinCgroups, StartStep};
 use wharf_nolibc::sys;
 use text::{Argv, Lossy};
 
@@ -74,7 +74,7 @@ unsafe extern "C" fn start(stack: *const usize) -> ! {
     let args = match args::Args::parse(&argv) {
         Ok(args) => args,
         Err(message) => {
-            life::report_failure(Stage::Setup, 0, format_args!("{}", Lossy(message.bytes())));
+            life::report_failure(StartStep::Setup, 0, format_args!("{}", Lossy(message.bytes())));
             sys::exit(2);
         }
     };
@@ -85,7 +85,7 @@ unsafe extern "C" fn start(stack: *const usize) -> ! {
         Err(arg) => {
             let arg = Lossy(arg.to_bytes());
             life::report_failure(
-                Stage::Confine,
+                StartStep::Confine,
                 0,
                 format_args!(
                     "the static shim joins cgroups only, and was asked for {arg}: start the \
