@@ -1,4 +1,5 @@
-//! The dependency rules of DESIGN.md, checked against `cargo metadata`.
+//! The dependency rules of DESIGN.md, checked against `cargo metadata`, and the clippy
+//! configurations that keep calls inside the crates that own them.
 //!
 //! Only the shipped graph counts: normal and build dependencies, not dev-dependencies.
 
@@ -36,14 +37,22 @@ const RULES: &[Rule] = &[
         never_reaches: &["redb"],
     },
     Rule {
+        // The raw system calls of the static shim: `core` and nothing else.
+        krate: "wharf-nolibc",
+        may_use: &[],
+        externals_only: Some(&[]),
+        never_reaches: &[],
+    },
+    Rule {
         krate: "wharf-isolate",
-        may_use: &["wharf-state"],
+        may_use: &["wharf-nolibc", "wharf-state"],
         externals_only: None,
-        never_reaches: &["tokio", "redb"],
+        // It signals nothing (nix is the other way to signals); see also its clippy.toml.
+        never_reaches: &["tokio", "redb", "nix"],
     },
     Rule {
         krate: "wharf-exec",
-        may_use: &["wharf-driver", "wharf-isolate", "wharf-state"],
+        may_use: &["wharf-driver", "wharf-isolate", "wharf-nolibc", "wharf-state"],
         externals_only: None,
         never_reaches: &["redb"],
     },
@@ -126,10 +135,11 @@ pub(crate) fn check(metadata: &Value) -> Result<Vec<String>, String> {
             } else if let Some(allowed) = rule.externals_only
                 && !allowed.contains(&dep.as_str())
             {
-                violations.push(format!(
-                    "{member} depends on {dep}; it may use only {}",
-                    allowed.join(", ")
-                ));
+                violations.push(if allowed.is_empty() {
+                    format!("{member} depends on {dep}; it may depend on no other crate")
+                } else {
+                    format!("{member} depends on {dep}; it may use only {}", allowed.join(", "))
+                });
             }
             if let Some((_, owner)) = OWNED.iter().find(|(name, _)| name == dep)
                 && owner != member
@@ -147,6 +157,77 @@ pub(crate) fn check(metadata: &Value) -> Result<Vec<String>, String> {
         }
     }
     Ok(violations)
+}
+
+/// Crates with a clippy.toml of their own, and calls it must disallow: wharf-isolate spawns,
+/// signals and waits on nothing (wharf-exec owns every process call).
+const OWN_CLIPPY_RULES: &[(&str, &[&str])] = &[(
+    "crates/isolate",
+    &[
+        "libc::fork",
+        "libc::execve",
+        "libc::kill",
+        "libc::waitpid",
+        "wharf_nolibc::sys::clone_vfork",
+        "wharf_nolibc::sys::kill",
+        "wharf_nolibc::sys::pidfd_kill_group",
+        "wharf_nolibc::sys::reap",
+        "std::process::Child::kill",
+    ],
+)];
+
+/// Checks the crates' own clippy.toml files. Clippy reads the nearest one only, so a crate's
+/// own replaces the workspace's: it must repeat every rule of the workspace's, and the crates
+/// of [`OWN_CLIPPY_RULES`] must have theirs. Returns one line per problem.
+pub(crate) fn check_clippy_configs(root: &std::path::Path) -> Result<Vec<String>, String> {
+    let read = |path: &std::path::Path| {
+        std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+    };
+    let workspace = read(&root.join("clippy.toml"))?;
+    let mut problems = Vec::new();
+    let crates = std::fs::read_dir(root.join("crates")).map_err(|e| format!("crates/: {e}"))?;
+    let mut dirs: Vec<_> = crates.flatten().map(|entry| entry.path()).collect();
+    dirs.sort();
+    for dir in dirs {
+        let config = dir.join("clippy.toml");
+        let relative = dir.strip_prefix(root).unwrap_or(&dir).display().to_string();
+        let own = OWN_CLIPPY_RULES.iter().find(|(krate, _)| *krate == relative);
+        if !config.exists() {
+            if own.is_some() {
+                problems.push(format!("{relative}/clippy.toml is missing"));
+            }
+            continue;
+        }
+        let text = read(&config)?;
+        let required = own.map(|(_, paths)| *paths).unwrap_or(&[]);
+        problems.extend(
+            missing_rules(&workspace, &text, required).into_iter().map(|path| {
+                format!("{relative}/clippy.toml does not disallow {path}, which it must")
+            }),
+        );
+    }
+    Ok(problems)
+}
+
+/// The methods of the workspace's `disallowed-methods` and of `required` that `config` does not
+/// disallow.
+fn missing_rules<'a>(workspace: &'a str, config: &str, required: &[&'a str]) -> Vec<&'a str> {
+    let disallowed = disallowed_paths(config);
+    disallowed_paths(workspace)
+        .into_iter()
+        .chain(required.iter().copied())
+        .filter(|path| !disallowed.contains(path))
+        .collect()
+}
+
+/// The `path`s of a clippy.toml's `disallowed-methods` entries, one entry a line.
+fn disallowed_paths(config: &str) -> Vec<&str> {
+    config
+        .lines()
+        .map(str::trim_start)
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| line.split_once("path = \"")?.1.split_once('"').map(|(path, _)| path))
+        .collect()
 }
 
 /// The resolved dependency graph by package name, normal and build edges only.
@@ -299,6 +380,43 @@ mod tests {
                 "wharf-driver reaches redb through its dependencies; it must not",
             ]
         );
+    }
+
+    #[test]
+    fn nolibc_depends_on_nothing_and_isolate_never_reaches_nix() {
+        let m = metadata(&[
+            ("wharf-state", &[]),
+            ("wharf-nolibc", &[("libc", None), ("tempfile", Some("dev"))]),
+            ("wharf-isolate", &[("wharf-nolibc", None), ("wharf-state", None), ("nix", None)]),
+            ("wharf-exec", &[("wharf-nolibc", Some("build")), ("wharf-isolate", None)]),
+        ]);
+        assert_eq!(
+            check(&m).unwrap(),
+            [
+                "wharf-isolate reaches nix through its dependencies; it must not",
+                "wharf-nolibc depends on libc; it may depend on no other crate",
+            ]
+        );
+    }
+
+    /// One row per case: the workspace's file, a crate's, what the crate must disallow besides,
+    /// and what the check finds missing.
+    #[test]
+    fn a_crate_clippy_config_repeats_the_workspace_rules_and_has_its_own() {
+        let workspace = "# rules\ndisallowed-methods = [\n    { path = \"a::b\", reason = \"x\" },\n    { path = \"c::d\", reason = \"y\", allow-invalid = true },\n]\n";
+        let full = "disallowed-methods = [\n  { path = \"c::d\" },\n  { path = \"a::b\" },\n  { path = \"libc::kill\" },\n]\n";
+        let commented =
+            "disallowed-methods = [\n  # { path = \"a::b\" },\n  { path = \"c::d\" },\n]\n";
+        let cases: [(&str, &[&str], &[&str]); 5] = [
+            (full, &[], &[]),
+            (full, &["libc::kill"], &[]),
+            (full, &["libc::fork"], &["libc::fork"]),
+            (commented, &[], &["a::b"]),
+            ("", &["libc::kill"], &["a::b", "c::d", "libc::kill"]),
+        ];
+        for (config, required, missing) in cases {
+            assert_eq!(missing_rules(workspace, config, required), missing, "{config}");
+        }
     }
 
     #[test]

@@ -181,7 +181,8 @@ fn check_boundaries() -> Result<(), String> {
     }
     let metadata: serde_json::Value = serde_json::from_slice(&output.stdout)
         .map_err(|e| format!("cargo metadata printed invalid JSON: {e}"))?;
-    let violations = boundaries::check(&metadata)?;
+    let mut violations = boundaries::check(&metadata)?;
+    violations.extend(boundaries::check_clippy_configs(&workspace_root())?);
     if violations.is_empty() {
         eprintln!("crate boundaries hold");
         Ok(())

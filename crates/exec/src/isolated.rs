@@ -6,8 +6,10 @@
 //! block, the containment of a start, no `exec_task`). This type gives it its own name and
 //! constructor.
 
+use crate::isolation::ExecOptions;
 use crate::isolation::Isolation;
-use crate::{ExecOptions, RawExecDriver, RawExecOptions, TaskCgroups};
+use crate::raw_exec::{RawExecDriver, RawExecOptions};
+use crate::task_cgroups::TaskCgroups;
 use std::time::Duration;
 use tokio::sync::broadcast;
 use wharf_driver::{

@@ -33,8 +33,9 @@
 //! the task directory) when the task does not set them, since the usual fallbacks (the
 //! password database, `/tmp`) are out of reach.
 
-use crate::TaskCgroups;
 use crate::config::{RawExecConfig, deserialize_block};
+use crate::protocol::SHIM_NAME;
+use crate::task_cgroups::TaskCgroups;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
@@ -546,7 +547,7 @@ fn path_forms(path: &Path) -> Vec<PathBuf> {
 /// task could reach.
 fn node_binaries(shim: Option<&Path>) -> Vec<PathBuf> {
     let exe = std::env::current_exe().ok();
-    let beside = exe.as_ref().and_then(|exe| Some(exe.parent()?.join(crate::SHIM_NAME)));
+    let beside = exe.as_ref().and_then(|exe| Some(exe.parent()?.join(SHIM_NAME)));
     exe.into_iter()
         .chain(shim.map(Path::to_owned).or(beside))
         .filter(|path| !path.starts_with("/proc/self"))

@@ -8,7 +8,8 @@
 //! - `launch`: starting a shim on the `posix_spawn` fast path, its start report, the watcher
 //!   that learns the exit;
 //! - [`shim`]: the shim itself (the `wharf-shim` binary is one line around [`shim::main`]), with
-//!   its size-rotated log files;
+//!   its size-rotated log files, on [`wharf_nolibc`]'s system calls; `protocol`: what agent and
+//!   shim say to each other (command line, start report, exit record);
 //! - `handle`: the versioned `driver_state` of a [`wharf_driver::TaskHandle`] and the identity
 //!   checks (pid plus start time, pidfds) that keep a reused pid from ever being signalled;
 //! - `raw_exec`: [`RawExecDriver`], the [`wharf_driver::Driver`] implementation;
@@ -16,11 +17,10 @@
 //! - [`process`]: the one kill of a process that is not a task (an agent wiped with its node);
 //! - `sys`: the system calls, and all of the crate's `unsafe` code but the calls into it that
 //!   carry a safety contract (the shim's entry point closes inherited descriptors);
-//! - `output`: reading a task's output back (`Driver::task_logs`).
-//!
-//! - `contain`: [`TaskCgroups`], the node's cgroups as the drivers use them: a cgroup per task
-//!   with its limits, kills by cgroup (this crate sends the signals, wharf-isolate writes the
-//!   cgroup files), stats and OOM kills from it, and the sweep of orphaned cgroups.
+//! - `output`: reading a task's output back (`Driver::task_logs`);
+//! - `task_cgroups`: [`TaskCgroups`], the node's cgroups as the drivers use them: a cgroup per
+//!   task with its limits, kills by cgroup (this crate sends the signals, wharf-isolate writes
+//!   the cgroup files), stats and OOM kills from it, and the sweep of orphaned cgroups.
 //! - `isolation` and `isolated`: the `exec` driver ([`ExecDriver`], after Nomad's exec2): a
 //!   [`RawExecDriver`] that leases each task a workload user, hands it its directories, and
 //!   asks the shim's child to contain it (cgroup, user, `no_new_privs`, Landlock, PID and IPC
@@ -48,7 +48,6 @@
 compile_error!("wharf-exec runs tasks with Linux system calls (pidfds, signalfd, subreapers)");
 
 pub mod config;
-mod contain;
 mod error;
 mod exec;
 mod handle;
@@ -62,14 +61,14 @@ mod raw_exec;
 pub mod shim;
 mod stats;
 mod sys;
+mod task_cgroups;
 
 pub use config::RawExecConfig;
-pub use contain::{TaskCgroups, destroy_cgroups, remove_orphan_cgroups};
 pub use error::ExecError;
 pub use exec::OUTPUT_LIMIT;
-pub use raw_exec::{
-    DRIVER_NAME, EXEC_RUNS_DIR, RUNS_DIR, RawExecDriver, RawExecOptions, SHIM_NAME,
-};
+pub use protocol::SHIM_NAME;
+pub use raw_exec::{DRIVER_NAME, EXEC_RUNS_DIR, RUNS_DIR, RawExecDriver, RawExecOptions};
+pub use task_cgroups::{TaskCgroups, destroy_cgroups, remove_orphan_cgroups};
 
 pub use isolated::ExecDriver;
 pub use isolation::{EXEC_DRIVER_NAME, ExecConfig, ExecOptions, NamespaceMode};

@@ -11,8 +11,10 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use wharf_isolate::Containment;
 
-pub(crate) use crate::shim::{EXIT_RECORD_VERSION, SHIM_PROTOCOL, Stage};
+pub(crate) use crate::shim::{EXIT_RECORD_VERSION, SHIM_PROTOCOL, StartStep};
 
+/// The shim's program name; by default it is looked for beside the current executable.
+pub const SHIM_NAME: &str = "wharf-shim";
 /// The exit record's file name in the run directory.
 pub(crate) const EXIT_FILE: &str = "exit";
 /// The shim's own diagnostics, in the run directory.
@@ -76,7 +78,7 @@ pub(crate) enum StartReport {
     /// It could not be started; the shim exits.
     Failed {
         /// At which step.
-        stage: Stage,
+        step: StartStep,
         /// The OS error number, 0 if none.
         errno: i32,
         /// What went wrong.
@@ -90,8 +92,8 @@ impl StartReport {
     fn line(&self) -> String {
         match self {
             StartReport::Started { pid, start_ticks } => format!("started {pid} {start_ticks}\n"),
-            StartReport::Failed { stage, errno, message } => {
-                format!("failed {} {errno} {}\n", stage.word(), message.replace('\n', " "))
+            StartReport::Failed { step, errno, message } => {
+                format!("failed {} {errno} {}\n", step.word(), message.replace('\n', " "))
             }
         }
     }
@@ -106,16 +108,16 @@ impl StartReport {
                 words.next().is_none().then_some(StartReport::Started { pid, start_ticks })
             }
             "failed" => {
-                let stage = match words.next()? {
-                    "setup" => Stage::Setup,
-                    "work_dir" => Stage::WorkDir,
-                    "confine" => Stage::Confine,
-                    "spawn" => Stage::Spawn,
+                let step = match words.next()? {
+                    "setup" => StartStep::Setup,
+                    "work_dir" => StartStep::WorkDir,
+                    "confine" => StartStep::Confine,
+                    "spawn" => StartStep::Spawn,
                     _ => return None,
                 };
                 let errno = words.next()?.parse().ok()?;
                 let message = words.next().unwrap_or_default().to_owned();
-                Some(StartReport::Failed { stage, errno, message })
+                Some(StartReport::Failed { step, errno, message })
             }
             _ => None,
         }
@@ -140,7 +142,7 @@ pub(crate) fn parse_exit_record(bytes: &[u8]) -> Result<WaitStatus, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use wharf_isolate::nolibc::sys::WaitStatus as NolibcStatus;
+    use wharf_nolibc::sys::WaitStatus as NolibcStatus;
 
     #[test]
     fn shim_args_are_read_back_by_the_shim() {
@@ -180,11 +182,15 @@ mod tests {
     fn start_reports_round_trip_and_garbage_is_refused() {
         for report in [
             StartReport::Started { pid: 42, start_ticks: 123_456_789 },
-            StartReport::Failed { stage: Stage::Spawn, errno: 2, message: "No such file".into() },
-            StartReport::Failed { stage: Stage::Setup, errno: 13, message: String::new() },
-            StartReport::Failed { stage: Stage::WorkDir, errno: 2, message: "gone".into() },
-            StartReport::Failed { stage: Stage::Confine, errno: 28, message: "cgroup".into() },
-            StartReport::Failed { stage: Stage::Setup, errno: 0, message: "two\nlines".into() },
+            StartReport::Failed {
+                step: StartStep::Spawn,
+                errno: 2,
+                message: "No such file".into(),
+            },
+            StartReport::Failed { step: StartStep::Setup, errno: 13, message: String::new() },
+            StartReport::Failed { step: StartStep::WorkDir, errno: 2, message: "gone".into() },
+            StartReport::Failed { step: StartStep::Confine, errno: 28, message: "cgroup".into() },
+            StartReport::Failed { step: StartStep::Setup, errno: 0, message: "two\nlines".into() },
         ] {
             let line = report.line();
             let parsed = StartReport::parse(line.trim_end_matches('\n')).unwrap();

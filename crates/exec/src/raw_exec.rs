@@ -11,19 +11,19 @@
 //! signalled.
 //!
 //! With a cgroup manager ([`TaskCgroups::On`]) every task runs in a cgroup of its own
-//! (module `contain`): made with the task's limits before the shim starts, joined by the task
+//! (module `task_cgroups`): made with the task's limits before the shim starts, joined by the task
 //! between clone and exec, killed whole at the end of a stop (so processes that left the
 //! task's group die too), read for stats and for OOM kills, adopted after an agent restart, and
 //! removed at destroy.
 
 use crate::config::{RawExecConfig, check_env, resolve_command, resolve_work_dir};
-use crate::contain::{self, TaskCgroups};
 use crate::error::ExecError;
 use crate::handle::{CgroupState, DRIVER_STATE_VERSION, ShimState};
 use crate::isolation::{EXEC_DRIVER_NAME, ExecConfig, Isolation};
 use crate::launch::{self, Watch};
-use crate::protocol::{SHIM_LOG, ShimArgs, Stage, StartReport};
+use crate::protocol::{SHIM_LOG, SHIM_NAME, ShimArgs, StartReport, StartStep};
 use crate::sys::{self, Pid, ProcStat};
+use crate::task_cgroups::{self, TaskCgroups};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -42,8 +42,6 @@ use wharf_state::duration::Formatted;
 
 /// The name job specs use for this driver.
 pub const DRIVER_NAME: &str = "raw_exec";
-/// The shim's program name; by default it is looked for beside the current executable.
-pub const SHIM_NAME: &str = "wharf-shim";
 /// The directory, inside a task directory, that holds one run directory per run.
 pub const RUNS_DIR: &str = ".raw_exec";
 /// The directory beside the task directories (in the allocation's directory) where the `exec`
@@ -286,6 +284,47 @@ impl RawExecDriver {
 }
 
 impl RawExecDriver {
+    /// What `start_task` checks before it starts anything: the task's config block, its
+    /// environment and name, its working directory and program, and that it is not running.
+    fn check_start(&self, config: &TaskConfig) -> Result<StartChecked, DriverError> {
+        let (raw, exec) = match self.isolation {
+            Some(_) => {
+                let exec = ExecConfig::parse(&config.driver_config)?;
+                (exec.process.clone(), Some(exec))
+            }
+            None => (RawExecConfig::parse(&config.driver_config)?, None),
+        };
+        check_env(&config.env)?;
+        let name = &config.task_name;
+        if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']) {
+            return Err(DriverError::invalid_config(
+                "task_name",
+                format!("{name:?} cannot name log files"),
+            ));
+        }
+        let work_dir = resolve_work_dir(&config.task_dir, raw.work_dir.as_deref())?;
+        let program = resolve_command("config.command", &raw.command, &config.env, &work_dir)?;
+        if self.tasks.lock().get(&config.id).is_some_and(|t| t.exited().is_none()) {
+            return Err(DriverError::other(format!("task {} is already running", config.id)));
+        }
+        Ok(StartChecked { raw, exec, work_dir, program })
+    }
+
+    /// The error for a start the shim reported as failed: [`start_failure`], and under exec a
+    /// program the workload user may not execute is the task's config's fault.
+    fn start_failure(&self, step: StartStep, errno: i32, message: String) -> DriverError {
+        match (&self.isolation, step, errno) {
+            (Some(_), StartStep::Spawn, libc::EACCES) => DriverError::invalid_config(
+                "config.command",
+                format!(
+                    "{message}: under exec a program must be executable by the task's workload \
+                     user and lie in a path unveiled with x"
+                ),
+            ),
+            _ => start_failure(step, errno, message),
+        }
+    }
+
     /// The cgroup a recovered task's handle records, taken back from the node's manager. A
     /// task whose cgroup cannot be found runs on without one (stops then go to its process
     /// group), which the log says.
@@ -305,6 +344,40 @@ impl RawExecDriver {
     }
 }
 
+/// What a start has checked and resolved before it starts anything.
+struct StartChecked {
+    raw: RawExecConfig,
+    exec: Option<ExecConfig>,
+    work_dir: PathBuf,
+    program: PathBuf,
+}
+
+/// The shim's command line for a task: its run and working directories, its log files, its
+/// containment (`containment`, the cgroup's files included) and its program.
+fn shim_args(
+    config: &TaskConfig,
+    raw: &RawExecConfig,
+    run_dir: &Path,
+    work_dir: &Path,
+    program: PathBuf,
+    containment: wharf_isolate::Containment,
+) -> Result<ShimArgs, DriverError> {
+    Ok(ShimArgs {
+        run_dir: run_dir.to_owned(),
+        work_dir: work_dir.to_owned(),
+        // The shim moves into the working directory, so a relative path would move too.
+        log_dir: std::path::absolute(&config.logs.dir)
+            .map_err(io_error("resolve", &config.logs.dir))?,
+        log_name: config.task_name.as_str().into(),
+        max_file_bytes: config.logs.max_file_bytes,
+        max_files: config.logs.max_files.max(1),
+        containment,
+        program,
+        arg0: raw.command.clone().into(),
+        args: raw.args.iter().map(Into::into).collect(),
+    })
+}
+
 /// A new task's cgroup until the task is known to run: dropped before, it kills whatever
 /// joined the cgroup and removes it.
 struct CgroupGuard<'a> {
@@ -322,7 +395,7 @@ impl CgroupGuard<'_> {
 impl Drop for CgroupGuard<'_> {
     fn drop(&mut self) {
         if let (Some(cgroups), Some(cgroup)) = (self.cgroups.manager(), self.cgroup.take())
-            && let Err(error) = contain::discard_now(cgroups, &cgroup)
+            && let Err(error) = task_cgroups::discard_now(cgroups, &cgroup)
         {
             tracing::warn!(cgroup = %cgroup.name(), %error, "cannot remove the task's cgroup");
         }
@@ -365,22 +438,22 @@ fn io_error(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) ->
 
 /// What a failed start report means, for people: the shim (which has no error texts) names
 /// the step; the path and the error's text are added here.
-fn failure_message(stage: Stage, errno: i32, message: String, args: &ShimArgs) -> String {
+fn failure_message(step: StartStep, errno: i32, message: String, args: &ShimArgs) -> String {
     let error = std::io::Error::from_raw_os_error(errno);
-    match stage {
-        Stage::Spawn => format!("{message} {}: {error}", args.program.display()),
-        Stage::WorkDir => format!("{message} {}: {error}", args.work_dir.display()),
-        Stage::Setup if errno != 0 => format!("{message}: {error}"),
-        Stage::Setup | Stage::Confine => message,
+    match step {
+        StartStep::Spawn => format!("{message} {}: {error}", args.program.display()),
+        StartStep::WorkDir => format!("{message} {}: {error}", args.work_dir.display()),
+        StartStep::Setup if errno != 0 => format!("{message}: {error}"),
+        StartStep::Setup | StartStep::Confine => message,
     }
 }
 
 /// The error for a start the shim reported as failed.
-fn start_failure(stage: Stage, errno: i32, message: String) -> DriverError {
+fn start_failure(step: StartStep, errno: i32, message: String) -> DriverError {
     let transient = matches!(errno, libc::EAGAIN | libc::ENOMEM | libc::EMFILE | libc::ENFILE);
-    match stage {
+    match step {
         _ if transient => DriverError::Retryable { reason: message },
-        Stage::Spawn => match errno {
+        StartStep::Spawn => match errno {
             libc::E2BIG => DriverError::invalid_config("config.args", message),
             libc::ENOENT
             | libc::EACCES
@@ -392,8 +465,8 @@ fn start_failure(stage: Stage, errno: i32, message: String) -> DriverError {
             | libc::EPERM => DriverError::invalid_config("config.command", message),
             _ => DriverError::other(message),
         },
-        Stage::WorkDir => DriverError::invalid_config("config.work_dir", message),
-        Stage::Setup | Stage::Confine => DriverError::other(message),
+        StartStep::WorkDir => DriverError::invalid_config("config.work_dir", message),
+        StartStep::Setup | StartStep::Confine => DriverError::other(message),
     }
 }
 
@@ -457,26 +530,8 @@ impl Driver for RawExecDriver {
     }
 
     async fn start_task(&self, config: TaskConfig) -> Result<TaskHandle, DriverError> {
-        let (raw, exec) = match self.isolation {
-            Some(_) => {
-                let exec = ExecConfig::parse(&config.driver_config)?;
-                (exec.process.clone(), Some(exec))
-            }
-            None => (RawExecConfig::parse(&config.driver_config)?, None),
-        };
-        check_env(&config.env)?;
+        let StartChecked { raw, exec, work_dir, program } = self.check_start(&config)?;
         let name = &config.task_name;
-        if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']) {
-            return Err(DriverError::invalid_config(
-                "task_name",
-                format!("{name:?} cannot name log files"),
-            ));
-        }
-        let work_dir = resolve_work_dir(&config.task_dir, raw.work_dir.as_deref())?;
-        let program = resolve_command("config.command", &raw.command, &config.env, &work_dir)?;
-        if self.tasks.lock().get(&config.id).is_some_and(|t| t.exited().is_none()) {
-            return Err(DriverError::other(format!("task {} is already running", config.id)));
-        }
 
         // Each system call here shows in the start latency: the shim makes the run directory
         // (after it has reported the start), the agent only checks the log directory.
@@ -516,23 +571,11 @@ impl Driver for RawExecDriver {
             }
             None => (wharf_isolate::Containment::default(), config.env.clone()),
         };
-        let args = ShimArgs {
-            run_dir: run_dir.clone(),
-            work_dir: work_dir.clone(),
-            // The shim moves into the working directory, so a relative path would move too.
-            log_dir: std::path::absolute(&config.logs.dir)
-                .map_err(io_error("resolve", &config.logs.dir))?,
-            log_name: name.into(),
-            max_file_bytes: config.logs.max_file_bytes,
-            max_files: config.logs.max_files.max(1),
-            containment: wharf_isolate::Containment {
-                cgroup: cgroup.cgroup.as_ref().map(TaskCgroup::join_files).unwrap_or_default(),
-                ..containment
-            },
-            program,
-            arg0: raw.command.clone().into(),
-            args: raw.args.iter().map(Into::into).collect(),
+        let containment = wharf_isolate::Containment {
+            cgroup: cgroup.cgroup.as_ref().map(TaskCgroup::join_files).unwrap_or_default(),
+            ..containment
         };
+        let args = shim_args(&config, &raw, &run_dir, &work_dir, program, containment)?;
 
         // From here on, an error (or this future being dropped) drops `launched`, which makes
         // the shim kill its task, if it started one, and reaps the shim.
@@ -543,19 +586,10 @@ impl Driver for RawExecDriver {
         let (task_pid, task_start_ticks) =
             match launched.report(self.options.start_timeout, &log).await? {
                 StartReport::Started { pid, start_ticks } => (pid, start_ticks),
-                StartReport::Failed { stage, errno, message } => {
+                StartReport::Failed { step, errno, message } => {
                     launched.reap_failed().await;
-                    let message = failure_message(stage, errno, message, &args);
-                    return Err(match (&self.isolation, stage, errno) {
-                        (Some(_), Stage::Spawn, libc::EACCES) => DriverError::invalid_config(
-                            "config.command",
-                            format!(
-                                "{message}: under exec a program must be executable by the \
-                                 task's workload user and lie in a path unveiled with x"
-                            ),
-                        ),
-                        _ => start_failure(stage, errno, message),
-                    });
+                    let message = failure_message(step, errno, message, &args);
+                    return Err(self.start_failure(step, errno, message));
                 }
             };
         let state = ShimState {
@@ -681,7 +715,7 @@ impl Driver for RawExecDriver {
                 let killed = same_boot && launch::kill_orphan(&state.task());
                 // Nothing of it may run on in its cgroup; no handle will own the cgroup now.
                 if let (Some(cgroups), Some(cgroup)) = (self.cgroups.manager(), &task.cgroup) {
-                    contain::discard(cgroups.clone(), cgroup.clone()).await;
+                    task_cgroups::discard(cgroups.clone(), cgroup.clone()).await;
                 }
                 span.in_scope(|| tracing::warn!(%reason, killed, "cannot recover the task"));
                 Err(DriverError::other(format!(
@@ -730,7 +764,7 @@ impl Driver for RawExecDriver {
         }
         match &task.cgroup {
             // Everything in the cgroup, processes that left the task's group included.
-            Some(cgroup) => contain::kill_cgroup(cgroup, &task.state.task()).await?,
+            Some(cgroup) => task_cgroups::kill_cgroup(cgroup, &task.state.task()).await?,
             None => drop(RawExecDriver::signal_group(&task, libc::SIGKILL)?),
         }
         tokio::time::timeout(self.options.kill_grace, task.wait()).await.map(drop).map_err(|_| {
@@ -756,7 +790,7 @@ impl Driver for RawExecDriver {
             return Ok(());
         }
         if let (Some(cgroups), Some(cgroup)) = (self.cgroups.manager(), &task.cgroup) {
-            contain::discard(cgroups.clone(), cgroup.clone()).await;
+            task_cgroups::discard(cgroups.clone(), cgroup.clone()).await;
         }
         let run_dir = &task.state.run_dir;
         match std::fs::remove_dir_all(run_dir) {
@@ -841,7 +875,7 @@ impl Driver for RawExecDriver {
         match &task.cgroup {
             Some(cgroup) => cgroup
                 .stats()
-                .map(|stats| contain::usage(&stats))
+                .map(|stats| task_cgroups::usage(&stats))
                 .map_err(|e| DriverError::other(format!("cannot read the task's cgroup: {e}"))),
             None => Ok(crate::stats::usage(&task.state.shim())),
         }

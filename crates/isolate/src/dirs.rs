@@ -6,23 +6,23 @@
 //! a path through such a directory by name. It opens a directory whose path is its own (the
 //! task's directory, the allocation's: no task can write in the directories above them) with
 //! [`OpenDir::open`], and everything below it with [`OpenDir`]'s methods, which resolve each
-//! component without following a link ([`nolibc::open_beneath`]: `openat2` with
+//! component without following a link ([`wharf_nolibc::open_beneath`]: `openat2` with
 //! `RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH`, or one `O_NOFOLLOW` component at a time on
 //! kernels before 5.6) and change modes and owners through the open directory (`fchmod`,
 //! `fchown`), never through its path. A link where a directory should be is refused
 //! ([`IsolateError::NotFollowed`]), never followed.
 //!
 //! The shim, which has no std, does the same for its log directory with
-//! [`nolibc::open_beneath`] directly.
+//! [`wharf_nolibc::open_beneath`] directly.
 
-use crate::IsolateError;
-use crate::nolibc::{self, sys::Errno};
+use crate::error::IsolateError;
 use std::ffi::{CString, OsStr, OsString};
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use wharf_nolibc::sys::Errno;
 
 /// A directory held open, and the path it was reached by (for messages).
 #[derive(Debug)]
@@ -81,7 +81,7 @@ impl OpenDir {
         let name_c = c_string(name).map_err(|e| refusal(&path, e))?;
         // mkdirat never follows a link in the last component: one there is EEXIST, and the
         // open below refuses it.
-        match nolibc::sys::mkdirat(at.as_raw_fd(), &name_c, mode) {
+        match wharf_nolibc::sys::mkdirat(at.as_raw_fd(), &name_c, mode) {
             Ok(()) | Err(Errno(libc::EEXIST)) => {}
             Err(e) => return Err(refusal(&path, e)),
         }
@@ -118,7 +118,7 @@ impl OpenDir {
         let mut names = Vec::new();
         let mut buf = vec![0u8; 16 * 1024];
         loop {
-            let filled = nolibc::sys::getdents(listing.as_raw_fd(), &mut buf).map_err(io)?;
+            let filled = wharf_nolibc::sys::getdents(listing.as_raw_fd(), &mut buf).map_err(io)?;
             if filled == 0 {
                 return Ok(names);
             }
@@ -165,10 +165,10 @@ impl OpenDir {
     }
 }
 
-/// [`nolibc::open_beneath`] on a std directory, as an owned descriptor.
+/// [`wharf_nolibc::open_beneath`] on a std directory, as an owned descriptor.
 fn open_beneath(dir: &File, relative: &OsStr, flags: i32) -> Result<OwnedFd, Errno> {
     let relative = c_string(relative)?;
-    let fd = nolibc::open_beneath(dir.as_raw_fd(), &relative, flags, 0)?;
+    let fd = wharf_nolibc::open_beneath(dir.as_raw_fd(), &relative, flags, 0)?;
     // SAFETY: the descriptor was just opened, and nothing else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }

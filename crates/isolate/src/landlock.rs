@@ -16,7 +16,7 @@
 //! `/proc` names what the task will see. This module holds the values; the system calls are in
 //! `sys`.
 
-use crate::IsolateError;
+use crate::error::IsolateError;
 use std::fmt;
 use std::path::{Path, PathBuf};
 

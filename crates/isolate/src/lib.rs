@@ -26,9 +26,8 @@
 //! - [`Containment`]: one task's plan, carried on the shim's command line, and
 //!   [`Prepared::apply`], the steps the task's process takes between fork and exec (joining
 //!   its cgroup first);
-//! - `sys`: the system calls, each behind a small safe function;
-//! - [`nolibc`]: system calls without a C library, for wharf-exec's static shim, and the
-//!   one containment step that shim takes (joining the task's cgroup).
+//! - `sys`: the system calls, each behind a small safe function ([`wharf_nolibc`]'s
+//!   `open_beneath`, `mkdirat` and `getdents` for [`dirs`], which the static shim shares).
 //!
 //! Signals are not sent here: wharf-exec owns every signal to a task's processes, so a kill by
 //! cgroup takes the sending as a function ([`TaskCgroup::kill_all`]).
@@ -39,20 +38,19 @@ compile_error!(
 );
 
 pub mod cgroup;
-mod contain;
+mod containment;
 pub mod cpuset;
 pub mod dirs;
 mod error;
 pub mod host;
 pub mod landlock;
 pub mod namespace;
-pub mod nolibc;
 pub mod privileges;
 mod sys;
 pub mod users;
 
 pub use cgroup::{CgroupOptions, CgroupParent, Cgroups, TaskCgroup};
-pub use contain::{Containment, Failure, Prepared, Step};
+pub use containment::{Containment, ContainmentFailure, ContainmentStep, Prepared};
 pub use cpuset::CpuSet;
 pub use error::IsolateError;
 pub use host::Host;

@@ -13,7 +13,7 @@
 //! nothing else in it changes. A task that cannot reach `/proc` does without: the mount
 //! namespace would cost every start its copy of the host's mounts for nothing.
 
-use crate::IsolateError;
+use crate::error::IsolateError;
 
 /// Which private namespaces a task gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

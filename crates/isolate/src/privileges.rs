@@ -4,7 +4,7 @@
 //! enforce a Landlock ruleset. The flag is set in the task's own process between fork and exec
 //! (`crate::Prepared::apply`); this module lets others check it.
 
-use crate::IsolateError;
+use crate::error::IsolateError;
 
 /// Whether `no_new_privs` is set on the calling thread.
 pub fn no_new_privs() -> Result<bool, IsolateError> {

@@ -32,8 +32,8 @@
 //! acknowledged and is cut off. Any other line that does not parse is an error that names
 //! the file and the line: the journal is never guessed at.
 
-use crate::IsolateError;
 use crate::dirs::OpenDir;
+use crate::error::IsolateError;
 use crate::sys;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{File, OpenOptions};

@@ -8,7 +8,7 @@ mod common;
 use common::{Outcome, defaults, run};
 use std::path::{Path, PathBuf};
 use wharf_isolate::landlock::{Access, Mode, Rule, Unveil};
-use wharf_isolate::{Containment, Step};
+use wharf_isolate::{Containment, ContainmentStep};
 
 /// A directory tree like go-landlock's `tests/`.
 struct Tree {
@@ -165,7 +165,7 @@ fn locker_creates() {
     let index = rules.len() - 1;
     let outcome = tree.sh(&containment, "true");
     let failure = outcome.failure.expect("the start fails");
-    assert_eq!(failure.step, Step::LandlockRule(index as u32));
+    assert_eq!(failure.step, ContainmentStep::LandlockRule(index as u32));
     assert!(failure.describe(&containment).contains("missing.txt: No such file"));
     let optional =
         Rule { if_exists: true, ..Rule::new(tree.path("missing.txt"), Access::READ_FILE) };
@@ -223,6 +223,7 @@ fn a_task_directory_rule_without_remove_dir_keeps_its_directories_in_place() {
 struct Sleeper(std::process::Child);
 
 impl Drop for Sleeper {
+    #[allow(clippy::disallowed_methods)] // The test's own bystander, killed and reaped.
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();

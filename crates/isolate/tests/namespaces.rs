@@ -44,6 +44,7 @@ fn a_landlocked_task_that_cannot_reach_proc_needs_no_proc_of_its_own() {
 }
 
 #[test]
+#[allow(clippy::disallowed_methods)] // It kills what would outlive the test, if the kernel did not.
 fn everything_in_a_pid_namespace_dies_with_its_first_process() {
     require_root();
     // The task leaves a daemon behind (setsid plus double fork, its output elsewhere) and

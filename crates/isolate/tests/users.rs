@@ -139,6 +139,7 @@ impl Sleeper {
 }
 
 impl Drop for Sleeper {
+    #[allow(clippy::disallowed_methods)] // The test's own bystander, killed and reaped.
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();

@@ -4,11 +4,11 @@
 
 use super::args::Args;
 use super::logs::RotatingLog;
-use super::nolibc::sys::{self, Errno, MaskHow, PollFd, WaitStatus};
 use super::text::{Argv, Line, Lossy, parse_u64};
 use core::cell::Cell;
 use core::ffi::CStr;
 use core::fmt::{self, Write};
+use wharf_nolibc::sys::{self, Errno, MaskHow, PollFd, WaitStatus};
 
 /// After the task's main process exits, how long the shim waits for the rest of its processes
 /// to die and its pipes to close before it records the exit anyway.
@@ -41,7 +41,7 @@ pub(crate) struct ConfineFailure {
 
 /// Where a start failed (the words of the start report).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Stage {
+pub(crate) enum StartStep {
     /// The shim itself could not get going (arguments, session, signals).
     Setup,
     /// The working directory could not be entered.
@@ -52,27 +52,27 @@ pub(crate) enum Stage {
     Spawn,
 }
 
-impl Stage {
+impl StartStep {
     pub(crate) fn word(self) -> &'static str {
         match self {
-            Stage::Setup => "setup",
-            Stage::WorkDir => "work_dir",
-            Stage::Confine => "confine",
-            Stage::Spawn => "spawn",
+            StartStep::Setup => "setup",
+            StartStep::WorkDir => "work_dir",
+            StartStep::Confine => "confine",
+            StartStep::Spawn => "spawn",
         }
     }
 }
 
-/// Writes the start report's failure line (`failed <stage> <errno> <message>`) to the
+/// Writes the start report's failure line (`failed <step> <errno> <message>`) to the
 /// driver; a closed pipe is not an error worth more than the exit that follows.
 // Out of line, as every path that holds a large buffer: the buffer would otherwise sit in the
 // caller's frame, and a frame's pages are written (stack probes) whether or not the path runs,
 // each one a private page of every shim.
 #[cold]
 #[inline(never)]
-pub(crate) fn report_failure(stage: Stage, errno: i32, message: fmt::Arguments<'_>) {
+pub(crate) fn report_failure(step: StartStep, errno: i32, message: fmt::Arguments<'_>) {
     let mut line = Line::<1024>::new();
-    let _ = write!(line, "failed {} {errno} {message}", stage.word());
+    let _ = write!(line, "failed {} {errno} {message}", step.word());
     line.replace(b'\n', b' ');
     line.truncate(1023).push(b"\n");
     let _ = sys::write_all(1, line.bytes());
@@ -164,11 +164,9 @@ fn make_dirs(path: &CStr) -> Result<i32, Errno> {
 
 /// Opens the log directory. The task may write in the directory that holds it (its own
 /// directory), and so may have put a link in its place, aimed anywhere: the log directory
-/// itself is opened without following a link ([`nolibc::open_beneath`]), relative to its
+/// itself is opened without following a link ([`wharf_nolibc::open_beneath`]), relative to its
 /// parent, which is the agent's and is opened as any path. Root creates the log files in
 /// what is opened: never in a directory the task chose.
-///
-/// [`nolibc::open_beneath`]: super::nolibc::open_beneath
 fn open_log_dir(path: &CStr) -> Result<i32, Errno> {
     let bytes = path.to_bytes_with_nul();
     // The last slash that starts a name: `/a/logs` and `/a/logs/` both name `logs` in `/a`.
@@ -181,12 +179,12 @@ fn open_log_dir(path: &CStr) -> Result<i32, Errno> {
         return if bytes.first() == Some(&b'/') {
             open_dir(path)
         } else {
-            super::nolibc::open_beneath(sys::AT_FDCWD, path, flags, 0)
+            wharf_nolibc::open_beneath(sys::AT_FDCWD, path, flags, 0)
         };
     };
     let name = CStr::from_bytes_with_nul(&bytes[split + 1..]).map_err(|_| Errno(sys::EINVAL))?;
     let parent = if split == 0 { open_dir(c"/")? } else { open_each_dir(&bytes[..split], false)? };
-    let opened = super::nolibc::open_beneath(parent, name, flags, 0);
+    let opened = wharf_nolibc::open_beneath(parent, name, flags, 0);
     sys::close(parent);
     opened
 }
@@ -235,22 +233,22 @@ unsafe fn supervise<'a>(
     confine: &dyn Confine,
     diag: &mut Diag<'a>,
 ) -> Result<(), Line<256>> {
-    let fail = |stage: Stage, errno: Errno, what: &str| {
-        report_failure(stage, errno.0, format_args!("{what}"));
+    let fail = |step: StartStep, errno: Errno, what: &str| {
+        report_failure(step, errno.0, format_args!("{what}"));
         let mut line = Line::new();
         let _ = write!(line, "start failed: {what} (errno {})", errno.0);
         line
     };
     // A write to a pipe the driver closed must fail with EPIPE, not kill the shim.
-    sys::set_ignored(sys::SIGPIPE, true).map_err(|e| fail(Stage::Setup, e, "sigaction"))?;
-    sys::setsid().map_err(|e| fail(Stage::Setup, e, "setsid"))?;
-    sys::set_child_subreaper().map_err(|e| fail(Stage::Setup, e, "prctl"))?;
-    let sigchld = sys::sigchld_fd().map_err(|e| fail(Stage::Setup, e, "signalfd"))?;
-    sys::chdir(args.work_dir).map_err(|e| fail(Stage::WorkDir, e, "cannot enter"))?;
+    sys::set_ignored(sys::SIGPIPE, true).map_err(|e| fail(StartStep::Setup, e, "sigaction"))?;
+    sys::setsid().map_err(|e| fail(StartStep::Setup, e, "setsid"))?;
+    sys::set_child_subreaper().map_err(|e| fail(StartStep::Setup, e, "prctl"))?;
+    let sigchld = sys::sigchld_fd().map_err(|e| fail(StartStep::Setup, e, "signalfd"))?;
+    sys::chdir(args.work_dir).map_err(|e| fail(StartStep::WorkDir, e, "cannot enter"))?;
     let null = sys::open(c"/dev/null", sys::O_RDONLY | sys::O_CLOEXEC, 0)
-        .map_err(|e| fail(Stage::Setup, e, "/dev/null"))?;
-    let (out_read, out_write) = sys::pipe().map_err(|e| fail(Stage::Setup, e, "pipe"))?;
-    let (err_read, err_write) = sys::pipe().map_err(|e| fail(Stage::Setup, e, "pipe"))?;
+        .map_err(|e| fail(StartStep::Setup, e, "/dev/null"))?;
+    let (out_read, out_write) = sys::pipe().map_err(|e| fail(StartStep::Setup, e, "pipe"))?;
+    let (err_read, err_write) = sys::pipe().map_err(|e| fail(StartStep::Setup, e, "pipe"))?;
 
     // SAFETY: the caller's promise: `envp` is the environment.
     let spawned = unsafe { spawn(args, argv, envp, [null, out_write, err_write], confine) };
@@ -259,8 +257,10 @@ unsafe fn supervise<'a>(
     }
     let pid = match spawned {
         Ok(pid) => pid,
-        Err(ChildFailure::Setup(e)) => return Err(fail(Stage::Setup, e, "setsid, dup2 or clone")),
-        Err(ChildFailure::Exec(e)) => return Err(fail(Stage::Spawn, e, "cannot run")),
+        Err(ChildFailure::Setup(e)) => {
+            return Err(fail(StartStep::Setup, e, "setsid, dup2 or clone"));
+        }
+        Err(ChildFailure::Exec(e)) => return Err(fail(StartStep::Spawn, e, "cannot run")),
         Err(ChildFailure::Confine(failure)) => return Err(confine_failed(confine, failure)),
     };
     // The task is our unreaped child, so this pidfd is certainly its. It pins the process
@@ -350,7 +350,7 @@ unsafe fn supervise<'a>(
 fn confine_failed(confine: &dyn Confine, failure: ConfineFailure) -> Line<256> {
     let mut message = Line::<1024>::new();
     confine.describe(failure, &mut message);
-    report_failure(Stage::Confine, failure.errno, format_args!("{}", Lossy(message.bytes())));
+    report_failure(StartStep::Confine, failure.errno, format_args!("{}", Lossy(message.bytes())));
     let mut line = Line::new();
     let _ = write!(line, "start failed: {}", Lossy(message.bytes()));
     line
@@ -744,7 +744,7 @@ impl Confine for JoinCgroups<'_> {
 
     fn apply(&self) -> Result<(), ConfineFailure> {
         for (index, procs) in (0u32..).zip(self.paths()) {
-            if let Err(e) = super::nolibc::join_cgroup(procs) {
+            if let Err(e) = wharf_nolibc::join_cgroup(procs) {
                 let mut code = [0; 12];
                 code[..4].copy_from_slice(&index.to_le_bytes());
                 return Err(ConfineFailure { code, errno: e.0 });

@@ -6,9 +6,9 @@
 //! across the rotation. A new run of the same task appends to the current file. Files are
 //! opened without following a link, relative to the log directory's descriptor.
 
-use super::nolibc::sys::{self, Errno};
 use super::text::Line;
 use core::fmt::Write;
+use wharf_nolibc::sys::{self, Errno};
 
 /// A file name: the task's name, the stream's and an index, with dots between.
 type Name = Line<320>;

@@ -32,7 +32,7 @@
 //! ## Two builds of one shim
 //!
 //! The shim's code (modules `life`, `args`, `logs`, `text`) uses `core` alone, with system
-//! calls from [`wharf_isolate::nolibc`]: no allocator, no C library. The build script compiles
+//! calls from [`wharf_nolibc`]: no allocator, no C library. The build script compiles
 //! it into a static program of its own (`static_main.rs`: no dynamic loader, no relocations,
 //! no C start-up), which this crate carries ([`STATIC_SHIM`]) and the raw_exec driver starts
 //! by default from a sealed in-memory file: a start then costs two program starts that load
@@ -55,7 +55,7 @@ mod text;
 pub(crate) use args::SHIM_PROTOCOL;
 #[cfg(test)]
 pub(crate) use life::exit_record;
-pub(crate) use life::{EXIT_RECORD_VERSION, Stage};
+pub(crate) use life::{EXIT_RECORD_VERSION, StartStep};
 
 use crate::sys;
 use args::Args;
@@ -66,7 +66,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::OnceLock;
 use text::{Argv, Lossy};
-use wharf_isolate::{Containment, Failure, Prepared, nolibc};
+use wharf_isolate::{Containment, ContainmentFailure, Prepared};
+use wharf_nolibc::sys::Errno;
 
 /// The static shim (see the module docs), built by this crate's build script; empty on an
 /// architecture it is not built for.
@@ -135,7 +136,7 @@ pub fn run_if_invoked() {
             let threads =
                 threads.map_or_else(|e| format!("an unknown number ({e}) of"), |n| n.to_string());
             life::report_failure(
-                Stage::Setup,
+                StartStep::Setup,
                 0,
                 format_args!(
                     "the program embedding the shim had {threads} threads when started as the \
@@ -197,7 +198,7 @@ unsafe fn run() -> u8 {
     let args = match Args::parse(&argv) {
         Ok(args) => args,
         Err(message) => {
-            life::report_failure(Stage::Setup, 0, format_args!("{}", Lossy(message.bytes())));
+            life::report_failure(StartStep::Setup, 0, format_args!("{}", Lossy(message.bytes())));
             return 2;
         }
     };
@@ -223,11 +224,11 @@ unsafe fn run() -> u8 {
     }) {
         Ok((containment, Ok(prepared))) => StdConfine { containment, prepared },
         Ok((_, Err(e))) => {
-            life::report_failure(Stage::Confine, 0, format_args!("{e}"));
+            life::report_failure(StartStep::Confine, 0, format_args!("{e}"));
             return 1;
         }
         Err(message) => {
-            life::report_failure(Stage::Setup, 0, format_args!("{message}"));
+            life::report_failure(StartStep::Setup, 0, format_args!("{message}"));
             return 2;
         }
     };
@@ -242,12 +243,12 @@ struct StdConfine {
 }
 
 impl Confine for StdConfine {
-    fn before_clone(&self) -> Result<(), nolibc::sys::Errno> {
+    fn before_clone(&self) -> Result<(), Errno> {
         self.prepared.before_fork().map_err(|e| match e {
             wharf_isolate::IsolateError::Sys { source, .. } => {
-                nolibc::sys::Errno(source.raw_os_error().unwrap_or(0))
+                Errno(source.raw_os_error().unwrap_or(0))
             }
-            _ => nolibc::sys::Errno(0),
+            _ => Errno(0),
         })
     }
 
@@ -258,7 +259,7 @@ impl Confine for StdConfine {
     }
 
     fn describe(&self, failure: ConfineFailure, out: &mut dyn std::fmt::Write) {
-        let _ = match Failure::decode(&failure.code) {
+        let _ = match ContainmentFailure::decode(&failure.code) {
             Some(failure) => out.write_str(&failure.describe(&self.containment)),
             None => out.write_str("a containment step failed"),
         };

@@ -12,13 +12,13 @@
 // The memory functions below are loops that must stay loops, not calls to themselves.
 #![no_builtins]
 
-// The modules of `src/shim` and wharf-isolate's `nolibc`, at the paths the build script
-// gives.
+// The modules of `src/shim`, at the paths the build script gives (wharf-nolibc is a crate of
+// its own, which the build script links with `--extern`).
 include!(concat!(env!("WHARF_SHIM_OUT_DIR"), "/modules.rs"));
 
 use core::ffi::CStr;
-use life::{JoinCgroups, Stage};
-use nolibc::sys;
+use life::{JoinCgroups, StartStep};
+use wharf_nolibc::sys;
 use text::{Argv, Lossy};
 
 #[cfg(target_arch = "x86_64")]
@@ -74,7 +74,7 @@ unsafe extern "C" fn start(stack: *const usize) -> ! {
     let args = match args::Args::parse(&argv) {
         Ok(args) => args,
         Err(message) => {
-            life::report_failure(Stage::Setup, 0, format_args!("{}", Lossy(message.bytes())));
+            life::report_failure(StartStep::Setup, 0, format_args!("{}", Lossy(message.bytes())));
             sys::exit(2);
         }
     };
@@ -85,7 +85,7 @@ unsafe extern "C" fn start(stack: *const usize) -> ! {
         Err(arg) => {
             let arg = Lossy(arg.to_bytes());
             life::report_failure(
-                Stage::Confine,
+                StartStep::Confine,
                 0,
                 format_args!(
                     "the static shim joins cgroups only, and was asked for {arg}: start the \

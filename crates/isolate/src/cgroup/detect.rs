@@ -10,7 +10,7 @@
 //! them (some controllers on each side) is refused with a reason: the layer does one or the
 //! other.
 
-use super::{Controller, Version};
+use super::manager::{Controller, Version};
 use crate::error::IsolateError;
 use std::path::{Path, PathBuf};
 
@@ -79,21 +79,20 @@ pub(crate) fn layout(
     let mut v1 = Vec::new();
     for mount in mounts.iter().filter(|m| !m.v2) {
         let controllers: Vec<Controller> =
-            mount.options.iter().filter_map(|o| Controller::from_v1_name(o)).collect();
+            mount.options.iter().filter_map(|o| Controller::from_name(o)).collect();
         if controllers.is_empty() {
             continue;
         }
         let Some((_, path)) = memberships
             .iter()
-            .find(|(names, _)| controllers.iter().all(|c| names.contains(&c.v1_name())))
+            .find(|(names, _)| controllers.iter().all(|c| names.contains(&c.name())))
         else {
             continue;
         };
         v1.push(Hierarchy { mount: mount.point.clone(), own: own_dir(mount, path), controllers });
     }
     let has = |c: Controller| v1.iter().any(|h| h.controllers.contains(&c));
-    let missing: Vec<&str> =
-        V1_REQUIRED.iter().filter(|c| !has(**c)).map(|c| c.v1_name()).collect();
+    let missing: Vec<&str> = V1_REQUIRED.iter().filter(|c| !has(**c)).map(|c| c.name()).collect();
     if missing.is_empty() {
         return Ok(Layout { version: Version::V1, hierarchies: v1 });
     }
@@ -103,7 +102,7 @@ pub(crate) fn layout(
         Some((mount.point.clone(), own_dir(mount, path)))
     });
     if let Some((mount, own)) = unified {
-        let own = super::agent_cgroup(&own, &mount);
+        let own = super::v2::agent_cgroup(&own, &mount);
         let offered = controllers_of(&own).unwrap_or_default();
         let offered: Vec<&str> = offered.split_whitespace().collect();
         let needed = ["memory", "cpu", "pids"];

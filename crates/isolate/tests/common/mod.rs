@@ -12,7 +12,7 @@ use std::ffi::CString;
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::Duration;
-use wharf_isolate::{Containment, Failure};
+use wharf_isolate::{Containment, ContainmentFailure};
 
 /// The most a contained program may take.
 const LIMIT: Duration = Duration::from_secs(20);
@@ -27,7 +27,7 @@ pub(crate) struct Outcome {
     pub(crate) stdout: String,
     pub(crate) stderr: String,
     /// Set if containment failed before the program ran.
-    pub(crate) failure: Option<Failure>,
+    pub(crate) failure: Option<ContainmentFailure>,
 }
 
 impl Outcome {
@@ -63,6 +63,9 @@ pub(crate) fn run(containment: &Containment, argv: &[&str], env: &[(&str, &str)]
     std::thread::spawn(move || run_here(&containment, &argv, &envp)).join().unwrap()
 }
 
+// The test plays the shim: it forks the child that contains itself, signals it if it
+// overruns, and reaps it.
+#[allow(clippy::disallowed_methods)]
 fn run_here(containment: &Containment, argv: &[CString], envp: &[CString]) -> Outcome {
     let prepared = containment.prepare().expect("prepare");
     let pointers = |strings: &[CString]| -> Vec<*const libc::c_char> {
@@ -108,7 +111,7 @@ fn run_here(containment: &Containment, argv: &[CString], envp: &[CString]) -> Ou
     // SAFETY: `status` is writable; `pid` is our child.
     assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
     assert!(ready != 0, "{argv:?} ran longer than {LIMIT:?}");
-    let failure = Failure::decode(&read_all(report_r));
+    let failure = ContainmentFailure::decode(&read_all(report_r));
     Outcome {
         code: libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)),
         signal: libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status)),

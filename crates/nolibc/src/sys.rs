@@ -1,8 +1,12 @@
 //! Raw Linux system calls for x86_64 and aarch64, with no C library.
 //!
 //! A call returns `-errno` in its result register on failure; [`check`] turns that into an
-//! [`Errno`]. Descriptors are plain `i32`s: the shim owns every one it opens and closes them
+//! [`Errno`]. Descriptors are plain `i32`s: the caller owns every one it opens and closes them
 //! itself. Each `unsafe` block is a system call whose pointers are valid for the call.
+//!
+//! Every function is `#[inline]`: most are a few instructions around one `syscall`, and a
+//! program that links this crate as an rlib (the static shim does) inlines them as it would
+//! its own code.
 
 use core::arch::asm;
 use core::ffi::CStr;
@@ -171,7 +175,7 @@ const PIDFD_SEND_SIGNAL: usize = 424;
 const OPENAT2: usize = 437;
 
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-compile_error!("wharf-isolate's nolibc system calls are written for x86_64 and aarch64");
+compile_error!("wharf-nolibc's system calls are written for x86_64 and aarch64");
 
 /// A system call with up to six arguments; returns the raw result (`-errno` on failure).
 ///
@@ -209,6 +213,7 @@ pub unsafe fn syscall(number: usize, args: [usize; 6]) -> isize {
 }
 
 /// Turns a raw result into a `Result`.
+#[inline]
 pub fn check(ret: isize) -> Result<usize> {
     if (-4095..0).contains(&ret) { Err(Errno(-ret as i32)) } else { Ok(ret as usize) }
 }
@@ -218,6 +223,7 @@ pub fn check(ret: isize) -> Result<usize> {
 /// # Safety
 ///
 /// As for [`syscall`].
+#[inline]
 unsafe fn call(number: usize, args: [usize; 6]) -> Result<usize> {
     loop {
         // SAFETY: the caller's promise.
@@ -229,23 +235,27 @@ unsafe fn call(number: usize, args: [usize; 6]) -> Result<usize> {
 }
 
 /// A signed argument (a descriptor, a pid, flags) as a register.
+#[inline]
 fn a(x: i32) -> usize {
     x as isize as usize
 }
 
 /// Reads into `buf`.
+#[inline]
 pub fn read(fd: i32, buf: &mut [u8]) -> Result<usize> {
     // SAFETY: `buf` is writable for its length.
     unsafe { call(nr::READ, [a(fd), buf.as_mut_ptr() as usize, buf.len(), 0, 0, 0]) }
 }
 
 /// Writes from `buf`; may write less than all of it.
+#[inline]
 pub fn write(fd: i32, buf: &[u8]) -> Result<usize> {
     // SAFETY: `buf` is readable for its length.
     unsafe { call(nr::WRITE, [a(fd), buf.as_ptr() as usize, buf.len(), 0, 0, 0]) }
 }
 
 /// Writes all of `buf`.
+#[inline]
 pub fn write_all(fd: i32, mut buf: &[u8]) -> Result<()> {
     while !buf.is_empty() {
         match write(fd, buf)? {
@@ -257,18 +267,21 @@ pub fn write_all(fd: i32, mut buf: &[u8]) -> Result<()> {
 }
 
 /// Closes a descriptor (errors are of no use to the caller).
+#[inline]
 pub fn close(fd: i32) {
     // SAFETY: plain integers.
     let _ = unsafe { syscall(nr::CLOSE, [a(fd), 0, 0, 0, 0, 0]) };
 }
 
 /// Closes every descriptor from `first` up.
+#[inline]
 pub fn close_from(first: u32) -> Result<()> {
     // SAFETY: plain integers.
     unsafe { call(CLOSE_RANGE, [first as usize, u32::MAX as usize, 0, 0, 0, 0]) }.map(drop)
 }
 
 /// Opens `path` (relative to `dir`, or absolute).
+#[inline]
 pub fn openat(dir: i32, path: &CStr, flags: i32, mode: u32) -> Result<i32> {
     // SAFETY: `path` is NUL-terminated.
     let fd = unsafe {
@@ -287,6 +300,7 @@ struct OpenHow {
 
 /// Opens `path` relative to `dir` as [`openat`] does, resolved as `resolve` says (Linux 5.6;
 /// `ENOSYS` before). `mode` counts only with `O_CREAT`.
+#[inline]
 pub fn openat2(dir: i32, path: &CStr, flags: i32, mode: u32, resolve: u64) -> Result<i32> {
     // The kernel refuses a mode without O_CREAT, and flags it does not know (so no sign bits).
     let mode = if flags & O_CREAT != 0 { u64::from(mode) } else { 0 };
@@ -300,17 +314,20 @@ pub fn openat2(dir: i32, path: &CStr, flags: i32, mode: u32, resolve: u64) -> Re
 }
 
 /// Opens `path`.
+#[inline]
 pub fn open(path: &CStr, flags: i32, mode: u32) -> Result<i32> {
     openat(AT_FDCWD, path, flags, mode)
 }
 
 /// Makes a directory.
+#[inline]
 pub fn mkdirat(dir: i32, path: &CStr, mode: u32) -> Result<()> {
     // SAFETY: `path` is NUL-terminated.
     unsafe { call(nr::MKDIRAT, [a(dir), path.as_ptr() as usize, mode as usize, 0, 0, 0]) }.map(drop)
 }
 
 /// Removes a file.
+#[inline]
 pub fn unlinkat(dir: i32, path: &CStr) -> Result<()> {
     // SAFETY: `path` is NUL-terminated.
     unsafe { call(nr::UNLINKAT, [a(dir), path.as_ptr() as usize, 0, 0, 0, 0]) }.map(drop)
@@ -320,6 +337,7 @@ pub fn unlinkat(dir: i32, path: &CStr) -> Result<()> {
 /// faults, so that an overflow kills the child instead of writing over other memory. Nothing
 /// of it costs memory until it is written, and [`unmap_stack`] gives it back. Returns the
 /// stack's lowest usable address; the stack's top is `len` bytes above it.
+#[inline]
 pub fn map_stack(len: usize) -> Result<*mut u8> {
     const PROT_READ_WRITE: usize = 0x1 | 0x2;
     const MAP_PRIVATE_ANONYMOUS_STACK: usize = 0x02 | 0x20 | 0x20000;
@@ -342,6 +360,7 @@ pub fn map_stack(len: usize) -> Result<*mut u8> {
 /// # Safety
 ///
 /// `stack` and `len` are a [`map_stack`] result and its length, and nothing uses it any more.
+#[inline]
 pub unsafe fn unmap_stack(stack: *mut u8, len: usize) {
     let base = stack as usize - STACK_GUARD;
     // SAFETY: the caller's promise.
@@ -353,6 +372,7 @@ pub unsafe fn unmap_stack(stack: *mut u8, len: usize) {
 const STACK_GUARD: usize = 64 * 1024;
 
 /// Renames `from` to `to`, replacing `to`.
+#[inline]
 pub fn renameat(dir: i32, from: &CStr, to: &CStr) -> Result<()> {
     let (from, to) = (from.as_ptr() as usize, to.as_ptr() as usize);
     // SAFETY: both paths are NUL-terminated.
@@ -360,12 +380,14 @@ pub fn renameat(dir: i32, from: &CStr, to: &CStr) -> Result<()> {
 }
 
 /// Flushes a file's data and metadata to disk.
+#[inline]
 pub fn fsync(fd: i32) -> Result<()> {
     // SAFETY: plain integers.
     unsafe { call(nr::FSYNC, [a(fd), 0, 0, 0, 0, 0]) }.map(drop)
 }
 
 /// The size of an open file (its end, found by seeking there).
+#[inline]
 pub fn seek_end(fd: i32) -> Result<u64> {
     const SEEK_END: usize = 2;
     // SAFETY: plain integers.
@@ -373,12 +395,14 @@ pub fn seek_end(fd: i32) -> Result<u64> {
 }
 
 /// Enters a directory.
+#[inline]
 pub fn chdir(path: &CStr) -> Result<()> {
     // SAFETY: `path` is NUL-terminated.
     unsafe { call(nr::CHDIR, [path.as_ptr() as usize, 0, 0, 0, 0, 0]) }.map(drop)
 }
 
 /// A pipe, both ends close-on-exec: `(read end, write end)`.
+#[inline]
 pub fn pipe() -> Result<(i32, i32)> {
     let mut fds = [-1i32; 2];
     // SAFETY: `fds` has room for the two descriptors.
@@ -388,6 +412,7 @@ pub fn pipe() -> Result<(i32, i32)> {
 
 /// Makes `to` a copy of `from` (not close-on-exec). With `from == to`, clears the
 /// close-on-exec flag instead, which `dup3` refuses to do.
+#[inline]
 pub fn dup_to(from: i32, to: i32) -> Result<()> {
     const F_SETFD: usize = 2;
     if from == to {
@@ -399,6 +424,7 @@ pub fn dup_to(from: i32, to: i32) -> Result<()> {
 }
 
 /// Puts `fd` in non-blocking mode.
+#[inline]
 pub fn set_nonblocking(fd: i32) -> Result<()> {
     const F_GETFL: usize = 3;
     const F_SETFL: usize = 4;
@@ -421,6 +447,7 @@ pub struct PollFd {
 }
 
 /// Waits for events on `fds`, at most `timeout_ms` (negative: no limit).
+#[inline]
 pub fn poll(fds: &mut [PollFd], timeout_ms: i64) -> Result<usize> {
     let time = [timeout_ms.max(0) / 1000, (timeout_ms.max(0) % 1000) * 1_000_000];
     let time = if timeout_ms < 0 { 0 } else { time.as_ptr() as usize };
@@ -429,6 +456,7 @@ pub fn poll(fds: &mut [PollFd], timeout_ms: i64) -> Result<usize> {
 }
 
 /// Milliseconds on the monotonic clock.
+#[inline]
 pub fn monotonic_ms() -> u64 {
     const CLOCK_MONOTONIC: usize = 1;
     let mut time = [0i64; 2];
@@ -440,18 +468,21 @@ pub fn monotonic_ms() -> u64 {
 }
 
 /// This process's id.
+#[inline]
 pub fn getpid() -> i32 {
     // SAFETY: no arguments.
     unsafe { syscall(nr::GETPID, [0; 6]) as i32 }
 }
 
 /// Makes this process the leader of a new session.
+#[inline]
 pub fn setsid() -> Result<()> {
     // SAFETY: no arguments.
     unsafe { call(nr::SETSID, [0; 6]) }.map(drop)
 }
 
 /// Makes this process adopt its orphaned descendants.
+#[inline]
 pub fn set_child_subreaper() -> Result<()> {
     const PR_SET_CHILD_SUBREAPER: usize = 36;
     // SAFETY: plain integers.
@@ -459,6 +490,7 @@ pub fn set_child_subreaper() -> Result<()> {
 }
 
 /// Names this process (`/proc/<pid>/comm`, what `ps` shows), cut to 15 bytes.
+#[inline]
 pub fn set_name(name: &CStr) {
     const PR_SET_NAME: usize = 15;
     // SAFETY: `name` is NUL-terminated.
@@ -466,12 +498,14 @@ pub fn set_name(name: &CStr) {
 }
 
 /// Gives up the CPU to whatever else is ready to run.
+#[inline]
 pub fn yield_cpu() {
     // SAFETY: no arguments.
     let _ = unsafe { syscall(nr::SCHED_YIELD, [0; 6]) };
 }
 
 /// Ends the process.
+#[inline]
 pub fn exit(code: i32) -> ! {
     loop {
         // SAFETY: plain integers; it does not return.
@@ -483,6 +517,7 @@ pub fn exit(code: i32) -> ! {
 pub type SigSet = u64;
 
 /// The bit of `signal` in a [`SigSet`].
+#[inline]
 pub const fn sig_bit(signal: i32) -> SigSet {
     1 << (signal - 1)
 }
@@ -497,6 +532,7 @@ pub enum MaskHow {
 }
 
 /// Changes the blocked signals; returns the old mask.
+#[inline]
 pub fn sigprocmask(how: MaskHow, set: SigSet) -> Result<SigSet> {
     let mut old: SigSet = 0;
     let (set_ptr, old_ptr) = (&raw const set as usize, &raw mut old as usize);
@@ -506,6 +542,7 @@ pub fn sigprocmask(how: MaskHow, set: SigSet) -> Result<SigSet> {
 }
 
 /// Sets `signal` to be ignored (`true`) or to its default action (`false`).
+#[inline]
 pub fn set_ignored(signal: i32, ignored: bool) -> Result<()> {
     // The kernel's `struct sigaction`: handler, flags, restorer, mask. SIG_DFL is 0, SIG_IGN 1.
     let action: [usize; 4] = [usize::from(ignored), 0, 0, 0];
@@ -514,6 +551,7 @@ pub fn set_ignored(signal: i32, ignored: bool) -> Result<()> {
 }
 
 /// Blocks SIGCHLD and returns a non-blocking, close-on-exec signalfd for it.
+#[inline]
 pub fn sigchld_fd() -> Result<i32> {
     const SFD_NONBLOCK: usize = 0o4000;
     const SFD_CLOEXEC: usize = 0o2000000;
@@ -536,6 +574,7 @@ pub enum WaitStatus {
 
 impl WaitStatus {
     /// Decodes a raw `wait4` status.
+    #[inline]
     pub fn from_raw(status: i32) -> WaitStatus {
         let signal = status & 0x7f;
         if signal != 0 && signal != 0x7f {
@@ -548,6 +587,7 @@ impl WaitStatus {
 
 /// Reaps a child that has exited (`pid` -1: any child): `Ok(None)` if none has yet, `ECHILD`
 /// if there are none.
+#[inline]
 pub fn try_reap(pid: i32) -> Result<Option<(i32, WaitStatus)>> {
     const WNOHANG: usize = 1;
     let mut status = 0i32;
@@ -557,6 +597,7 @@ pub fn try_reap(pid: i32) -> Result<Option<(i32, WaitStatus)>> {
 }
 
 /// Waits for the child `pid` and reaps it.
+#[inline]
 pub fn reap(pid: i32) -> Result<WaitStatus> {
     let mut status = 0i32;
     // SAFETY: `status` is a live int; no rusage is asked for.
@@ -566,6 +607,7 @@ pub fn reap(pid: i32) -> Result<WaitStatus> {
 
 /// Sends `signal` to a process (`pid` > 0) or a process group (`pid` < -1). Refuses 0, -1 and
 /// 1, which would reach the caller's own group, every process, or init.
+#[inline]
 pub fn kill(pid: i32, signal: i32) -> Result<()> {
     if matches!(pid, -1..=1) {
         return Err(Errno(EINVAL));
@@ -575,6 +617,7 @@ pub fn kill(pid: i32, signal: i32) -> Result<()> {
 }
 
 /// A pidfd for `pid`, close-on-exec.
+#[inline]
 pub fn pidfd_open(pid: i32) -> Result<i32> {
     // SAFETY: plain integers.
     unsafe { call(PIDFD_OPEN, [a(pid), 0, 0, 0, 0, 0]) }.map(|fd| fd as i32)
@@ -582,6 +625,7 @@ pub fn pidfd_open(pid: i32) -> Result<i32> {
 
 /// Sends `signal` to the process group of the pidfd's process (Linux 6.9); `EINVAL` on older
 /// kernels.
+#[inline]
 pub fn pidfd_kill_group(pidfd: i32, signal: i32) -> Result<()> {
     const PIDFD_SIGNAL_PROCESS_GROUP: usize = 1 << 2;
     // SAFETY: plain integers; a null siginfo is allowed.
@@ -590,6 +634,7 @@ pub fn pidfd_kill_group(pidfd: i32, signal: i32) -> Result<()> {
 }
 
 /// Reads directory entries into `buf` (`struct linux_dirent64` records); 0 at the end.
+#[inline]
 pub fn getdents(fd: i32, buf: &mut [u8]) -> Result<usize> {
     // SAFETY: `buf` is writable for its length.
     unsafe { call(nr::GETDENTS64, [a(fd), buf.as_mut_ptr() as usize, buf.len(), 0, 0, 0]) }
@@ -600,6 +645,7 @@ pub fn getdents(fd: i32, buf: &mut [u8]) -> Result<usize> {
 /// # Safety
 ///
 /// `argv` and `envp` are null-terminated arrays of NUL-terminated strings.
+#[inline]
 pub unsafe fn execve(program: &CStr, argv: *const *const u8, envp: *const *const u8) -> Errno {
     let args = [program.as_ptr() as usize, argv as usize, envp as usize, 0, 0, 0];
     // SAFETY: the caller's promise.
@@ -619,6 +665,7 @@ pub unsafe fn execve(program: &CStr, argv: *const *const u8, envp: *const *const
 /// returns; `child` makes system calls only (it shares this process's memory and must not
 /// return: it executes a program or calls [`exit`]); `arg` is valid for `child`. Signals
 /// should be blocked around the call, so that no handler runs in the child.
+#[inline]
 pub unsafe fn clone_vfork(
     stack_top: *mut u8,
     child: extern "C" fn(*mut u8) -> !,

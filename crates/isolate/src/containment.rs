@@ -15,13 +15,14 @@
 //! ruleset built from the rules (paths opened as root, in the task's mount namespace), no
 //! supplementary groups, the workload user's gid and uid (which drops every capability),
 //! `no_new_privs`, and last the ruleset enforced. [`Prepared::apply`] allocates nothing and
-//! reports a failure as a [`Failure`] (a step and an error number) small enough to go through
+//! reports a failure as a [`ContainmentFailure`] (a step and an error number) small enough to go through
 //! a pipe, so it is safe in the child of a multi-threaded process too.
 
+use crate::error::IsolateError;
 use crate::landlock::{self, Access, Rule};
 use crate::namespace::Namespaces;
+use crate::sys;
 use crate::users::Ugid;
-use crate::{IsolateError, sys};
 use std::ffi::{CString, OsStr, OsString};
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -261,38 +262,42 @@ impl Prepared {
 
     /// Contains the calling process for good: call it in the task's process between fork and
     /// exec (the forked child, single-threaded). It allocates nothing.
-    pub fn apply(&self) -> Result<(), Failure> {
+    pub fn apply(&self) -> Result<(), ContainmentFailure> {
         for (index, procs) in self.cgroup.iter().enumerate() {
             // "0" is the writing process itself.
-            let step = Step::JoinCgroup(u32::try_from(index).unwrap_or(u32::MAX));
+            let step = ContainmentStep::JoinCgroup(u32::try_from(index).unwrap_or(u32::MAX));
             sys::write_once(procs.as_fd(), b"0").map_err(fail(step))?;
         }
         let flags = self.namespaces.child_flags(self.own_proc);
         if flags != 0 {
-            sys::unshare(flags).map_err(fail(Step::Namespaces))?;
+            sys::unshare(flags).map_err(fail(ContainmentStep::Namespaces))?;
         }
         // The PID namespace is made before the fork, so the task must be its pid 1.
         if self.namespaces.pid && std::process::id() != 1 {
-            return Err(Failure { step: Step::Namespaces, errno: libc::EINVAL });
+            return Err(ContainmentFailure {
+                step: ContainmentStep::Namespaces,
+                errno: libc::EINVAL,
+            });
         }
         if self.namespaces.pid && self.own_proc {
-            sys::make_mounts_slave().map_err(fail(Step::MountSlave))?;
-            sys::mount_proc().map_err(fail(Step::MountProc))?;
+            sys::make_mounts_slave().map_err(fail(ContainmentStep::MountSlave))?;
+            sys::mount_proc().map_err(fail(ContainmentStep::MountProc))?;
         }
         let ruleset = match &self.landlock {
             Some(landlock) => Some(landlock.build()?),
             None => None,
         };
         if let Some(user) = self.user {
-            sys::clear_groups().map_err(fail(Step::Groups))?;
-            sys::set_gid(user.get()).map_err(fail(Step::Gid))?;
-            sys::set_uid(user.get()).map_err(fail(Step::Uid))?;
+            sys::clear_groups().map_err(fail(ContainmentStep::Groups))?;
+            sys::set_gid(user.get()).map_err(fail(ContainmentStep::Gid))?;
+            sys::set_uid(user.get()).map_err(fail(ContainmentStep::Uid))?;
         }
         if self.no_new_privs {
-            sys::set_no_new_privs().map_err(fail(Step::NoNewPrivs))?;
+            sys::set_no_new_privs().map_err(fail(ContainmentStep::NoNewPrivs))?;
         }
         if let Some(ruleset) = ruleset {
-            sys::landlock_restrict_self(ruleset.as_fd()).map_err(fail(Step::LandlockRestrict))?;
+            sys::landlock_restrict_self(ruleset.as_fd())
+                .map_err(fail(ContainmentStep::LandlockRestrict))?;
         }
         Ok(())
     }
@@ -301,11 +306,11 @@ impl Prepared {
 impl PreparedLandlock {
     /// The ruleset, built from the rules: each path opened (`O_PATH`), its rights cut down to
     /// a file's if it is not a directory.
-    fn build(&self) -> Result<OwnedFd, Failure> {
+    fn build(&self) -> Result<OwnedFd, ContainmentFailure> {
         let ruleset = sys::landlock_create_ruleset(self.handled, self.scoped)
-            .map_err(fail(Step::LandlockRuleset))?;
+            .map_err(fail(ContainmentStep::LandlockRuleset))?;
         for (index, rule) in self.rules.iter().enumerate() {
-            let step = Step::LandlockRule(u32::try_from(index).unwrap_or(u32::MAX));
+            let step = ContainmentStep::LandlockRule(u32::try_from(index).unwrap_or(u32::MAX));
             let target = match sys::open_path(&rule.path) {
                 Ok(fd) => fd,
                 Err(e)
@@ -330,13 +335,13 @@ impl PreparedLandlock {
     }
 }
 
-fn fail(step: Step) -> impl Fn(io::Error) -> Failure {
-    move |error| Failure { step, errno: error.raw_os_error().unwrap_or(0) }
+fn fail(step: ContainmentStep) -> impl Fn(io::Error) -> ContainmentFailure {
+    move |error| ContainmentFailure { step, errno: error.raw_os_error().unwrap_or(0) }
 }
 
 /// The step of [`Prepared::apply`] that failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
+pub enum ContainmentStep {
     /// Joining the task's cgroup in the hierarchy of this index in [`Containment::cgroup`].
     JoinCgroup(u32),
     /// Making the private namespaces.
@@ -363,86 +368,86 @@ pub enum Step {
 
 /// A failed step of [`Prepared::apply`] and its error number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Failure {
+pub struct ContainmentFailure {
     /// What failed.
-    pub step: Step,
+    pub step: ContainmentStep,
     /// The OS error number.
     pub errno: i32,
 }
 
-impl Failure {
-    /// The length of [`Failure::encode`]'s bytes.
+impl ContainmentFailure {
+    /// The length of [`ContainmentFailure::encode`]'s bytes.
     pub const ENCODED_LEN: usize = 12;
 
     /// Fixed-size bytes for a pipe: step, rule index, error number.
-    pub fn encode(self) -> [u8; Failure::ENCODED_LEN] {
+    pub fn encode(self) -> [u8; ContainmentFailure::ENCODED_LEN] {
         let (code, index) = match self.step {
-            Step::Namespaces => (1, 0),
-            Step::MountSlave => (2, 0),
-            Step::MountProc => (3, 0),
-            Step::LandlockRuleset => (4, 0),
-            Step::LandlockRule(index) => (5, index),
-            Step::Groups => (6, 0),
-            Step::Gid => (7, 0),
-            Step::Uid => (8, 0),
-            Step::NoNewPrivs => (9, 0),
-            Step::LandlockRestrict => (10, 0),
-            Step::JoinCgroup(index) => (11, index),
+            ContainmentStep::Namespaces => (1, 0),
+            ContainmentStep::MountSlave => (2, 0),
+            ContainmentStep::MountProc => (3, 0),
+            ContainmentStep::LandlockRuleset => (4, 0),
+            ContainmentStep::LandlockRule(index) => (5, index),
+            ContainmentStep::Groups => (6, 0),
+            ContainmentStep::Gid => (7, 0),
+            ContainmentStep::Uid => (8, 0),
+            ContainmentStep::NoNewPrivs => (9, 0),
+            ContainmentStep::LandlockRestrict => (10, 0),
+            ContainmentStep::JoinCgroup(index) => (11, index),
         };
-        let mut bytes = [0; Failure::ENCODED_LEN];
+        let mut bytes = [0; ContainmentFailure::ENCODED_LEN];
         bytes[..4].copy_from_slice(&u32::to_le_bytes(code));
         bytes[4..8].copy_from_slice(&u32::to_le_bytes(index));
         bytes[8..].copy_from_slice(&i32::to_le_bytes(self.errno));
         bytes
     }
 
-    /// Reads [`Failure::encode`]'s bytes; `None` if they are not such.
-    pub fn decode(bytes: &[u8]) -> Option<Failure> {
+    /// Reads [`ContainmentFailure::encode`]'s bytes; `None` if they are not such.
+    pub fn decode(bytes: &[u8]) -> Option<ContainmentFailure> {
         let word = |at: usize| Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?));
-        if bytes.len() != Failure::ENCODED_LEN {
+        if bytes.len() != ContainmentFailure::ENCODED_LEN {
             return None;
         }
         let step = match word(0)? {
-            1 => Step::Namespaces,
-            2 => Step::MountSlave,
-            3 => Step::MountProc,
-            4 => Step::LandlockRuleset,
-            5 => Step::LandlockRule(word(4)?),
-            6 => Step::Groups,
-            7 => Step::Gid,
-            8 => Step::Uid,
-            9 => Step::NoNewPrivs,
-            10 => Step::LandlockRestrict,
-            11 => Step::JoinCgroup(word(4)?),
+            1 => ContainmentStep::Namespaces,
+            2 => ContainmentStep::MountSlave,
+            3 => ContainmentStep::MountProc,
+            4 => ContainmentStep::LandlockRuleset,
+            5 => ContainmentStep::LandlockRule(word(4)?),
+            6 => ContainmentStep::Groups,
+            7 => ContainmentStep::Gid,
+            8 => ContainmentStep::Uid,
+            9 => ContainmentStep::NoNewPrivs,
+            10 => ContainmentStep::LandlockRestrict,
+            11 => ContainmentStep::JoinCgroup(word(4)?),
             _ => return None,
         };
-        Some(Failure { step, errno: word(8)? as i32 })
+        Some(ContainmentFailure { step, errno: word(8)? as i32 })
     }
 
     /// What failed, for people, with the rule's path for a Landlock rule of `containment`.
     pub fn describe(&self, containment: &Containment) -> String {
         let error = io::Error::from_raw_os_error(self.errno);
         let what = match self.step {
-            Step::JoinCgroup(index) => match containment.cgroup.get(index as usize) {
+            ContainmentStep::JoinCgroup(index) => match containment.cgroup.get(index as usize) {
                 Some(procs) => format!("cannot join the task's cgroup ({})", procs.display()),
                 None => "cannot join the task's cgroup".to_owned(),
             },
-            Step::Namespaces => "cannot make the private namespaces".to_owned(),
-            Step::MountSlave => "cannot make the task's mounts private".to_owned(),
-            Step::MountProc => "cannot mount the task's /proc".to_owned(),
-            Step::LandlockRuleset => "cannot create the Landlock ruleset".to_owned(),
-            Step::LandlockRule(index) => {
+            ContainmentStep::Namespaces => "cannot make the private namespaces".to_owned(),
+            ContainmentStep::MountSlave => "cannot make the task's mounts private".to_owned(),
+            ContainmentStep::MountProc => "cannot mount the task's /proc".to_owned(),
+            ContainmentStep::LandlockRuleset => "cannot create the Landlock ruleset".to_owned(),
+            ContainmentStep::LandlockRule(index) => {
                 let rule = containment.landlock.as_ref().and_then(|r| r.get(index as usize));
                 match rule {
                     Some(rule) => format!("cannot unveil {}", rule.path.display()),
                     None => format!("cannot add Landlock rule {index}"),
                 }
             }
-            Step::Groups => "cannot drop supplementary groups".to_owned(),
-            Step::Gid => "cannot switch to the workload user's group".to_owned(),
-            Step::Uid => "cannot switch to the workload user".to_owned(),
-            Step::NoNewPrivs => "cannot set no_new_privs".to_owned(),
-            Step::LandlockRestrict => "cannot enforce the Landlock ruleset".to_owned(),
+            ContainmentStep::Groups => "cannot drop supplementary groups".to_owned(),
+            ContainmentStep::Gid => "cannot switch to the workload user's group".to_owned(),
+            ContainmentStep::Uid => "cannot switch to the workload user".to_owned(),
+            ContainmentStep::NoNewPrivs => "cannot set no_new_privs".to_owned(),
+            ContainmentStep::LandlockRestrict => "cannot enforce the Landlock ruleset".to_owned(),
         };
         format!("{what}: {error}")
     }
@@ -513,21 +518,23 @@ mod tests {
     #[test]
     fn failures_round_trip_through_bytes_and_name_their_rule() {
         for step in [
-            Step::JoinCgroup(0),
-            Step::Namespaces,
-            Step::LandlockRule(1),
-            Step::Uid,
-            Step::LandlockRestrict,
+            ContainmentStep::JoinCgroup(0),
+            ContainmentStep::Namespaces,
+            ContainmentStep::LandlockRule(1),
+            ContainmentStep::Uid,
+            ContainmentStep::LandlockRestrict,
         ] {
-            let failure = Failure { step, errno: libc::EPERM };
-            assert_eq!(Failure::decode(&failure.encode()), Some(failure));
+            let failure = ContainmentFailure { step, errno: libc::EPERM };
+            assert_eq!(ContainmentFailure::decode(&failure.encode()), Some(failure));
         }
-        assert_eq!(Failure::decode(&[0; 12]), None);
-        assert_eq!(Failure::decode(&[1; 5]), None);
-        let failure = Failure { step: Step::LandlockRule(1), errno: libc::ENOENT };
+        assert_eq!(ContainmentFailure::decode(&[0; 12]), None);
+        assert_eq!(ContainmentFailure::decode(&[1; 5]), None);
+        let failure =
+            ContainmentFailure { step: ContainmentStep::LandlockRule(1), errno: libc::ENOENT };
         let text = failure.describe(&sample());
         assert!(text.starts_with("cannot unveil /odd, path: No such file"), "{text}");
-        let failure = Failure { step: Step::JoinCgroup(0), errno: libc::ENOSPC };
+        let failure =
+            ContainmentFailure { step: ContainmentStep::JoinCgroup(0), errno: libc::ENOSPC };
         let text = failure.describe(&sample());
         assert!(
             text.starts_with(

@@ -1,27 +1,43 @@
-//! System calls without a C library, for wharf-exec's static shim.
+#![doc = include_str!("../README.md")]
 //!
-//! The shim that supervises each task links no C library: it starts with no dynamic loader,
-//! no relocations and almost no memory of its own. It cannot link this crate (which uses std
-//! and libc), so it compiles this module's source into itself (the build script says where it
-//! is); everything here uses `core` alone, allocates nothing, refers to nothing else in the
-//! crate and also works inside an ordinary std program, where the crate's tests run it.
+//! ## Inside
 //!
-//! - [`sys`]: raw system calls (x86_64 and aarch64), each behind a small function that
-//!   returns an [`sys::Errno`] on failure;
-//! - [`join_cgroup`]: the one containment step the static shim takes, joining the task's
-//!   cgroup between the clone and the exec. The isolated `exec` driver's further steps
-//!   (user, Landlock, namespaces) are [`crate::Prepared::apply`]'s, in the shim built with std;
+//! - [`sys`]: the raw system calls (x86_64 and aarch64), each behind a small function that
+//!   returns an [`sys::Errno`] on failure, with the constants they take;
+//! - [`join_cgroup`]: how a process joins a cgroup with one write and no allocation, between
+//!   the clone and the exec of a task;
 //! - [`open_beneath`]: how root opens a path in a directory a task can write, following no
-//!   link the task may have put there; the shim opens its task's log directory with it, and
-//!   [`crate::dirs`] builds the agent's side on it.
+//!   link the task may have put there.
+//!
+//! Everything uses `core` alone and allocates nothing, so it works in a program with no C
+//! library and no allocator (wharf-exec's static shim) as well as in an ordinary std program
+//! (wharf-exec's `wharf-shim` binary, wharf-isolate's `dirs`, this crate's tests).
+
+#![no_std]
+
+#[cfg(not(target_os = "linux"))]
+compile_error!("wharf-nolibc makes Linux system calls");
+
+// The tests use std (temporary directories, `std::process::id`).
+#[cfg(test)]
+extern crate std;
+
+/// The path of this crate's root file, for a build script that compiles the crate itself into a
+/// program cargo cannot build: one with `panic=abort`, no C library and flags of its own, such
+/// as wharf-exec's static shim (its build script compiles this file with `rustc --crate-type
+/// rlib` and links the result with `--extern wharf_nolibc=...`). This is the one supported way
+/// to build the crate outside cargo: compile this file as the crate's root, never a file of it
+/// as a module of another crate.
+pub const LIB_RS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/lib.rs");
 
 pub mod sys;
 
 use core::ffi::CStr;
 use sys::Errno;
 
-/// Moves the calling process into a cgroup by writing `0`, the writer itself, into `file`, one
-/// of [`crate::TaskCgroup::join_files`] (v1 `tasks`, v2 `cgroup.procs`). Allocates nothing:
+/// Moves the calling process into a cgroup by writing `0`, the writer itself, into `file`: v1's
+/// `tasks` (the calling thread, which is the whole of a process with one thread) or v2's
+/// `cgroup.procs` (wharf-isolate's `TaskCgroup::join_files` names them). Allocates nothing:
 /// safe in the child of a vfork-style clone, which has one thread.
 pub fn join_cgroup(file: &CStr) -> Result<(), Errno> {
     let fd = sys::open(file, sys::O_WRONLY | sys::O_CLOEXEC, 0)?;
@@ -100,6 +116,7 @@ fn open_each_component(dir: i32, path: &[u8], flags: i32, mode: u32) -> Result<i
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::format;
 
     #[test]
     fn system_calls_report_errors_as_errno() {

@@ -1,4 +1,4 @@
-//! The drivers' side of containment: which tasks get a cgroup, and the signals a kill by
+//! Task cgroups as the drivers use them: which tasks get a cgroup, and the signals a kill by
 //! cgroup needs (wharf-isolate owns the cgroup files, this crate every signal to a task).
 //!
 //! A driver is given [`TaskCgroups`]: the node's [`Cgroups`] manager, or the reason there is
