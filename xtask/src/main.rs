@@ -90,9 +90,13 @@ fn refusing_protoc() -> PathBuf {
 }
 
 /// Runs `command`, failing with `step` named if it does not succeed.
+/// Runs `command`, failing with `step` named if it does not succeed; says how long it took,
+/// so that a CI run shows where its time goes.
 pub(crate) fn run(step: &str, command: &mut Command) -> Result<(), String> {
     eprintln!("\n==> {step}");
+    let started = std::time::Instant::now();
     let status = command.status().map_err(|e| format!("{step}: cannot run {command:?}: {e}"))?;
+    eprintln!("==> {step}: {:.0}s", started.elapsed().as_secs_f64());
     if status.success() { Ok(()) } else { Err(format!("{step} failed ({status})")) }
 }
 
