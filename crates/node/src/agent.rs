@@ -9,7 +9,7 @@
 //! catalog too; the alloc runners register their tasks' services in it.
 
 use crate::config::NodeConfig;
-use crate::metrics::{Metrics, MetricsHook};
+use crate::metrics::{AllocTally, Family, MetricKind, Metrics, MetricsHook};
 use crate::resources::NodeResources;
 use crate::usage::{CgroupsStatus, NodeStatus};
 use parking_lot::RwLock;
@@ -24,9 +24,7 @@ use wharf_driver::{DriverRegistry, Health};
 use wharf_exec::TaskCgroups;
 use wharf_health::{PortError, PortTable, ServiceCatalog, TcpTransport};
 use wharf_state::resources::Amount;
-use wharf_state::{
-    Allocation, CheckStatus, ClientStatus, DesiredStatus, Job, SpecError, Timestamp,
-};
+use wharf_state::{Allocation, ClientStatus, DesiredStatus, Job, SpecError, Timestamp};
 use wharf_store::{RedbStore, StateStore, StoreError, StoredAlloc};
 use wharf_task::{LogLimits, SystemClock, TaskHook, WallClock};
 
@@ -700,8 +698,8 @@ impl Agent {
         }
     }
 
-    /// The Prometheus text for `/v1/metrics`: the agent's counters, the node's resources, and
-    /// every running task's usage.
+    /// The Prometheus text for `/v1/metrics`: the agent's counters, the allocations by status
+    /// and health with their checks, the node's resources, and every running task's usage.
     pub async fn metrics_text(&self) -> String {
         let mut usages = Vec::new();
         for runner in self.list().into_iter().filter(|r| !r.is_done()) {
@@ -709,29 +707,7 @@ impl Agent {
                 usages.push((runner.id().to_owned(), task, usage));
             }
         }
-        let mut labelled = crate::usage::node_series(&self.node_status().await);
-        labelled.extend(crate::usage::task_series(&usages));
-        self.counters_text(labelled)
-    }
-
-    fn counters_text(&self, mut labelled: Vec<crate::metrics::Labelled<'static>>) -> String {
-        let mut by_status: BTreeMap<&'static str, f64> =
-            ["pending", "running", "complete", "failed", "lost"]
-                .into_iter()
-                .map(|s| (s, 0.0))
-                .collect();
-        let mut by_health: BTreeMap<&'static str, f64> =
-            ["healthy", "unhealthy", "unknown"].into_iter().map(|h| (h, 0.0)).collect();
-        let mut checks: BTreeMap<String, f64> = [
-            CheckStatus::Passing,
-            CheckStatus::Warning,
-            CheckStatus::Critical,
-            CheckStatus::Pending,
-        ]
-        .into_iter()
-        .map(|s| (s.to_string(), 0.0))
-        .collect();
-        let mut passing = Vec::new();
+        let node = self.node_status().await;
         let (runners, mut check_runs, restarts) = {
             let allocs = self.allocs.read();
             let restarts = self.metrics.collected_task_restarts.load(Ordering::Relaxed)
@@ -742,112 +718,67 @@ impl Agent {
                 restarts,
             )
         };
+        let mut tally = AllocTally::default();
         for runner in runners {
             check_runs += runner.check_runs();
-            let state = runner.state();
-            let status = match state.client_status {
-                ClientStatus::Pending => "pending",
-                ClientStatus::Running => "running",
-                ClientStatus::Complete => "complete",
-                ClientStatus::Failed => "failed",
-                ClientStatus::Lost => "lost",
-            };
-            *by_status.entry(status).or_default() += 1.0;
-            let health = match state.deployment_status.and_then(|d| d.healthy) {
-                Some(true) => "healthy",
-                Some(false) => "unhealthy",
-                None => "unknown",
-            };
-            *by_health.entry(health).or_default() += 1.0;
-            for check in runner.checks() {
-                *checks.entry(check.status.to_string()).or_default() += 1.0;
-                let labels = crate::metrics::labels(&[
-                    ("alloc_id", runner.id()),
-                    ("task", &check.task),
-                    ("service", &check.service),
-                    ("check", &check.check),
-                ]);
-                passing.push((labels, f64::from(u8::from(check.status == CheckStatus::Passing))));
-            }
+            tally.add(runner.id(), &runner.state(), &runner.checks());
         }
-        fn label(name: &'static str) -> impl Fn((String, f64)) -> (String, f64) {
-            move |(value, n)| (crate::metrics::labels(&[(name, &value)]), n)
-        }
-        let by_label = |name, counts: BTreeMap<&'static str, f64>| -> Vec<(String, f64)> {
-            counts.into_iter().map(|(value, n)| (value.to_owned(), n)).map(label(name)).collect()
-        };
-        labelled.splice(
-            0..0,
-            [
-                (
-                    "wharf_allocs",
-                    "Allocations on this node by client status.",
-                    "gauge",
-                    by_label("status", by_status),
-                ),
-                (
-                    "wharf_alloc_health",
-                    "Allocations on this node by health: healthy, unhealthy, or not judged.",
-                    "gauge",
-                    by_label("health", by_health),
-                ),
-                (
-                    "wharf_checks",
-                    "Checks of the allocations' services by their latest status.",
-                    "gauge",
-                    checks.into_iter().map(label("status")).collect(),
-                ),
-                (
-                    "wharf_check_passing",
-                    "Whether each check's latest run passed (1) or not (0).",
-                    "gauge",
-                    passing,
-                ),
-            ],
-        );
+        let mut families = self.metrics.families();
+        families.extend(self.store_and_service_families(restarts, check_runs));
+        families.extend(tally.families());
+        families.extend(crate::usage::node_series(&node));
+        families.extend(crate::usage::task_series(&usages));
+        crate::metrics::render(&families)
+    }
+
+    /// The series read from the agent's parts at scrape time: task restarts and check runs
+    /// (counted by the caller), the store's commits, the catalog's services, the ports held.
+    fn store_and_service_families(&self, restarts: u64, check_runs: u64) -> Vec<Family<'static>> {
         let stats = self.store.stats();
-        self.metrics.render(
-            &[
-                ("wharf_task_restarts_total", "Task restarts.", "counter", restarts as f64),
-                (
-                    "wharf_store_commits_total",
-                    "Durable commits of the state store.",
-                    "counter",
-                    stats.commits as f64,
-                ),
-                (
-                    "wharf_store_writes_total",
-                    "Writes committed (several share a commit).",
-                    "counter",
-                    stats.writes as f64,
-                ),
-                (
-                    "wharf_store_commit_seconds_total",
-                    "Time spent committing.",
-                    "counter",
-                    stats.commit_micros as f64 / 1e6,
-                ),
-                (
-                    "wharf_services",
-                    "Services of running tasks in the node's catalog.",
-                    "gauge",
-                    self.catalog().len() as f64,
-                ),
-                (
-                    "wharf_ports_held",
-                    "Ports held by allocations.",
-                    "gauge",
-                    self.ports_held() as f64,
-                ),
-                (
-                    "wharf_check_runs_total",
-                    "Runs of the checks of the allocations on this node since the agent started.",
-                    "counter",
-                    check_runs as f64,
-                ),
-            ],
-            &labelled,
-        )
+        vec![
+            Family::single(
+                "wharf_task_restarts_total",
+                "Task restarts.",
+                MetricKind::Counter,
+                restarts as f64,
+            ),
+            Family::single(
+                "wharf_store_commits_total",
+                "Durable commits of the state store.",
+                MetricKind::Counter,
+                stats.commits as f64,
+            ),
+            Family::single(
+                "wharf_store_writes_total",
+                "Writes committed (several share a commit).",
+                MetricKind::Counter,
+                stats.writes as f64,
+            ),
+            Family::single(
+                "wharf_store_commit_seconds_total",
+                "Time spent committing.",
+                MetricKind::Counter,
+                stats.commit_micros as f64 / 1e6,
+            ),
+            Family::single(
+                "wharf_services",
+                "Services of running tasks in the node's catalog.",
+                MetricKind::Gauge,
+                self.catalog().len() as f64,
+            ),
+            Family::single(
+                "wharf_ports_held",
+                "Ports held by allocations.",
+                MetricKind::Gauge,
+                self.ports_held() as f64,
+            ),
+            Family::single(
+                "wharf_check_runs_total",
+                "Runs of the checks of the allocations on this node since the agent started.",
+                MetricKind::Counter,
+                check_runs as f64,
+            ),
+        ]
     }
 }
 
