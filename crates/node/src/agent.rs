@@ -8,7 +8,7 @@
 //! again from that record after a restart, and released when it ends. It owns the service
 //! catalog too; the alloc runners register their tasks' services in it.
 
-use crate::config::NodeConfig;
+use crate::config::{GcConfig, NodeConfig};
 use crate::metrics::{AllocTally, Family, MetricKind, Metrics, MetricsHook};
 use crate::resources::NodeResources;
 use crate::usage::{CgroupsStatus, NodeStatus};
@@ -571,7 +571,7 @@ impl Agent {
     /// `gc.max_allocs`, and any finished longer ago than `gc.max_age`. Returns their ids.
     pub async fn gc(&self) -> Vec<String> {
         let now = self.clock.now();
-        let mut finished: Vec<(Timestamp, AllocRunner)> = self
+        let finished: Vec<(Timestamp, AllocRunner)> = self
             .list()
             .into_iter()
             .filter(|r| r.is_done() && r.state().client_status.is_terminal())
@@ -582,26 +582,22 @@ impl Agent {
                 (at, r)
             })
             .collect();
-        finished.sort_by_key(|(at, _)| *at);
-        let excess = finished.len().saturating_sub(self.config.gc.max_allocs);
         let mut removed = Vec::new();
-        for (index, (at, runner)) in finished.into_iter().enumerate() {
-            if index < excess || now.since(at) > self.config.gc.max_age {
-                runner.destroy().await;
-                {
-                    // Counted under the lock a scrape reads the allocations under, so the
-                    // total never goes down.
-                    let mut allocs = self.allocs.write();
-                    if let Some(managed) = allocs.remove(runner.id()) {
-                        let restarts = managed.restarts_since_adopted();
-                        self.metrics.collected_task_restarts.fetch_add(restarts, Ordering::Relaxed);
-                    }
-                    let runs = runner.check_runs();
-                    self.metrics.collected_check_runs.fetch_add(runs, Ordering::Relaxed);
+        for runner in collectable(finished, now, &self.config.gc) {
+            runner.destroy().await;
+            {
+                // Counted under the lock a scrape reads the allocations under, so the
+                // total never goes down.
+                let mut allocs = self.allocs.write();
+                if let Some(managed) = allocs.remove(runner.id()) {
+                    let restarts = managed.restarts_since_adopted();
+                    self.metrics.collected_task_restarts.fetch_add(restarts, Ordering::Relaxed);
                 }
-                tracing::info!(alloc_id = %runner.id(), "garbage-collected allocation");
-                removed.push(runner.id().to_owned());
+                let runs = runner.check_runs();
+                self.metrics.collected_check_runs.fetch_add(runs, Ordering::Relaxed);
             }
+            tracing::info!(alloc_id = %runner.id(), "garbage-collected allocation");
+            removed.push(runner.id().to_owned());
         }
         removed
     }
@@ -849,6 +845,20 @@ pub fn new_alloc_id() -> String {
     format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
 }
 
+/// Which finished allocations the garbage collector removes, from when each ended: the
+/// oldest beyond `gc.max_allocs`, and any that ended more than `gc.max_age` before `now`;
+/// oldest first (allocations that ended at the same time, in the order given).
+fn collectable<T>(mut finished: Vec<(Timestamp, T)>, now: Timestamp, gc: &GcConfig) -> Vec<T> {
+    finished.sort_by_key(|(at, _)| *at);
+    let excess = finished.len().saturating_sub(gc.max_allocs);
+    finished
+        .into_iter()
+        .enumerate()
+        .filter(|(index, (at, _))| *index < excess || now.since(*at) > gc.max_age)
+        .map(|(_, (_, alloc))| alloc)
+        .collect()
+}
+
 /// The managed allocations' runners, oldest first.
 fn oldest_first(allocs: &BTreeMap<String, Managed>) -> Vec<AllocRunner> {
     let mut managed: Vec<&Managed> = allocs.values().collect();
@@ -858,3 +868,36 @@ fn oldest_first(allocs: &BTreeMap<String, Managed>) -> Vec<AllocRunner> {
 
 /// How long to wait between checks for things that have no notification (log files).
 pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An allocation's name and how many minutes ago it ended.
+    type Ended = (&'static str, u64);
+
+    /// Which finished allocations one collection removes, with at most two kept and none
+    /// kept more than an hour; each row lists `(name, minutes ago it ended)`.
+    #[test]
+    fn collectable_table() {
+        let gc =
+            GcConfig { max_allocs: 2, max_age: Duration::from_secs(3600), ..GcConfig::default() };
+        let now = Timestamp(10 * 3_600_000);
+        let table: [(&[Ended], &[&str]); 7] = [
+            (&[], &[]),
+            (&[("a", 5), ("b", 1)], &[]),
+            (&[("a", 5), ("b", 1), ("c", 3)], &["a"]),
+            (&[("a", 1), ("b", 2), ("c", 3), ("d", 4)], &["d", "c"]),
+            (&[("old", 61), ("new", 1)], &["old"]),
+            (&[("at the hour", 60), ("new", 1)], &[]),
+            (&[("x", 90), ("y", 70), ("z", 2), ("w", 200)], &["w", "x", "y"]),
+        ];
+        for (finished, removed) in table {
+            let ended: Vec<(Timestamp, &str)> = finished
+                .iter()
+                .map(|(name, minutes)| (Timestamp(now.0 - minutes * 60_000), *name))
+                .collect();
+            assert_eq!(collectable(ended, now, &gc), removed, "{finished:?}");
+        }
+    }
+}
