@@ -17,7 +17,7 @@
 
 mod agent;
 mod alloc;
-pub(crate) mod common;
+pub mod common;
 mod node;
 mod run;
 mod service;

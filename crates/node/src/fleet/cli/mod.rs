@@ -1,8 +1,8 @@
 //! `wharf fleet ...`: running a fleet, and the commands that talk to one.
 //!
 //! This module parses the fleet's part of the command line and hands each subcommand to its
-//! own module: `wharf fleet` alone runs a replica ([`serve`]); the others talk to the fleet's
-//! API with a client of it made here ([`submit`], [`status`], [`allocs`], [`workers`]). What
+//! own module: `wharf fleet` alone runs a replica (`serve`); the others talk to the fleet's
+//! API with a client of it made here (`submit`, `status`, `allocs`, `workers`). What
 //! they share with the agent's commands comes from [`crate::cli::common`].
 
 mod allocs;
