@@ -678,7 +678,7 @@ impl Agent {
             }
         }
         NodeStatus {
-            cpu: crate::usage::NodeCpu {
+            cpu: crate::usage::NodeCpuStatus {
                 cores: resources.cores,
                 mhz_per_core: resources.mhz_per_core,
                 total_mhz: resources.total.cpu_mhz,

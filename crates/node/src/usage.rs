@@ -16,7 +16,7 @@ use wharf_state::resources::Amount;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NodeStatus {
     /// The node's CPU.
-    pub cpu: NodeCpu,
+    pub cpu: NodeCpuStatus,
     /// Its memory, in MiB.
     pub memory_mb: u64,
     /// What it keeps for itself (configured).
@@ -47,9 +47,9 @@ pub fn probe_line(status: &NodeStatus) -> String {
     )
 }
 
-/// The node's CPU.
+/// The node's CPU, as `GET /v1/node` shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeCpu {
+pub struct NodeCpuStatus {
     /// Cores.
     pub cores: u32,
     /// The speed of one, in MHz.
