@@ -8,8 +8,8 @@
 //! again from that record after a restart, and released when it ends. It owns the service
 //! catalog too; the alloc runners register their tasks' services in it.
 
-use crate::config::NodeConfig;
-use crate::metrics::{Metrics, MetricsHook};
+use crate::config::{GcConfig, NodeConfig};
+use crate::metrics::{AllocTally, Family, MetricKind, Metrics, MetricsHook};
 use crate::resources::NodeResources;
 use crate::usage::{CgroupsStatus, NodeStatus};
 use parking_lot::RwLock;
@@ -24,9 +24,7 @@ use wharf_driver::{DriverRegistry, Health};
 use wharf_exec::TaskCgroups;
 use wharf_health::{PortError, PortTable, ServiceCatalog, TcpTransport};
 use wharf_state::resources::Amount;
-use wharf_state::{
-    Allocation, CheckStatus, ClientStatus, DesiredStatus, Job, SpecError, Timestamp,
-};
+use wharf_state::{Allocation, ClientStatus, DesiredStatus, Job, SpecError, Timestamp};
 use wharf_store::{RedbStore, StateStore, StoreError, StoredAlloc};
 use wharf_task::{LogLimits, SystemClock, TaskHook, WallClock};
 
@@ -573,7 +571,7 @@ impl Agent {
     /// `gc.max_allocs`, and any finished longer ago than `gc.max_age`. Returns their ids.
     pub async fn gc(&self) -> Vec<String> {
         let now = self.clock.now();
-        let mut finished: Vec<(Timestamp, AllocRunner)> = self
+        let finished: Vec<(Timestamp, AllocRunner)> = self
             .list()
             .into_iter()
             .filter(|r| r.is_done() && r.state().client_status.is_terminal())
@@ -584,26 +582,22 @@ impl Agent {
                 (at, r)
             })
             .collect();
-        finished.sort_by_key(|(at, _)| *at);
-        let excess = finished.len().saturating_sub(self.config.gc.max_allocs);
         let mut removed = Vec::new();
-        for (index, (at, runner)) in finished.into_iter().enumerate() {
-            if index < excess || now.since(at) > self.config.gc.max_age {
-                runner.destroy().await;
-                {
-                    // Counted under the lock a scrape reads the allocations under, so the
-                    // total never goes down.
-                    let mut allocs = self.allocs.write();
-                    if let Some(managed) = allocs.remove(runner.id()) {
-                        let restarts = managed.restarts_since_adopted();
-                        self.metrics.collected_task_restarts.fetch_add(restarts, Ordering::Relaxed);
-                    }
-                    let runs = runner.check_runs();
-                    self.metrics.collected_check_runs.fetch_add(runs, Ordering::Relaxed);
+        for runner in collectable(finished, now, &self.config.gc) {
+            runner.destroy().await;
+            {
+                // Counted under the lock a scrape reads the allocations under, so the
+                // total never goes down.
+                let mut allocs = self.allocs.write();
+                if let Some(managed) = allocs.remove(runner.id()) {
+                    let restarts = managed.restarts_since_adopted();
+                    self.metrics.collected_task_restarts.fetch_add(restarts, Ordering::Relaxed);
                 }
-                tracing::info!(alloc_id = %runner.id(), "garbage-collected allocation");
-                removed.push(runner.id().to_owned());
+                let runs = runner.check_runs();
+                self.metrics.collected_check_runs.fetch_add(runs, Ordering::Relaxed);
             }
+            tracing::info!(alloc_id = %runner.id(), "garbage-collected allocation");
+            removed.push(runner.id().to_owned());
         }
         removed
     }
@@ -684,7 +678,7 @@ impl Agent {
             }
         }
         NodeStatus {
-            cpu: crate::usage::NodeCpu {
+            cpu: crate::usage::NodeCpuStatus {
                 cores: resources.cores,
                 mhz_per_core: resources.mhz_per_core,
                 total_mhz: resources.total.cpu_mhz,
@@ -700,8 +694,8 @@ impl Agent {
         }
     }
 
-    /// The Prometheus text for `/v1/metrics`: the agent's counters, the node's resources, and
-    /// every running task's usage.
+    /// The Prometheus text for `/v1/metrics`: the agent's counters, the allocations by status
+    /// and health with their checks, the node's resources, and every running task's usage.
     pub async fn metrics_text(&self) -> String {
         let mut usages = Vec::new();
         for runner in self.list().into_iter().filter(|r| !r.is_done()) {
@@ -709,29 +703,7 @@ impl Agent {
                 usages.push((runner.id().to_owned(), task, usage));
             }
         }
-        let mut labelled = crate::usage::node_series(&self.node_status().await);
-        labelled.extend(crate::usage::task_series(&usages));
-        self.counters_text(labelled)
-    }
-
-    fn counters_text(&self, mut labelled: Vec<crate::metrics::Labelled<'static>>) -> String {
-        let mut by_status: BTreeMap<&'static str, f64> =
-            ["pending", "running", "complete", "failed", "lost"]
-                .into_iter()
-                .map(|s| (s, 0.0))
-                .collect();
-        let mut by_health: BTreeMap<&'static str, f64> =
-            ["healthy", "unhealthy", "unknown"].into_iter().map(|h| (h, 0.0)).collect();
-        let mut checks: BTreeMap<String, f64> = [
-            CheckStatus::Passing,
-            CheckStatus::Warning,
-            CheckStatus::Critical,
-            CheckStatus::Pending,
-        ]
-        .into_iter()
-        .map(|s| (s.to_string(), 0.0))
-        .collect();
-        let mut passing = Vec::new();
+        let node = self.node_status().await;
         let (runners, mut check_runs, restarts) = {
             let allocs = self.allocs.read();
             let restarts = self.metrics.collected_task_restarts.load(Ordering::Relaxed)
@@ -742,112 +714,67 @@ impl Agent {
                 restarts,
             )
         };
+        let mut tally = AllocTally::default();
         for runner in runners {
             check_runs += runner.check_runs();
-            let state = runner.state();
-            let status = match state.client_status {
-                ClientStatus::Pending => "pending",
-                ClientStatus::Running => "running",
-                ClientStatus::Complete => "complete",
-                ClientStatus::Failed => "failed",
-                ClientStatus::Lost => "lost",
-            };
-            *by_status.entry(status).or_default() += 1.0;
-            let health = match state.deployment_status.and_then(|d| d.healthy) {
-                Some(true) => "healthy",
-                Some(false) => "unhealthy",
-                None => "unknown",
-            };
-            *by_health.entry(health).or_default() += 1.0;
-            for check in runner.checks() {
-                *checks.entry(check.status.to_string()).or_default() += 1.0;
-                let labels = crate::metrics::labels(&[
-                    ("alloc_id", runner.id()),
-                    ("task", &check.task),
-                    ("service", &check.service),
-                    ("check", &check.check),
-                ]);
-                passing.push((labels, f64::from(u8::from(check.status == CheckStatus::Passing))));
-            }
+            tally.add(runner.id(), &runner.state(), &runner.checks());
         }
-        fn label(name: &'static str) -> impl Fn((String, f64)) -> (String, f64) {
-            move |(value, n)| (crate::metrics::labels(&[(name, &value)]), n)
-        }
-        let by_label = |name, counts: BTreeMap<&'static str, f64>| -> Vec<(String, f64)> {
-            counts.into_iter().map(|(value, n)| (value.to_owned(), n)).map(label(name)).collect()
-        };
-        labelled.splice(
-            0..0,
-            [
-                (
-                    "wharf_allocs",
-                    "Allocations on this node by client status.",
-                    "gauge",
-                    by_label("status", by_status),
-                ),
-                (
-                    "wharf_alloc_health",
-                    "Allocations on this node by health: healthy, unhealthy, or not judged.",
-                    "gauge",
-                    by_label("health", by_health),
-                ),
-                (
-                    "wharf_checks",
-                    "Checks of the allocations' services by their latest status.",
-                    "gauge",
-                    checks.into_iter().map(label("status")).collect(),
-                ),
-                (
-                    "wharf_check_passing",
-                    "Whether each check's latest run passed (1) or not (0).",
-                    "gauge",
-                    passing,
-                ),
-            ],
-        );
+        let mut families = self.metrics.families();
+        families.extend(self.store_and_service_families(restarts, check_runs));
+        families.extend(tally.families());
+        families.extend(crate::usage::node_series(&node));
+        families.extend(crate::usage::task_series(&usages));
+        crate::metrics::render(&families)
+    }
+
+    /// The series read from the agent's parts at scrape time: task restarts and check runs
+    /// (counted by the caller), the store's commits, the catalog's services, the ports held.
+    fn store_and_service_families(&self, restarts: u64, check_runs: u64) -> Vec<Family<'static>> {
         let stats = self.store.stats();
-        self.metrics.render(
-            &[
-                ("wharf_task_restarts_total", "Task restarts.", "counter", restarts as f64),
-                (
-                    "wharf_store_commits_total",
-                    "Durable commits of the state store.",
-                    "counter",
-                    stats.commits as f64,
-                ),
-                (
-                    "wharf_store_writes_total",
-                    "Writes committed (several share a commit).",
-                    "counter",
-                    stats.writes as f64,
-                ),
-                (
-                    "wharf_store_commit_seconds_total",
-                    "Time spent committing.",
-                    "counter",
-                    stats.commit_micros as f64 / 1e6,
-                ),
-                (
-                    "wharf_services",
-                    "Services of running tasks in the node's catalog.",
-                    "gauge",
-                    self.catalog().len() as f64,
-                ),
-                (
-                    "wharf_ports_held",
-                    "Ports held by allocations.",
-                    "gauge",
-                    self.ports_held() as f64,
-                ),
-                (
-                    "wharf_check_runs_total",
-                    "Runs of the checks of the allocations on this node since the agent started.",
-                    "counter",
-                    check_runs as f64,
-                ),
-            ],
-            &labelled,
-        )
+        vec![
+            Family::single(
+                "wharf_task_restarts_total",
+                "Task restarts.",
+                MetricKind::Counter,
+                restarts as f64,
+            ),
+            Family::single(
+                "wharf_store_commits_total",
+                "Durable commits of the state store.",
+                MetricKind::Counter,
+                stats.commits as f64,
+            ),
+            Family::single(
+                "wharf_store_writes_total",
+                "Writes committed (several share a commit).",
+                MetricKind::Counter,
+                stats.writes as f64,
+            ),
+            Family::single(
+                "wharf_store_commit_seconds_total",
+                "Time spent committing.",
+                MetricKind::Counter,
+                stats.commit_micros as f64 / 1e6,
+            ),
+            Family::single(
+                "wharf_services",
+                "Services of running tasks in the node's catalog.",
+                MetricKind::Gauge,
+                self.catalog().len() as f64,
+            ),
+            Family::single(
+                "wharf_ports_held",
+                "Ports held by allocations.",
+                MetricKind::Gauge,
+                self.ports_held() as f64,
+            ),
+            Family::single(
+                "wharf_check_runs_total",
+                "Runs of the checks of the allocations on this node since the agent started.",
+                MetricKind::Counter,
+                check_runs as f64,
+            ),
+        ]
     }
 }
 
@@ -918,6 +845,20 @@ pub fn new_alloc_id() -> String {
     format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
 }
 
+/// Which finished allocations the garbage collector removes, from when each ended: the
+/// oldest beyond `gc.max_allocs`, and any that ended more than `gc.max_age` before `now`;
+/// oldest first (allocations that ended at the same time, in the order given).
+fn collectable<T>(mut finished: Vec<(Timestamp, T)>, now: Timestamp, gc: &GcConfig) -> Vec<T> {
+    finished.sort_by_key(|(at, _)| *at);
+    let excess = finished.len().saturating_sub(gc.max_allocs);
+    finished
+        .into_iter()
+        .enumerate()
+        .filter(|(index, (at, _))| *index < excess || now.since(*at) > gc.max_age)
+        .map(|(_, (_, alloc))| alloc)
+        .collect()
+}
+
 /// The managed allocations' runners, oldest first.
 fn oldest_first(allocs: &BTreeMap<String, Managed>) -> Vec<AllocRunner> {
     let mut managed: Vec<&Managed> = allocs.values().collect();
@@ -927,3 +868,36 @@ fn oldest_first(allocs: &BTreeMap<String, Managed>) -> Vec<AllocRunner> {
 
 /// How long to wait between checks for things that have no notification (log files).
 pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An allocation's name and how many minutes ago it ended.
+    type Ended = (&'static str, u64);
+
+    /// Which finished allocations one collection removes, with at most two kept and none
+    /// kept more than an hour; each row lists `(name, minutes ago it ended)`.
+    #[test]
+    fn collectable_table() {
+        let gc =
+            GcConfig { max_allocs: 2, max_age: Duration::from_secs(3600), ..GcConfig::default() };
+        let now = Timestamp(10 * 3_600_000);
+        let table: [(&[Ended], &[&str]); 7] = [
+            (&[], &[]),
+            (&[("a", 5), ("b", 1)], &[]),
+            (&[("a", 5), ("b", 1), ("c", 3)], &["a"]),
+            (&[("a", 1), ("b", 2), ("c", 3), ("d", 4)], &["d", "c"]),
+            (&[("old", 61), ("new", 1)], &["old"]),
+            (&[("at the hour", 60), ("new", 1)], &[]),
+            (&[("x", 90), ("y", 70), ("z", 2), ("w", 200)], &["w", "x", "y"]),
+        ];
+        for (finished, removed) in table {
+            let ended: Vec<(Timestamp, &str)> = finished
+                .iter()
+                .map(|(name, minutes)| (Timestamp(now.0 - minutes * 60_000), *name))
+                .collect();
+            assert_eq!(collectable(ended, now, &gc), removed, "{finished:?}");
+        }
+    }
+}

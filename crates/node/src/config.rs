@@ -112,7 +112,7 @@ impl Default for CgroupsConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct DriversConfig {
     /// The raw_exec driver (plain processes).
-    pub raw_exec: RawExecConfig,
+    pub raw_exec: RawExecDriverConfig,
     /// The isolated exec driver (each task contained, as Nomad's exec2).
     pub exec: ExecDriverConfig,
 }
@@ -192,10 +192,11 @@ impl ExecDriverConfig {
     }
 }
 
-/// raw_exec settings.
+/// The agent's settings of the raw_exec driver (`[drivers.raw_exec]`); a task's own `config`
+/// block is wharf-exec's `RawExecConfig`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct RawExecConfig {
+pub struct RawExecDriverConfig {
     /// Whether tasks may use it.
     pub enabled: bool,
     /// The shim program; by default `wharf-shim` beside the `wharf` binary.
@@ -244,9 +245,9 @@ impl Default for NodeConfig {
     }
 }
 
-impl Default for RawExecConfig {
+impl Default for RawExecDriverConfig {
     fn default() -> Self {
-        RawExecConfig { enabled: true, shim_path: None }
+        RawExecDriverConfig { enabled: true, shim_path: None }
     }
 }
 

@@ -5,16 +5,19 @@
 //! - [`agent`]: opens the store, restores, runs, stops, garbage-collects, shuts down; gives
 //!   allocations their ports and keeps the node's service catalog.
 //! - [`api`]: the HTTP API over the agent.
-//! - [`cli`]: `wharf agent | run | validate | alloc ... | service list`.
+//! - [`cli`]: `wharf agent | run | validate | alloc ... | node status | service list | wipe`,
+//!   one module per subcommand, and [`cli::common`] for what they share.
 //! - [`config`]: the agent's TOML configuration with defaults.
 //! - [`serve`]: serving with graceful shutdown, and the embedded agent of `wharf run`.
 //! - [`wipe`]: `wharf wipe`, a node's end when the machine it stands for is destroyed.
-//! - [`fleet`]: `wharf fleet`, a pool of agents driven by wharf-prober, and its API.
+//! - [`fleet`]: `wharf fleet`, a pool of agents driven by wharf-prober, its API, and its
+//!   commands ([`fleet::cli`]).
 //! - [`resources`]: what the node has and keeps, admission's totals, and the tasks' cgroups;
 //!   [`usage`]: how the node's resources and tasks' usage are shown (API, CLI, metrics).
 //! - [`api_token`]: the API token an agent or a fleet keeps in its data directory when none is
 //!   set; [`agent_token`]: the agent's.
-//! - [`metrics`], [`probe`], [`client`], [`agent_file`]: what those need. Task logs are read
+//! - [`metrics`]: the agent's counters and gauges, through one typed writer of the text format.
+//! - [`probe`], [`client`], [`agent_file`]: what those need. Task logs are read
 //!   by each task's driver (`wharf_driver::Driver::task_logs`).
 
 pub mod agent;

@@ -3,7 +3,7 @@
 
 use crate::agent::{Agent, StartOptions};
 use crate::agent_file::AgentFile;
-use crate::cli::UsageError;
+use crate::cli::common::UsageError;
 use crate::client::Client;
 use crate::config::NodeConfig;
 use anyhow::Context;

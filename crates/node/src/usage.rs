@@ -5,7 +5,7 @@
 //! The figures come from elsewhere: the node's from [`crate::resources`], a task's from its
 //! driver (`Driver::task_stats`: its cgroup, or `/proc` without one).
 
-use crate::metrics::{Labelled, escape as label};
+use crate::metrics::{Family, MetricKind, escape as label};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -16,7 +16,7 @@ use wharf_state::resources::Amount;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NodeStatus {
     /// The node's CPU.
-    pub cpu: NodeCpu,
+    pub cpu: NodeCpuStatus,
     /// Its memory, in MiB.
     pub memory_mb: u64,
     /// What it keeps for itself (configured).
@@ -47,9 +47,9 @@ pub fn probe_line(status: &NodeStatus) -> String {
     )
 }
 
-/// The node's CPU.
+/// The node's CPU, as `GET /v1/node` shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeCpu {
+pub struct NodeCpuStatus {
     /// Cores.
     pub cores: u32,
     /// The speed of one, in MHz.
@@ -177,7 +177,7 @@ impl From<&wharf_alloc::AllocUsage> for AllocStats {
 }
 
 /// The Prometheus series of the node's resources.
-pub fn node_series(status: &NodeStatus) -> Vec<Labelled<'static>> {
+pub fn node_series(status: &NodeStatus) -> Vec<Family<'static>> {
     let states = [
         (
             "total",
@@ -195,22 +195,22 @@ pub fn node_series(status: &NodeStatus) -> Vec<Labelled<'static>> {
         states.iter().map(|(state, amount)| (format!("state=\"{state}\""), pick(amount))).collect()
     };
     vec![
-        (
+        Family::labelled(
             "wharf_node_cpu_mhz",
             "The node's CPU in MHz: all of it, kept for itself, held by allocations, free.",
-            "gauge",
+            MetricKind::Gauge,
             family(|a| a.cpu_mhz as f64),
         ),
-        (
+        Family::labelled(
             "wharf_node_memory_bytes",
             "The node's memory: all of it, kept for itself, held by allocations, free.",
-            "gauge",
+            MetricKind::Gauge,
             family(|a| (a.memory_mb << 20) as f64),
         ),
-        (
+        Family::labelled(
             "wharf_node_cores",
             "The node's whole cores: all, kept for itself, reserved by tasks, free to reserve.",
-            "gauge",
+            MetricKind::Gauge,
             family(|a| f64::from(a.cores)),
         ),
     ]
@@ -220,7 +220,7 @@ pub fn node_series(status: &NodeStatus) -> Vec<Labelled<'static>> {
 type Figure = fn(&ResourceUsage) -> f64;
 
 /// The Prometheus series of running tasks' usage, from `(alloc id, task, usage)`.
-pub fn task_series(usages: &[(String, String, ResourceUsage)]) -> Vec<Labelled<'static>> {
+pub fn task_series(usages: &[(String, String, ResourceUsage)]) -> Vec<Family<'static>> {
     let labels =
         |alloc: &str, task: &str| format!("alloc_id=\"{}\",task=\"{}\"", label(alloc), label(task));
     let each = |value: Figure| -> Vec<(String, f64)> {
@@ -237,10 +237,10 @@ pub fn task_series(usages: &[(String, String, ResourceUsage)]) -> Vec<Labelled<'
             .collect()
     };
     vec![
-        (
+        Family::labelled(
             "wharf_task_cpu_seconds_total",
             "CPU time of a running task, by mode (user and system sampled at the scheduler's ticks).",
-            "counter",
+            MetricKind::Counter,
             by(
                 "mode",
                 &[
@@ -249,22 +249,22 @@ pub fn task_series(usages: &[(String, String, ResourceUsage)]) -> Vec<Labelled<'
                 ],
             ),
         ),
-        (
+        Family::labelled(
             "wharf_task_cpu_throttled_periods_total",
             "CFS periods in which a running task's CPU quota held it back.",
-            "counter",
+            MetricKind::Counter,
             each(|u| u.cpu_throttled_periods as f64),
         ),
-        (
+        Family::labelled(
             "wharf_task_cpu_throttled_seconds_total",
             "How long a running task's CPU quota held it back.",
-            "counter",
+            MetricKind::Counter,
             each(|u| u.cpu_throttled.as_secs_f64()),
         ),
-        (
+        Family::labelled(
             "wharf_task_memory_bytes",
             "Memory of a running task, by kind (rss, cache, swap, max_usage).",
-            "gauge",
+            MetricKind::Gauge,
             by(
                 "kind",
                 &[
@@ -275,10 +275,10 @@ pub fn task_series(usages: &[(String, String, ResourceUsage)]) -> Vec<Labelled<'
                 ],
             ),
         ),
-        (
+        Family::labelled(
             "wharf_task_processes",
             "Processes (with a cgroup: processes and threads) of a running task.",
-            "gauge",
+            MetricKind::Gauge,
             each(|u| f64::from(u.processes)),
         ),
     ]
@@ -427,11 +427,11 @@ mod tests {
     #[test]
     fn task_series_carry_their_labels() {
         let series = task_series(&[("a1".into(), "web\"x".into(), usage())]);
-        let (name, _, kind, samples) = &series[0];
-        assert_eq!((*name, *kind), ("wharf_task_cpu_seconds_total", "counter"));
+        let Family { name, kind, samples, .. } = &series[0];
+        assert_eq!((*name, *kind), ("wharf_task_cpu_seconds_total", MetricKind::Counter));
         assert_eq!(samples[0], ("alloc_id=\"a1\",task=\"web\\\"x\",mode=\"user\"".to_owned(), 1.0));
-        let memory = series.iter().find(|s| s.0 == "wharf_task_memory_bytes").unwrap();
-        assert!(memory.3.contains(&(
+        let memory = series.iter().find(|s| s.name == "wharf_task_memory_bytes").unwrap();
+        assert!(memory.samples.contains(&(
             "alloc_id=\"a1\",task=\"web\\\"x\",kind=\"max_usage\"".to_owned(),
             f64::from(5u32 << 20)
         )));
