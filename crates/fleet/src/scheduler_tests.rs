@@ -306,6 +306,9 @@ impl Harness {
     /// A new scheduler takes over from the same store, as after a restart of the fleet or a
     /// failover; the old one's term is over.
     fn take_over(&mut self) {
+        // Whoever leads loses its term first, as a lapsed lease ends it: a campaign waits for
+        // as long as another replica leads.
+        self.store.lapse();
         let (pool, config, store) = (&self.pool, self.config.clone(), self.store.clone());
         self.scheduler = self.runtime.block_on(take_over(pool, config, store));
     }
@@ -1454,6 +1457,7 @@ fn many_decisions_at_once_fit_in_the_stores_commits() {
 
     // 150 starts in flight when the last scheduler stopped, as its records say.
     let me = Replica { name: "before".into(), address: "127.0.0.1:1".into() };
+    h.store.lapse();
     let term = h.runtime.block_on(h.store.campaign(&me)).unwrap();
     let starting: Vec<Change> = (250..400)
         .map(|n| {

@@ -1,8 +1,10 @@
 //! `wharf fleet`: a pool of workers, each running the wharf node agent, and a scheduler that
 //! places allocations on them, as Arvados' dispatcher keeps instances running crunch-run.
 //!
-//! This module only wires wharf-prober's pool and wharf-fleet's scheduler to the `wharf`
-//! binary:
+//! This module only wires wharf-prober's pool and wharf-fleet's scheduler and replica loop
+//! ([`ReplicaLoop`]: campaign, lead, follow) to the `wharf` binary: its configuration, the
+//! lead's build (the instance set, the executors and the runner commands of one term), the
+//! HTTP API and the CLI. What it wires:
 //! - the runner is `wharf` itself, deployed to every static worker by sha256 (loopback workers
 //!   run the fleet's own binary in place, as their agents do); the run probe is
 //!   `wharf alloc list --probe`, a start is `wharf run --detach - --id ID` with the job spec on
@@ -31,8 +33,7 @@ use config::{FleetConfig, Instances};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::watch;
-use wharf_fleet::{FleetStore, Replica, Scheduler, SchedulerConfig, Term};
+use wharf_fleet::{FleetStore, LeadError, Replica, ReplicaLoop, Scheduler, SchedulerConfig, Term};
 use wharf_prober::{
     BrakeConfig, Clock, Executor, IdleBehavior, Instance, InstanceId, InstanceSet, LocalExecutor,
     LoopbackConfig, LoopbackInstanceSet, NewExecutor, Pool, PoolConfig, RunnerConfig, SshExecutor,
@@ -42,20 +43,18 @@ use wharf_prober::{
 /// Idle workers are kept: a fleet of fixed size is not shrunk for idleness.
 const NEVER: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
-/// The running fleet: this replica, its store, and while it leads, the pool and the scheduler
-/// ([`Leading`]). Only the leader probes, creates, destroys and places; a follower serves
-/// reads from the store and forwards the rest to the leader (see [`api`]).
+/// The running fleet: this replica's loop (wharf-fleet's [`ReplicaLoop`]: campaign, lead,
+/// follow), its store, and while it leads, the pool and the scheduler ([`Leading`]). Only the
+/// leader probes, creates, destroys and places; a follower serves reads from the store and
+/// forwards the rest to the leader (see [`api`]).
 #[derive(Debug)]
 pub struct Fleet {
     config: FleetConfig,
     plan: Plan,
     store: Arc<dyn FleetStore>,
-    replica: Replica,
+    replica: Arc<ReplicaLoop<InstanceSets>>,
     clock: Arc<dyn Clock>,
     wall_origin: wharf_state::Timestamp,
-    /// What this replica runs while it leads; `None` while it follows.
-    leading: watch::Sender<Option<Arc<Leading>>>,
-    stopping: watch::Sender<bool>,
     /// Wraps every executor the pool gets, if set.
     executor_layer: Option<ExecutorLayer>,
 }
@@ -75,25 +74,16 @@ impl std::fmt::Debug for ExecutorLayer {
     }
 }
 
-/// What the leader runs: the pool of workers and the scheduler, under one term.
-#[derive(Debug)]
-pub struct Leading {
-    pool: Pool,
-    scheduler: Scheduler,
+/// What the leader runs: the pool of workers and the scheduler under one term, with the
+/// instance set the pool was made over.
+pub type Leading = wharf_fleet::Leading<InstanceSets>;
+
+/// The instance set a lead's pool was made over, kept for what the node does beside the pool:
+/// putting a static host back in service, destroying loopback instances at shutdown.
+#[derive(Debug, Default)]
+pub struct InstanceSets {
     static_set: Option<Arc<StaticInstanceSet>>,
     loopback: Option<Arc<LoopbackInstanceSet>>,
-}
-
-impl Leading {
-    /// The pool of workers.
-    pub fn pool(&self) -> &Pool {
-        &self.pool
-    }
-
-    /// The scheduler.
-    pub fn scheduler(&self) -> &Scheduler {
-        &self.scheduler
-    }
 }
 
 /// The settings a lead is built from, worked out once from the configuration.
@@ -135,25 +125,34 @@ impl Fleet {
         let wall_origin = wall_origin(clock.as_ref());
         plan.scheduling.wall_origin = wall_origin;
         let store = open_store(&config, &data_dir).await?;
-        let replica = Replica {
+        let me = Replica {
             name: config.store.replica.clone().unwrap_or_else(|| config.bind.to_string()),
             address: config.store.advertise.clone().unwrap_or_else(|| config.bind.to_string()),
         };
+        let replica = Arc::new(ReplicaLoop::new(store.clone(), me));
         let fleet = Arc::new(Fleet {
             wall_origin,
             config,
             plan,
             store,
-            replica,
+            replica: replica.clone(),
             clock,
-            leading: watch::Sender::new(None),
-            stopping: watch::Sender::new(false),
             executor_layer,
         });
         let (first, first_lead) = tokio::sync::oneshot::channel();
-        tokio::spawn(lead(fleet.clone(), first));
+        let for_build = fleet.clone();
+        let build = move |term: Term| {
+            let fleet = for_build.clone();
+            async move { fleet.take_lead(term).await }
+        };
+        tokio::spawn(replica.run(build, Some(first)));
         if fleet.config.store.backend == StoreBackend::Redb {
-            first_lead.await.unwrap_or_else(|_| Err(anyhow::anyhow!("the fleet stopped")))?;
+            match first_lead.await {
+                Ok(Ok(())) => {}
+                Ok(Err(LeadError::Campaign(error))) => return Err(error.into()),
+                Ok(Err(LeadError::Build(error))) => return Err(error),
+                Err(_) => anyhow::bail!("the fleet stopped"),
+            }
         }
         Ok(fleet)
     }
@@ -165,7 +164,7 @@ impl Fleet {
 
     /// What it runs while it leads; `None` while it follows.
     pub fn leading(&self) -> Option<Arc<Leading>> {
-        self.leading.borrow().clone()
+        self.replica.leading()
     }
 
     /// The wall-clock time now.
@@ -180,11 +179,11 @@ impl Fleet {
 
     /// This replica.
     pub fn replica(&self) -> &Replica {
-        &self.replica
+        self.replica.replica()
     }
 
-    /// Builds what a leader runs under `term`, and starts the pool.
-    async fn take_lead(&self, term: Term) -> anyhow::Result<Arc<Leading>> {
+    /// Builds what a leader runs under `term`, and starts the pool: the replica loop's `build`.
+    async fn take_lead(&self, term: Term) -> anyhow::Result<Leading> {
         let plan = &self.plan;
         let mut pool_config = plan.pool.clone();
         fence_runner_commands(&mut pool_config.worker.runner, term.number());
@@ -199,10 +198,9 @@ impl Fleet {
         let scheduler =
             Scheduler::take_over(pool.clone(), plan.scheduling.clone(), self.store.clone(), term)
                 .await?;
-        let leading = Arc::new(Leading { pool, scheduler, static_set, loopback });
-        let pool = leading.pool.clone();
-        tokio::spawn(async move { pool.run().await });
-        Ok(leading)
+        let running = pool.clone();
+        tokio::spawn(async move { running.run().await });
+        Ok(Leading::new(pool, scheduler, InstanceSets { static_set, loopback }))
     }
 
     /// The instance set of the configured workers, with the executors that reach them. Made
@@ -295,14 +293,14 @@ impl Fleet {
         id: &InstanceId,
         idle_behavior: IdleBehavior,
     ) -> Result<(), wharf_prober::ProberError> {
-        match leading.pool.set_idle_behavior(id, idle_behavior).await {
+        match leading.pool().set_idle_behavior(id, idle_behavior).await {
             Err(wharf_prober::ProberError::UnknownWorker(_))
                 if idle_behavior == IdleBehavior::Run
-                    && let Some(set) = &leading.static_set =>
+                    && let Some(set) = &leading.extra().static_set =>
             {
-                let key = Tag::IdleBehavior.key(&leading.pool.worker_config().tag_prefix);
+                let key = Tag::IdleBehavior.key(&leading.pool().worker_config().tag_prefix);
                 if set.restore(id, &key) {
-                    leading.pool.sync().await.map(drop)
+                    leading.pool().sync().await.map(drop)
                 } else {
                     Err(wharf_prober::ProberError::UnknownWorker(id.0.clone()))
                 }
@@ -316,84 +314,14 @@ impl Fleet {
     /// store, whose fleet is this process alone; with a shared store they are the fleet's, and
     /// the next leader adopts them. Static hosts are left as they are.
     pub async fn shutdown(&self) {
-        self.stopping.send_replace(true);
-        let Some(leading) = self.leading.send_replace(None) else { return };
-        leading.scheduler.stop_running();
-        leading.pool.stop();
-        if let Err(error) = self.store.resign(leading.scheduler.term()).await {
-            tracing::warn!(%error, "cannot resign the fleet's term");
-        }
+        let Some(leading) = self.replica.shutdown().await else { return };
         if self.config.store.backend == StoreBackend::Redb
-            && let Some(set) = &leading.loopback
+            && let Some(set) = &leading.extra().loopback
         {
             for (worker, error) in set.destroy_all().await {
                 tracing::warn!(%worker, %error, "cannot destroy loopback instance");
             }
         }
-    }
-}
-
-/// A replica's life: campaign, lead until the term is lost (or the fleet stops), follow, and
-/// campaign again. `first` hears how the first attempt to lead went.
-///
-/// A follower's campaign waits for as long as another replica leads: following is the normal
-/// state of all but one replica, said at debug level. A campaign that fails (the store cannot
-/// be reached, this replica's lease lapsed) and a lead that cannot be built are errors.
-async fn lead(fleet: Arc<Fleet>, first: tokio::sync::oneshot::Sender<anyhow::Result<()>>) {
-    let mut first = Some(first);
-    let mut stopping = fleet.stopping.subscribe();
-    loop {
-        tracing::debug!(replica = %fleet.replica.name, "campaigning to lead the fleet; following whoever leads meanwhile");
-        let campaign = tokio::select! {
-            term = fleet.store.campaign(&fleet.replica) => term,
-            _ = stopping.wait_for(|stop| *stop) => return,
-        };
-        let outcome = match campaign {
-            Ok(term) => {
-                tracing::info!(term = term.number(), store = ?fleet.store.describe(), "leading the fleet");
-                match fleet.take_lead(term.clone()).await {
-                    Ok(leading) => Ok((term, leading)),
-                    Err(error) => {
-                        let _ = fleet.store.resign(&term).await;
-                        Err(error)
-                    }
-                }
-            }
-            Err(error) => Err(error.into()),
-        };
-        let (term, leading) = match outcome {
-            Ok(lead) => lead,
-            Err(error) => {
-                tracing::error!(error = %format!("{error:#}"), "cannot lead the fleet");
-                if let Some(first) = first.take() {
-                    let _ = first.send(Err(error));
-                }
-                // Another replica may lead meanwhile; this one tries again.
-                tokio::select! {
-                    () = tokio::time::sleep(Duration::from_secs(1)) => continue,
-                    _ = stopping.wait_for(|stop| *stop) => return,
-                }
-            }
-        };
-        if *stopping.borrow() {
-            // Shut down while it campaigned: the term is given back at once.
-            leading.pool.stop();
-            let _ = fleet.store.resign(&term).await;
-            return;
-        }
-        fleet.leading.send_replace(Some(leading.clone()));
-        if let Some(first) = first.take() {
-            let _ = first.send(Ok(()));
-        }
-        leading.scheduler.run().await;
-        if *stopping.borrow() {
-            return;
-        }
-        // The term is over (its lease lapsed, or a write was fenced): stop acting at once.
-        leading.pool.stop();
-        fleet.leading.send_replace(None);
-        let _ = fleet.store.resign(&term).await;
-        tracing::warn!(term = term.number(), "this replica no longer leads the fleet; it follows");
     }
 }
 
