@@ -21,7 +21,7 @@
 //! | the scheduler returns (term lost, write fenced or failed) | stops the pool, resigns, follows |
 //! | [`ReplicaLoop::shutdown`] | stops the scheduler and the pool, resigns, returns for good |
 
-use crate::FleetError;
+use crate::error::FleetError;
 use crate::scheduler::Scheduler;
 use crate::store::{FleetStore, Replica, Term};
 use std::future::Future;

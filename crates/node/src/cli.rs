@@ -25,6 +25,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
+use wharf_prober::RunnerOutcome;
 use wharf_state::duration::Formatted;
 use wharf_state::{AllocState, ClientStatus, TaskState, Timestamp};
 
@@ -705,21 +706,22 @@ async fn alloc(
         }
         AllocCommand::Outcome { id } => {
             wharf_state::check_alloc_id(&id)?;
-            let line = match client
+            // The runner-outcome protocol, printed in the grammar wharf-prober parses.
+            let outcome = match client
                 .json::<AllocDetail>(Method::GET, ApiPath::v1(["allocations", &id]), None)
                 .await
             {
-                Ok(detail) if detail.done => {
-                    format!("{} {}", detail.state.client_status, detail.state.client_description)
-                }
-                Ok(detail) => detail.state.client_status.to_string(),
+                Ok(detail) if detail.done => RunnerOutcome::status(
+                    detail.state.client_status,
+                    &detail.state.client_description,
+                ),
+                Ok(detail) => RunnerOutcome::status(detail.state.client_status, ""),
                 Err(ClientError::Api { status, .. }) if status.as_u16() == 404 => {
-                    "unknown".to_owned()
+                    RunnerOutcome::Unknown
                 }
                 Err(e) => return Err(e.into()),
             };
-            // One line, whatever the description holds.
-            println!("{}", line.replace('\n', " ").trim_end());
+            println!("{outcome}");
             Ok(())
         }
         AllocCommand::List { probe: false, .. } => {

@@ -11,6 +11,14 @@ use wharf_state::duration::Formatted;
 /// Everything that can go wrong probing workers and managing instances.
 #[derive(Debug, thiserror::Error)]
 pub enum ProberError {
+    /// A name that is none of its kind's (a worker state, an idle behaviour).
+    #[error("unknown {what} {name:?}")]
+    UnknownName {
+        /// What kind of name.
+        what: &'static str,
+        /// The name given.
+        name: String,
+    },
     /// A command did not finish before its deadline; it was cut off.
     #[error("{what} on worker {worker} did not finish within {}", Formatted(*.deadline))]
     Timeout {

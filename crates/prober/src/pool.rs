@@ -36,6 +36,7 @@ use crate::config::{Prepared, WorkerConfig, limit};
 use crate::executor::Executor;
 use crate::instance::{Instance, InstanceId, InstanceSet, Tag, Tags};
 use crate::metrics::{self, Counters, Gauges};
+use crate::runner_outcome::RunnerOutcome;
 use crate::worker::{
     BootOutcome, Brake, Effect, IdleBehavior, ProbeOutcome, State, Worker, WorkerSpec, WorkerView,
 };
@@ -509,7 +510,7 @@ impl Pool {
         let mut idle_behavior = instance
             .tags
             .get(&Tag::IdleBehavior.key(prefix))
-            .and_then(|v| IdleBehavior::parse(v))
+            .and_then(|v| v.parse::<IdleBehavior>().ok())
             .unwrap_or(IdleBehavior::Run);
         let instance_type =
             instance.tags.get(&Tag::InstanceType.key(prefix)).cloned().unwrap_or_default();
@@ -957,7 +958,7 @@ impl Pool {
         &self,
         id: &InstanceId,
         runner: &str,
-    ) -> Result<Option<String>, ProberError> {
+    ) -> Result<Option<RunnerOutcome>, ProberError> {
         self.worker(id)?.runner_outcome(runner).await
     }
 
