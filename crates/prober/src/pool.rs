@@ -35,7 +35,7 @@ use crate::clock::{Clock, Moment};
 use crate::config::{Prepared, WorkerConfig, limit};
 use crate::executor::Executor;
 use crate::instance::{Instance, InstanceId, InstanceSet, Tag, Tags};
-use crate::metrics::{self, Counters, Gauges};
+use crate::metrics::{self, Category, Counters, Gauges};
 use crate::runner_outcome::RunnerOutcome;
 use crate::worker::{
     BootOutcome, Brake, Effect, IdleBehavior, ProbeOutcome, State, Worker, WorkerSpec, WorkerView,
@@ -1012,15 +1012,7 @@ impl Pool {
         for worker in self.worker_list() {
             let view = worker.view();
             *gauges.by_state.entry(view.state).or_insert(0) += 1;
-            let category = match view.state {
-                State::Shutdown => "shutdown",
-                _ if !view.running.is_empty() || !view.starting.is_empty() => "inuse",
-                _ if view.idle_behavior == IdleBehavior::Hold => "hold",
-                State::Booting => "booting",
-                State::Unknown => "unknown",
-                _ => "idle",
-            };
-            *gauges.by_category.entry(category).or_insert(0) += 1;
+            *gauges.by_category.entry(Category::of(&view)).or_insert(0) += 1;
             gauges.runners_running += view.running.len() as u64;
             if view.state != State::Shutdown {
                 ages.push(view.probe_age.as_secs_f64());
