@@ -42,7 +42,9 @@ pub use store::etcd::{EtcdConfig, EtcdStore};
 pub use store::{
     Change, FleetStore, Loaded, MAX_CHANGES_PER_COMMIT, MemoryStore, Replica, StoreInfo, Term,
 };
-pub use wharf_state::fleet::{Attempt, Placement, RescheduleEvent, WorkPhase, WorkRecord};
+pub use wharf_state::fleet::{
+    Attempt, Placement, RescheduleEvent, WorkPhase, WorkPhaseName, WorkRecord,
+};
 
 /// The attribute that implementations of [`FleetStore`] put on their `impl` block.
 pub use async_trait::async_trait;

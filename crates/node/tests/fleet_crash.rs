@@ -19,7 +19,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
-use wharf_fleet::state::fleet::WorkPhaseName;
+use wharf_fleet::WorkPhaseName;
 use wharf_node::client::{ApiPath, Client};
 use wharf_node::fleet::api::FleetAlloc;
 use wharf_tests::fleet::Fleet;

@@ -34,7 +34,7 @@ use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
-use wharf_fleet::state::fleet::WorkPhaseName;
+use wharf_fleet::WorkPhaseName;
 use wharf_fleet::{FleetError, Placement, Replica, StoreInfo, Submission, WorkPhase};
 use wharf_prober::{IdleBehavior, InstanceId, ProberError, State as WorkerState, WorkerView};
 use wharf_state::resources::Amount;

@@ -13,7 +13,7 @@ use hyper::Method;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
-use wharf_fleet::state::fleet::WorkPhaseName;
+use wharf_fleet::WorkPhaseName;
 use wharf_prober::RunnerOutcome;
 use wharf_state::duration::Formatted;
 
