@@ -2,10 +2,11 @@
 //! shows. Pure data; wharf-fleet changes them, and a fleet that restarts (or another replica
 //! that takes over) reads them back.
 //!
-//! A [`Placement`] is one submission: where it is ([`WorkPhase`]), what it needs of a worker, its
-//! reschedule policy, the attempt under way and the [`Attempt`]s before it. Each attempt runs
-//! under its own id on the worker ([`runner_id`]), so a worker that comes back still running an
-//! attempt that was written off is told to stop that one and no other.
+//! A [`Placement`] is one submission: where it is ([`WorkPhase`], named by [`WorkPhaseName`]),
+//! what it needs of a worker, its reschedule policy, the attempt under way and the
+//! [`Attempt`]s before it. Each attempt runs under its own id on the worker ([`runner_id`]), so
+//! a worker that comes back still running an attempt that was written off is told to stop that
+//! one and no other.
 
 use crate::duration;
 use crate::reschedule::ReschedulePolicy;
