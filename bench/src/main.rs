@@ -15,6 +15,7 @@
 mod alloc;
 mod build;
 mod cgroups;
+mod effort;
 mod exec;
 mod figure;
 mod fleet;
@@ -30,27 +31,13 @@ mod scratch;
 mod store;
 mod target;
 
+pub(crate) use effort::Effort;
 use report::{Report, Row};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[global_allocator]
 static HEAP: heap::Counting = heap::Counting;
-
-/// How hard a run pushes.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Effort {
-    /// Repetitions of each measurement; the table shows their median and spread.
-    pub(crate) runs: usize,
-    /// A multiplier on each scenario's size: 1.0 for a full run.
-    pub(crate) scale: f64,
-}
-
-impl Effort {
-    pub(crate) fn scaled(&self, full: usize) -> usize {
-        ((full as f64 * self.scale) as usize).max(1)
-    }
-}
 
 const USAGE: &str = "usage: wharf-bench [--quick | --out PAGE | --render PAGE] [--only build|store|alloc|exec|isolated|cgroups|node|peers|health|fleet|prober]";
 

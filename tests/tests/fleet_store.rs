@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 use wharf_fleet::state::Timestamp;
-use wharf_fleet::state::fleet::{Phase, Placement, WorkRecord};
+use wharf_fleet::state::fleet::{Placement, WorkPhase, WorkRecord};
 use wharf_fleet::state::reschedule::ReschedulePolicy;
 use wharf_fleet::state::resources::Amount;
 use wharf_fleet::{
@@ -94,15 +94,15 @@ fn replica(name: &str) -> Replica {
     Replica { name: name.into(), address: format!("127.0.0.1:{}", 4000 + name.len()) }
 }
 
-fn record(id: &str, phase: Phase) -> WorkRecord {
+fn record(id: &str, phase: WorkPhase) -> WorkRecord {
     let mut placement =
         Placement::queued(id, Timestamp(1_000), Amount::ZERO, ReschedulePolicy::DISABLED);
     placement.phase = phase;
     WorkRecord { placement, payload: format!("{{\"spec\": \"{id}\"}}") }
 }
 
-fn running(worker: &str) -> Phase {
-    Phase::Running { worker: worker.into() }
+fn running(worker: &str) -> WorkPhase {
+    WorkPhase::Running { worker: worker.into() }
 }
 
 async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
@@ -115,12 +115,15 @@ async fn records_round_trip_and_outlive_their_writer(backend: Backend) {
     let store = backend.open().await;
     let term = within("campaign", store.campaign(&replica("a"))).await.unwrap();
     assert!(store.load_all().await.unwrap().records.is_empty());
-    let (a, b, c) =
-        (record("a", Phase::Queued), record("b", running("h1")), record("c", Phase::Queued));
+    let (a, b, c) = (
+        record("a", WorkPhase::Queued),
+        record("b", running("h1")),
+        record("c", WorkPhase::Queued),
+    );
     let changes = vec![Change::Put(a.clone()), Change::Put(b.clone()), Change::Put(c)];
     store.commit(&term, changes).await.unwrap();
     let mut b2 = b.clone();
-    b2.placement.phase = Phase::Ended { worker: "h1".into(), outcome: "complete".into() };
+    b2.placement.phase = WorkPhase::Ended { worker: "h1".into(), outcome: "complete".into() };
     b2.placement.revision += 1;
     store.commit(&term, vec![Change::Put(b2.clone()), Change::Delete("c".into())]).await.unwrap();
     assert_eq!(store.load("a").await.unwrap(), Some(a.clone()));
@@ -145,11 +148,11 @@ async fn an_ended_term_writes_nothing_and_later_terms_lead(backend: Backend) {
     assert!(first.holds());
     assert_eq!(store.leader().await.unwrap(), Some(replica("a")));
     assert!(store.replicas().await.unwrap().contains(&replica("a")));
-    store.commit(&first, vec![Change::Put(record("kept", Phase::Queued))]).await.unwrap();
+    store.commit(&first, vec![Change::Put(record("kept", WorkPhase::Queued))]).await.unwrap();
     store.resign(&first).await.unwrap();
     assert!(!first.holds());
     within("the end of a resigned term", first.lost()).await;
-    let refused = store.commit(&first, vec![Change::Put(record("late", Phase::Queued))]).await;
+    let refused = store.commit(&first, vec![Change::Put(record("late", WorkPhase::Queued))]).await;
     assert!(matches!(refused, Err(FleetError::Fenced { .. })), "{refused:?}");
 
     let second = within("campaign", store.campaign(&replica("b"))).await.unwrap();
@@ -157,7 +160,7 @@ async fn an_ended_term_writes_nothing_and_later_terms_lead(backend: Backend) {
     assert_eq!(store.leader().await.unwrap(), Some(replica("b")));
     let refused = store.commit(&first, vec![Change::Delete("kept".into())]).await;
     assert!(matches!(refused, Err(FleetError::Fenced { .. })), "{refused:?}");
-    store.commit(&second, vec![Change::Put(record("new", Phase::Queued))]).await.unwrap();
+    store.commit(&second, vec![Change::Put(record("new", WorkPhase::Queued))]).await.unwrap();
     let mut ids: Vec<String> =
         store.load_all().await.unwrap().records.into_iter().map(|r| r.placement.id).collect();
     ids.sort();
@@ -171,7 +174,7 @@ async fn an_unreadable_record_is_reported_not_dropped(backend: Backend) {
     {
         let store = backend.open().await;
         let term = within("campaign", store.campaign(&replica("a"))).await.unwrap();
-        store.commit(&term, vec![Change::Put(record("good", Phase::Queued))]).await.unwrap();
+        store.commit(&term, vec![Change::Put(record("good", WorkPhase::Queued))]).await.unwrap();
         store.resign(&term).await.unwrap();
     }
     backend.put_unreadable("from-the-future").await;
@@ -190,7 +193,7 @@ async fn a_commit_of_too_many_changes_is_refused_whole(backend: Backend) {
     let store = backend.open().await;
     let term = within("campaign", store.campaign(&replica("a"))).await.unwrap();
     let changes = |n: usize| -> Vec<Change> {
-        (0..n).map(|i| Change::Put(record(&format!("r{i}"), Phase::Queued))).collect()
+        (0..n).map(|i| Change::Put(record(&format!("r{i}"), WorkPhase::Queued))).collect()
     };
     store.commit(&term, changes(MAX_CHANGES_PER_COMMIT)).await.unwrap();
     let refused = store.commit(&term, changes(MAX_CHANGES_PER_COMMIT + 1)).await;
@@ -261,9 +264,9 @@ async fn etcd_campaigns_wait_for_the_leader_and_a_lapsed_lease_hands_over() {
     let started = tokio::time::Instant::now();
     let third = within("campaign after the lapse", a.campaign(&replica("a"))).await.unwrap();
     assert!(started.elapsed() < ttl + Duration::from_secs(2), "took {:?}", started.elapsed());
-    let refused = a.commit(&lapsed, vec![Change::Put(record("late", Phase::Queued))]).await;
+    let refused = a.commit(&lapsed, vec![Change::Put(record("late", WorkPhase::Queued))]).await;
     assert!(matches!(refused, Err(FleetError::Fenced { .. })), "{refused:?}");
-    a.commit(&third, vec![Change::Put(record("new", Phase::Queued))]).await.unwrap();
+    a.commit(&third, vec![Change::Put(record("new", WorkPhase::Queued))]).await.unwrap();
 }
 
 /// etcd's own compare fences a commit, not only the replica's clock: with a term that still
@@ -280,7 +283,7 @@ async fn etcd_refuses_a_commit_whose_leader_key_is_gone_though_the_term_holds_he
     etcd.delete(&leader_keys[0].0).unwrap();
 
     assert!(term.holds(), "the term must still hold here for the test to mean anything");
-    let refused = store.commit(&term, vec![Change::Put(record("late", Phase::Queued))]).await;
+    let refused = store.commit(&term, vec![Change::Put(record("late", WorkPhase::Queued))]).await;
     match refused {
         Err(FleetError::Fenced { detail, .. }) => {
             assert!(detail.contains("leader key is gone"), "refused by etcd, not locally: {detail}")
@@ -298,7 +301,7 @@ async fn etcd_refuses_a_commit_whose_lease_was_revoked_though_the_term_holds_her
     let Backend::Etcd(etcd, prefix, _) = &backend else { unreachable!() };
     let store = backend.open().await;
     let term = within("campaign", store.campaign(&replica("a"))).await.unwrap();
-    store.commit(&term, vec![Change::Put(record("before", Phase::Queued))]).await.unwrap();
+    store.commit(&term, vec![Change::Put(record("before", WorkPhase::Queued))]).await.unwrap();
     let lease = etcd.lease_of(&format!("{prefix}/replicas/a")).unwrap().expect("a lease");
     etcd.revoke(&lease).unwrap();
     assert!(etcd.list(&format!("{prefix}/leader/")).unwrap().is_empty(), "the key went with it");
@@ -307,7 +310,7 @@ async fn etcd_refuses_a_commit_whose_lease_was_revoked_though_the_term_holds_her
     let refused = store
         .commit(
             &term,
-            vec![Change::Put(record("late", Phase::Queued)), Change::Delete("before".into())],
+            vec![Change::Put(record("late", WorkPhase::Queued)), Change::Delete("before".into())],
         )
         .await;
     assert!(

@@ -165,9 +165,14 @@ fn import_cycles(
     let mut uses: BTreeMap<Vec<String>, Vec<Vec<String>>> = BTreeMap::new();
     for (module, text) in sources {
         let (used, exported) = split_reexports(text);
-        uses.insert(module.clone(), module_paths(&used, module));
+        let children: Vec<String> = files
+            .keys()
+            .filter(|m| m.len() == module.len() + 1 && m.starts_with(module))
+            .filter_map(|m| m.last().cloned())
+            .collect();
+        uses.insert(module.clone(), module_paths(&used, module, &children));
         let names = reexports.entry(module.clone()).or_default();
-        for path in module_paths(&exported, module) {
+        for path in module_paths(&exported, module, &children) {
             if let Some(name) = path.last() {
                 names.insert(name.clone(), path.clone());
             }
@@ -223,9 +228,10 @@ fn split_reexports(text: &str) -> (String, String) {
 }
 
 /// The absolute module paths `text` (the source of `module`) names: `crate::a::b::Item` is
-/// `[a, b, Item]`, `super::x` and `self::y` are resolved against `module`. `use` groups
+/// `[a, b, Item]`, `super::x`, `self::y` and a child's name (`child::Item`, as a parent names
+/// its own module `child`) are resolved against `module`. `use` groups
 /// (`crate::a::{b, c::D}`) give each member.
-fn module_paths(text: &str, module: &[String]) -> Vec<Vec<String>> {
+fn module_paths(text: &str, module: &[String], children: &[String]) -> Vec<Vec<String>> {
     let mut paths = Vec::new();
     let bytes = text.as_bytes();
     let mut at = 0;
@@ -238,6 +244,13 @@ fn module_paths(text: &str, module: &[String]) -> Vec<Vec<String>> {
             Some((Vec::new(), "crate::".len()))
         } else if rest.starts_with("self::") {
             Some((module.to_vec(), "self::".len()))
+        } else if let Some(child) = children
+            .iter()
+            .find(|c| rest.starts_with(c.as_str()) && rest[c.len()..].starts_with("::"))
+        {
+            let mut base = module.to_vec();
+            base.push(child.clone());
+            Some((base, child.len() + 2))
         } else if rest.starts_with("super::") {
             let mut base = module.to_vec();
             let mut length = 0;
@@ -590,11 +603,16 @@ mod tests {
     fn paths_resolve_against_the_module_and_groups_give_each_member() {
         let module = vec!["a".to_owned(), "b".to_owned()];
         let paths = module_paths(
-            "use crate::x::{y, z::W};\nuse super::c::D;\nlet v = self::e::f();\nsuper::super::g::H",
+            "use crate::x::{y, z::W};\nuse super::c::D;\nlet v = self::e::f();\nsuper::super::g::H\n\
+             let r = api::router(); other::api::x();",
             &module,
+            &["api".to_owned()],
         );
         let paths: Vec<String> = paths.iter().map(|p| p.join("::")).collect();
-        assert_eq!(paths, ["x::y", "x::z::W", "a::c::D", "a::b::e::f", "g::H"]);
+        assert_eq!(
+            paths,
+            ["x::y", "x::z::W", "a::c::D", "a::b::e::f", "g::H", "a::b::api::router"]
+        );
     }
 
     #[test]

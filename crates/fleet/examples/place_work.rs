@@ -7,7 +7,7 @@
 
 use std::{sync::Arc, sync::Mutex, time::Duration};
 use wharf_fleet::{
-    FleetStore, MemoryStore, Phase, Replica, Scheduler, SchedulerConfig, Submission,
+    FleetStore, MemoryStore, Replica, Scheduler, SchedulerConfig, Submission, WorkPhase,
 };
 use wharf_prober::{Executor, Instance, InstanceId, InstanceSet, InstanceType, Output, Pool};
 use wharf_prober::{PoolConfig, ProberError, SystemClock, Tags};
@@ -75,7 +75,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let placement = tokio::time::timeout(Duration::from_secs(10), async {
         loop {
             let placement = scheduler.get("work-1").expect("submitted");
-            if matches!(placement.phase, Phase::Running { .. }) {
+            if matches!(placement.phase, WorkPhase::Running { .. }) {
                 return placement;
             }
             changes.changed().await.expect("the scheduler runs");

@@ -14,6 +14,9 @@
 //!   policy (wharf-state's [`ReschedulePolicy`](wharf_state::ReschedulePolicy)) and history.
 //! - [`store`]: [`FleetStore`], where the records live and who may write them, with its
 //!   backends.
+//! - [`replica`]: the [`ReplicaLoop`]: a replica campaigns in the store, leads (runs a
+//!   [`Leading`]: the pool and the scheduler under its term) until the term is lost, then
+//!   follows and campaigns again.
 //!
 //! Its neighbours: wharf-prober's [`Pool`](wharf_prober::Pool) owns the workers (their state
 //! machines, probes, creates and destroys) and knows nothing of scheduling; wharf-node wires a
@@ -24,11 +27,13 @@
 
 mod error;
 pub mod placement;
+pub mod replica;
 pub mod reschedule;
 pub mod scheduler;
 pub mod store;
 
 pub use error::FleetError;
+pub use replica::{FirstLead, LeadError, Leading, ReplicaLoop};
 pub use scheduler::{Scheduler, SchedulerConfig, Submission};
 #[cfg(feature = "redb")]
 pub use store::LedgerStore;
@@ -37,7 +42,9 @@ pub use store::etcd::{EtcdConfig, EtcdStore};
 pub use store::{
     Change, FleetStore, Loaded, MAX_CHANGES_PER_COMMIT, MemoryStore, Replica, StoreInfo, Term,
 };
-pub use wharf_state::fleet::{Attempt, Phase, Placement, RescheduleEvent, WorkRecord};
+pub use wharf_state::fleet::{
+    Attempt, Placement, RescheduleEvent, WorkPhase, WorkPhaseName, WorkRecord,
+};
 
 /// The attribute that implementations of [`FleetStore`] put on their `impl` block.
 pub use async_trait::async_trait;

@@ -294,7 +294,7 @@ impl Harness {
         &self.hosts[name]
     }
 
-    fn phase(&self, id: &str) -> Phase {
+    fn phase(&self, id: &str) -> WorkPhase {
         self.scheduler.get(id).unwrap().phase
     }
 
@@ -306,6 +306,9 @@ impl Harness {
     /// A new scheduler takes over from the same store, as after a restart of the fleet or a
     /// failover; the old one's term is over.
     fn take_over(&mut self) {
+        // Whoever leads loses its term first, as a lapsed lease ends it: a campaign waits for
+        // as long as another replica leads.
+        self.store.lapse();
         let (pool, config, store) = (&self.pool, self.config.clone(), self.store.clone());
         self.scheduler = self.runtime.block_on(take_over(pool, config, store));
     }
@@ -324,8 +327,8 @@ impl Harness {
     }
 }
 
-fn running(worker: &str) -> Phase {
-    Phase::Running { worker: worker.into() }
+fn running(worker: &str) -> WorkPhase {
+    WorkPhase::Running { worker: worker.into() }
 }
 
 fn config(per_worker_limit: usize) -> SchedulerConfig {
@@ -348,7 +351,7 @@ fn work_goes_to_the_least_loaded_worker_with_room_and_waits_for_room() {
     assert_eq!(h.running_on("h1"), ["a", "c"]);
     assert_eq!(h.running_on("h2"), ["b", "d"]);
     assert_eq!(h.phase("a"), running("h1"));
-    assert_eq!(h.phase("e"), Phase::Queued);
+    assert_eq!(h.phase("e"), WorkPhase::Queued);
     assert_eq!(h.host("h1").state.lock().stdin["a"], b"spec of a");
     let a = h.scheduler.get("a").unwrap();
     assert!(a.confirmed && a.started.is_some() && a.starts == 1, "{a:?}");
@@ -361,7 +364,7 @@ fn work_goes_to_the_least_loaded_worker_with_room_and_waits_for_room() {
     assert_eq!(h.step(), 1);
     assert_eq!(
         h.phase("c"),
-        Phase::Ended { worker: "h1".into(), outcome: "complete all tasks finished".into() }
+        WorkPhase::Ended { worker: "h1".into(), outcome: "complete all tasks finished".into() }
     );
     assert!(h.scheduler.get("c").unwrap().finished.is_some());
     assert_eq!(h.phase("e"), running("h1"));
@@ -406,7 +409,7 @@ fn a_drained_worker_shut_down_after_its_work_ended_records_the_end_not_a_loss() 
     h.step();
     assert_eq!(
         h.phase("a"),
-        Phase::Ended { worker: "h1".into(), outcome: "complete all tasks finished".into() }
+        WorkPhase::Ended { worker: "h1".into(), outcome: "complete all tasks finished".into() }
     );
     assert_eq!(h.phase("b"), running("h2"));
     let metrics = h.scheduler.metrics();
@@ -443,7 +446,7 @@ fn a_drained_worker_waits_for_the_outcome_of_its_last_work_then_shuts_down() {
     h.step();
     assert_eq!(
         h.phase("a"),
-        Phase::Ended { worker: "h1".into(), outcome: "failed exit status 3".into() }
+        WorkPhase::Ended { worker: "h1".into(), outcome: "failed exit status 3".into() }
     );
     assert_eq!(h.host("h1").state.lock().outcome_asks, 1);
     h.step();
@@ -482,7 +485,7 @@ fn a_drained_worker_whose_agent_never_answers_is_shut_down_after_the_hold() {
     assert_eq!(worker(&h, "h1").state, State::Shutdown);
     h.step();
     match h.phase("a") {
-        Phase::Ended { worker, outcome } => {
+        WorkPhase::Ended { worker, outcome } => {
             assert_eq!(worker, "h1");
             assert!(outcome.starts_with("ended; the worker cannot say how"), "{outcome}");
         }
@@ -508,7 +511,7 @@ fn work_still_running_on_a_worker_shut_down_without_listing_it_is_lost_with_it()
     h.probe();
     h.step();
     match h.phase("a") {
-        Phase::Lost { worker, reason } => {
+        WorkPhase::Lost { worker, reason } => {
             assert_eq!((worker.as_str(), reason.as_str()), ("h1", "worker h1 was shut down"));
         }
         other => panic!("{other:?}"),
@@ -521,7 +524,7 @@ fn a_refused_start_goes_to_another_worker_and_fails_after_the_last_attempt() {
     h.host("h1").state.lock().starts.push_back(Start::Refuse);
     h.submit("a");
     h.step();
-    assert_eq!(h.phase("a"), Phase::Queued, "requeued after the refusal");
+    assert_eq!(h.phase("a"), WorkPhase::Queued, "requeued after the refusal");
     assert_eq!(h.scheduler.get("a").unwrap().starts, 1);
     // h1 is backed off; the refused start is forgotten there, so it is idle, not running.
     assert_eq!(h.pool.workers()[0].state, State::Idle);
@@ -532,15 +535,15 @@ fn a_refused_start_goes_to_another_worker_and_fails_after_the_last_attempt() {
     h.host("h2").state.lock().starts.push_back(Start::Refuse);
     h.submit("b");
     h.step();
-    assert_eq!(h.phase("b"), Phase::Queued);
+    assert_eq!(h.phase("b"), WorkPhase::Queued);
     // Both are backed off now: it waits.
     h.step();
-    assert_eq!(h.phase("b"), Phase::Queued);
+    assert_eq!(h.phase("b"), WorkPhase::Queued);
     h.clock.advance(secs(31));
     h.host("h1").state.lock().starts.push_back(Start::Refuse);
     h.step();
     match h.phase("b") {
-        Phase::Failed { reason } => {
+        WorkPhase::Failed { reason } => {
             assert!(
                 reason.contains("refused 2 times") && reason.contains("no room here"),
                 "{reason}"
@@ -595,7 +598,7 @@ fn a_lost_worker_loses_its_work_and_work_found_again_is_stopped() {
     // work is untouched.
     h.cut_off("h1");
     match h.phase("a") {
-        Phase::Lost { worker, reason } => {
+        WorkPhase::Lost { worker, reason } => {
             assert_eq!(worker, "h1");
             assert!(reason.contains("shut down") || reason.contains("disappeared"), "{reason}");
         }
@@ -611,7 +614,7 @@ fn a_lost_worker_loses_its_work_and_work_found_again_is_stopped() {
     h.rejoin("h1");
     assert_eq!(h.host("h1").state.lock().kills, ["a"]);
     assert!(h.running_on("h1").is_empty());
-    assert!(matches!(h.phase("a"), Phase::Lost { .. }), "stays lost");
+    assert!(matches!(h.phase("a"), WorkPhase::Lost { .. }), "stays lost");
     assert!(h.scheduler.metrics().contains("wharf_fleet_stopped_after_lost_total 1"));
 }
 
@@ -628,7 +631,7 @@ fn work_found_running_is_adopted_not_started_again() {
     h.submit("a");
     h.submit("b");
     h.step();
-    assert_eq!(h.phase("b"), Phase::Queued);
+    assert_eq!(h.phase("b"), WorkPhase::Queued);
     // Submitting an adopted id is refused, and nothing starts twice.
     let again = Submission::new("from-before", "");
     assert!(h.runtime.block_on(h.scheduler.submit(again)).is_err());
@@ -642,14 +645,14 @@ fn stop_cancels_queued_work_and_kills_running_work() {
     h.submit("b");
     h.step();
     let b = h.runtime.block_on(h.scheduler.stop("b", "operator")).unwrap();
-    assert_eq!(b.phase, Phase::Cancelled);
+    assert_eq!(b.phase, WorkPhase::Cancelled);
     h.runtime.block_on(h.scheduler.stop("a", "operator")).unwrap();
     assert_eq!(h.host("h1").state.lock().kills, ["a"]);
     h.probe();
     h.step();
     assert_eq!(
         h.phase("a"),
-        Phase::Ended { worker: "h1".into(), outcome: "complete stopped".into() }
+        WorkPhase::Ended { worker: "h1".into(), outcome: "complete stopped".into() }
     );
     assert!(h.running_on("h1").is_empty(), "b never started");
     assert!(matches!(
@@ -798,12 +801,14 @@ fn decide_table() {
     use IdleBehavior::{Drain, Hold, Run};
     use State::{Booting, Idle, Running, Shutdown};
     let now = Timestamp(1_000_000);
-    let lost =
-        |worker: &str, reason: &str| Phase::Lost { worker: worker.into(), reason: reason.into() };
+    let lost = |worker: &str, reason: &str| WorkPhase::Lost {
+        worker: worker.into(),
+        reason: reason.into(),
+    };
     /// A case: the work (id and phase), the workers, creates in flight, and what must follow.
     struct Case {
         name: &'static str,
-        work: Vec<(&'static str, Phase)>,
+        work: Vec<(&'static str, WorkPhase)>,
         workers: Vec<WorkerView>,
         creating: usize,
         /// The type of those creates.
@@ -823,7 +828,7 @@ fn decide_table() {
         collected: &'static [&'static str],
         creates: usize,
         creates_for_work: &'static [&'static str],
-        phases: Vec<(&'static str, Phase)>,
+        phases: Vec<(&'static str, WorkPhase)>,
         /// Queued work and a phrase of why it waits.
         waits: Vec<(&'static str, &'static str)>,
     }
@@ -847,20 +852,20 @@ fn decide_table() {
         phases: Vec::new(),
         waits: Vec::new(),
     };
-    let starting = |w: &str| Phase::Starting { worker: w.into() };
+    let starting = |w: &str| WorkPhase::Starting { worker: w.into() };
     let big = Amount { cpu_mhz: 16_000, memory_mb: 32_768, cores: 8 };
     let small = Amount { cpu_mhz: 4_000, memory_mb: 4_096, cores: 2 };
     let mb = |memory_mb: u64| Amount { cpu_mhz: 0, memory_mb, cores: 0 };
     let cases = vec![
         Case {
-            work: vec![("a", Phase::Queued)],
+            work: vec![("a", WorkPhase::Queued)],
             workers: vec![worker_view("w1", Idle, Run, &[])],
             launches: &[("a", "w1")],
             phases: vec![("a", starting("w1"))],
             ..case("queued work goes to an idle worker")
         },
         Case {
-            work: vec![("a", Phase::Queued), ("b", Phase::Queued)],
+            work: vec![("a", WorkPhase::Queued), ("b", WorkPhase::Queued)],
             workers: vec![
                 worker_view("w1", Running, Run, &["x"]),
                 worker_view("w2", Idle, Run, &[]),
@@ -869,14 +874,14 @@ fn decide_table() {
             ..case("the least loaded first, then the next")
         },
         Case {
-            work: vec![("a", Phase::Queued)],
+            work: vec![("a", WorkPhase::Queued)],
             workers: vec![worker_view("w1", Running, Run, &["x", "y"])],
-            phases: vec![("a", Phase::Queued)],
+            phases: vec![("a", WorkPhase::Queued)],
             waits: vec![("a", "every worker that takes work runs its limit of 2")],
             ..case("no room anywhere: stays queued")
         },
         Case {
-            work: vec![("a", Phase::Queued), ("b", Phase::Queued)],
+            work: vec![("a", WorkPhase::Queued), ("b", WorkPhase::Queued)],
             workers: vec![
                 having(worker_view("big", Idle, Run, &[]), big),
                 having(worker_view("small", Idle, Run, &[]), small),
@@ -886,16 +891,16 @@ fn decide_table() {
             ..case("best fit: each to the worker it leaves least free")
         },
         Case {
-            work: vec![("a", Phase::Queued), ("b", Phase::Queued)],
+            work: vec![("a", WorkPhase::Queued), ("b", WorkPhase::Queued)],
             workers: vec![having(worker_view("w1", Idle, Run, &[]), small)],
             needs: vec![("a", mb(8_192))],
             launches: &[("b", "w1")],
-            phases: vec![("a", Phase::Queued)],
+            phases: vec![("a", WorkPhase::Queued)],
             waits: vec![("a", "no worker has 8192 MB free; largest free 4096 MB")],
             ..case("work that fits nowhere waits with its reason; smaller work behind it goes")
         },
         Case {
-            work: vec![("a", Phase::Queued), ("b", Phase::Queued)],
+            work: vec![("a", WorkPhase::Queued), ("b", WorkPhase::Queued)],
             workers: vec![having(worker_view("w1", Idle, Run, &[]), small)],
             needs: vec![("a", mb(8_192)), ("b", mb(30_000))],
             types: vec![("small", small), ("large", big)],
@@ -903,7 +908,7 @@ fn decide_table() {
             ..case("with types that say what they have, the smallest that fits is created for each")
         },
         Case {
-            work: vec![("a", Phase::Queued)],
+            work: vec![("a", WorkPhase::Queued)],
             workers: vec![having(worker_view("w1", Idle, Run, &[]), small)],
             needs: vec![("a", mb(2_048))],
             types: vec![("small", small)],
@@ -911,7 +916,7 @@ fn decide_table() {
             ..case("work that fits a worker creates nothing")
         },
         Case {
-            work: vec![("a", Phase::Queued), ("b", Phase::Queued)],
+            work: vec![("a", WorkPhase::Queued), ("b", WorkPhase::Queued)],
             workers: vec![having(worker_view("w1", Idle, Run, &[]), small)],
             needs: vec![("a", mb(8_192)), ("b", mb(8_192))],
             types: vec![("small", small), ("large", big)],
@@ -921,20 +926,20 @@ fn decide_table() {
             ..case("a create in flight of the type work needs counts toward it")
         },
         Case {
-            work: vec![("a", Phase::Queued)],
+            work: vec![("a", WorkPhase::Queued)],
             workers: vec![
                 worker_view("w1", Idle, Hold, &[]),
                 worker_view("w2", Booting, Run, &[]),
                 worker_view("w3", Shutdown, Run, &[]),
             ],
-            phases: vec![("a", Phase::Queued)],
+            phases: vec![("a", WorkPhase::Queued)],
             ..case("held, booting and shut-down workers take none")
         },
         Case {
-            work: vec![("a", Phase::Queued)],
+            work: vec![("a", WorkPhase::Queued)],
             workers: vec![worker_view("w1", Idle, Run, &[])],
             backoff: Some("w1"),
-            phases: vec![("a", Phase::Queued)],
+            phases: vec![("a", WorkPhase::Queued)],
             ..case("a worker backing off after a refusal takes none")
         },
         Case {
@@ -945,9 +950,9 @@ fn decide_table() {
             ..case("running work no longer listed: its worker is asked how it ended")
         },
         Case {
-            work: vec![("a", running("w1")), ("b", Phase::Queued)],
+            work: vec![("a", running("w1")), ("b", WorkPhase::Queued)],
             loaded: false,
-            phases: vec![("a", running("w1")), ("b", Phase::Queued)],
+            phases: vec![("a", running("w1")), ("b", WorkPhase::Queued)],
             ..case("before the pool has listed its instances nothing is judged or placed")
         },
         Case {
@@ -983,8 +988,8 @@ fn decide_table() {
         },
         Case {
             work: vec![
-                ("a", Phase::Ended { worker: "w1".into(), outcome: "complete".into() }),
-                ("b", Phase::Queued),
+                ("a", WorkPhase::Ended { worker: "w1".into(), outcome: "complete".into() }),
+                ("b", WorkPhase::Queued),
                 ("c", running("w2")),
             ],
             workers: vec![
@@ -1002,7 +1007,7 @@ fn decide_table() {
             ..case("lost work found running again is stopped")
         },
         Case {
-            work: vec![("a", Phase::Queued)],
+            work: vec![("a", WorkPhase::Queued)],
             workers: vec![worker_view("w1", Running, Run, &["a", "z"])],
             phases: vec![("a", running("w1")), ("z", running("w1"))],
             ..case("queued work found running runs there; unknown work is adopted")
@@ -1155,7 +1160,7 @@ fn a_scheduler_that_takes_over_from_the_store_carries_on_and_starts_nothing_twic
     let stored = |h: &Harness, id: &str| {
         h.runtime.block_on(h.store.load(id)).unwrap().map(|r| r.placement.phase)
     };
-    assert_eq!(stored(&h, "e"), Some(Phase::Queued), "acknowledged only once durable");
+    assert_eq!(stored(&h, "e"), Some(WorkPhase::Queued), "acknowledged only once durable");
     h.step();
     h.runtime.block_on(h.scheduler.stop("b", "operator")).unwrap();
     h.host("h1").end("a", "complete all tasks finished");
@@ -1174,17 +1179,17 @@ fn a_scheduler_that_takes_over_from_the_store_carries_on_and_starts_nothing_twic
 
     // `c` and `d` took the places of `a` and `b`, `e` waits; nothing starts twice.
     assert_eq!((h.phase("c"), h.phase("d")), (running("h1"), running("h1")));
-    assert_eq!(h.phase("e"), Phase::Queued);
+    assert_eq!(h.phase("e"), WorkPhase::Queued);
     h.probe();
     h.step();
-    assert_eq!(h.phase("e"), Phase::Queued, "still no room");
+    assert_eq!(h.phase("e"), WorkPhase::Queued, "still no room");
     h.host("h1").end("c", "complete all tasks finished");
     h.probe();
     h.step();
     assert_eq!(h.phase("e"), running("h1"));
     let stdin = h.host("h1").state.lock().stdin.clone();
     assert_eq!(stdin.keys().collect::<Vec<_>>(), ["a", "b", "c", "d", "e"], "each started once");
-    assert!(matches!(h.phase("a"), Phase::Ended { .. }));
+    assert!(matches!(h.phase("a"), WorkPhase::Ended { .. }));
 }
 
 /// Nomad's `TestServiceSched_Reschedule_Later` and `_OnceNow` through the fleet: work lost
@@ -1208,7 +1213,7 @@ fn lost_work_is_rescheduled_by_its_policy_and_the_old_attempt_is_stopped() {
     // h2 is busy with other work, so the reschedule must wait for room too.
     h.cut_off("h1");
     let waiting = h.placement("a");
-    assert_eq!((waiting.phase.clone(), waiting.attempt), (Phase::Queued, 2), "{waiting:?}");
+    assert_eq!((waiting.phase.clone(), waiting.attempt), (WorkPhase::Queued, 2), "{waiting:?}");
     let event = waiting.rescheduled.clone().expect("a reschedule event");
     assert_eq!(event.delay, secs(30));
     assert!(event.reason.contains("lost: worker h1"), "{event:?}");
@@ -1218,7 +1223,7 @@ fn lost_work_is_rescheduled_by_its_policy_and_the_old_attempt_is_stopped() {
     // Not before its delay.
     h.clock.advance(secs(20));
     h.step();
-    assert_eq!(h.phase("a"), Phase::Queued);
+    assert_eq!(h.phase("a"), WorkPhase::Queued);
     h.clock.advance(secs(11));
     h.step();
     assert_eq!(h.phase("a"), running("h2"));
@@ -1233,7 +1238,7 @@ fn lost_work_is_rescheduled_by_its_policy_and_the_old_attempt_is_stopped() {
     // The second attempt is lost too: one attempt per hour was allowed, so it stays lost.
     h.cut_off("h2");
     let lost = h.placement("a");
-    assert!(matches!(&lost.phase, Phase::Lost { worker, .. } if worker == "h2"), "{lost:?}");
+    assert!(matches!(&lost.phase, WorkPhase::Lost { worker, .. } if worker == "h2"), "{lost:?}");
     assert_eq!(lost.attempt, 2);
 }
 
@@ -1257,9 +1262,9 @@ fn failed_work_is_rescheduled_and_stopped_or_complete_work_is_not() {
     h.probe();
     h.step();
     assert_eq!(h.placement("fails").attempt, 2);
-    assert_eq!(h.phase("fails"), Phase::Queued);
-    assert!(matches!(h.phase("completes"), Phase::Ended { .. }));
-    assert!(matches!(h.phase("stopped"), Phase::Ended { .. }));
+    assert_eq!(h.phase("fails"), WorkPhase::Queued);
+    assert!(matches!(h.phase("completes"), WorkPhase::Ended { .. }));
+    assert!(matches!(h.phase("stopped"), WorkPhase::Ended { .. }));
     h.clock.advance(secs(6));
     h.step();
     assert_eq!(h.phase("fails"), running("h1"));
@@ -1292,7 +1297,7 @@ fn work_is_placed_by_what_workers_have_and_waits_with_a_reason() {
     h.step();
     assert_eq!(h.phase("tiny"), running("small"));
     assert_eq!(h.phase("large"), running("big"));
-    assert_eq!(h.phase("huge"), Phase::Queued);
+    assert_eq!(h.phase("huge"), WorkPhase::Queued);
     assert_eq!(
         h.scheduler.waiting_reason("huge").as_deref(),
         Some("no worker has 40000 MB free; largest free 12768 MB")
@@ -1306,14 +1311,18 @@ fn work_is_placed_by_what_workers_have_and_waits_with_a_reason() {
     submit("later", 30_000);
     h.probe();
     h.step();
-    assert_eq!(h.phase("later"), Phase::Queued, "until the ends are known, their room is taken");
-    assert!(matches!(h.phase("large"), Phase::Ended { .. }));
+    assert_eq!(
+        h.phase("later"),
+        WorkPhase::Queued,
+        "until the ends are known, their room is taken"
+    );
+    assert!(matches!(h.phase("large"), WorkPhase::Ended { .. }));
     h.step();
     assert_eq!(h.phase("later"), running("big"), "room given back by work that ended");
     let why = h.scheduler.waiting_reason("huge").unwrap();
     assert!(why.contains("no worker has 40000 MB free"), "{why}");
     h.take_over();
-    assert_eq!(h.phase("huge"), Phase::Queued, "what it needs survives a take-over");
+    assert_eq!(h.phase("huge"), WorkPhase::Queued, "what it needs survives a take-over");
     assert_eq!(h.placement("huge").needs.memory_mb, 40_000);
 }
 
@@ -1350,12 +1359,12 @@ fn reschedule_multiple_now() {
         let after = h.placement("a");
         if attempt == 4 {
             assert!(
-                matches!(&after.phase, Phase::Ended { outcome, .. } if outcome.starts_with("failed")),
+                matches!(&after.phase, WorkPhase::Ended { outcome, .. } if outcome.starts_with("failed")),
                 "{after:?}"
             );
             break;
         }
-        assert_eq!((after.phase.clone(), after.attempt), (Phase::Queued, attempt + 1));
+        assert_eq!((after.phase.clone(), after.attempt), (WorkPhase::Queued, attempt + 1));
         let previous = after.history.last().expect("the attempt before");
         assert_eq!(
             (previous.attempt, previous.worker.as_deref()),
@@ -1391,7 +1400,8 @@ fn a_step_changes_at_most_one_commits_worth_and_the_next_goes_on() {
     use crate::scheduler::{Books, MAX_CHANGES_PER_ENTRY, Snapshot};
     let now = Timestamp(1_000_000);
     let ids: Vec<String> = (0..250).map(|n| format!("w{n:03}")).collect();
-    let work: Vec<(&str, Phase)> = ids.iter().map(|id| (id.as_str(), Phase::Queued)).collect();
+    let work: Vec<(&str, WorkPhase)> =
+        ids.iter().map(|id| (id.as_str(), WorkPhase::Queued)).collect();
     let mut books = Books::holding(&work, now);
     let workers = [worker_view("h1", State::Idle, IdleBehavior::Run, &[])];
     let snapshot = Snapshot {
@@ -1419,7 +1429,8 @@ fn a_step_changes_at_most_one_commits_worth_and_the_next_goes_on() {
     assert_eq!(steps, 3, "250 starts at {} a step", MAX_CHANGES_PER_ENTRY - 2);
 
     // The same for work lost with its worker: written off a budget at a time.
-    let running: Vec<(&str, Phase)> = ids.iter().map(|id| (id.as_str(), running("gone"))).collect();
+    let running: Vec<(&str, WorkPhase)> =
+        ids.iter().map(|id| (id.as_str(), running("gone"))).collect();
     let mut books = Books::holding(&running, now);
     let mut lost = 0;
     for step in 1..10 {
@@ -1454,13 +1465,14 @@ fn many_decisions_at_once_fit_in_the_stores_commits() {
 
     // 150 starts in flight when the last scheduler stopped, as its records say.
     let me = Replica { name: "before".into(), address: "127.0.0.1:1".into() };
+    h.store.lapse();
     let term = h.runtime.block_on(h.store.campaign(&me)).unwrap();
     let starting: Vec<Change> = (250..400)
         .map(|n| {
             let id = format!("w{n:03}");
             let mut placement =
                 Placement::queued(&id, Timestamp(1), Amount::ZERO, ReschedulePolicy::DISABLED);
-            placement.phase = Phase::Starting { worker: "h1".into() };
+            placement.phase = WorkPhase::Starting { worker: "h1".into() };
             Change::Put(WorkRecord { placement, payload: format!("spec of {id}") })
         })
         .collect();

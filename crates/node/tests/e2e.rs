@@ -288,7 +288,8 @@ async fn the_probers_default_runner_commands_drive_a_real_agent() {
         .await;
     assert_eq!(worker.probe_and_update().await, ProbeOutcome::Passed);
     assert_eq!(worker.view().running, ["runner-job"]);
-    assert_eq!(worker.runner_outcome("runner-job").await.unwrap().as_deref(), Some("running"));
+    let outcome = worker.runner_outcome("runner-job").await.unwrap().map(|o| o.to_string());
+    assert_eq!(outcome.as_deref(), Some("running"));
 
     assert!(worker.kill_runner("runner-job", "test"));
     let deadline = std::time::Instant::now() + LIMIT;
@@ -297,9 +298,10 @@ async fn the_probers_default_runner_commands_drive_a_real_agent() {
         worker.kill_due().await;
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let outcome = worker.runner_outcome("runner-job").await.unwrap().unwrap();
+    let outcome = worker.runner_outcome("runner-job").await.unwrap().unwrap().to_string();
     assert!(outcome.starts_with("complete") || outcome.starts_with("failed"), "{outcome}");
-    assert_eq!(worker.runner_outcome("never-there").await.unwrap().as_deref(), Some("unknown"));
+    let outcome = worker.runner_outcome("never-there").await.unwrap().map(|o| o.to_string());
+    assert_eq!(outcome.as_deref(), Some("unknown"));
     assert_eq!(worker.probe_and_update().await, ProbeOutcome::Passed);
     assert_eq!(worker.state(), State::Idle);
 }

@@ -19,6 +19,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
+use wharf_fleet::WorkPhaseName;
 use wharf_node::client::{ApiPath, Client};
 use wharf_node::fleet::api::FleetAlloc;
 use wharf_tests::fleet::Fleet;
@@ -53,7 +54,7 @@ struct Promised {
     /// Stops asked, acknowledged or not.
     stops_asked: BTreeSet<String>,
     /// Work seen in a final phase: (phase, detail).
-    finals: BTreeMap<String, (String, Option<String>)>,
+    finals: BTreeMap<String, (WorkPhaseName, Option<String>)>,
 }
 
 fn job(id: &str, ran: &Path) -> String {
@@ -177,7 +178,7 @@ fn check(
         );
     }
     for alloc in seen.values().filter(|a| a.is_final()) {
-        promised.finals.insert(alloc.id.clone(), (alloc.phase.clone(), alloc.detail.clone()));
+        promised.finals.insert(alloc.id.clone(), (alloc.phase, alloc.detail.clone()));
     }
     let mut once = BTreeSet::new();
     for id in ran_ids {

@@ -175,7 +175,7 @@ async fn a_leader_paused_before_a_start_is_refused_by_the_worker_when_it_wakes()
     let second = Fleet::start(config(dir.path(), shared.path(), &etcd, "second")).await.unwrap();
     until("two idle workers", async || {
         let workers = first.leading()?.pool().workers();
-        (workers.iter().filter(|w| w.state.to_string() == "idle").count() == 2).then_some(())
+        (workers.iter().filter(|w| w.state == "idle").count() == 2).then_some(())
     })
     .await;
 
@@ -200,7 +200,9 @@ async fn a_leader_paused_before_a_start_is_refused_by_the_worker_when_it_wakes()
     let elsewhere = until("the work placed on the other worker", async || {
         let placement = leading.scheduler().get("once")?;
         match placement.phase {
-            wharf_state::fleet::Phase::Running { worker } if worker != held_for.0 => Some(worker),
+            wharf_state::fleet::WorkPhase::Running { worker } if worker != held_for.0 => {
+                Some(worker)
+            }
             _ => None,
         }
     })

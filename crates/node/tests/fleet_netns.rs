@@ -428,7 +428,7 @@ async fn a_host_cut_off_is_shut_down_and_its_work_rescheduled_while_the_rest_kee
         let alloc = cluster.alloc(id).await;
         assert_eq!((alloc.phase.as_str(), alloc.worker.as_deref()), ("running", Some(&**worker)));
         assert_eq!(cluster.agent_outcome(worker, id), "running");
-        let state = cluster.worker(worker).await.map(|w| w.state);
+        let state = cluster.worker(worker).await.map(|w| w.state.to_string());
         assert_eq!(state.as_deref(), Some("running"), "{worker}");
     }
     let health = cluster.health().await;

@@ -17,7 +17,6 @@
 //! `Holds::take_ended` when a hold ended so that subscribers hear of it at once.
 
 use crate::clock::Moment;
-use crate::config::limit;
 use crate::resources::Resources;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -193,18 +192,10 @@ pub(crate) enum Refusal {
     RateLimited(Duration),
 }
 
-impl Refusal {
-    /// The refusal an error of the cloud's stands for, if it is one.
-    pub(crate) fn of(error: &crate::ProberError) -> Option<Refusal> {
-        match error {
-            crate::ProberError::Quota { .. } => Some(Refusal::Quota),
-            crate::ProberError::Capacity { scope, .. } => Some(Refusal::Capacity(*scope)),
-            crate::ProberError::RateLimited { retry_after } => {
-                Some(Refusal::RateLimited(*retry_after))
-            }
-            _ => None,
-        }
-    }
+/// A configured limit: zero means no limit, as in Arvados' configuration (`MaxInstances: 0`,
+/// `MaxConcurrentInstanceCreateOps: 0`), so a configuration carried over behaves the same.
+pub(crate) fn limit(configured: usize) -> usize {
+    if configured == 0 { usize::MAX } else { configured }
 }
 
 /// The pool's create holds.

@@ -199,12 +199,6 @@ pub struct Deployment {
     pub sha256: String,
 }
 
-/// A configured limit: zero means no limit, as in Arvados' configuration (`MaxInstances: 0`,
-/// `MaxConcurrentInstanceCreateOps: 0`), so a configuration carried over behaves the same.
-pub(crate) fn limit(configured: usize) -> usize {
-    if configured == 0 { usize::MAX } else { configured }
-}
-
 /// Lowercase hex sha256 of `data`.
 pub fn sha256_hex(data: &[u8]) -> String {
     hex(&Sha256::digest(data))

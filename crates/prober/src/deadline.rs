@@ -1,7 +1,7 @@
 //! Commands that end at their deadline wherever they run, even when the prober that started
 //! them is gone: a command outlives the process (or the connection) that ran it by a bounded
 //! time, which is what lets a scheduler that takes over judge a start its predecessor left in
-//! flight. Used by [`SshExecutor`](crate::ssh::SshExecutor) on the worker and by
+//! flight. Used by [`SshExecutor`](crate::SshExecutor) on the worker and by
 //! [`LocalExecutor`](crate::LocalExecutor) on this host.
 
 use crate::quote::quote;

@@ -4,13 +4,21 @@
 //! [`ProberError`]. Cloud errors that change what the pool does next (quota, capacity, rate
 //! limits) are variants of their own, so callers match on them instead of parsing messages.
 
-use crate::capacity::{CapacityScope, HoldReason};
+use crate::capacity::{CapacityScope, HoldReason, Refusal};
 use std::time::Duration;
 use wharf_state::duration::Formatted;
 
 /// Everything that can go wrong probing workers and managing instances.
 #[derive(Debug, thiserror::Error)]
 pub enum ProberError {
+    /// A name that is none of its kind's (a worker state, an idle behaviour).
+    #[error("unknown {what} {name:?}")]
+    UnknownName {
+        /// What kind of name.
+        what: &'static str,
+        /// The name given.
+        name: String,
+    },
     /// A command did not finish before its deadline; it was cut off.
     #[error("{what} on worker {worker} did not finish within {}", Formatted(*.deadline))]
     Timeout {
@@ -193,6 +201,18 @@ impl ProberError {
     /// connection that never came up.
     pub fn reached_worker(&self) -> bool {
         matches!(self, ProberError::CommandFailed { .. } | ProberError::DeployMismatch { .. })
+    }
+}
+
+impl ProberError {
+    /// The refusal of the cloud's this error stands for, if it is one.
+    pub(crate) fn refusal(&self) -> Option<Refusal> {
+        match self {
+            ProberError::Quota { .. } => Some(Refusal::Quota),
+            ProberError::Capacity { scope, .. } => Some(Refusal::Capacity(*scope)),
+            ProberError::RateLimited { retry_after } => Some(Refusal::RateLimited(*retry_after)),
+            _ => None,
+        }
     }
 }
 

@@ -20,7 +20,8 @@
 //!   [`ssh`] ([`SshExecutor`], on russh) and [`LocalExecutor`] (`sh -c`) implement it.
 //! - [`instance`]: the [`InstanceSet`] seam (the cloud), with [`LoopbackInstanceSet`] (this
 //!   host) and [`StaticInstanceSet`] (machines the user already has).
-//! - [`runner_list`]: the runner-list grammar; [`quote`]: shell quoting of ids and paths;
+//! - [`runner_list`]: the runner-list grammar; [`runner_outcome`]: the outcome line of work
+//!   that left the list ([`RunnerOutcome`]); [`quote`]: shell quoting of ids and paths;
 //!   [`resources`]: what a worker has for work, as its runner reports it.
 //! - [`clock`]: the injected [`Clock`] ([`SystemClock`], [`FakeClock`]).
 //!
@@ -82,6 +83,7 @@ pub mod pool;
 mod quote;
 pub mod resources;
 pub mod runner_list;
+pub mod runner_outcome;
 #[cfg(feature = "ssh")]
 pub mod ssh;
 mod static_set;
@@ -101,6 +103,7 @@ pub use loopback::{LoopbackConfig, LoopbackInstanceSet, TAGS_FILE};
 pub use pool::{BrakeConfig, Creating, InstanceView, NewExecutor, Pool, PoolConfig};
 pub use quote::quote;
 pub use resources::Resources;
+pub use runner_outcome::RunnerOutcome;
 #[cfg(feature = "ssh")]
 pub use ssh::{SshExecutor, SshTarget};
 

@@ -16,7 +16,7 @@
 
 use crate::ProberError;
 use crate::capacity::InstanceType;
-use crate::config::limit;
+use crate::capacity::limit;
 use crate::executor::Executor;
 use crate::instance::{Instance, InstanceId, InstanceSet, Tags};
 use crate::local::LocalExecutor;

@@ -7,7 +7,7 @@
 //! and `instances_time_to_ready_seconds` for the time to ready. Summaries export `_sum` and
 //! `_count`. CI runs promtool on this text (`tests/tests/prober_metrics.rs`).
 
-use crate::worker::{BootOutcome, State};
+use crate::worker::{BootOutcome, IdleBehavior, State, WorkerView};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::time::Duration;
@@ -46,7 +46,7 @@ pub(crate) const SKIPPED: usize = 2;
 /// What a scrape shows about the workers right now.
 #[derive(Debug, Default)]
 pub(crate) struct Gauges {
-    pub(crate) by_category: BTreeMap<&'static str, u64>,
+    pub(crate) by_category: BTreeMap<Category, u64>,
     pub(crate) by_state: BTreeMap<State, u64>,
     pub(crate) runners_running: u64,
     pub(crate) probe_age_max: f64,
@@ -55,8 +55,58 @@ pub(crate) struct Gauges {
     pub(crate) at_quota: bool,
 }
 
-pub(crate) const CATEGORIES: [&str; 6] =
-    ["inuse", "hold", "booting", "unknown", "idle", "shutdown"];
+/// Where an instance counts in the `instances` gauge (Arvados' categories).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Category {
+    /// Running or starting work.
+    InUse,
+    /// On hold, without work.
+    Hold,
+    /// Booting.
+    Booting,
+    /// Found by a list, not yet probed.
+    Unknown,
+    /// Booted, without work.
+    Idle,
+    /// Being destroyed.
+    Shutdown,
+}
+
+impl Category {
+    /// Every category, in the order the gauge lists them.
+    pub(crate) const ALL: [Category; 6] = [
+        Category::InUse,
+        Category::Hold,
+        Category::Booting,
+        Category::Unknown,
+        Category::Idle,
+        Category::Shutdown,
+    ];
+
+    /// The label value: the one spelling of it.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Category::InUse => "inuse",
+            Category::Hold => "hold",
+            Category::Booting => "booting",
+            Category::Unknown => "unknown",
+            Category::Idle => "idle",
+            Category::Shutdown => "shutdown",
+        }
+    }
+
+    /// The category of the worker seen in `view`.
+    pub(crate) fn of(view: &WorkerView) -> Category {
+        match view.state {
+            State::Shutdown => Category::Shutdown,
+            _ if !view.running.is_empty() || !view.starting.is_empty() => Category::InUse,
+            _ if view.idle_behavior == IdleBehavior::Hold => Category::Hold,
+            State::Booting => Category::Booting,
+            State::Unknown => Category::Unknown,
+            _ => Category::Idle,
+        }
+    }
+}
 
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP wharf_prober_{name} {help}");
@@ -76,9 +126,10 @@ pub(crate) fn render(counters: &Counters, gauges: &Gauges) -> String {
         "gauge",
         "Instances by category: inuse, hold, booting, unknown, idle, shutdown.",
     );
-    for category in CATEGORIES {
-        let n = gauges.by_category.get(category).copied().unwrap_or(0);
-        let _ = writeln!(out, "wharf_prober_instances{{category=\"{category}\"}} {n}");
+    for category in Category::ALL {
+        let n = gauges.by_category.get(&category).copied().unwrap_or(0);
+        let name = category.as_str();
+        let _ = writeln!(out, "wharf_prober_instances{{category=\"{name}\"}} {n}");
     }
     header(&mut out, "workers", "gauge", "Workers by state.");
     for state in State::ALL {

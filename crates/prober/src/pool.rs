@@ -30,12 +30,13 @@
 //! [`Pool::probe_now`]); [`Pool::run`] is the same loop on real time.
 
 use crate::ProberError;
-use crate::capacity::{Counts, Holds, InstanceType, Limits, Refusal};
+use crate::capacity::{Counts, Holds, InstanceType, Limits, limit};
 use crate::clock::{Clock, Moment};
-use crate::config::{Prepared, WorkerConfig, limit};
+use crate::config::{Prepared, WorkerConfig};
 use crate::executor::Executor;
 use crate::instance::{Instance, InstanceId, InstanceSet, Tag, Tags};
-use crate::metrics::{self, Counters, Gauges};
+use crate::metrics::{self, Category, Counters, Gauges};
+use crate::runner_outcome::RunnerOutcome;
 use crate::worker::{
     BootOutcome, Brake, Effect, IdleBehavior, ProbeOutcome, State, Worker, WorkerSpec, WorkerView,
 };
@@ -483,7 +484,7 @@ impl Pool {
                 Ok(id)
             }
             Err(e) => {
-                if let Some(refusal) = Refusal::of(&e) {
+                if let Some(refusal) = e.refusal() {
                     let others = state.counts().total();
                     state.holds.refused(&refusal, &it, others, &shared.limits, now);
                 }
@@ -509,7 +510,7 @@ impl Pool {
         let mut idle_behavior = instance
             .tags
             .get(&Tag::IdleBehavior.key(prefix))
-            .and_then(|v| IdleBehavior::parse(v))
+            .and_then(|v| v.parse::<IdleBehavior>().ok())
             .unwrap_or(IdleBehavior::Run);
         let instance_type =
             instance.tags.get(&Tag::InstanceType.key(prefix)).cloned().unwrap_or_default();
@@ -957,7 +958,7 @@ impl Pool {
         &self,
         id: &InstanceId,
         runner: &str,
-    ) -> Result<Option<String>, ProberError> {
+    ) -> Result<Option<RunnerOutcome>, ProberError> {
         self.worker(id)?.runner_outcome(runner).await
     }
 
@@ -1011,15 +1012,7 @@ impl Pool {
         for worker in self.worker_list() {
             let view = worker.view();
             *gauges.by_state.entry(view.state).or_insert(0) += 1;
-            let category = match view.state {
-                State::Shutdown => "shutdown",
-                _ if !view.running.is_empty() || !view.starting.is_empty() => "inuse",
-                _ if view.idle_behavior == IdleBehavior::Hold => "hold",
-                State::Booting => "booting",
-                State::Unknown => "unknown",
-                _ => "idle",
-            };
-            *gauges.by_category.entry(category).or_insert(0) += 1;
+            *gauges.by_category.entry(Category::of(&view)).or_insert(0) += 1;
             gauges.runners_running += view.running.len() as u64;
             if view.state != State::Shutdown {
                 ages.push(view.probe_age.as_secs_f64());

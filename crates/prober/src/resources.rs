@@ -11,6 +11,7 @@
 //! by it. Words it does not know are ignored, so a runner may say more.
 
 use std::fmt;
+use wharf_state::resources::Amount;
 
 /// What a worker (or an instance type) has for work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -50,6 +51,14 @@ impl Resources {
             }
             _ => Err(format!("{line:?} does not say cpu_mhz, memory_mb and cores")),
         }
+    }
+}
+
+/// What a worker has, as an amount a placement counts with (wharf-state's [`Amount`]): the
+/// one conversion between the runner's report and the fleet's records.
+impl From<Resources> for Amount {
+    fn from(has: Resources) -> Amount {
+        Amount { cpu_mhz: has.cpu_mhz, memory_mb: has.memory_mb, cores: has.cores }
     }
 }
 

@@ -1247,7 +1247,7 @@ fn an_instances_runner_args_come_first_in_every_runner_command() {
     assert_eq!(runtime.block_on(worker.probe_and_update()), ProbeOutcome::Passed);
     runtime.block_on(worker.start_runner("zzzzz-2", b"")).unwrap();
     let outcome = runtime.block_on(worker.runner_outcome("zzzzz-1")).unwrap();
-    assert_eq!(outcome.as_deref(), Some("running"));
+    assert_eq!(outcome.map(|o| o.to_string()).as_deref(), Some("running"));
     assert!(worker.kill_runner("zzzzz-1", "test"));
     assert_eq!(runtime.block_on(worker.kill_due()), 1);
     let calls: Vec<String> = script.calls().into_iter().map(|c| c.command).collect();

@@ -142,9 +142,35 @@ pub enum ClientStatus {
 }
 
 impl ClientStatus {
+    /// Every status, in the order an allocation goes through them.
+    pub const ALL: [ClientStatus; 5] = [
+        ClientStatus::Pending,
+        ClientStatus::Running,
+        ClientStatus::Complete,
+        ClientStatus::Failed,
+        ClientStatus::Lost,
+    ];
+
     /// Complete, failed and lost allocations never run again.
     pub fn is_terminal(self) -> bool {
         matches!(self, ClientStatus::Complete | ClientStatus::Failed | ClientStatus::Lost)
+    }
+}
+
+/// A word that is no client status's name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown client status {0:?}: one of pending, running, complete, failed, lost")]
+pub struct UnknownClientStatus(pub String);
+
+impl std::str::FromStr for ClientStatus {
+    type Err = UnknownClientStatus;
+
+    /// The name its `Display` prints, exactly.
+    fn from_str(name: &str) -> Result<ClientStatus, UnknownClientStatus> {
+        ClientStatus::ALL
+            .into_iter()
+            .find(|status| status.to_string() == name)
+            .ok_or_else(|| UnknownClientStatus(name.to_owned()))
     }
 }
 
@@ -260,6 +286,18 @@ mod tests {
 
     fn task(status: TaskStatus, failed: bool) -> TaskState {
         TaskState { status, failed, ..TaskState::new() }
+    }
+
+    /// A status's name reads back as that status, and is the one its JSON carries.
+    #[test]
+    fn client_status_names_read_back_and_match_the_json() {
+        for status in ClientStatus::ALL {
+            let name = status.to_string();
+            assert_eq!(name.parse::<ClientStatus>(), Ok(status));
+            assert_eq!(serde_json::to_string(&status).unwrap(), format!("\"{name}\""));
+        }
+        let unknown = "Running".parse::<ClientStatus>().unwrap_err();
+        assert!(unknown.to_string().contains("\"Running\""), "{unknown}");
     }
 
     /// Every combination of the four kinds of task an allocation can hold, against the rule

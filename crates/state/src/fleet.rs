@@ -2,22 +2,25 @@
 //! shows. Pure data; wharf-fleet changes them, and a fleet that restarts (or another replica
 //! that takes over) reads them back.
 //!
-//! A [`Placement`] is one submission: where it is ([`Phase`]), what it needs of a worker, its
-//! reschedule policy, the attempt under way and the [`Attempt`]s before it. Each attempt runs
-//! under its own id on the worker ([`runner_id`]), so a worker that comes back still running an
-//! attempt that was written off is told to stop that one and no other.
+//! A [`Placement`] is one submission: where it is ([`WorkPhase`], named by [`WorkPhaseName`]),
+//! what it needs of a worker, its reschedule policy, the attempt under way and the
+//! [`Attempt`]s before it. Each attempt runs under its own id on the worker ([`runner_id`]), so
+//! a worker that comes back still running an attempt that was written off is told to stop that
+//! one and no other.
 
 use crate::duration;
 use crate::reschedule::ReschedulePolicy;
 use crate::resources::Amount;
 use crate::time::Timestamp;
 use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
 use std::time::Duration;
 
 /// Where a piece of work is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "phase", rename_all = "lowercase", deny_unknown_fields)]
-pub enum Phase {
+pub enum WorkPhase {
     /// Waiting for a worker with room (or for its reschedule delay).
     Queued,
     /// Its start command is running on a worker.
@@ -54,30 +57,23 @@ pub enum Phase {
     Cancelled,
 }
 
-impl Phase {
-    /// The phase's name: `queued`, `starting`, `running`, `ended`, `lost`, `failed`, `cancelled`.
-    pub fn name(&self) -> &'static str {
+impl WorkPhase {
+    /// The phase's name, without what it carries.
+    pub fn name(&self) -> WorkPhaseName {
         match self {
-            Phase::Queued => "queued",
-            Phase::Starting { .. } => "starting",
-            Phase::Running { .. } => "running",
-            Phase::Ended { .. } => "ended",
-            Phase::Lost { .. } => "lost",
-            Phase::Failed { .. } => "failed",
-            Phase::Cancelled => "cancelled",
+            WorkPhase::Queued => WorkPhaseName::Queued,
+            WorkPhase::Starting { .. } => WorkPhaseName::Starting,
+            WorkPhase::Running { .. } => WorkPhaseName::Running,
+            WorkPhase::Ended { .. } => WorkPhaseName::Ended,
+            WorkPhase::Lost { .. } => WorkPhaseName::Lost,
+            WorkPhase::Failed { .. } => WorkPhaseName::Failed,
+            WorkPhase::Cancelled => WorkPhaseName::Cancelled,
         }
     }
 
-    /// Every phase's name.
-    pub const NAMES: [&'static str; 7] =
-        ["queued", "starting", "running", "ended", "lost", "failed", "cancelled"];
-
     /// Whether the work is done with, one way or another.
     pub fn is_final(&self) -> bool {
-        matches!(
-            self,
-            Phase::Ended { .. } | Phase::Lost { .. } | Phase::Failed { .. } | Phase::Cancelled
-        )
+        self.name().is_final()
     }
 
     /// How a final phase ended the current attempt, as an [`Attempt`]'s `outcome` says it:
@@ -85,23 +81,124 @@ impl Phase {
     /// the attempt is under way (queued, starting, running).
     pub fn attempt_outcome(&self) -> Option<String> {
         match self {
-            Phase::Queued | Phase::Starting { .. } | Phase::Running { .. } => None,
-            Phase::Ended { outcome, .. } => Some(format!("ended: {outcome}")),
-            Phase::Lost { reason, .. } => Some(format!("lost: {reason}")),
-            Phase::Failed { reason } => Some(format!("failed: {reason}")),
-            Phase::Cancelled => Some("cancelled".into()),
+            WorkPhase::Queued | WorkPhase::Starting { .. } | WorkPhase::Running { .. } => None,
+            WorkPhase::Ended { outcome, .. } => Some(format!("ended: {outcome}")),
+            WorkPhase::Lost { reason, .. } => Some(format!("lost: {reason}")),
+            WorkPhase::Failed { reason } => Some(format!("failed: {reason}")),
+            WorkPhase::Cancelled => Some("cancelled".into()),
         }
     }
 
     /// The worker it is on (or was last on).
     pub fn worker(&self) -> Option<&str> {
         match self {
-            Phase::Starting { worker }
-            | Phase::Running { worker }
-            | Phase::Ended { worker, .. }
-            | Phase::Lost { worker, .. } => Some(worker),
-            Phase::Queued | Phase::Failed { .. } | Phase::Cancelled => None,
+            WorkPhase::Starting { worker }
+            | WorkPhase::Running { worker }
+            | WorkPhase::Ended { worker, .. }
+            | WorkPhase::Lost { worker, .. } => Some(worker),
+            WorkPhase::Queued | WorkPhase::Failed { .. } | WorkPhase::Cancelled => None,
         }
+    }
+}
+
+/// A [`WorkPhase`]'s name alone: what an API shows and a metric counts. `Display` prints it
+/// and `FromStr` reads it (`queued`, `starting`, `running`, `ended`, `lost`, `failed`,
+/// `cancelled`), and it serialises as that string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum WorkPhaseName {
+    /// [`WorkPhase::Queued`].
+    Queued,
+    /// [`WorkPhase::Starting`].
+    Starting,
+    /// [`WorkPhase::Running`].
+    Running,
+    /// [`WorkPhase::Ended`].
+    Ended,
+    /// [`WorkPhase::Lost`].
+    Lost,
+    /// [`WorkPhase::Failed`].
+    Failed,
+    /// [`WorkPhase::Cancelled`].
+    Cancelled,
+}
+
+impl WorkPhaseName {
+    /// Every phase, in the order work goes through them.
+    pub const ALL: [WorkPhaseName; 7] = [
+        WorkPhaseName::Queued,
+        WorkPhaseName::Starting,
+        WorkPhaseName::Running,
+        WorkPhaseName::Ended,
+        WorkPhaseName::Lost,
+        WorkPhaseName::Failed,
+        WorkPhaseName::Cancelled,
+    ];
+
+    /// The name: the one spelling of it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkPhaseName::Queued => "queued",
+            WorkPhaseName::Starting => "starting",
+            WorkPhaseName::Running => "running",
+            WorkPhaseName::Ended => "ended",
+            WorkPhaseName::Lost => "lost",
+            WorkPhaseName::Failed => "failed",
+            WorkPhaseName::Cancelled => "cancelled",
+        }
+    }
+
+    /// Whether work in this phase is done with, one way or another.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            WorkPhaseName::Ended
+                | WorkPhaseName::Lost
+                | WorkPhaseName::Failed
+                | WorkPhaseName::Cancelled
+        )
+    }
+}
+
+impl fmt::Display for WorkPhaseName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+/// A word that is no work phase's name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown work phase {0:?}: one of queued, starting, running, ended, lost, failed, cancelled"
+)]
+pub struct UnknownWorkPhase(pub String);
+
+impl FromStr for WorkPhaseName {
+    type Err = UnknownWorkPhase;
+
+    fn from_str(name: &str) -> Result<WorkPhaseName, UnknownWorkPhase> {
+        WorkPhaseName::ALL
+            .into_iter()
+            .find(|phase| phase.as_str() == name)
+            .ok_or_else(|| UnknownWorkPhase(name.to_owned()))
+    }
+}
+
+impl PartialEq<&str> for WorkPhaseName {
+    fn eq(&self, name: &&str) -> bool {
+        self.as_str() == *name
+    }
+}
+
+impl Serialize for WorkPhaseName {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for WorkPhaseName {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = std::borrow::Cow::<str>::deserialize(deserializer)?;
+        name.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -132,7 +229,7 @@ pub struct Attempt {
     pub started: Option<Timestamp>,
     /// When it ended.
     pub finished: Timestamp,
-    /// How it ended: `ended: <outcome>`, `lost: <reason>` ([`Phase::attempt_outcome`]).
+    /// How it ended: `ended: <outcome>`, `lost: <reason>` ([`WorkPhase::attempt_outcome`]).
     pub outcome: String,
     /// How it came to be, if it was a reschedule.
     pub rescheduled: Option<RescheduleEvent>,
@@ -145,7 +242,7 @@ pub struct Placement {
     /// Its id, as the user knows it.
     pub id: String,
     /// Where it is.
-    pub phase: Phase,
+    pub phase: WorkPhase,
     /// When it was submitted (or adopted).
     pub submitted: Timestamp,
     /// When a worker acknowledged the current attempt's start (or a probe first listed it).
@@ -186,7 +283,7 @@ impl Placement {
     ) -> Placement {
         Placement {
             id: id.to_owned(),
-            phase: Phase::Queued,
+            phase: WorkPhase::Queued,
             submitted: now,
             started: None,
             finished: None,
@@ -265,21 +362,51 @@ mod tests {
     fn a_final_phase_says_how_the_attempt_ended_and_one_under_way_does_not() {
         let worker = || "h1".to_owned();
         let cases = [
-            (Phase::Queued, None),
-            (Phase::Starting { worker: worker() }, None),
-            (Phase::Running { worker: worker() }, None),
+            (WorkPhase::Queued, None),
+            (WorkPhase::Starting { worker: worker() }, None),
+            (WorkPhase::Running { worker: worker() }, None),
             (
-                Phase::Ended { worker: worker(), outcome: "failed exit 3".into() },
+                WorkPhase::Ended { worker: worker(), outcome: "failed exit 3".into() },
                 Some("ended: failed exit 3"),
             ),
-            (Phase::Lost { worker: worker(), reason: "gone".into() }, Some("lost: gone")),
-            (Phase::Failed { reason: "refused".into() }, Some("failed: refused")),
-            (Phase::Cancelled, Some("cancelled")),
+            (WorkPhase::Lost { worker: worker(), reason: "gone".into() }, Some("lost: gone")),
+            (WorkPhase::Failed { reason: "refused".into() }, Some("failed: refused")),
+            (WorkPhase::Cancelled, Some("cancelled")),
         ];
         for (phase, want) in cases {
             assert_eq!(phase.attempt_outcome().as_deref(), want, "{phase:?}");
             assert_eq!(want.is_some(), phase.is_final(), "{phase:?}");
         }
+    }
+
+    /// Each phase's name reads back, is the one its record's JSON carries in `phase`, and
+    /// serialises as itself.
+    #[test]
+    fn phase_names_are_spelled_once() {
+        let worker = || "h1".to_owned();
+        let phases = [
+            WorkPhase::Queued,
+            WorkPhase::Starting { worker: worker() },
+            WorkPhase::Running { worker: worker() },
+            WorkPhase::Ended { worker: worker(), outcome: "complete".into() },
+            WorkPhase::Lost { worker: worker(), reason: "gone".into() },
+            WorkPhase::Failed { reason: "refused".into() },
+            WorkPhase::Cancelled,
+        ];
+        let names: Vec<WorkPhaseName> = phases.iter().map(WorkPhase::name).collect();
+        assert_eq!(names, WorkPhaseName::ALL);
+        for phase in phases {
+            let name = phase.name();
+            assert_eq!(name.as_str().parse::<WorkPhaseName>(), Ok(name));
+            let json = serde_json::to_value(&phase).unwrap();
+            assert_eq!(json["phase"], name.as_str(), "{phase:?}");
+            assert_eq!(serde_json::to_value(name).unwrap(), name.as_str());
+            let back: WorkPhaseName = serde_json::from_value(json["phase"].clone()).unwrap();
+            assert_eq!(back, name);
+            assert_eq!(name.is_final(), phase.is_final());
+        }
+        assert!("Queued".parse::<WorkPhaseName>().is_err());
+        assert!(serde_json::from_str::<WorkPhaseName>("\"done\"").is_err());
     }
 
     #[test]
@@ -290,7 +417,7 @@ mod tests {
             Amount { cpu_mhz: 500, memory_mb: 256, cores: 0 },
             ReschedulePolicy::DISABLED,
         );
-        placement.phase = Phase::Lost { worker: "h1".into(), reason: "gone".into() };
+        placement.phase = WorkPhase::Lost { worker: "h1".into(), reason: "gone".into() };
         placement.history.push(Attempt {
             attempt: 1,
             runner_id: "w".into(),

@@ -2,7 +2,7 @@
 //! catalog of services it offers. These are API types (`GET /v1/allocations/{id}` and
 //! `GET /v1/services`); the checks themselves are run by wharf-health.
 
-use crate::service::CheckKind;
+use crate::service::{CheckKind, OnUpdate};
 use crate::time::Timestamp;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -89,4 +89,17 @@ pub struct ServiceEntry {
     pub group: String,
     /// Its task.
     pub task: String,
+}
+
+impl OnUpdate {
+    /// Whether a check with this setting and `status` lets the allocation be healthy; None if
+    /// the check does not count at all.
+    pub fn passes(self, status: CheckStatus) -> Option<bool> {
+        use CheckStatus::{Passing, Warning};
+        match self {
+            OnUpdate::RequireHealthy => Some(status == Passing),
+            OnUpdate::IgnoreWarnings => Some(matches!(status, Passing | Warning)),
+            OnUpdate::Ignore => None,
+        }
+    }
 }

@@ -143,17 +143,6 @@ pub enum OnUpdate {
 }
 
 impl OnUpdate {
-    /// Whether a check with this setting and `status` lets the allocation be healthy; None if
-    /// the check does not count at all.
-    pub fn passes(self, status: crate::CheckStatus) -> Option<bool> {
-        use crate::CheckStatus::{Passing, Warning};
-        match self {
-            OnUpdate::RequireHealthy => Some(status == Passing),
-            OnUpdate::IgnoreWarnings => Some(matches!(status, Passing | Warning)),
-            OnUpdate::Ignore => None,
-        }
-    }
-
     fn is_default(&self) -> bool {
         *self == OnUpdate::RequireHealthy
     }

@@ -14,6 +14,7 @@ use hyper::Method;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use wharf_prober::RunnerOutcome;
 use wharf_state::duration::Formatted;
 use wharf_state::{AllocState, TaskState, Timestamp};
 
@@ -172,13 +173,14 @@ async fn outcome(client: &Client, id: &str) -> anyhow::Result<()> {
 /// (`None`: this node does not have it): `unknown`; its status while it may still change;
 /// its status and why once it is done.
 fn outcome_line(known: Option<(&AllocState, bool)>) -> String {
-    let line = match known {
-        None => "unknown".to_owned(),
-        Some((state, true)) => format!("{} {}", state.client_status, state.client_description),
-        Some((state, false)) => state.client_status.to_string(),
+    let outcome = match known {
+        None => RunnerOutcome::Unknown,
+        Some((state, true)) => {
+            RunnerOutcome::status(state.client_status, &state.client_description)
+        }
+        Some((state, false)) => RunnerOutcome::status(state.client_status, ""),
     };
-    // One line, whatever the description holds.
-    line.replace('\n', " ").trim_end().to_owned()
+    outcome.to_string()
 }
 
 /// `alloc status`: the allocation, its tasks, checks and recent events, and what its running

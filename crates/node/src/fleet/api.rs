@@ -21,7 +21,7 @@
 //! (the answer says who in `x-wharf-leader`); with no leader (an election under way) it
 //! answers 503, and a client tries again.
 
-use super::{Fleet, Leading};
+use super::wiring::{Fleet, Leading};
 use crate::api::extract::{Path, Query};
 use crate::api::{ApiError, check_token, job_spec};
 use axum::Router;
@@ -34,8 +34,9 @@ use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
-use wharf_fleet::{FleetError, Phase, Placement, Replica, StoreInfo, Submission};
-use wharf_prober::{IdleBehavior, InstanceId, ProberError, WorkerView};
+use wharf_fleet::WorkPhaseName;
+use wharf_fleet::{FleetError, Placement, Replica, StoreInfo, Submission, WorkPhase};
+use wharf_prober::{IdleBehavior, InstanceId, ProberError, State as WorkerState, WorkerView};
 use wharf_state::resources::Amount;
 
 type ApiResult<T> = Result<T, ApiError>;
@@ -178,7 +179,7 @@ pub struct FleetAlloc {
     /// Its id (also its id on the worker).
     pub id: String,
     /// `queued`, `starting`, `running`, `ended`, `lost`, `failed` or `cancelled`.
-    pub phase: String,
+    pub phase: WorkPhaseName,
     /// The worker it is (or was last) on.
     pub worker: Option<String>,
     /// For `ended`: what the worker said (`complete ...`, `failed ...`); for `lost` and
@@ -241,7 +242,7 @@ pub struct FleetAttempt {
 impl FleetAlloc {
     /// Whether it is done with.
     pub fn is_final(&self) -> bool {
-        matches!(self.phase.as_str(), "ended" | "lost" | "failed" | "cancelled")
+        self.phase.is_final()
     }
 }
 
@@ -255,12 +256,12 @@ fn describe(
 ) -> FleetAlloc {
     let now = fleet.now();
     let detail = match &placement.phase {
-        Phase::Ended { outcome, .. } => Some(outcome.clone()),
-        Phase::Lost { reason, .. } | Phase::Failed { reason } => Some(reason.clone()),
+        WorkPhase::Ended { outcome, .. } => Some(outcome.clone()),
+        WorkPhase::Lost { reason, .. } | WorkPhase::Failed { reason } => Some(reason.clone()),
         _ => None,
     };
     FleetAlloc {
-        phase: placement.phase.name().to_owned(),
+        phase: placement.phase.name(),
         worker: placement.phase.worker().map(str::to_owned),
         detail,
         attempt: placement.attempt,
@@ -414,9 +415,11 @@ pub struct FleetWorker {
     /// Where it is reached.
     pub address: Option<String>,
     /// `unknown`, `booting`, `idle`, `running` or `shutdown`.
-    pub state: String,
+    #[serde(with = "by_name")]
+    pub state: WorkerState,
     /// `run`, `hold` or `drain`.
-    pub idle_behavior: String,
+    #[serde(with = "by_name")]
+    pub idle_behavior: IdleBehavior,
     /// Allocations running there.
     pub allocations: Vec<String>,
     /// Seconds since its last successful probe.
@@ -433,16 +436,12 @@ pub struct FleetWorker {
 
 impl FleetWorker {
     fn of(view: WorkerView, used: Amount) -> FleetWorker {
-        let resources = view.resources.map(|r| Amount {
-            cpu_mhz: r.cpu_mhz,
-            memory_mb: r.memory_mb,
-            cores: r.cores,
-        });
+        let resources = view.resources.map(Amount::from);
         FleetWorker {
             id: view.id.0,
             address: view.address,
-            state: view.state.as_str().to_owned(),
-            idle_behavior: view.idle_behavior.as_str().to_owned(),
+            state: view.state,
+            idle_behavior: view.idle_behavior,
             allocations: view.running.into_iter().chain(view.starting).collect(),
             last_probe_seconds: view.probe_age.as_secs_f64(),
             last_error: if view.last_probe_failed { view.last_error } else { None },
@@ -478,9 +477,9 @@ async fn worker_action(
     let result = match action.as_str() {
         "kill" => pool.kill_instance(&id, "killed through the fleet API").await,
         "probe" => pool.probe_now(&id).await.map(drop),
-        other => match IdleBehavior::parse(other) {
-            Some(behavior) => fleet.set_idle_behavior(&leading, &id, behavior).await,
-            None => {
+        other => match other.parse::<IdleBehavior>() {
+            Ok(behavior) => fleet.set_idle_behavior(&leading, &id, behavior).await,
+            Err(_) => {
                 return Err(ApiError::bad_request(format!(
                     "unknown action {other:?}: use hold, drain, run, kill or probe"
                 )));
@@ -523,7 +522,8 @@ pub struct FleetStatus {
     /// This replica.
     pub replica: Replica,
     /// `leader` or `follower`.
-    pub role: String,
+    #[serde(with = "by_name")]
+    pub role: Role,
     /// The leader's term, when this replica leads.
     pub term: Option<u64>,
     /// Who leads, if anyone.
@@ -540,10 +540,77 @@ async fn fleet_status(State(fleet): State<Arc<Fleet>>) -> ApiResult<axum::Json<F
     let (leader, replicas) = (store.leader().await, store.replicas().await);
     Ok(axum::Json(FleetStatus {
         replica: fleet.replica().clone(),
-        role: if leading.is_some() { "leader" } else { "follower" }.into(),
+        role: if leading.is_some() { Role::Leader } else { Role::Follower },
         term: leading.map(|l| l.scheduler().term().number()),
         leader: leader.map_err(fleet_error)?,
         replicas: replicas.map_err(fleet_error)?,
         store: store.describe(),
     }))
+}
+
+/// A replica's role in the fleet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// It leads: it places work and acts on workers.
+    Leader,
+    /// It follows: it serves reads and forwards the rest to the leader.
+    Follower,
+}
+
+impl Role {
+    /// The name: the one spelling of it, which `Display` prints and `FromStr` reads.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Leader => "leader",
+            Role::Follower => "follower",
+        }
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Role {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Role, String> {
+        [Role::Leader, Role::Follower]
+            .into_iter()
+            .find(|role| role.as_str() == name)
+            .ok_or_else(|| format!("unknown role {name:?}: leader or follower"))
+    }
+}
+
+impl PartialEq<&str> for Role {
+    fn eq(&self, name: &&str) -> bool {
+        self.as_str() == *name
+    }
+}
+
+/// Serde for a name's type through its `Display` and `FromStr`: the JSON carries the name as
+/// the type spells it, and nowhere else is it spelled.
+mod by_name {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+    use std::borrow::Cow;
+    use std::fmt::Display;
+    use std::str::FromStr;
+
+    pub(super) fn serialize<T: Display, S: Serializer>(
+        value: &T,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(value)
+    }
+
+    pub(super) fn deserialize<'de, T, D>(deserializer: D) -> Result<T, D::Error>
+    where
+        T: FromStr<Err: Display>,
+        D: Deserializer<'de>,
+    {
+        let name = Cow::<str>::deserialize(deserializer)?;
+        name.parse().map_err(D::Error::custom)
+    }
 }

@@ -35,6 +35,7 @@ use crate::instance::{Instance, InstanceId, Tags};
 use crate::quote::quote;
 use crate::resources::Resources;
 use crate::runner_list;
+use crate::runner_outcome::RunnerOutcome;
 use parking_lot::Mutex;
 use std::fmt;
 use std::sync::Arc;
@@ -70,7 +71,7 @@ impl State {
         matches!(self, State::Idle | State::Running)
     }
 
-    /// The lowercase name.
+    /// The lowercase name: the one spelling of it, which `Display` prints and `FromStr` reads.
     pub fn as_str(self) -> &'static str {
         match self {
             State::Unknown => "unknown",
@@ -84,7 +85,24 @@ impl State {
 
 impl fmt::Display for State {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
+    }
+}
+
+impl std::str::FromStr for State {
+    type Err = ProberError;
+
+    fn from_str(name: &str) -> Result<State, ProberError> {
+        State::ALL
+            .into_iter()
+            .find(|state| state.as_str() == name)
+            .ok_or_else(|| ProberError::UnknownName { what: "worker state", name: name.to_owned() })
+    }
+}
+
+impl PartialEq<&str> for State {
+    fn eq(&self, name: &&str) -> bool {
+        self.as_str() == *name
     }
 }
 
@@ -100,7 +118,11 @@ pub enum IdleBehavior {
 }
 
 impl IdleBehavior {
-    /// The lowercase name, as saved in the instance's tag.
+    /// Every idle behaviour.
+    pub const ALL: [IdleBehavior; 3] = [IdleBehavior::Run, IdleBehavior::Hold, IdleBehavior::Drain];
+
+    /// The lowercase name, as saved in the instance's tag: the one spelling of it, which
+    /// `Display` prints and `FromStr` reads.
     pub fn as_str(self) -> &'static str {
         match self {
             IdleBehavior::Run => "run",
@@ -108,21 +130,27 @@ impl IdleBehavior {
             IdleBehavior::Drain => "drain",
         }
     }
-
-    /// Parses a tag value.
-    pub fn parse(value: &str) -> Option<IdleBehavior> {
-        match value {
-            "run" => Some(IdleBehavior::Run),
-            "hold" => Some(IdleBehavior::Hold),
-            "drain" => Some(IdleBehavior::Drain),
-            _ => None,
-        }
-    }
 }
 
 impl fmt::Display for IdleBehavior {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
+    }
+}
+
+impl std::str::FromStr for IdleBehavior {
+    type Err = ProberError;
+
+    fn from_str(name: &str) -> Result<IdleBehavior, ProberError> {
+        IdleBehavior::ALL.into_iter().find(|behavior| behavior.as_str() == name).ok_or_else(|| {
+            ProberError::UnknownName { what: "idle behaviour", name: name.to_owned() }
+        })
+    }
+}
+
+impl PartialEq<&str> for IdleBehavior {
+    fn eq(&self, name: &&str) -> bool {
+        self.as_str() == *name
     }
 }
 
@@ -743,9 +771,9 @@ impl Worker {
     }
 
     /// Asks the runner how work `id` ended, with
-    /// [`RunnerConfig::outcome_args`](crate::RunnerConfig): the first line it prints, or `None`
-    /// if the runner has no such command.
-    pub async fn runner_outcome(&self, id: &str) -> Result<Option<String>, ProberError> {
+    /// [`RunnerConfig::outcome_args`](crate::RunnerConfig): the first line it prints, parsed
+    /// ([`RunnerOutcome`]), or `None` if the runner has no such command.
+    pub async fn runner_outcome(&self, id: &str) -> Result<Option<RunnerOutcome>, ProberError> {
         let Some(args) = &self.config.runner.outcome_args else {
             return Ok(None);
         };
@@ -756,7 +784,9 @@ impl Worker {
             .await?
             .checked(&self.id.0, &command)?;
         let text = String::from_utf8_lossy(&out.stdout);
-        Ok(Some(text.lines().next().unwrap_or_default().trim().chars().take(1000).collect()))
+        let line: String =
+            text.lines().next().unwrap_or_default().trim().chars().take(1000).collect();
+        Ok(Some(RunnerOutcome::parse(&line)))
     }
 
     /// Begins killing runner `id`: TERM now, again every [`Timeouts::signal`](crate::Timeouts),

@@ -9,6 +9,7 @@ use crate::client::{ApiPath, Client};
 use crate::fleet::api::{FleetAlloc, FleetStatus};
 use hyper::Method;
 use std::process::ExitCode;
+use wharf_fleet::WorkPhaseName;
 
 /// `wharf fleet status`: who serves, who leads, and where the fleet keeps its state.
 pub(super) async fn fleet(client: &Client, json: bool) -> anyhow::Result<ExitCode> {
@@ -64,10 +65,10 @@ fn print_attempts(alloc: &FleetAlloc) {
         let (worker, started) = (a.worker.as_deref(), a.started.as_deref());
         row(&a.attempt, &a.runner_id, worker, started, Some(&a.finished), &a.outcome);
     }
-    let now = match (&alloc.outcome, &alloc.not_before, alloc.phase.as_str()) {
+    let now = match (&alloc.outcome, &alloc.not_before, alloc.phase) {
         (Some(outcome), _, _) => outcome.clone(),
-        (None, Some(at), "queued") => format!("queued, not before {at}"),
-        (None, _, phase) => phase.to_owned(),
+        (None, Some(at), WorkPhaseName::Queued) => format!("{}, not before {at}", alloc.phase),
+        (None, _, phase) => phase.to_string(),
     };
     let (worker, started) = (alloc.worker.as_deref(), alloc.started.as_deref());
     let ended = alloc.finished.as_deref();

@@ -10,6 +10,8 @@ use crate::fleet::api::FleetAlloc;
 use hyper::Method;
 use std::path::Path;
 use std::process::ExitCode;
+use wharf_fleet::WorkPhaseName;
+use wharf_prober::RunnerOutcome;
 
 /// Submits `file` under `id` (or a new one); follows it unless `detach`.
 pub(super) async fn submit(
@@ -40,9 +42,9 @@ pub(super) async fn submit(
 
 /// Prints each change of phase until the allocation is done with; succeeds if it completed.
 async fn follow(client: &Client, mut alloc: FleetAlloc, json: bool) -> anyhow::Result<ExitCode> {
-    let mut shown: Option<(String, Option<String>)> = None;
+    let mut shown: Option<(WorkPhaseName, Option<String>)> = None;
     loop {
-        let now = (alloc.phase.clone(), alloc.worker.clone());
+        let now = (alloc.phase, alloc.worker.clone());
         if shown.as_ref() != Some(&now) {
             if json {
                 println!("{}", serde_json::to_string(&alloc)?);
@@ -54,8 +56,8 @@ async fn follow(client: &Client, mut alloc: FleetAlloc, json: bool) -> anyhow::R
             shown = Some(now);
         }
         if alloc.is_final() {
-            let complete = alloc.phase == "ended"
-                && alloc.detail.as_deref().is_some_and(|d| d.starts_with("complete"));
+            let complete = alloc.phase == WorkPhaseName::Ended
+                && alloc.detail.as_deref().is_some_and(|d| RunnerOutcome::parse(d).completed());
             return Ok(if complete {
                 ExitCode::SUCCESS
             } else {

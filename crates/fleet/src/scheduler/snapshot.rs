@@ -1,0 +1,52 @@
+//! What the scheduler sees of the pool at one moment ([`Snapshot`]): the input of a step's
+//! pure decision.
+
+use std::collections::HashMap;
+use wharf_prober::{InstanceId, InstanceView, Pool, WorkerView};
+use wharf_state::Timestamp;
+use wharf_state::resources::Amount;
+
+/// What the scheduler sees of the pool at one moment: every worker, the creates in flight,
+/// the time, and whether the pool has listed its instances yet.
+#[derive(Debug, Clone)]
+pub(crate) struct Snapshot {
+    pub(crate) workers: HashMap<InstanceId, WorkerView>,
+    /// Creates in flight, by instance type.
+    pub(crate) creating: HashMap<String, usize>,
+    pub(crate) now: Timestamp,
+    pub(crate) loaded: bool,
+    /// The instance types that say what an instance has, smallest first.
+    pub(crate) types: Vec<(String, Amount)>,
+}
+
+impl Snapshot {
+    pub(super) fn of(pool: &Pool, now: Timestamp) -> Snapshot {
+        let mut types: Vec<(String, Amount)> = pool
+            .instance_types()
+            .iter()
+            .filter_map(|it| {
+                let has = Amount::from(it.resources?);
+                Some((it.name.clone(), has))
+            })
+            .collect();
+        types.sort_by_key(|(name, has)| (has.memory_mb, has.cpu_mhz, has.cores, name.clone()));
+        let mut snapshot = Snapshot {
+            workers: HashMap::new(),
+            creating: HashMap::new(),
+            now,
+            loaded: pool.loaded(),
+            types,
+        };
+        for instance in pool.instances() {
+            match instance {
+                InstanceView::Worker(view) => {
+                    snapshot.workers.insert(view.id.clone(), *view);
+                }
+                InstanceView::Creating { instance_type, .. } => {
+                    *snapshot.creating.entry(instance_type).or_default() += 1;
+                }
+            }
+        }
+        snapshot
+    }
+}
