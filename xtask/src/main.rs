@@ -21,7 +21,7 @@ const USAGE: &str = "\
 usage: cargo xtask <task>
 
 tasks:
-  ci              fmt check, clippy, tests, the cgroup v2 tests, docs, crate boundaries,
+  ci              fmt check, clippy, tests, the cgroup v2 tests, docs, crate boundaries, code,
                   lean feature sets, examples, packaging, quick bench
   cgroup2         the cgroup tests on a real cgroup v2 kernel, in a virtual machine (QEMU,
                   Debian's kernel, a busybox initramfs)
