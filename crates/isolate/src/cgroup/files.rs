@@ -14,8 +14,15 @@ use std::path::Path;
 use std::time::Duration;
 
 /// How long a parent's lock is waited for: a process forked by the agent that held it keeps a
-/// copy of its descriptor (and so the lock) until it executes its program.
-const LOCK_LIMIT: Duration = Duration::from_millis(500);
+/// copy of its descriptor (and so the lock) until it executes its program. A live agent holds
+/// its parent's lock for good, so waiting longer would only delay the refusal.
+const PARENT_LOCK_LIMIT: Duration = Duration::from_millis(500);
+
+/// How long the lock above the parents is waited for. Agents hold it only while they make a
+/// parent or sweep, but any process one of them forks meanwhile keeps it until its exec, and
+/// a child that joins cgroups before its exec can take that long on a loaded host (each join
+/// waits for the kernel's cgroup lock).
+const ABOVE_LOCK_LIMIT: Duration = Duration::from_secs(10);
 
 /// The files of a task's cgroup its stats, OOM record and kills use, kept open once used:
 /// opening a cgroup file again costs ten to thirty times reading it again (the lookups through
@@ -165,15 +172,15 @@ pub(crate) fn usable_cores(
         .difference(kept))
 }
 
-/// Locks a directory, waiting briefly for a holder that is only a child of an agent on its
-/// way to exec (it keeps a copy of the descriptor until then). `None`: still held after that,
-/// by a live agent.
-fn lock_dir(dir: &Path) -> Result<Option<OwnedFd>, IsolateError> {
+/// Locks a directory, waiting up to `limit` for a holder that is only a child of an agent on
+/// its way to exec (it keeps a copy of the descriptor until then). `None`: still held after
+/// that, by a live agent.
+fn lock_dir(dir: &Path, limit: Duration) -> Result<Option<OwnedFd>, IsolateError> {
     let lock = crate::sys::open_dir(dir).map_err(IsolateError::io(dir))?;
     let mut wait = Duration::from_millis(1);
     let mut waited = Duration::ZERO;
     while !crate::sys::try_lock_exclusive(lock.as_fd()).map_err(IsolateError::io(dir))? {
-        if waited >= LOCK_LIMIT {
+        if waited >= limit {
             return Ok(None);
         }
         std::thread::sleep(wait);
@@ -185,12 +192,13 @@ fn lock_dir(dir: &Path) -> Result<Option<OwnedFd>, IsolateError> {
 
 /// Locks the parent for this manager.
 fn lock_parent(parent: &Path) -> Result<OwnedFd, IsolateError> {
-    lock_dir(parent)?.ok_or_else(|| IsolateError::ParentInUse { path: parent.to_owned() })
+    lock_dir(parent, PARENT_LOCK_LIMIT)?
+        .ok_or_else(|| IsolateError::ParentInUse { path: parent.to_owned() })
 }
 
 /// Locks the directory above the parent, while an agent makes its parent there or sweeps it.
 pub(crate) fn lock_above(above: &Path) -> Result<OwnedFd, IsolateError> {
-    lock_dir(above)?.ok_or_else(|| IsolateError::Invalid {
+    lock_dir(above, ABOVE_LOCK_LIMIT)?.ok_or_else(|| IsolateError::Invalid {
         what: above.display().to_string(),
         reason: "stays locked: another wharf agent is making or sweeping its cgroup parent here"
             .into(),
