@@ -25,8 +25,8 @@
 //! - work on a worker that is shut down or gone is lost; but work the worker's last probe saw
 //!   end before it went (a drained worker goes as soon as it is idle) has ended, and the
 //!   worker is asked how, and work whose worker is being asked is judged by the answer, never
-//!   written off while it is on its way. Lost work, and work that ended
-//!   `failed`, is placed again as its reschedule policy says (see [`reschedule`]),
+//!   written off while it is on its way. Lost work, and work that ended `failed`, is placed
+//!   again as its reschedule policy says (see [`reschedule`](crate::reschedule)),
 //!   as a new attempt under its own runner id; otherwise it stays `lost` (or `ended`). An
 //!   attempt that was written off and is found running again is stopped;
 //! - work a probe finds that the scheduler does not know is adopted as running, so nothing is
@@ -48,7 +48,7 @@
 //! a fake clock with scripted workers; [`Scheduler::run`] is the same on real time.
 //!
 //! Inside, this module is the I/O shell; the rest is pure or on its own:
-//! - `books`: the [`Books`] (work, queue, backoffs, counters), and what a start's result
+//! - `books`: the `Books` (work, queue, backoffs, counters), and what a start's result
 //!   and an outcome's answer change in them;
 //! - `decide`: a step's decision over the books, one function per pass;
 //! - `judge`: the verdicts on a start's result and an outcome's answer, as tables;

@@ -2,9 +2,9 @@
 //! places allocations on them, as Arvados' dispatcher keeps instances running crunch-run.
 //!
 //! This module only wires wharf-prober's pool and wharf-fleet's scheduler and replica loop
-//! ([`ReplicaLoop`]: campaign, lead, follow) to the `wharf` binary: its configuration, the
-//! lead's build (the instance set, the executors and the runner commands of one term), the
-//! HTTP API and the CLI. What it wires:
+//! ([`ReplicaLoop`](wharf_fleet::ReplicaLoop): campaign, lead, follow) to the `wharf` binary:
+//! its configuration, the lead's build (the instance set, the executors and the runner
+//! commands of one term), the HTTP API and the CLI. What it wires:
 //! - the runner is `wharf` itself, deployed to every static worker by sha256 (loopback workers
 //!   run the fleet's own binary in place, as their agents do); the run probe is
 //!   `wharf alloc list --probe`, a start is `wharf run --detach - --id ID` with the job spec on
