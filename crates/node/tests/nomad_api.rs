@@ -1,0 +1,175 @@
+//! Nomad's HTTP API on a real agent, driven by python-nomad's own calls (`nomad/*.py`): jobs
+//! registered, listed and stopped, allocations and their task events, the node, the agent,
+//! files, logs, restarts and signals, blocking queries and the token, each checked for the
+//! values the job produced. Plus what python-nomad cannot send: the fs endpoints' confinement
+//! (`..`, absolute paths, a link out of the allocation directory, a FIFO), and the headers
+//! Nomad's Go client requires of every query.
+
+// Real processes on the real clock: these tests start programs and wait in real time.
+#![allow(clippy::disallowed_methods)]
+
+mod common;
+
+use common::*;
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The Python of the virtual environment python-nomad is installed in (`.ci/run` makes it):
+/// `$WHARF_PYTHON_NOMAD`, or `target/python-nomad/bin/python` in the workspace.
+fn python() -> PathBuf {
+    let python = std::env::var_os("WHARF_PYTHON_NOMAD").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/python-nomad/bin/python")
+    });
+    let found = Command::new(&python).args(["-c", "import nomad, requests"]).output();
+    assert!(
+        found.is_ok_and(|o| o.status.success()),
+        "python-nomad is missing at {}: install it with `python3 -m venv target/python-nomad && \
+         target/python-nomad/bin/pip install python-nomad==2.1.0` (Debian: apt-get install python3-venv), \
+         as .ci/run does, or point WHARF_PYTHON_NOMAD at a Python that has it",
+        python.display()
+    );
+    python
+}
+
+/// Runs the script `nomad/<name>` against `address` with `token`; returns its `ok` lines.
+fn run_script(name: &str, address: &str, token: &str) -> Vec<String> {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/nomad").join(name);
+    let address = format!("http://{}", address.trim_start_matches("http://"));
+    let output = Command::new(python())
+        .arg(&script)
+        .env("NOMAD_ADDR", address)
+        .env("NOMAD_TOKEN", token)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{name} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout.lines().filter_map(|l| l.strip_prefix("ok ")).map(str::to_owned).collect()
+}
+
+#[test]
+fn python_nomad_drives_an_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = AgentProcess::start(dir.path(), "");
+    let checked = run_script("agent_client.py", &agent.address, &agent.token);
+    let expected = [
+        "token refused",
+        "vault refused",
+        "job.register_job",
+        "jobs.get_jobs",
+        "job.get_job",
+        "job.get_allocations",
+        "allocations.get_allocations",
+        "allocation.get_allocation",
+        "node.get_node",
+        "agent.get_agent",
+        "client.cat.read_file",
+        "client.ls.list_files",
+        "client.stream_logs.stream",
+        "client.allocation.signal_allocation",
+        "client.allocation.restart_allocation",
+        "blocking query",
+        "job.deregister_job",
+    ];
+    assert_eq!(checked, expected);
+}
+
+/// The fs endpoints read the allocation's directory and nothing else: `..` is refused, an
+/// absolute path is the allocation's, a link a task made (to a file or a directory outside)
+/// is not followed, a FIFO is refused rather than opened for a read that would hang, and the
+/// task's secrets are not read.
+#[tokio::test(flavor = "multi_thread")]
+async fn fs_endpoints_are_confined_to_the_allocation_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = AgentProcess::start(dir.path(), "");
+    let script = "cd \"$WHARF_ALLOC_DIR\" && ln -s /etc/passwd link && ln -s / rootlink && mkfifo fifo \
+                  && echo s3cret > \"$WHARF_SECRETS_DIR/token\" && echo done > done && sleep 60";
+    let id =
+        submit(&agent.client(), &job("confined", "service", &sh_task("t", script))).await.unwrap();
+    let get = |endpoint: &str, path: &str| {
+        raw_request(&agent.address, "GET", &format!("/v1/client/fs/{endpoint}/{id}?path={path}"))
+    };
+    eventually("the task's files are there", || get("cat", "alloc/done").status == 200);
+    assert_eq!(get("cat", "alloc/done").body, "done\n");
+    let table = [
+        ("cat", "../../../../etc/passwd", 403, "would leave the allocation's directory"),
+        ("cat", "alloc/../../../etc/passwd", 403, "would leave the allocation's directory"),
+        ("ls", "..", 403, "would leave the allocation's directory"),
+        ("cat", "/etc/passwd", 404, "no such file"),
+        ("cat", "alloc/link", 403, "not opened"),
+        ("readat", "alloc/link", 403, "not opened"),
+        ("stat", "alloc/link", 403, "not opened"),
+        ("cat", "alloc/rootlink/etc/passwd", 403, "not opened"),
+        ("ls", "alloc/rootlink", 403, "not opened"),
+        ("cat", "alloc/fifo", 403, "not opened"),
+        ("stream", "alloc/fifo", 403, "not opened"),
+        ("cat", "t/secrets/token", 403, "Reading secret files is not allowed"),
+    ];
+    for (endpoint, path, status, words) in table {
+        let answer = get(endpoint, path);
+        assert_eq!(answer.status, status, "{endpoint} {path}: {}", answer.body);
+        assert!(answer.body.contains(words), "{endpoint} {path}: {}", answer.body);
+        assert!(!answer.body.contains("root:"), "{endpoint} {path} read the host's file");
+    }
+    // The listing shows the links as links, without following them.
+    let listing: serde_json::Value = serde_json::from_str(&get("ls", "alloc").body).unwrap();
+    let modes: std::collections::BTreeMap<&str, &str> = listing
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["Name"].as_str().unwrap(), f["FileMode"].as_str().unwrap()))
+        .collect();
+    assert!(modes["link"].starts_with('L') && modes["rootlink"].starts_with('L'), "{modes:?}");
+    assert!(modes["fifo"].starts_with('p'), "{modes:?}");
+}
+
+/// Nomad's Go client refuses a query answer without `X-Nomad-Index` and
+/// `X-Nomad-LastContact`; every query here has them, and a missing token is Nomad's 403.
+#[test]
+fn every_query_carries_nomads_headers() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let agent = AgentProcess::start(dir.path(), "");
+    let address = agent.address.trim_start_matches("http://").to_owned();
+    let fetch = |target: &str, token: Option<&str>| {
+        let mut stream = std::net::TcpStream::connect(&address).unwrap();
+        stream.set_read_timeout(Some(LIMIT)).unwrap();
+        let auth = token.map(|t| format!("X-Nomad-Token: {t}\r\n")).unwrap_or_default();
+        write!(
+            stream,
+            "GET {target} HTTP/1.1\r\nHost: {address}\r\n{auth}Connection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        answer
+    };
+    for target in [
+        "/v1/jobs",
+        "/v1/allocations",
+        "/v1/nodes",
+        "/v1/agent/self",
+        "/v1/status/leader",
+        "/v1/jobs?index=1&wait=1s",
+    ] {
+        let answer = fetch(target, Some(&agent.token));
+        let head = answer.split("\r\n\r\n").next().unwrap().to_ascii_lowercase();
+        assert!(head.starts_with("http/1.1 200"), "{target}: {head}");
+        for name in ["x-nomad-index: ", "x-nomad-knownleader: true", "x-nomad-lastcontact: 0"] {
+            assert!(head.contains(name), "{target} lacks {name}: {head}");
+        }
+        let body = answer.split("\r\n\r\n").nth(1).unwrap_or("");
+        assert!(!body.contains("_status\""), "{target} answered with wharf's shape: {body}");
+    }
+    for token in [None, Some("wrong")] {
+        let answer = fetch("/v1/jobs", token);
+        assert!(answer.starts_with("HTTP/1.1 403"), "{token:?}: {answer}");
+        assert!(answer.ends_with("\r\n\r\nPermission denied"), "{token:?}: {answer}");
+    }
+    // wharf's own list is still wharf's for wharf's clients.
+    let own = raw_request(&agent.address, "GET", "/v1/allocations");
+    assert_eq!((own.status, own.body.as_str()), (200, "[]"));
+}
