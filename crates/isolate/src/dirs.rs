@@ -295,4 +295,39 @@ mod tests {
             other => panic!("{other:?}"),
         }
     }
+
+    #[test]
+    fn open_file_reads_regular_files_only_and_entries_show_links_as_links() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), "host").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("sub/file"), "mine").unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret"), dir.path().join("link")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("dirlink")).unwrap();
+        let fifo = CString::new(dir.path().join("fifo").as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path; mkfifo touches nothing else.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let open = OpenDir::open(dir.path()).unwrap();
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut open.open_file("sub/file").unwrap(), &mut text).unwrap();
+        assert_eq!(text, "mine");
+        // A FIFO would block a read forever: it is refused at once.
+        for refused in ["link", "dirlink/secret", "fifo", "sub"] {
+            assert!(
+                matches!(open.open_file(refused), Err(IsolateError::NotFollowed { .. })),
+                "{refused} was opened"
+            );
+        }
+        let entries: std::collections::BTreeMap<String, bool> = open
+            .entries()
+            .unwrap()
+            .into_iter()
+            .map(|(name, meta)| {
+                (name.to_string_lossy().into_owned(), meta.file_type().is_symlink())
+            })
+            .collect();
+        let expected = [("dirlink", true), ("fifo", false), ("link", true), ("sub", false)];
+        assert_eq!(entries, expected.into_iter().map(|(n, l)| (n.to_owned(), l)).collect());
+    }
 }

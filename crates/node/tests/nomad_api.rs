@@ -71,6 +71,7 @@ fn python_nomad_drives_an_agent() {
         "client.stream_logs.stream",
         "client.allocation.signal_allocation",
         "client.allocation.restart_allocation",
+        "event.stream.get_stream",
         "blocking query",
         "job.deregister_job",
     ];
@@ -172,4 +173,110 @@ fn every_query_carries_nomads_headers() {
     // wharf's own list is still wharf's for wharf's clients.
     let own = raw_request(&agent.address, "GET", "/v1/allocations");
     assert_eq!((own.status, own.body.as_str()), (200, "[]"));
+}
+
+/// Reads `/v1/event/stream` frames from `index` until `done` holds of what was read (bounded).
+fn read_events(
+    address: &str,
+    token: &str,
+    index: u64,
+    done: impl Fn(&[serde_json::Value]) -> bool,
+) -> Vec<serde_json::Value> {
+    use std::io::{BufRead, Write};
+    let address = address.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    stream.set_read_timeout(Some(LIMIT)).unwrap();
+    // HTTP/1.0: the body comes as it is, without chunks, until the server closes.
+    write!(stream, "GET /v1/event/stream?topic=Allocation&index={index} HTTP/1.0\r\nX-Nomad-Token: {token}\r\n\r\n").unwrap();
+    let mut reader = std::io::BufReader::new(stream);
+    let mut frames = Vec::new();
+    let mut in_body = false;
+    let deadline = std::time::Instant::now() + LIMIT;
+    while !done(&frames) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stream never had what was waited for: {frames:?}"
+        );
+        let mut line = String::new();
+        assert!(reader.read_line(&mut line).unwrap() > 0, "the stream ended: {frames:?}");
+        if !in_body {
+            in_body = line == "\r\n";
+            continue;
+        }
+        let frame: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if frame != serde_json::json!({}) {
+            frames.push(frame);
+        }
+    }
+    frames
+}
+
+/// The times (milliseconds) of the task events of allocation `id` in the last frame that shows it.
+fn event_times(frames: &[serde_json::Value], id: &str) -> Vec<u64> {
+    let last = frames
+        .iter()
+        .flat_map(|f| f["Events"].as_array().unwrap())
+        .rfind(|e| e["Key"] == id)
+        .unwrap();
+    let mut times: Vec<u64> = last["Payload"]["Allocation"]["TaskStates"]["t"]["Events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["Time"].as_u64().unwrap() / 1_000_000)
+        .collect();
+    times.dedup();
+    times
+}
+
+fn indexes_of(frames: &[serde_json::Value], id: &str) -> Vec<u64> {
+    frames
+        .iter()
+        .flat_map(|f| f["Events"].as_array().unwrap())
+        .filter(|e| e["Key"] == id)
+        .map(|e| e["Index"].as_u64().unwrap())
+        .collect()
+}
+
+fn client_status(frames: &[serde_json::Value], id: &str) -> String {
+    frames
+        .iter()
+        .flat_map(|f| f["Events"].as_array().unwrap())
+        .rfind(|e| e["Key"] == id)
+        .map(|e| e["Payload"]["Allocation"]["ClientStatus"].as_str().unwrap().to_owned())
+        .unwrap_or_default()
+}
+
+/// A subscriber that resumes from the last index it saw, after the agent restarted, gets every
+/// later event once and none twice: the indexes of the two streams are disjoint, increasing,
+/// and together they are every task event's time.
+#[tokio::test(flavor = "multi_thread")]
+async fn event_stream_resumes_exactly_once_across_an_agent_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = AgentProcess::start(dir.path(), "");
+    let id = submit(&agent.client(), &job("events", "service", &sh_task("t", "sleep 60")))
+        .await
+        .unwrap();
+    let before = read_events(&agent.address, &agent.token, 0, |frames| {
+        client_status(frames, &id) == "running"
+    });
+    let last = *indexes_of(&before, &id).last().unwrap();
+    // Killed outright: what it streamed is all on disk already.
+    let (data_dir, config) = agent.kill9();
+    let agent = AgentProcess::launch(data_dir, config);
+    agent
+        .client()
+        .call(hyper::Method::POST, format!("/v1/allocations/{id}/stop").as_str(), None)
+        .await
+        .unwrap();
+    // Complete, and every event the allocation shows has come as an event of its own.
+    let after = read_events(&agent.address, &agent.token, last, |frames| {
+        client_status(frames, &id) == "complete"
+            && indexes_of(frames, &id).last() == event_times(frames, &id).last()
+    });
+    let (first, second) = (indexes_of(&before, &id), indexes_of(&after, &id));
+    assert!(second.iter().all(|i| *i > last), "{first:?} then {second:?}");
+    let mut all = first.clone();
+    all.extend(&second);
+    assert!(all.windows(2).all(|w| w[0] < w[1]), "an index came twice or out of order: {all:?}");
+    assert_eq!(all, event_times(&after, &id), "every task event's time, once");
 }

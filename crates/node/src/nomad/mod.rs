@@ -19,6 +19,7 @@
 //! | `GET /v1/client/fs/logs/:alloc?task=&type=` | a task's logs: frames `{Offset, Data, File, FileEvent}` with `{}` heartbeats, or `plain=true`; `follow`, `offset`, `origin` |
 //! | `GET /v1/client/allocation/:id/stats`, `/v1/client/stats` | usage, in Nomad's `AllocResourceUsage` and `HostStats` |
 //! | `PUT\|POST /v1/client/allocation/:id/restart`, `/signal` | restart tasks, send a signal |
+//! | `GET /v1/event/stream` (`topic=Allocation`, `topic=Job:<id>`, `index=`) | events as NDJSON frames with `{}` heartbeats, exactly once from `index` across restarts ([`events`]) |
 //!
 //! Every answer carries `X-Nomad-Index`, `X-Nomad-KnownLeader` and `X-Nomad-LastContact`;
 //! reads take `?index=&wait=` (blocking queries). The token is the agent's, sent as
@@ -31,6 +32,7 @@
 
 mod client;
 mod common;
+mod events;
 mod jobs;
 mod reads;
 mod registry;
@@ -83,6 +85,7 @@ pub fn mount(router: Router<Arc<Agent>>, agent: &Arc<Agent>) -> Router<Arc<Agent
         .route("/v1/client/allocation/{id}/restart", post(client::restart).put(client::restart))
         .route("/v1/client/allocation/{id}/signal", post(client::signal).put(client::signal))
         .route("/v1/client/stats", get(client::host_stats))
+        .route("/v1/event/stream", get(events::stream))
         .route_layer(axum::middleware::from_fn_with_state(server.clone(), common::require_token))
         .route_layer(axum::middleware::from_fn_with_state(server.clone(), common::query_headers))
         .with_state(server.clone());

@@ -108,6 +108,11 @@ except nomad_errors.BadRequestNomadException as e:
     assert "Job.TaskGroups[0].Tasks[0].Vault" in e.nomad_resp.text, e.nomad_resp.text
 ok("vault refused")
 
+# event.stream.get_stream, started before the job exists: its events arrive as it runs.
+stream, stream_exit, events = n.event.stream.get_stream(index=0, topic=["Job:pyweb", "Allocation"], timeout=LIMIT * 3)
+stream.daemon = True
+stream.start()
+
 # job.register_job
 answer = n.job.register_job("pyweb", job("pyweb"))
 assert answer["EvalID"] and answer["JobModifyIndex"] > 0, answer
@@ -221,6 +226,34 @@ restarted = eventually(
 )
 assert any(e["Type"] == "Restart Signaled" for e in restarted["Events"]), restarted["Events"]
 ok("client.allocation.restart_allocation")
+
+# event.stream.get_stream: the registration and the allocations' updates, in index order.
+seen, deadline = [], time.monotonic() + LIMIT
+while time.monotonic() < deadline:
+    try:
+        frame = events.get(timeout=1)
+    except Exception:
+        frame = None
+    if frame:
+        seen.append(frame)
+    kinds = {(e["Topic"], e["Type"]) for f in seen for e in f["Events"]}
+    started = {
+        e["Key"]
+        for f in seen
+        for e in f["Events"]
+        if e["Topic"] == "Allocation" and e["Payload"]["Allocation"]["JobID"] == "pyweb"
+    }
+    if ("Job", "JobRegistered") in kinds and {a["ID"] for a in allocs} <= started:
+        break
+else:
+    raise AssertionError(f"the stream missed events: {seen}")
+indexes = [f["Index"] for f in seen]
+assert indexes == sorted(set(indexes)), indexes
+registered = [e for f in seen for e in f["Events"] if e["Type"] == "JobRegistered"]
+assert registered[0]["Key"] == "pyweb" and registered[0]["Payload"]["Job"]["ID"] == "pyweb", registered
+assert all(e["Topic"] in ("Job", "Allocation") for f in seen for e in f["Events"]), seen
+stream_exit.set()
+ok("event.stream.get_stream")
 
 # A blocking query returns when something changes: stopping the other allocation.
 other = [a["ID"] for a in allocs if a["ID"] != alloc_id][0]
