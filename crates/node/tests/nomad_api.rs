@@ -280,3 +280,39 @@ async fn event_stream_resumes_exactly_once_across_an_agent_restart() {
     assert!(all.windows(2).all(|w| w[0] < w[1]), "an index came twice or out of order: {all:?}");
     assert_eq!(all, event_times(&after, &id), "every task event's time, once");
 }
+
+/// `wharf job list|status|stop` find a job's allocations by the job's id, whichever API
+/// submitted them.
+#[tokio::test(flavor = "multi_thread")]
+async fn wharf_job_commands_take_a_job_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = AgentProcess::start(dir.path(), "");
+    let spec = job("newcomer", "service", &sh_task("t", "sleep 60"));
+    let first = submit(&agent.client(), &spec).await.unwrap();
+    let second = submit(&agent.client(), &spec).await.unwrap();
+    let text = |out: std::process::Output| {
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    eventually("both running", || text(agent.cli(&["job", "list"])).contains("running=2"));
+    let list = text(agent.cli(&["job", "list"]));
+    assert!(list.lines().any(|l| l.starts_with("newcomer") && l.contains(" running ")), "{list}");
+    let status = text(agent.cli(&["job", "status", "newcomer"]));
+    assert!(
+        status.contains(&first) && status.contains(&second) && status.contains("t=running"),
+        "{status}"
+    );
+    let missing = agent.cli(&["job", "status", "nobody"]);
+    assert_eq!(missing.status.code(), Some(2), "{missing:?}");
+    assert!(
+        String::from_utf8_lossy(&missing.stderr)
+            .contains("no job \"nobody\" on this node (jobs: newcomer)")
+    );
+    let stopped = text(agent.cli(&["job", "stop", "newcomer"]));
+    assert!(stopped.contains("stopping 2 allocation(s)"), "{stopped}");
+    eventually("both complete", || {
+        let lines: serde_json::Value =
+            serde_json::from_str(&text(agent.cli(&["--json", "job", "list"]))).unwrap();
+        lines[0]["status"] == "dead" && lines[0]["allocations"]["complete"] == 2
+    });
+}
