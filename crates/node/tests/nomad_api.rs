@@ -308,11 +308,19 @@ async fn wharf_job_commands_take_a_job_id() {
         String::from_utf8_lossy(&missing.stderr)
             .contains("no job \"nobody\" on this node (jobs: newcomer)")
     );
+    // A job id stands for its allocation where one is asked for, if it has one alone.
+    let ambiguous = agent.cli(&["alloc", "status", "newcomer"]);
+    assert_eq!(ambiguous.status.code(), Some(2), "{ambiguous:?}");
+    assert!(String::from_utf8_lossy(&ambiguous.stderr).contains("see `wharf job status newcomer`"));
+    let solo = submit(&agent.client(), &job("solo", "batch", &sh_task("t", "true"))).await.unwrap();
+    assert!(text(agent.cli(&["alloc", "status", "solo"])).contains(&solo));
     let stopped = text(agent.cli(&["job", "stop", "newcomer"]));
     assert!(stopped.contains("stopping 2 allocation(s)"), "{stopped}");
     eventually("both complete", || {
         let lines: serde_json::Value =
             serde_json::from_str(&text(agent.cli(&["--json", "job", "list"]))).unwrap();
-        lines[0]["status"] == "dead" && lines[0]["allocations"]["complete"] == 2
+        let newcomer =
+            lines.as_array().unwrap().iter().find(|l| l["id"] == "newcomer").unwrap().clone();
+        newcomer["status"] == "dead" && newcomer["allocations"]["complete"] == 2
     });
 }
