@@ -62,6 +62,8 @@ fn python_nomad_drives_an_agent() {
         "jobs.get_jobs",
         "job.get_job",
         "job.get_allocations",
+        "job.register_job unchanged",
+        "validate.validate_job",
         "allocations.get_allocations",
         "allocation.get_allocation",
         "node.get_node",

@@ -144,6 +144,19 @@ assert all(a["JobID"] == "pyweb" and a["TaskGroup"] == "g" and a["DesiredStatus"
 ok("job.get_allocations")
 alloc_id = sorted(allocs, key=lambda a: a["Name"])[0]["ID"]
 
+# Registering the same job again places nothing new.
+again = n.job.register_job("pyweb", job("pyweb"))
+assert again["EvalID"] != answer["EvalID"], again
+assert sorted(a["ID"] for a in n.job.get_allocations("pyweb")) == sorted(a["ID"] for a in allocs)
+ok("job.register_job unchanged")
+
+# validate.validate_job: the node's verdict, with the field named.
+verdict = n.validate.validate_job(job("checked")).json()
+assert verdict["DriverConfigValidated"] is True and verdict["ValidationErrors"] == [], verdict
+verdict = n.validate.validate_job(job("checked", Templates=[{"EmbeddedTmpl": "x"}])).json()
+assert verdict["DriverConfigValidated"] is False and "Job.TaskGroups[0].Tasks[0].Templates" in verdict["Error"], verdict
+ok("validate.validate_job")
+
 # allocations.get_allocations (prefix too)
 listed = n.allocations.get_allocations()
 assert {a["ID"] for a in allocs} <= {a["ID"] for a in listed}, listed
