@@ -119,6 +119,8 @@ const JOB_KEYS: &[(&str, Key)] = &[
     ("ParentID", Key::Informs),
     ("Dispatched", Key::Informs),
     ("UI", Key::Informs),
+    ("NomadTokenID", Key::Informs),
+    ("DispatchIdempotencyToken", Key::Informs),
     ("Constraints", Key::Refused("wharf does not place work by constraints")),
     ("Periodic", Key::Refused("wharf does not run periodic jobs")),
     ("ParameterizedJob", Key::Refused("wharf does not run parameterized jobs")),
@@ -157,7 +159,9 @@ const GROUP_KEYS: &[(&str, Key)] = &[
         ),
     ),
     ("ShutdownDelay", Key::Refused("wharf has no shutdown delay")),
-    ("Consul", Key::Refused("wharf has no Consul integration")),
+    // Which Consul cluster the group's services and templates would use (Nomad fills it in);
+    // those are refused on their own, so the choice alone changes nothing.
+    ("Consul", Key::Informs),
 ];
 
 const TASK_KEYS: &[(&str, Key)] = &[
@@ -188,7 +192,7 @@ const TASK_KEYS: &[(&str, Key)] = &[
     ("ShutdownDelay", Key::Refused("wharf has no shutdown delay")),
     ("Identity", Key::Refused("wharf issues no workload identities")),
     ("Identities", Key::Refused("wharf issues no workload identities")),
-    ("Consul", Key::Refused("wharf has no Consul integration")),
+    ("Consul", Key::Informs),
 ];
 
 /// Translates a Nomad job (the object inside `{"Job": ...}`) into wharf's spec.

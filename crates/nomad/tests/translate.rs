@@ -261,6 +261,23 @@ fn bad_values_are_named_and_wharf_rules_still_apply() {
 }
 
 #[test]
+fn fields_nomad_fills_in_with_defaults_are_accepted() {
+    let mut job = minimal();
+    job["TaskGroups"][0]["Consul"] =
+        json!({"Namespace": "", "Cluster": "default", "Partition": ""});
+    job["TaskGroups"][0]["EphemeralDisk"] =
+        json!({"Sticky": false, "Migrate": false, "SizeMB": 300});
+    job["TaskGroups"][0]["Tasks"][0]["LogConfig"] =
+        json!({"MaxFiles": 10, "MaxFileSizeMB": 10, "Disabled": false});
+    job["NomadTokenID"] = json!("");
+    job["Status"] = json!("running");
+    job["Version"] = json!(3);
+    let translated = translate(&job).unwrap();
+    // Shown back as given.
+    assert_eq!(translated.submitted["TaskGroups"][0]["EphemeralDisk"]["SizeMB"], 300);
+}
+
+#[test]
 fn groups_and_counts_become_allocations() {
     let mut job = minimal();
     let mut second = job["TaskGroups"][0].clone();
