@@ -90,6 +90,13 @@ const RULES: &[Rule] = &[
         never_reaches: &[],
     },
     Rule {
+        // Translation only: Nomad's JSON in, wharf's spec out, and back. HTTP stays in node.
+        krate: "wharf-nomad",
+        may_use: &["wharf-state"],
+        externals_only: Some(&["serde", "serde_json", "thiserror"]),
+        never_reaches: &["tokio", "redb", "libc", "nix", "rustix", "axum", "hyper"],
+    },
+    Rule {
         krate: "wharf-node",
         may_use: &[
             "wharf-fleet",
@@ -101,6 +108,7 @@ const RULES: &[Rule] = &[
             "wharf-health",
             "wharf-isolate",
             "wharf-prober",
+            "wharf-nomad",
             "wharf-state",
         ],
         externals_only: None,

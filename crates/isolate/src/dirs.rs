@@ -137,6 +137,44 @@ impl OpenDir {
         }
     }
 
+    /// Opens the regular file `relative` below this one for reading, following no link on
+    /// the way nor at the end, and refusing anything but a regular file (a FIFO, a device, a
+    /// socket: opened without blocking, then refused) as [`IsolateError::NotFollowed`].
+    pub fn open_file(&self, relative: impl AsRef<Path>) -> Result<File, IsolateError> {
+        let relative = relative.as_ref();
+        let path = self.path.join(relative);
+        let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC;
+        let fd =
+            open_beneath(&self.file, relative.as_os_str(), flags).map_err(|e| refusal(&path, e))?;
+        let file = File::from(fd);
+        if !file.metadata().map_err(IsolateError::io(&path))?.is_file() {
+            return Err(IsolateError::NotFollowed { path });
+        }
+        Ok(file)
+    }
+
+    /// The entries of this directory with their own metadata (a link's is the link's, never
+    /// its target's), read without following a link. Entries that vanish while they are read
+    /// are left out.
+    pub fn entries(&self) -> Result<Vec<(OsString, std::fs::Metadata)>, IsolateError> {
+        let mut entries = Vec::new();
+        for name in self.names()? {
+            // One component of a listing holds no `/`, so `openat` cannot leave this
+            // directory; O_PATH with O_NOFOLLOW opens a link itself, and reads nothing.
+            let Ok(name_c) = c_string(&name) else { continue };
+            let flags = libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+            let Ok(fd) = wharf_nolibc::sys::openat(self.file.as_raw_fd(), &name_c, flags, 0) else {
+                continue;
+            };
+            // SAFETY: the descriptor was just opened, and nothing else owns it.
+            let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+            if let Ok(meta) = file.metadata() {
+                entries.push((name, meta));
+            }
+        }
+        Ok(entries)
+    }
+
     /// The directory's metadata, read through its descriptor.
     pub fn metadata(&self) -> Result<std::fs::Metadata, IsolateError> {
         self.file.metadata().map_err(IsolateError::io(&self.path))
@@ -256,5 +294,40 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn open_file_reads_regular_files_only_and_entries_show_links_as_links() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), "host").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("sub/file"), "mine").unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret"), dir.path().join("link")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("dirlink")).unwrap();
+        let fifo = CString::new(dir.path().join("fifo").as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path; mkfifo touches nothing else.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let open = OpenDir::open(dir.path()).unwrap();
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut open.open_file("sub/file").unwrap(), &mut text).unwrap();
+        assert_eq!(text, "mine");
+        // A FIFO would block a read forever: it is refused at once.
+        for refused in ["link", "dirlink/secret", "fifo", "sub"] {
+            assert!(
+                matches!(open.open_file(refused), Err(IsolateError::NotFollowed { .. })),
+                "{refused} was opened"
+            );
+        }
+        let entries: std::collections::BTreeMap<String, bool> = open
+            .entries()
+            .unwrap()
+            .into_iter()
+            .map(|(name, meta)| {
+                (name.to_string_lossy().into_owned(), meta.file_type().is_symlink())
+            })
+            .collect();
+        let expected = [("dirlink", true), ("fifo", false), ("link", true), ("sub", false)];
+        assert_eq!(entries, expected.into_iter().map(|(n, l)| (n.to_owned(), l)).collect());
     }
 }

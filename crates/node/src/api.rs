@@ -59,9 +59,8 @@ pub fn router(agent: Arc<Agent>) -> Router {
         .route("/v1/probe", get(probe))
         .route("/v1/metrics", get(metrics))
         .route_layer(axum::middleware::from_fn_with_state(agent.clone(), require_token));
-    Router::new()
-        .route("/v1/health", get(health))
-        .merge(protected)
+    let router = Router::new().route("/v1/health", get(health)).merge(protected);
+    crate::nomad::mount(router, &agent)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(agent)

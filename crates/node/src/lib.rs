@@ -31,6 +31,7 @@ pub mod config;
 pub mod fence;
 pub mod fleet;
 pub mod metrics;
+pub mod nomad;
 pub mod probe;
 pub mod resources;
 pub mod serve;

@@ -357,11 +357,31 @@ async fn exec(
 }
 
 /// The allocation `given` names: the one with exactly that id, else the one id it is a
-/// prefix of. The API itself takes exact ids only; prefixes are a convenience of the CLI.
+/// prefix of, else the one allocation of the job of that id. The API itself takes exact ids
+/// only; prefixes and job ids are a convenience of the CLI.
 async fn resolve(client: &Client, given: &str) -> anyhow::Result<String> {
     let allocs: Vec<AllocSummary> =
         client.json(Method::GET, ApiPath::v1(["allocations"]), None).await?;
-    match_id(allocs.iter().map(|a| a.id.as_str()), given).map(str::to_owned)
+    match match_id(allocs.iter().map(|a| a.id.as_str()), given) {
+        Ok(id) => Ok(id.to_owned()),
+        Err(not_an_id) => by_job(&allocs, given).unwrap_or(Err(not_an_id)),
+    }
+}
+
+/// The allocation of job `given`, if the job has one alone; None if it has none.
+fn by_job(allocs: &[AllocSummary], given: &str) -> Option<anyhow::Result<String>> {
+    let of_job: Vec<&str> =
+        allocs.iter().filter(|a| a.job_id == given).map(|a| a.id.as_str()).collect();
+    match of_job.as_slice() {
+        [] => None,
+        [one] => Some(Ok((*one).to_owned())),
+        many => Some(Err(UsageError(format!(
+            "job {given:?} has {} allocations ({}); name one, or see `wharf job status {given}`",
+            many.len(),
+            many.iter().take(5).copied().collect::<Vec<_>>().join(", ")
+        ))
+        .into())),
+    }
 }
 
 /// An exact match always wins, so an id that begins another (`job-1`, `job-10`) is never

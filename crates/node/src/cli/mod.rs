@@ -1,4 +1,4 @@
-//! The `wharf` command line: `agent`, `run`, `validate`, `alloc ...`, `node status`,
+//! The `wharf` command line: `agent`, `run`, `validate`, `alloc ...`, `job ...`, `node status`,
 //! `service list`, `wipe`, and `fleet ...` ([`crate::fleet::cli`]).
 //!
 //! This module parses the command line and hands each subcommand to its own module, with the
@@ -18,6 +18,7 @@
 mod agent;
 mod alloc;
 pub mod common;
+mod job;
 mod node;
 mod run;
 mod service;
@@ -82,6 +83,9 @@ enum Command {
     /// Inspect and control allocations.
     #[command(subcommand)]
     Alloc(alloc::AllocCommand),
+    /// The node's work by job: list jobs, show one's allocations, stop one.
+    #[command(subcommand)]
+    Job(job::JobCommand),
     /// Inspect the node.
     #[command(subcommand)]
     Node(node::NodeCommand),
@@ -157,6 +161,7 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Alloc(command) => {
             alloc::alloc(&client, command, data_dir, json).await.map(|()| ExitCode::SUCCESS)
         }
+        Command::Job(command) => job::job(&client, command, json).await,
         Command::Node(command) => node::node(&client, command, json).await,
         Command::Service(command) => service::service(&client, command, json).await,
     };
