@@ -11,7 +11,7 @@ use wharf_driver::mock::MockDriver;
 use wharf_state::{
     Allocation, DesiredStatus, Signal, TaskEventKind, TaskState, TaskStatus, Timestamp, spec,
 };
-use wharf_store::MemoryStore;
+use wharf_store::{MemoryStore, StateStore};
 use wharf_task::template::{self, MemorySources};
 use wharf_task::{TaskRunner, TaskRunnerConfig, TokioClock};
 
@@ -24,6 +24,7 @@ const POLL_LIMIT: Duration = Duration::from_secs(600);
 
 struct Harness {
     driver: MockDriver,
+    store: MemoryStore,
     changed: Arc<Notify>,
     alloc: Allocation,
     dir: tempfile::TempDir,
@@ -49,6 +50,7 @@ impl Harness {
         };
         Harness {
             driver: MockDriver::new(),
+            store: MemoryStore::new(),
             changed: Arc::new(Notify::new()),
             alloc,
             dir: tempfile::tempdir().unwrap(),
@@ -56,20 +58,36 @@ impl Harness {
         }
     }
 
-    /// Builds the runner, opens its gate and runs it in the background.
-    fn start(&self) -> TaskRunner {
+    fn runner(&self) -> TaskRunner {
         let task = self.alloc.job.groups[0].tasks[0].clone();
         let config = TaskRunnerConfig::new(
             self.alloc.clone(),
             task,
             Arc::new(self.driver.clone()),
-            Arc::new(MemoryStore::new()),
+            Arc::new(self.store.clone()),
             self.dir.path().join("a1"),
         )
         .with_clock(Arc::new(TokioClock::starting_at(Timestamp(1_000_000))))
         .with_state_changed(self.changed.clone())
         .with_template_sources(self.sources.clone());
-        let runner = TaskRunner::new(config);
+        TaskRunner::new(config)
+    }
+
+    /// Builds the runner, opens its gate and runs it in the background.
+    fn start(&self) -> TaskRunner {
+        self.run(self.runner())
+    }
+
+    /// A runner as an agent started again builds it: restored from the store, then run.
+    async fn restored(&self) -> TaskRunner {
+        self.store.put_allocation(&self.alloc).await.unwrap();
+        let stored = self.store.load_alloc("a1").await.unwrap().unwrap();
+        let runner = self.runner();
+        runner.restore(stored.tasks.get("t")).await.unwrap();
+        self.run(runner)
+    }
+
+    fn run(&self, runner: TaskRunner) -> TaskRunner {
         runner.set_start_gate(true);
         let background = runner.clone();
         tokio::spawn(async move { background.run().await });
@@ -426,4 +444,52 @@ async fn template_file_changes_are_seen_and_a_restart_re_renders() {
     runner.restart("test", false).await.unwrap();
     h.until(&runner, "restarted", |s| s.restarts == 1 && s.status == TaskStatus::Running).await;
     assert_eq!(h.read("out").as_deref(), Some("two!"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn task_template_manager_first_render_restored() {
+    let h = Harness::new(
+        "[[group.task.template]]\ndata = '{{ key \"secret/password\" }}'\ndestination = \"my.tmpl\"\nsplay = \"0s\"",
+    );
+    h.sources.put_variable("secret", [("password", "barbaz")]);
+    let first = h.start();
+    h.running(&first).await;
+    assert_eq!(h.read("my.tmpl").as_deref(), Some("barbaz"));
+    first.shutdown();
+    first.wait_finished().await;
+
+    // The agent comes back and nothing changed: the task is reattached and left alone.
+    let second = h.restored().await;
+    h.until(&second, "reattached", |s| has_event(s, "Reattached")).await;
+    quiet_for(Duration::from_secs(30)).await;
+    assert_eq!((h.driver.start_count("a1", "t"), second.state().restarts), (1, 0));
+    second.shutdown();
+    second.wait_finished().await;
+
+    // The data changed while the agent was away: the template's change mode acts.
+    h.sources.put_variable("secret", [("password", "bazbar")]);
+    let third = h.restored().await;
+    h.until(&third, "restarted", |s| s.restarts == 1 && s.status == TaskStatus::Running).await;
+    assert_eq!(h.read("my.tmpl").as_deref(), Some("bazbar"));
+    assert_eq!(h.driver.start_count("a1", "t"), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn task_template_manager_signal_error() {
+    let h = Harness::new(
+        "config = { signal_error = \"test error\" }\n[[group.task.template]]\n\
+         data = '{{ key \"app/foo\" }}'\ndestination = \"my.tmpl\"\n\
+         change_mode = \"signal\"\nchange_signal = \"SIGALRM\"\nsplay = \"0s\"",
+    );
+    h.sources.put_variable("app", [("foo", "bar")]);
+    let runner = h.start();
+    h.running(&runner).await;
+    h.sources.put_variable("app", [("foo", "baz")]);
+    let state = h.until(&runner, "killed", |s| s.status == TaskStatus::Dead).await;
+    let messages = template_events(&state);
+    assert!(
+        messages.iter().any(|m| m.contains("failed to send signals") && m.contains("test error")),
+        "{state:#?}"
+    );
+    assert!(state.failed, "a task its template could not signal is failed");
 }
