@@ -85,3 +85,24 @@ fn the_template_example_runs() {
         assert!(text.contains(line), "{line:?} missing from:\n{text}");
     }
 }
+
+/// `wharf validate` names the template field that is wrong.
+#[test]
+fn validate_names_the_template_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("bad.toml");
+    let body = "[[group.task]]\nname = \"t\"\ndriver = \"raw_exec\"\nconfig = { command = \"/bin/true\" }\n\
+                [[group.task.template]]\ndata = \"x\"\ndestination = \"../../etc/passwd\"\n";
+    std::fs::write(&spec, job("bad", "batch", body)).unwrap();
+    let out = std::process::Command::new(WHARF)
+        .args(["validate", spec.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let said =
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        said.contains("group.task[0].template[0].destination") && said.contains("escapes"),
+        "{said}"
+    );
+}
