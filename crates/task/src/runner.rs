@@ -141,6 +141,13 @@ impl TaskLifecycle for WeakRunner {
             runner.kill(Some(runner.event(event).failing())).await;
         }
     }
+
+    async fn wind_down(&self) {
+        // A runner that is gone has wound down.
+        if let Some(runner) = self.get() {
+            runner.wind_down_requested().await;
+        }
+    }
 }
 
 /// A hook call that cannot fail, as one that can.

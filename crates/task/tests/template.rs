@@ -493,3 +493,17 @@ async fn task_template_manager_signal_error() {
     );
     assert!(state.failed, "a task its template could not signal is failed");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_kill_ends_a_first_render_that_waits_for_data() {
+    let h = Harness::new(
+        "[[group.task.template]]\ndata = '{{ nomadVar \"never/there\" }}'\ndestination = \"out\"",
+    );
+    let runner = h.start();
+    quiet_for(Duration::from_secs(5)).await;
+    let asked = tokio::time::Instant::now();
+    runner.kill(None).await;
+    assert!(asked.elapsed() < Duration::from_secs(1), "the kill waited {:?}", asked.elapsed());
+    assert_eq!(runner.state().status, TaskStatus::Dead);
+    assert!(h.driver.started().is_empty());
+}

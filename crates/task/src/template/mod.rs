@@ -4,7 +4,7 @@
 //!   its file (through the task's directories, following no link), and templates with
 //!   `env = true` feed the task's environment from the file they wrote. Data that is not
 //!   there yet (a variable, a key, a file) holds the start until it comes, up to
-//!   [`FIRST_RENDER_LIMIT`]; then, as on a template error, the start fails with a "Template"
+//!   [`FIRST_RENDER_LIMIT`] (a kill or an agent shutdown ends the wait); then, as on a template error, the start fails with a "Template"
 //!   event and the task's restart policy decides what follows.
 //! - Every start renders again, so a restart re-renders.
 //! - While the task lives, a watcher renders again when its sources change (the service
@@ -58,6 +58,8 @@ pub(crate) trait TaskLifecycle: Send + Sync + std::fmt::Debug {
     async fn emit(&self, event: TaskEventKind);
     /// Stops the task for good after recording `event` as its failure.
     async fn kill(&self, event: TaskEventKind);
+    /// Returns once the runner is asked to kill its task or to leave it (agent shutdown).
+    async fn wind_down(&self);
 }
 
 /// Renders a task's templates (see the module docs).
@@ -215,14 +217,31 @@ impl Inner {
                     .collect::<Vec<_>>();
             }
             let more = tokio::time::timeout_at(deadline, next_change(&mut changes, poll));
-            if more.await.is_err() {
-                return Err(template_error(format!("Missing: {}", waits.join(", "))));
+            let stopped = self.wind_down();
+            tokio::select! {
+                more = more => {
+                    if more.is_err() {
+                        return Err(template_error(format!("Missing: {}", waits.join(", "))));
+                    }
+                }
+                () = stopped => {
+                    let waits = waits.join(", ");
+                    return Err(template_error(format!("stopped while waiting for {waits}")));
+                }
             }
         };
         for (i, output) in outputs.iter().enumerate() {
             self.write(i, &placed[i], output)?;
         }
         Ok(outputs)
+    }
+
+    /// Returns once the task is to stop; never without a runner (a hook used on its own).
+    async fn wind_down(&self) {
+        match self.lifecycle.get() {
+            Some(lifecycle) => lifecycle.wind_down().await,
+            None => std::future::pending().await,
+        }
     }
 
     fn polls_files(&self) -> bool {
