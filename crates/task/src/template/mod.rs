@@ -4,8 +4,9 @@
 //!   its file (through the task's directories, following no link), and templates with
 //!   `env = true` feed the task's environment from the file they wrote. Data that is not
 //!   there yet (a variable, a key, a file) holds the start until it comes, up to
-//!   [`FIRST_RENDER_LIMIT`] (a kill or an agent shutdown ends the wait); then, as on a template error, the start fails with a "Template"
-//!   event and the task's restart policy decides what follows.
+//!   [`FIRST_RENDER_LIMIT`] (a kill or an agent shutdown ends the wait); then, as on a
+//!   template error, the start fails with a "Template" event and the task's restart policy
+//!   decides what follows.
 //! - Every start renders again, so a restart re-renders.
 //! - While the task lives, a watcher renders again when its sources change (the service
 //!   catalog, a variable, and files read with `file`, polled every [`FILE_POLL`]), after the
