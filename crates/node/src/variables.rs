@@ -98,6 +98,10 @@ impl TemplateSources for NodeVariables {
         self.file.get(path).map(|v| v.items)
     }
 
+    fn variable_paths(&self, prefix: &str) -> Vec<String> {
+        self.file.list(prefix).into_iter().map(|v| v.path).collect()
+    }
+
     fn changes(&self) -> watch::Receiver<u64> {
         self.changed.subscribe()
     }

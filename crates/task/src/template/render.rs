@@ -218,6 +218,28 @@ fn data_functions(template: GoTemplate, inputs: &Inputs, missing: &Missing) -> G
             Err(e) => Err(exec_error(format!("file: {e}"))),
         }
     };
+    let sources = inputs.sources.clone();
+    let variable_list = move |args: &[Value]| {
+        let prefix = match args {
+            [] => "",
+            [_] => string_arg("nomadVarList", args, 0)?,
+            _ => return Err(exec_error("nomadVarList: wants at most 1 argument")),
+        };
+        let list: Vec<Value> = sources
+            .variable_paths(prefix)
+            .into_iter()
+            .map(|path| {
+                let fields = [("Path", text(&path)), ("Namespace", text("default"))];
+                Value::Map(Arc::new(fields.into_iter().map(|(k, v)| (Arc::from(k), v)).collect()))
+            })
+            .collect();
+        Ok(Value::List(list.into()))
+    };
+    let sources = inputs.sources.clone();
+    let variable_exists = move |args: &[Value]| {
+        want_args("nomadVarExists", args, 1)?;
+        Ok(Value::Bool(sources.variable(string_arg("nomadVarExists", args, 0)?).is_some()))
+    };
     let service_alias = services.clone();
     template
         .func("env", move |args| {
@@ -228,6 +250,8 @@ fn data_functions(template: GoTemplate, inputs: &Inputs, missing: &Missing) -> G
         .func("nomadService", move |args| services(args))
         .func("service", move |args| service_alias(args))
         .func("nomadVar", variable)
+        .func("nomadVarList", variable_list)
+        .func("nomadVarExists", variable_exists)
         .func("key", key)
         .func("keyOrDefault", key_or_default)
         .func("file", file)
@@ -429,6 +453,8 @@ mod tests {
             (r#"{{ env "PORT" }}/{{ env "NOPE" }}"#, "8080/"),
             (r#"{{ with nomadVar "app/config" }}{{ .user }}:{{ .port }}{{ end }}"#, "ann:9000"),
             (r#"{{ key "app/config/port" }}"#, "9000"),
+            (r#"{{ range nomadVarList "app/" }}{{ .Path }};{{ end }}"#, "app/config;"),
+            (r#"{{ nomadVarExists "app/config" }} {{ nomadVarExists "app/none" }}"#, "true false"),
             (r#"{{ keyOrDefault "app/none/x" "d" }}"#, "d"),
             (
                 r#"{{ range nomadService "db" }}{{ .Address }}:{{ .Port }} {{ join "," .Tags }}{{ end }}"#,

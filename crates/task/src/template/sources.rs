@@ -19,6 +19,9 @@ pub trait TemplateSources: Send + Sync + std::fmt::Debug + 'static {
     /// The variable at `path`, if there is one.
     fn variable(&self, path: &str) -> Option<VariableItems>;
 
+    /// The paths of the variables that start with `prefix`, in order.
+    fn variable_paths(&self, prefix: &str) -> Vec<String>;
+
     /// A counter that moves whenever a service or a variable changes (coalescing: a reader
     /// may see one move for many changes).
     fn changes(&self) -> watch::Receiver<u64>;
@@ -83,6 +86,10 @@ impl TemplateSources for MemorySources {
 
     fn variable(&self, path: &str) -> Option<VariableItems> {
         self.variables.read().get(path).cloned()
+    }
+
+    fn variable_paths(&self, prefix: &str) -> Vec<String> {
+        self.variables.read().keys().filter(|p| p.starts_with(prefix)).cloned().collect()
     }
 
     fn changes(&self) -> watch::Receiver<u64> {
