@@ -17,7 +17,7 @@
 //! - After an agent restart the watcher starts with the reattached task and compares what it
 //!   renders with the files on disk, so a change made while the agent was away still acts.
 //!
-//! The hook reaches its runner through [`TaskLifecycle`], a narrow interface the runner gives
+//! The hook reaches its runner through `TaskLifecycle`, a narrow interface the runner gives
 //! it once built.
 
 mod place;
