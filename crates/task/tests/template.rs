@@ -507,3 +507,42 @@ async fn a_kill_ends_a_first_render_that_waits_for_data() {
     assert_eq!(runner.state().status, TaskStatus::Dead);
     assert!(h.driver.started().is_empty());
 }
+
+#[test]
+fn task_template_manager_env_multi() {
+    let dir = tempfile::tempdir().unwrap();
+    let dirs = wharf_task::TaskDirs::new(dir.path(), "t");
+    std::fs::create_dir_all(&dirs.task_dir).unwrap();
+    std::fs::write(dirs.task_dir.join("zzz.env"), "FOO=bar\nSHARED=nope\n").unwrap();
+    std::fs::write(dirs.task_dir.join("aaa.env"), "BAR=foo\nSHARED=yup\n").unwrap();
+    // Read in the order written, not by name: the later template wins.
+    let templates: Vec<_> = ["zzz.env", "aaa.env"]
+        .into_iter()
+        .map(|file| {
+            let mut template = wharf_state::Template::inline("", file);
+            template.env = true;
+            template
+        })
+        .collect();
+    let env = template::load_env(&templates, &Default::default(), &dirs).unwrap();
+    assert_eq!((env["FOO"].as_str(), env["BAR"].as_str()), ("bar", "foo"));
+    assert_eq!(env["SHARED"], "yup");
+}
+
+#[tokio::test(start_paused = true)]
+async fn task_template_manager_unblock_static_already_rendered() {
+    use std::os::unix::fs::MetadataExt;
+    let h = Harness::new(
+        "[[group.task.template]]\ndata = \"hello, world!\"\ndestination = \"my.tmpl\"\nchange_mode = \"noop\"",
+    );
+    std::fs::create_dir_all(h.task_dir()).unwrap();
+    std::fs::write(h.task_dir().join("my.tmpl"), "hello, world!").unwrap();
+    std::fs::set_permissions(h.task_dir().join("my.tmpl"), std::fs::Permissions::from_mode(0o644))
+        .unwrap();
+    let inode = std::fs::metadata(h.task_dir().join("my.tmpl")).unwrap().ino();
+    let runner = h.start();
+    h.running(&runner).await;
+    assert_eq!(h.read("my.tmpl").as_deref(), Some("hello, world!"));
+    let after = std::fs::metadata(h.task_dir().join("my.tmpl")).unwrap().ino();
+    assert_eq!(inode, after, "a file that holds the output already is left as it is");
+}
