@@ -49,7 +49,7 @@ use wharf_store::{StateStore, StoredAlloc};
 use wharf_task::events::DEFAULT_EVENT_BUFFER;
 use wharf_task::{
     DEFAULT_MAX_KILL_TIMEOUT, EventStream, LogLimits, RecordedEvent, SystemClock, TaskError,
-    TaskHook, TaskRunner, TaskRunnerConfig, WallClock, Watched,
+    TaskHook, TaskRunner, TaskRunnerConfig, TemplateSources, WallClock, Watched,
 };
 
 /// How long destroy lets poststop tasks run before killing them.
@@ -89,6 +89,8 @@ pub struct AllocRunnerConfig {
     /// The node's service catalog and how checks reach the network. Default: a catalog of
     /// the runner's own and real TCP connections.
     pub health: HealthConfig,
+    /// What the tasks' templates read (services, variables). Default: empty sources.
+    pub template_sources: Option<Arc<dyn TemplateSources>>,
 }
 
 impl AllocRunnerConfig {
@@ -114,6 +116,7 @@ impl AllocRunnerConfig {
             spare_dirs: None,
             event_buffer: DEFAULT_EVENT_BUFFER,
             health: HealthConfig::default(),
+            template_sources: None,
         }
     }
 
@@ -290,6 +293,9 @@ impl AllocRunner {
                     .with_state_changed(state_changed.clone())
                     .with_events(events.clone());
                     task_config.hooks = task_hooks.clone();
+                    if let Some(sources) = &config.template_sources {
+                        task_config = task_config.with_template_sources(sources.clone());
+                    }
                     TaskRunner::new(task_config)
                 })
                 .collect();

@@ -121,6 +121,7 @@ struct Inner {
     /// Start attempts per `<alloc>/<task>`, for `start_error_count`.
     starts: HashMap<String, u32>,
     signals: Vec<(TaskId, Signal)>,
+    execs: Vec<(TaskId, Vec<String>)>,
     started: Vec<TaskConfig>,
     stops: Vec<TaskId>,
     destroyed: Vec<TaskId>,
@@ -151,6 +152,11 @@ impl MockDriver {
             inner: Arc::default(),
             events: broadcast::channel(256).0,
         }
+    }
+
+    /// Every command run through [`Driver::exec_task`], in order.
+    pub fn execs(&self) -> Vec<(TaskId, Vec<String>)> {
+        self.inner.lock().execs.clone()
     }
 
     /// Every signal sent through [`Driver::signal_task`] or [`Driver::stop_task`], in order.
@@ -400,10 +406,11 @@ impl Driver for MockDriver {
     async fn exec_task(
         &self,
         task_id: &TaskId,
-        _command: &[String],
+        command: &[String],
         _timeout: Duration,
     ) -> Result<ExecResult, DriverError> {
         let (config, _) = self.exit_receiver(task_id)?;
+        self.inner.lock().execs.push((task_id.clone(), command.to_vec()));
         Ok(ExecResult {
             stdout: config.exec_stdout.into_bytes(),
             stderr: config.exec_stderr.into_bytes(),

@@ -250,9 +250,17 @@ pub struct Registration {
 type Key = (String, String, String);
 
 /// The services of the node's running tasks.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ServiceCatalog {
     services: RwLock<BTreeMap<Key, (Registration, Arc<CheckBook>)>>,
+    /// Moves on every registration and removal, for whoever renders from the catalog.
+    changed: watch::Sender<u64>,
+}
+
+impl Default for ServiceCatalog {
+    fn default() -> Self {
+        ServiceCatalog { services: RwLock::default(), changed: watch::channel(0).0 }
+    }
 }
 
 impl ServiceCatalog {
@@ -261,27 +269,47 @@ impl ServiceCatalog {
         ServiceCatalog::default()
     }
 
+    /// A counter that moves whenever a service is registered or removed (coalescing).
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    fn touch(&self, changes: usize) {
+        if changes > 0 {
+            self.changed.send_modify(|version| *version += 1);
+        }
+    }
+
     /// Adds (or replaces) a service; its health is read from `book`.
     pub fn register(&self, registration: Registration, book: Arc<CheckBook>) {
         let key =
             (registration.alloc_id.clone(), registration.task.clone(), registration.name.clone());
         self.services.write().insert(key, (registration, book));
+        self.touch(1);
     }
 
     /// Removes the services of `alloc_id`'s `task`; returns how many there were.
     pub fn deregister_task(&self, alloc_id: &str, task: &str) -> usize {
-        let mut services = self.services.write();
-        let before = services.len();
-        services.retain(|(alloc, owner, _), _| !(alloc == alloc_id && owner == task));
-        before - services.len()
+        let removed = {
+            let mut services = self.services.write();
+            let before = services.len();
+            services.retain(|(alloc, owner, _), _| !(alloc == alloc_id && owner == task));
+            before - services.len()
+        };
+        self.touch(removed);
+        removed
     }
 
     /// Removes every service of `alloc_id`.
     pub fn deregister_alloc(&self, alloc_id: &str) -> usize {
-        let mut services = self.services.write();
-        let before = services.len();
-        services.retain(|(alloc, _, _), _| alloc != alloc_id);
-        before - services.len()
+        let removed = {
+            let mut services = self.services.write();
+            let before = services.len();
+            services.retain(|(alloc, _, _), _| alloc != alloc_id);
+            before - services.len()
+        };
+        self.touch(removed);
+        removed
     }
 
     /// Every service, by name, then allocation and task.
@@ -476,5 +504,29 @@ mod tests {
         assert_eq!(catalog.len(), 1);
         assert_eq!(catalog.deregister_alloc("a2"), 1);
         assert!(catalog.is_empty());
+    }
+
+    #[test]
+    fn catalog_tells_subscribers_of_registrations_and_removals_only() {
+        let catalog = ServiceCatalog::new();
+        let mut changes = catalog.subscribe();
+        let book = Arc::new(CheckBook::new(&alloc("a1")));
+        let reg = Registration {
+            alloc_id: "a1".into(),
+            job_id: "j".into(),
+            group: "g".into(),
+            task: "t".into(),
+            name: "web".into(),
+            address: None,
+            port: None,
+            tags: Vec::new(),
+        };
+        catalog.register(reg, book);
+        assert!(changes.has_changed().unwrap());
+        changes.borrow_and_update();
+        assert_eq!(catalog.deregister_task("a1", "other"), 0);
+        assert!(!changes.has_changed().unwrap(), "removing nothing changes nothing");
+        assert_eq!(catalog.deregister_alloc("a1"), 1);
+        assert!(changes.has_changed().unwrap());
     }
 }

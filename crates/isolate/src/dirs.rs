@@ -90,6 +90,66 @@ impl OpenDir {
         Ok(OpenDir { file: File::from(fd), path })
     }
 
+    /// Reads the regular file `relative` below this one, following no link on the way.
+    pub fn read_file(&self, relative: impl AsRef<Path>) -> Result<Vec<u8>, IsolateError> {
+        use std::io::Read;
+        let relative = relative.as_ref();
+        let path = self.path.join(relative);
+        let flags = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK;
+        let fd =
+            open_beneath(&self.file, relative.as_os_str(), flags).map_err(|e| refusal(&path, e))?;
+        let mut file = File::from(fd);
+        if !file.metadata().map_err(IsolateError::io(&path))?.is_file() {
+            return Err(IsolateError::NotFollowed { path });
+        }
+        let mut contents = Vec::new();
+        file.read_to_end(&mut contents).map_err(IsolateError::io(&path))?;
+        Ok(contents)
+    }
+
+    /// Replaces the file `name` in this directory with `contents` and `mode`, at once: written
+    /// to a new file beside it (never one that exists, so never through a link), synced, and
+    /// renamed over it.
+    pub fn write_file(&self, name: &OsStr, contents: &[u8], mode: u32) -> Result<(), IsolateError> {
+        use std::io::Write;
+        let path = self.path.join(name);
+        if name.is_empty() || name.as_bytes().contains(&b'/') || name == "." || name == ".." {
+            return Err(IsolateError::Invalid {
+                what: path.display().to_string(),
+                reason: "not a file name".into(),
+            });
+        }
+        let mut temp_name = OsString::from(".");
+        temp_name.push(name);
+        temp_name.push(format!(".{}.tmp", std::process::id()));
+        let temp = c_string(&temp_name).map_err(|e| refusal(&path, e))?;
+        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC;
+        let dir = self.file.as_raw_fd();
+        // A temp file left by a crash is ours to replace.
+        // SAFETY: `temp` is a NUL-terminated name and `dir` an open directory.
+        unsafe { libc::unlinkat(dir, temp.as_ptr(), 0) };
+        let fd = wharf_nolibc::open_beneath(dir, &temp, flags, mode & 0o7777)
+            .map_err(|e| refusal(&path, e))?;
+        // SAFETY: the descriptor was just opened, and nothing else owns it.
+        let mut file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        let written = file
+            .write_all(contents)
+            .and_then(|()| file.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777)))
+            .and_then(|()| file.sync_all());
+        let name_c = c_string(name).map_err(|e| refusal(&path, e))?;
+        let renamed = written.and_then(|()| {
+            // SAFETY: both names are NUL-terminated and `dir` is an open directory.
+            let code = unsafe { libc::renameat(dir, temp.as_ptr(), dir, name_c.as_ptr()) };
+            if code == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+        });
+        if let Err(error) = renamed {
+            // SAFETY: as above.
+            unsafe { libc::unlinkat(dir, temp.as_ptr(), 0) };
+            return Err(IsolateError::Io { path, source: error });
+        }
+        Ok(())
+    }
+
     /// The directories directly in this one, each opened without following a link. Links,
     /// files and entries that vanish while they are read are left out.
     pub fn subdirs(&self) -> Result<Vec<OpenDir>, IsolateError> {
@@ -235,6 +295,27 @@ mod tests {
 
     fn mode(path: &Path) -> u32 {
         std::fs::symlink_metadata(path).unwrap().mode() & 0o7777
+    }
+
+    #[test]
+    fn files_are_written_whole_with_their_mode_and_never_through_a_link() {
+        let root = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let target = outside.path().join("target");
+        std::fs::write(&target, "theirs").unwrap();
+        std::os::unix::fs::symlink(&target, root.path().join("out")).unwrap();
+        let dir = OpenDir::open(root.path()).unwrap();
+        assert!(matches!(dir.read_file("out"), Err(IsolateError::NotFollowed { .. })));
+        dir.write_file(OsStr::new("out"), b"ours", 0o777).unwrap();
+        // The link was replaced, not followed.
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "theirs");
+        assert_eq!(dir.read_file("out").unwrap(), b"ours");
+        assert_eq!(mode(&root.path().join("out")), 0o777);
+        dir.write_file(OsStr::new("out"), b"again", 0o600).unwrap();
+        assert_eq!(dir.read_file("out").unwrap(), b"again");
+        assert_eq!(mode(&root.path().join("out")), 0o600);
+        assert!(dir.write_file(OsStr::new("a/b"), b"", 0o600).is_err());
+        assert_eq!(std::fs::read_dir(root.path()).unwrap().count(), 1, "no temp file is left");
     }
 
     #[test]

@@ -208,6 +208,8 @@ pub struct Agent {
     health: HealthConfig,
     /// The highest fleet term heard: commands of older fleet leaders are refused.
     fence: crate::fence::FleetFence,
+    /// The node's variables, and what the tasks' templates read.
+    variables: Arc<crate::variables::NodeVariables>,
 }
 
 /// How many ready-made allocation and task directories the agent keeps.
@@ -252,8 +254,11 @@ impl Agent {
         let resources = NodeResources::new(&config, &wharf_isolate::Host::detect()?);
         let cgroups = crate::resources::task_cgroups(&config, &resources);
         let fence = crate::fence::FleetFence::open(&config.data_dir)?;
+        let catalog = Arc::new(ServiceCatalog::new());
+        let variables = crate::variables::NodeVariables::open(&config.data_dir, catalog.clone())?;
         let agent = Arc::new(Agent {
             fence,
+            variables,
             drivers: build_drivers(&config, &cgroups),
             store,
             allocs: RwLock::new(BTreeMap::new()),
@@ -268,10 +273,7 @@ impl Agent {
             cgroups,
             admitting: parking_lot::Mutex::new(Amount::ZERO),
             ports: Arc::new(parking_lot::Mutex::new(ports)),
-            health: HealthConfig {
-                catalog: Arc::new(ServiceCatalog::new()),
-                transport: Arc::new(TcpTransport::new()),
-            },
+            health: HealthConfig { catalog, transport: Arc::new(TcpTransport::new()) },
         });
         agent.restore().await?;
         // Every task that still runs has taken its cgroup back: the others' are left by runs
@@ -313,6 +315,11 @@ impl Agent {
     /// The services of the node's running tasks.
     pub fn catalog(&self) -> &ServiceCatalog {
         &self.health.catalog
+    }
+
+    /// The node's variables, which the tasks' templates read with the catalog.
+    pub fn variables(&self) -> &Arc<crate::variables::NodeVariables> {
+        &self.variables
     }
 
     /// How many ports allocations hold.
@@ -430,6 +437,7 @@ impl Agent {
         config.task_hooks = self.task_hooks.clone();
         config.spare_dirs = self.spare_dirs.clone();
         config.health = self.health.clone();
+        config.template_sources = Some(self.variables.clone());
         AllocRunner::new(config)
     }
 

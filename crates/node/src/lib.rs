@@ -36,4 +36,5 @@ pub mod probe;
 pub mod resources;
 pub mod serve;
 pub mod usage;
+pub mod variables;
 pub mod wipe;

@@ -205,6 +205,10 @@ async fn the_api_requires_the_token_on_every_call_but_health() {
         (Method::GET, "/v1/services".into()),
         (Method::GET, "/v1/probe".into()),
         (Method::GET, "/v1/metrics".into()),
+        (Method::GET, "/v1/var/app/db".into()),
+        (Method::PUT, "/v1/var/app/db".into()),
+        (Method::DELETE, "/v1/var/app/db".into()),
+        (Method::GET, "/v1/vars".into()),
     ];
     for (token, status) in
         [(None, StatusCode::UNAUTHORIZED), (Some("wrong-token-wrong-token"), StatusCode::FORBIDDEN)]

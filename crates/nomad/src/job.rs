@@ -12,6 +12,8 @@ use crate::NomadError;
 use crate::fields::{Key, Obj, invalid};
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
+use std::time::Duration;
+use wharf_state::{ChangeMode, ChangeScript, Template, TemplateWait};
 use wharf_state::{
     Check, CheckKind, CheckRestart, DelayFunction, HealthCheck, Job, JobType, Lifecycle,
     LifecycleHook, OnUpdate, RescheduleOverrides, Resources, RestartMode, RestartOverrides,
@@ -184,7 +186,7 @@ const TASK_KEYS: &[(&str, Key)] = &[
     ("Constraints", Key::Refused("wharf does not place work by constraints")),
     ("Artifacts", Key::Refused("wharf does not download artifacts")),
     ("Vault", Key::Refused("wharf has no Vault integration")),
-    ("Templates", Key::Refused("wharf does not render templates")),
+    ("Templates", Key::Used),
     ("DispatchPayload", Key::Refused("wharf does not run dispatched jobs")),
     ("VolumeMounts", Key::Refused("wharf has no host or CSI volumes")),
     ("CSIPluginConfig", Key::Refused("wharf has no CSI plugins")),
@@ -570,6 +572,10 @@ fn translate_task(value: &Value, at: &str, group: &GroupEnv<'_>) -> Result<Task,
     for (index, service) in obj.array("Services")?.iter().enumerate() {
         task.services.push(service_of(service, &format!("{}[{index}]", obj.path("Services")))?);
     }
+    for (index, template) in obj.array("Templates")?.iter().enumerate() {
+        let at = format!("{}[{index}]", obj.path("Templates"));
+        task.templates.push(template_of(template, &at, group.ports)?);
+    }
     let mut meta = group.meta.clone();
     meta.extend(obj.strings("Meta")?.into_iter().map(|(k, v)| (k.to_owned(), v.to_owned())));
     task.env = nomad_env(group, &task, &meta);
@@ -652,6 +658,103 @@ fn check_restart_of(obj: &Obj<'_>) -> Result<Option<CheckRestart>, NomadError> {
             .map(|_| inner.bool("IgnoreWarnings"))
             .transpose()?,
     }))
+}
+
+/// `api.Template`, with its paths' `${NOMAD_*}` references in wharf's terms.
+fn template_of(value: &Value, at: &str, ports: &[String]) -> Result<Template, NomadError> {
+    let obj = Obj::of(value, at)?.ok_or_else(|| invalid(at, "a template is null".into()))?;
+    obj.check(&[
+        ("EmbeddedTmpl", Key::Used),
+        ("SourcePath", Key::Used),
+        ("DestPath", Key::Used),
+        ("ChangeMode", Key::Used),
+        ("ChangeSignal", Key::Used),
+        ("ChangeScript", Key::Used),
+        ("Splay", Key::Used),
+        ("Perms", Key::Used),
+        ("LeftDelim", Key::Used),
+        ("RightDelim", Key::Used),
+        ("Envvars", Key::Used),
+        ("Wait", Key::Used),
+        ("ErrMissingKey", Key::Informs),
+        ("VaultGrace", Key::Informs),
+        ("Uid", Key::Refused("wharf writes rendered files as the agent's user")),
+        ("Gid", Key::Refused("wharf writes rendered files as the agent's user")),
+        ("Once", Key::Refused("wharf renders templates again when their data changes")),
+    ])?;
+    let text = |key: &str| -> Result<Option<String>, NomadError> {
+        Ok(obj.str(key)?.filter(|s| !s.is_empty()).map(str::to_owned))
+    };
+    let path = |key: &str| -> Result<Option<String>, NomadError> {
+        Ok(text(key)?.map(|p| nomad_references(&p, ports)))
+    };
+    let mut template = Template::inline(String::new(), path("DestPath")?.unwrap_or_default());
+    template.data = text("EmbeddedTmpl")?;
+    template.source = path("SourcePath")?;
+    if template.data.is_none() && template.source.is_none() {
+        template.data = Some(String::new());
+    }
+    if let Some(mode) = text("ChangeMode")? {
+        template.change_mode = match mode.as_str() {
+            "restart" => ChangeMode::Restart,
+            "signal" => ChangeMode::Signal,
+            "noop" => ChangeMode::Noop,
+            "script" => ChangeMode::Script,
+            other => {
+                return Err(invalid(
+                    &obj.path("ChangeMode"),
+                    format!("unknown change mode {other:?}"),
+                ));
+            }
+        };
+    }
+    if let Some(signal) = text("ChangeSignal")? {
+        let signal = signal
+            .parse::<Signal>()
+            .map_err(|e| invalid(&obj.path("ChangeSignal"), e.to_string()))?;
+        // Nomad fills a signal in for every mode; wharf reads it with mode signal only.
+        template.change_signal = (template.change_mode == ChangeMode::Signal).then_some(signal);
+    }
+    if let Some(script) =
+        obj.get("ChangeScript").filter(|_| template.change_mode == ChangeMode::Script)
+    {
+        let at = obj.path("ChangeScript");
+        let inner =
+            Obj::of(script, &at)?.ok_or_else(|| invalid(&at, "a change script is null".into()))?;
+        inner.check(&[
+            ("Command", Key::Used),
+            ("Args", Key::Used),
+            ("Timeout", Key::Used),
+            ("FailOnError", Key::Used),
+        ])?;
+        template.change_script = Some(ChangeScript {
+            command: inner.str("Command")?.unwrap_or("").to_owned(),
+            args: strings_of(inner.array("Args")?, &inner.path("Args"))?,
+            timeout: inner.duration("Timeout")?.unwrap_or(Duration::from_secs(5)),
+            fail_on_error: inner.bool("FailOnError")?,
+        });
+    }
+    if let Some(splay) = obj.duration("Splay")? {
+        template.splay = splay;
+    }
+    if let Some(perms) = text("Perms")? {
+        template.perms = perms;
+    }
+    template.left_delimiter = text("LeftDelim")?;
+    template.right_delimiter = text("RightDelim")?;
+    template.env = obj.bool("Envvars")?;
+    if let Some(wait) = obj.get("Wait") {
+        let at = obj.path("Wait");
+        if let Some(inner) = Obj::of(wait, &at)? {
+            inner.check(&[("Min", Key::Used), ("Max", Key::Used)])?;
+            let (min, max) = (inner.duration("Min")?, inner.duration("Max")?);
+            if min.is_some() || max.is_some() {
+                let min = min.unwrap_or_default();
+                template.wait = Some(TemplateWait { min, max: max.unwrap_or(min) });
+            }
+        }
+    }
+    Ok(template)
 }
 
 fn service_of(value: &Value, at: &str) -> Result<Service, NomadError> {

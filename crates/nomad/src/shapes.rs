@@ -421,7 +421,10 @@ pub fn task_event(event: &WharfEvent) -> TaskEvent {
             detail("failed_sibling", task.clone());
             out.failed_sibling = task.clone();
         }
-        Setup { message } | HookMessage { message, .. } | AllocUnhealthy { message } => {
+        Setup { message }
+        | HookMessage { message, .. }
+        | AllocUnhealthy { message }
+        | Template { message } => {
             detail("message", message.clone());
             out.message = message.clone();
         }

@@ -163,8 +163,8 @@ fn fields_that_change_how_tasks_run_are_refused_by_name() {
         ),
         (
             "/TaskGroups/0/Tasks/0/Templates",
-            json!([{"EmbeddedTmpl": "x"}]),
-            "Job.TaskGroups[0].Tasks[0].Templates:",
+            json!([{"EmbeddedTmpl": "x", "DestPath": "local/x", "Uid": 1000}]),
+            "Job.TaskGroups[0].Tasks[0].Templates[0].Uid:",
         ),
         (
             "/TaskGroups/0/Tasks/0/Artifacts",

@@ -5,7 +5,7 @@
 //! health is judged), [`health`] (check results and the node's catalog, as the API shows
 //! them), [`task_state`] (a task's state and events), [`resources`] (what an
 //! allocation needs of a node, and whether it fits), [`reschedule`] (a group's reschedule
-//! policy), [`fleet`] (what a fleet keeps about each piece of work), and the value types
+//! policy), [`template`] (a task's template blocks), [`fleet`] (what a fleet keeps about each piece of work), and the value types
 //! [`duration`], [`signal`] and [`time`]. What a user needs is re-exported here.
 
 pub mod alloc;
@@ -20,6 +20,7 @@ pub mod service;
 pub mod signal;
 pub mod spec;
 pub mod task_state;
+pub mod template;
 pub mod time;
 
 pub use alloc::{
@@ -38,6 +39,7 @@ pub use spec::{
     RestartPolicy, SpecError, Stage, Task, TaskGroup, parse_json, parse_toml,
 };
 pub use task_state::{TaskEvent, TaskEventKind, TaskState, TaskStatus};
+pub use template::{ChangeMode, ChangeScript, Template, TemplateWait};
 pub use time::Timestamp;
 
 /// The JSON crate of this crate's API (a task's driver `config` block is a JSON object), so
@@ -49,4 +51,5 @@ pub use serde_json;
 /// 2: a task's `resources` write `memory` (read also as `memory_mb`), `memory_max` and `cores`.
 /// 3: specs have ports, services, checks and the update block; allocations the ports they
 /// hold; a deployment status its reason; task events `alloc_unhealthy`.
-pub const FORMAT_VERSION: u16 = 3;
+/// 4: tasks have `template` blocks; task events `template`.
+pub const FORMAT_VERSION: u16 = 4;

@@ -185,6 +185,7 @@ mod tests {
             restart: Default::default(),
             resources: Resources { cpu, memory, ..Resources::default() },
             services: Vec::new(),
+            templates: Vec::new(),
         }
     }
 

@@ -12,6 +12,7 @@ pub use crate::problems::{FieldProblem, SpecError};
 use crate::reschedule::{RescheduleOverrides, ReschedulePolicy};
 use crate::service::{self, Network, PortSpec, Service, UpdateStrategy};
 use crate::signal::Signal;
+use crate::template::{self, Template};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
@@ -88,6 +89,9 @@ pub struct Task {
     /// The services it offers, with their checks.
     #[serde(default, rename = "service", skip_serializing_if = "Vec::is_empty")]
     pub services: Vec<Service>,
+    /// Files rendered before it starts and again when what they read changes.
+    #[serde(default, rename = "template", skip_serializing_if = "Vec::is_empty")]
+    pub templates: Vec<Template>,
 }
 
 /// A task may not be called this: `<alloc dir>/alloc` is the directory its group shares.
@@ -372,6 +376,7 @@ impl Task {
             restart: RestartOverrides::default(),
             resources: Resources::default(),
             services: Vec::new(),
+            templates: Vec::new(),
         }
     }
 
@@ -413,6 +418,12 @@ impl Task {
     /// Adds a service the task offers.
     pub fn with_service(mut self, service: Service) -> Task {
         self.services.push(service);
+        self
+    }
+
+    /// Adds a template rendered before it starts.
+    pub fn with_template(mut self, template: Template) -> Task {
+        self.templates.push(template);
         self
     }
 
@@ -590,6 +601,7 @@ impl Job {
                 problems.add(&format!("{at}.resources.{field}"), message);
             }
             service::validate_services(problems, &at, &task.services, group.network.as_ref());
+            template::validate(problems, &at, &task.templates);
         }
         if leaders.len() > 1 {
             problems.add(

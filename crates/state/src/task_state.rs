@@ -281,6 +281,11 @@ pub enum TaskEventKind {
         /// What about this task made it unhealthy.
         message: String,
     },
+    /// A template could not be rendered, waits for data, or acted on a change.
+    Template {
+        /// What happened.
+        message: String,
+    },
 }
 
 impl TaskEventKind {
@@ -317,6 +322,7 @@ impl TaskEventKind {
             HookMessage { .. } => "Task Hook Message",
             FailedRestoring { .. } => "Failed Restoring Task",
             AllocUnhealthy { .. } => "Alloc Unhealthy",
+            Template { .. } => "Template",
         }
     }
 }
@@ -367,6 +373,7 @@ impl fmt::Display for TaskEventKind {
             HookFailed { hook, error } => write!(f, "Hook {hook:?} failed: {error}"),
             HookMessage { hook, message } => write!(f, "Hook {hook:?}: {message}"),
             AllocUnhealthy { message } => f.write_str(message),
+            Template { message } => f.write_str(message),
         }
     }
 }

@@ -359,6 +359,7 @@ fn arb_job() -> impl Strategy<Value = Job> {
                 restart: spec::RestartOverrides { attempts, ..Default::default() },
                 resources: Default::default(),
                 services: Vec::new(),
+                templates: Vec::new(),
             }
         });
     let check = (

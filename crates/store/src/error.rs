@@ -83,6 +83,14 @@ pub enum StoreError {
     /// An allocation id or task name that cannot be a key.
     #[error("invalid store key {0:?}: ids and task names must match [A-Za-z0-9_-]{{1,64}}")]
     InvalidKey(String),
+    /// A variable that cannot be stored, with why.
+    #[error("variable {path:?}: {reason}")]
+    InvalidVariable {
+        /// Its path.
+        path: String,
+        /// Why.
+        reason: String,
+    },
     /// The store was closed, or its writer thread is gone.
     #[error("the state store is closed")]
     Closed,

@@ -12,6 +12,7 @@ mod memory;
 pub mod record;
 #[cfg(feature = "redb")]
 mod redb_store;
+pub mod variables;
 #[cfg(feature = "redb")]
 mod writer;
 
@@ -22,6 +23,7 @@ pub use memory::MemoryStore;
 pub use record::DecodeError;
 #[cfg(feature = "redb")]
 pub use redb_store::{RedbStore, SCHEMA_VERSION, StoreOptions, StoreStats};
+pub use variables::{Variable, VariableFile};
 
 /// The attribute that implementations of [`StateStore`] put on their `impl` block.
 pub use async_trait::async_trait;

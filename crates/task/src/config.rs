@@ -4,6 +4,7 @@
 use crate::clock::{SystemClock, WallClock};
 use crate::events::EventStream;
 use crate::hooks::TaskHook;
+use crate::template::{MemorySources, TemplateSources};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -63,6 +64,8 @@ pub struct TaskRunnerConfig {
     /// Where every recorded event goes. Default: a stream of its own; the alloc runner gives
     /// its task runners one shared stream.
     pub events: EventStream,
+    /// What the task's templates read (services, variables). Default: empty sources.
+    pub template_sources: Arc<dyn TemplateSources>,
 }
 
 impl TaskRunnerConfig {
@@ -87,6 +90,7 @@ impl TaskRunnerConfig {
             logs: LogLimits::default(),
             state_changed: Arc::new(Notify::new()),
             events: EventStream::default(),
+            template_sources: MemorySources::new(),
         }
     }
 
@@ -117,6 +121,12 @@ impl TaskRunnerConfig {
     /// Notifies `state_changed` (coalescing) after every change of the task's state.
     pub fn with_state_changed(mut self, state_changed: Arc<Notify>) -> TaskRunnerConfig {
         self.state_changed = state_changed;
+        self
+    }
+
+    /// Lets the task's templates read services and variables from `sources`.
+    pub fn with_template_sources(mut self, sources: Arc<dyn TemplateSources>) -> TaskRunnerConfig {
+        self.template_sources = sources;
         self
     }
 

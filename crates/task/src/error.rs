@@ -55,6 +55,12 @@ pub enum TaskError {
         #[source]
         source: wharf_isolate::IsolateError,
     },
+    /// A template could not be rendered, written or read back.
+    #[error("{message}")]
+    Template {
+        /// What went wrong, naming the template.
+        message: String,
+    },
     /// A hook failed.
     #[error("hook {hook}: {reason}")]
     Hook {

@@ -16,6 +16,7 @@ pub mod lifecycle;
 pub mod local_state;
 pub mod restart;
 mod runner;
+pub mod template;
 pub mod watched;
 
 pub use clock::{SystemClock, TokioClock, WallClock};
@@ -29,6 +30,7 @@ pub use restart::{Decision, Outcome, RestartTracker};
 pub use runner::{
     DESTROY_TIMEOUT, EXIT_RESULT_TIMEOUT, REATTACH_WAIT, START_TIMEOUT, STOP_GRACE, TaskRunner,
 };
+pub use template::{MemorySources, TemplateSources};
 pub use watched::Watched;
 /// The attribute that implementations of [`TaskHook`] put on their `impl` block.
 pub use wharf_driver::async_trait;

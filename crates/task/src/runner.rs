@@ -47,6 +47,7 @@ use crate::hooks::{HOOK_TIMEOUT, HookContext, TaskDirHook, TaskDirs, TaskHook};
 use crate::lifecycle::{TaskRunnerAction, TaskRunnerEvent, TaskRunnerState};
 use crate::local_state::{HookState, LocalState};
 use crate::restart::{Decision, Outcome, RestartTracker};
+use crate::template::{TaskLifecycle, TemplateHook};
 use crate::watched::Watched;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -100,6 +101,53 @@ struct Shared {
     persist: tokio::sync::Mutex<()>,
     /// Everything that changes as the runner lives, under one lock.
     facts: Watched<RunnerFacts>,
+}
+
+/// The runner as its template hook reaches it: weakly, since the runner holds the hook.
+#[derive(Debug)]
+struct WeakRunner(std::sync::Weak<Shared>);
+
+impl WeakRunner {
+    fn get(&self) -> Option<TaskRunner> {
+        self.0.upgrade().map(|shared| TaskRunner { shared })
+    }
+}
+
+#[async_trait::async_trait]
+impl TaskLifecycle for WeakRunner {
+    async fn restart(&self, reason: &str) -> Result<(), TaskError> {
+        let runner = self.get().ok_or(TaskError::NotRunning { task: String::new() })?;
+        runner.restart(reason, false).await
+    }
+
+    async fn signal(&self, signal: Signal, reason: &str) -> Result<(), TaskError> {
+        let runner = self.get().ok_or(TaskError::NotRunning { task: String::new() })?;
+        runner.signal(signal, reason).await
+    }
+
+    async fn exec(&self, command: &[String], timeout: Duration) -> Result<ExecResult, TaskError> {
+        let runner = self.get().ok_or(TaskError::NotRunning { task: String::new() })?;
+        runner.exec(command, timeout).await
+    }
+
+    async fn emit(&self, event: TaskEventKind) {
+        if let Some(runner) = self.get() {
+            runner.emit_event(runner.event(event)).await;
+        }
+    }
+
+    async fn kill(&self, event: TaskEventKind) {
+        if let Some(runner) = self.get() {
+            runner.kill(Some(runner.event(event).failing())).await;
+        }
+    }
+
+    async fn wind_down(&self) {
+        // A runner that is gone has wound down.
+        if let Some(runner) = self.get() {
+            runner.wind_down_requested().await;
+        }
+    }
 }
 
 /// A hook call that cannot fail, as one that can.
@@ -176,12 +224,16 @@ impl TaskRunner {
         let tracker = RestartTracker::new(policy, config.alloc.job.job_type, stage, seed);
         let dirs = TaskDirs::new(&config.alloc_root, &config.task.name);
         let mut hooks: Vec<Arc<dyn TaskHook>> = vec![Arc::new(TaskDirHook)];
+        let templates = TemplateHook::for_task(&config.task, config.template_sources.clone());
+        if let Some(templates) = &templates {
+            hooks.push(templates.clone());
+        }
         hooks.extend(config.hooks);
         let kill_timeout = config.task.kill_timeout.min(config.max_kill_timeout);
         // A fresh task is received with its first change (unless a restore replaces its
         // state), so that the event is in the stream, in order, for whoever listens by then.
         let facts = RunnerFacts::new(config.alloc, tracker);
-        TaskRunner {
+        let runner = TaskRunner {
             shared: Arc::new(Shared {
                 stage,
                 driver: config.driver,
@@ -198,7 +250,11 @@ impl TaskRunner {
                 facts: Watched::new(facts),
                 task: config.task,
             }),
+        };
+        if let Some(templates) = templates {
+            templates.attach(Arc::new(WeakRunner(Arc::downgrade(&runner.shared))));
         }
+        runner
     }
 
     /// The task's name.
@@ -528,8 +584,11 @@ impl TaskRunner {
         let env = match self.prestart(&alloc, base_env).await {
             Ok(env) => env,
             Err((hook, error)) => {
-                let event =
-                    self.event(TaskEventKind::HookFailed { hook, error: error.to_string() });
+                let kind = match error {
+                    TaskError::Template { message } => TaskEventKind::Template { message },
+                    error => TaskEventKind::HookFailed { hook, error: error.to_string() },
+                };
+                let event = self.event(kind);
                 self.commit(|state| state.append_event(event)).await;
                 return Err(Outcome::StartFailed { retryable: true });
             }

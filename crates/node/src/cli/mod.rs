@@ -1,5 +1,5 @@
 //! The `wharf` command line: `agent`, `run`, `validate`, `alloc ...`, `job ...`, `node status`,
-//! `service list`, `wipe`, and `fleet ...` ([`crate::fleet::cli`]).
+//! `service list`, `var ...`, `wipe`, and `fleet ...` ([`crate::fleet::cli`]).
 //!
 //! This module parses the command line and hands each subcommand to its own module, with the
 //! agent's client and the global flags; what they all share ([`common`]: exit codes, errors,
@@ -23,6 +23,7 @@ mod node;
 mod run;
 mod service;
 mod validate;
+mod var;
 mod wipe;
 
 pub use common::{
@@ -92,6 +93,9 @@ enum Command {
     /// The services of the node's running tasks.
     #[command(subcommand)]
     Service(service::ServiceCommand),
+    /// The node's variables, which task templates read (`nomadVar`, `key`).
+    #[command(subcommand)]
+    Var(var::VarCommand),
     /// Run a fleet of agents (`wharf fleet`), or talk to one (`wharf fleet submit ...`).
     #[command(after_help = crate::fleet::cli::FLEET_SETTINGS)]
     Fleet(crate::fleet::cli::FleetArgs),
@@ -164,6 +168,7 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Job(command) => job::job(&client, command, json).await,
         Command::Node(command) => node::node(&client, command, json).await,
         Command::Service(command) => service::service(&client, command, json).await,
+        Command::Var(command) => var::var(&client, command, json).await,
     };
     result.unwrap_or_else(|error| fail(exit_code(&error), &describe(&error)))
 }

@@ -1,0 +1,183 @@
+//! The node's variables store and what templates read: wiring of wharf-store's
+//! [`VariableFile`] (kept at `<data dir>/variables.json`) and wharf-health's service catalog
+//! into wharf-task's [`TemplateSources`], and the API's `/v1/var/{path}` and `/v1/vars`.
+//!
+//! Templates re-render when either changes: a variable written here, or a service that comes
+//! or goes in the catalog (forwarded by a small task for as long as the store lives).
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use tokio::sync::watch;
+use wharf_health::ServiceCatalog;
+use wharf_state::ServiceEntry;
+use wharf_store::{StoreError, Variable, VariableFile};
+use wharf_task::TemplateSources;
+use wharf_task::template::VariableItems;
+
+/// The file of the node's variables, under its data directory.
+pub const VARIABLES_FILE: &str = "variables.json";
+
+/// The node's variables, and its services as templates see them.
+#[derive(Debug)]
+pub struct NodeVariables {
+    file: VariableFile,
+    catalog: Arc<ServiceCatalog>,
+    changed: watch::Sender<u64>,
+}
+
+impl NodeVariables {
+    /// Opens the variables of `data_dir` and follows `catalog`. Call within a tokio runtime.
+    pub fn open(
+        data_dir: &std::path::Path,
+        catalog: Arc<ServiceCatalog>,
+    ) -> Result<Arc<NodeVariables>, StoreError> {
+        let file = VariableFile::open(data_dir.join(VARIABLES_FILE))?;
+        let mut services = catalog.subscribe();
+        let variables = Arc::new(NodeVariables { file, catalog, changed: watch::channel(0).0 });
+        let weak = Arc::downgrade(&variables);
+        tokio::spawn(async move {
+            while services.changed().await.is_ok() {
+                let Some(variables) = weak.upgrade() else { return };
+                variables.touch();
+            }
+        });
+        Ok(variables)
+    }
+
+    fn touch(&self) {
+        self.changed.send_modify(|version| *version += 1);
+    }
+
+    /// The variable at `path`.
+    pub fn get(&self, path: &str) -> Option<Variable> {
+        self.file.get(path)
+    }
+
+    /// The variables under `prefix`.
+    pub fn list(&self, prefix: &str) -> Vec<Variable> {
+        self.file.list(prefix)
+    }
+
+    /// Sets a variable, durably (on a blocking thread), then wakes the templates.
+    pub async fn put(
+        self: &Arc<Self>,
+        path: String,
+        items: BTreeMap<String, String>,
+    ) -> Result<Variable, StoreError> {
+        let this = self.clone();
+        let put = tokio::task::spawn_blocking(move || this.file.put(&path, items));
+        let variable = put.await.map_err(|_| StoreError::Closed)??;
+        self.touch();
+        Ok(variable)
+    }
+
+    /// Removes a variable, durably; whether there was one.
+    pub async fn delete(self: &Arc<Self>, path: String) -> Result<bool, StoreError> {
+        let this = self.clone();
+        let deleted = tokio::task::spawn_blocking(move || this.file.delete(&path));
+        let deleted = deleted.await.map_err(|_| StoreError::Closed)??;
+        if deleted {
+            self.touch();
+        }
+        Ok(deleted)
+    }
+}
+
+impl TemplateSources for NodeVariables {
+    fn services(&self, name: &str) -> Vec<ServiceEntry> {
+        self.catalog.list().into_iter().filter(|s| s.name == name).collect()
+    }
+
+    fn variable(&self, path: &str) -> Option<VariableItems> {
+        self.file.get(path).map(|v| v.items)
+    }
+
+    fn variable_paths(&self, prefix: &str) -> Vec<String> {
+        self.file.list(prefix).into_iter().map(|v| v.path).collect()
+    }
+
+    fn changes(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+}
+
+/// The API's routes for variables, for the agent's router (which guards them with its token).
+pub fn routes<S: Clone + Send + Sync + 'static>(variables: Arc<NodeVariables>) -> Router<S> {
+    Router::new()
+        .route("/v1/var/{*path}", get(get_var).put(put_var).delete(delete_var))
+        .route("/v1/vars", get(list_vars))
+        .with_state(variables)
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (status, Json(serde_json::json!({ "error": message.into() }))).into_response()
+}
+
+fn store_error(failure: StoreError) -> Response {
+    let status = match failure {
+        StoreError::InvalidVariable { .. } => StatusCode::BAD_REQUEST,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    error(status, failure.to_string())
+}
+
+async fn get_var(State(vars): State<Arc<NodeVariables>>, Path(path): Path<String>) -> Response {
+    match vars.get(&path) {
+        Some(variable) => Json(variable).into_response(),
+        None => error(StatusCode::NOT_FOUND, format!("no variable at {path:?}")),
+    }
+}
+
+/// The body of a PUT: the items.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PutBody {
+    items: BTreeMap<String, String>,
+}
+
+async fn put_var(
+    State(vars): State<Arc<NodeVariables>>,
+    Path(path): Path<String>,
+    body: Result<Json<PutBody>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    let body = match body {
+        Ok(Json(body)) => body,
+        Err(rejection) => return error(rejection.status(), rejection.body_text()),
+    };
+    match vars.put(path, body.items).await {
+        Ok(variable) => Json(variable).into_response(),
+        Err(e) => store_error(e),
+    }
+}
+
+async fn delete_var(State(vars): State<Arc<NodeVariables>>, Path(path): Path<String>) -> Response {
+    match vars.delete(path.clone()).await {
+        Ok(true) => StatusCode::NO_CONTENT.into_response(),
+        Ok(false) => error(StatusCode::NOT_FOUND, format!("no variable at {path:?}")),
+        Err(e) => store_error(e),
+    }
+}
+
+/// The query of a list.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    #[serde(default)]
+    prefix: String,
+}
+
+async fn list_vars(
+    State(vars): State<Arc<NodeVariables>>,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    match query {
+        Ok(Query(query)) => Json(vars.list(&query.prefix)).into_response(),
+        Err(rejection) => error(rejection.status(), rejection.body_text()),
+    }
+}
