@@ -363,3 +363,108 @@ async fn ec2_wrap_error_over_the_wire() {
     );
     assert_eq!(set.list().await.unwrap().len(), 1);
 }
+
+/// The pool over EC2: what EC2 refuses holds what it should, and nothing more. An injected
+/// capacity error holds that type while another is created; a vCPU limit holds the type's
+/// quota group while a type of another group is created; a throttle holds every create for
+/// the backoff, with no call made meanwhile; a pool restarted over a new set finds the
+/// instances by their tags, with their types.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ec2_pool_holds_what_ec2_refuses() {
+    use std::sync::Arc;
+    use wharf_prober::{
+        FakeClock, HoldReason, Moment, NewExecutor, Pool, PoolConfig, ScriptedExecutor,
+    };
+
+    let cloud = cloud().await;
+    let subnet = cloud.subnet();
+    let clock = Arc::new(FakeClock::new(Moment::from_origin(Duration::from_secs(1_000))));
+    let typed = |name: &str, provider: &str, group: &str| InstanceType {
+        provider_type: provider.into(),
+        quota_group: Some(group.into()),
+        ..InstanceType::new(name)
+    };
+    let config = PoolConfig {
+        instance_types: vec![
+            typed("small", "t3.small", "standard"),
+            typed("large", "m5.large", "standard"),
+            typed("gpu", "p3.2xlarge", "p"),
+        ],
+        ..PoolConfig::default()
+    };
+    let new_executor: NewExecutor = Arc::new(|instance: &wharf_prober::Instance| {
+        Arc::new(ScriptedExecutor::new(&instance.id.0)) as Arc<dyn wharf_prober::Executor>
+    });
+    let pool = |set: Ec2InstanceSet| {
+        Pool::new(config.clone(), clock.clone(), Arc::new(set), new_executor.clone()).unwrap()
+    };
+    let first = pool(cloud.set("pool", &[&subnet]));
+    let create = |pool: &Pool, name: &str| {
+        let creating = pool.create(name);
+        async move { creating?.finished().await }
+    };
+    let runs = || cloud.proxy.calls("RunInstances").len();
+
+    cloud.proxy.inject(
+        Fault::new("RunInstances", "InsufficientInstanceCapacity", "none")
+            .for_type("t3.small")
+            .times(1),
+    );
+    let refused = create(&first, "small").await.unwrap_err();
+    assert!(
+        matches!(refused, ProberError::Capacity { scope: CapacityScope::InstanceType, .. }),
+        "{refused:?}"
+    );
+    assert!(first.at_capacity("small") && !first.at_capacity("large"));
+    let calls = runs();
+    let held = create(&first, "small").await.unwrap_err();
+    assert!(
+        matches!(held, ProberError::CreateHeld { reason: HoldReason::Capacity { .. }, .. }),
+        "{held:?}"
+    );
+    assert_eq!(runs(), calls, "a held create must not reach EC2");
+    let large = create(&first, "large").await.unwrap();
+
+    cloud.proxy.inject(
+        Fault::new("RunInstances", "VcpuLimitExceeded", "vCPU limit of 64")
+            .for_type("m5.large")
+            .times(1),
+    );
+    let refused = create(&first, "large").await.unwrap_err();
+    assert!(
+        matches!(refused, ProberError::Capacity { scope: CapacityScope::QuotaGroup, .. }),
+        "{refused:?}"
+    );
+    assert!(first.at_capacity("large") && first.at_capacity("small") && !first.at_capacity("gpu"));
+    let gpu = create(&first, "gpu").await.unwrap();
+
+    cloud.proxy.inject(
+        Fault::new("RunInstances", "RequestLimitExceeded", "slow down")
+            .for_type("p3.2xlarge")
+            .times(1),
+    );
+    let refused = create(&first, "gpu").await.unwrap_err();
+    assert!(
+        matches!(refused, ProberError::RateLimited { retry_after } if retry_after == Duration::from_secs(1))
+    );
+    let calls = runs();
+    let held = create(&first, "gpu").await.unwrap_err();
+    assert!(
+        matches!(held, ProberError::CreateHeld { reason: HoldReason::RateLimit { .. }, .. }),
+        "{held:?}"
+    );
+    assert_eq!(runs(), calls, "a rate-limited pool must not call EC2");
+    clock.advance(Duration::from_secs(1));
+    let gpu2 = create(&first, "gpu").await.unwrap();
+
+    // A new pool over a new set (a restarted fleet) finds the three by their tags.
+    let second = pool(cloud.set("pool", &[&subnet]));
+    assert_eq!(second.sync().await.unwrap(), 3);
+    let mut found: Vec<(InstanceId, String)> =
+        second.workers().into_iter().map(|w| (w.id, w.instance_type)).collect();
+    found.sort();
+    let mut want =
+        vec![(large, "large".to_owned()), (gpu, "gpu".to_owned()), (gpu2, "gpu".to_owned())];
+    want.sort();
+    assert_eq!(found, want);
+}
