@@ -92,7 +92,7 @@ pub mod ssh;
 mod static_set;
 pub mod worker;
 
-pub use capacity::{CapacityScope, HoldReason, InstanceType};
+pub use capacity::{CapacityScope, HoldReason, InstanceType, Price};
 pub use clock::{Clock, FakeClock, Moment, SystemClock};
 pub use config::{
     Deployment, Prepared, RunnerBinary, RunnerConfig, RunnerFile, Timeouts, WorkerConfig,
