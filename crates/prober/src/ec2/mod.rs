@@ -57,6 +57,9 @@ pub struct Ec2Config {
     /// The fleet's SSH public key (an OpenSSH public key line), imported as the key pair.
     /// `None`: instances get no key pair (the image or the init command lets the fleet in).
     pub public_key: Option<String>,
+    /// The host key every instance presents (an OpenSSH public key line: the image's own),
+    /// given to the executors to pin; `None`: none is known.
+    pub host_key: Option<String>,
     /// An IAM instance profile for the instances, by name.
     pub iam_instance_profile: Option<String>,
     /// Tags put on every instance, and by which `list` finds this set's instances (give each
@@ -85,6 +88,7 @@ impl Ec2Config {
             admin_user: "admin".to_owned(),
             ssh_port: 22,
             public_key: None,
+            host_key: None,
             iam_instance_profile: None,
             tags: Tags::new(),
             credentials: None,
@@ -271,7 +275,7 @@ impl Ec2InstanceSet {
                 .map(|ip| format!("{ip}:{}", self.config.ssh_port)),
             remote_user: self.config.admin_user.clone(),
             tags,
-            host_key: None,
+            host_key: self.config.host_key.clone(),
             runner_args: self.config.runner_args.clone(),
         })
     }

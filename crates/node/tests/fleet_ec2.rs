@@ -1,0 +1,144 @@
+//! `wharf fleet` on EC2, against a real moto_server behind the EC2 tests' fault-injecting
+//! proxy: work that fits no worker makes the fleet create the smallest type that fits, shown
+//! with its price and types in Arvados' instance list; a fleet restarted over the same store
+//! (after a crash) finds the instance by its tag and keeps the work; an instance that never
+//! boots is terminated after the boot timeout.
+//!
+//! No host answers at the instances' addresses here, so nothing boots: the probes, the deploy
+//! and the work on a booted EC2 worker are not shown by this test.
+
+#[path = "../../prober/tests/moto/mod.rs"]
+mod moto;
+
+use hyper::Method;
+use moto::{Moto, Proxy};
+use std::path::Path;
+use std::time::Duration;
+use tokio::time::Instant;
+use wharf_node::client::Client;
+use wharf_node::fleet::arvados::ArvadosInstances;
+use wharf_tests::fleet::Fleet;
+
+const WHARF: &str = env!("CARGO_BIN_EXE_wharf");
+/// Any single wait in this test; reaching it means something hung.
+const LIMIT: Duration = Duration::from_secs(60);
+const CREDENTIALS: [(&str, &str); 2] =
+    [("AWS_ACCESS_KEY_ID", "AKIDTEST"), ("AWS_SECRET_ACCESS_KEY", "secret")];
+
+/// A fleet on EC2 through `proxy`, in `subnet`, booting for at most `booting`.
+fn start(dir: &Path, proxy: &Proxy, subnet: &str, key: &Path, booting: &str) -> Fleet {
+    let settings = format!(
+        "probe_interval = \"200ms\"\nsync_interval = \"500ms\"\ncommand_deadline = \"1s\"\n\
+         [timeouts]\nbooting = \"{booting}\"\n\
+         [runner]\nagent_data_dir = \"/var/lib/wharf\"\n\
+         [ec2]\nendpoint = {:?}\nimage = \"ami-12c6146b\"\nsubnets = [{subnet:?}]\n\
+         identity = {:?}\nhost_key = {:?}\nfleet_tag = \"e2e-{}\"\ntimeout_idle = \"2s\"\n\
+         [[ec2.instance_type]]\nname = \"small\"\nprovider_type = \"t3.small\"\nvcpus = 1\nmemory_mb = 1024\nprice = 0.0104\n\
+         [[ec2.instance_type]]\nname = \"medium\"\nprovider_type = \"t3.medium\"\nvcpus = 2\nmemory_mb = 4096\nprice = 0.0416\n\
+         [[ec2.instance_type]]\nname = \"large\"\nprovider_type = \"m5.xlarge\"\nvcpus = 4\nmemory_mb = 16384\nprice = 0.192\n",
+        proxy.url(),
+        key.display().to_string(),
+        std::fs::read_to_string(key.with_extension("pub")).unwrap().trim(),
+        std::process::id(),
+    );
+    Fleet::start_with_env(Path::new(WHARF), dir, &settings, "info", LIMIT, &CREDENTIALS).unwrap()
+}
+
+/// Polls Arvados' instance list until `check` holds.
+async fn until(
+    client: &Client,
+    what: &str,
+    check: impl Fn(&ArvadosInstances) -> bool,
+) -> ArvadosInstances {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let list: ArvadosInstances =
+            client.json(Method::GET, "/arvados/v1/dispatch/instances", None).await.unwrap();
+        if check(&list) {
+            return list;
+        }
+        assert!(Instant::now() < deadline, "never {what}: {list:#?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fleet_creates_the_smallest_fitting_ec2_type_finds_it_again_and_ends_it() {
+    #![allow(clippy::disallowed_methods)] // ssh-keygen makes the fleet's key
+    let moto = tokio::task::spawn_blocking(Moto::shared).await.unwrap();
+    let proxy = Proxy::start(moto.port).await;
+    let subnet = moto.subnet("10.231.0.0/16", "10.231.200.0/24");
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("id_ed25519");
+    let made = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(&key)
+        .output()
+        .expect("ssh-keygen (Debian: openssh-client) must be installed");
+    assert!(made.status.success(), "{made:?}");
+
+    // Work needing 1.5 cores and 2 GiB: "small" is too small, "medium" is the smallest fit.
+    let first = start(dir.path(), &proxy, &subnet, &key, "5m");
+    let client = Client::new(first.address(), Some(first.token().unwrap()));
+    let spec = "[job]\nid = \"big\"\ntype = \"batch\"\n[group]\nname = \"g\"\n[[group.task]]\n\
+                name = \"t\"\ndriver = \"raw_exec\"\nresources = { cpu = 1500, memory = 2048 }\n\
+                config = { command = \"/bin/true\" }\n";
+    let body = client
+        .call(Method::POST, "/v1/allocations", Some(("application/toml", spec.as_bytes().to_vec())))
+        .await
+        .unwrap();
+    let alloc = serde_json::from_slice::<serde_json::Value>(&body).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let list = until(&client, "an instance", |l| l.items.len() == 1).await;
+    let instance = &list.items[0];
+    assert_eq!(
+        (instance.arvados_instance_type.as_str(), instance.provider_instance_type.as_str()),
+        ("medium", "t3.medium")
+    );
+    assert_eq!(instance.price, 0.0416);
+    assert!(instance.address.starts_with("10.231.200."), "{instance:?}");
+    assert!(matches!(instance.worker_state.as_str(), "booting" | "unknown"), "{instance:?}");
+    let runs: Vec<_> = proxy
+        .calls("RunInstances")
+        .iter()
+        .map(|c| c.param("InstanceType").unwrap().to_owned())
+        .collect();
+    assert_eq!(runs, ["t3.medium"], "only the smallest type that fits is created");
+    let id = instance.instance.clone();
+    let described = moto.call("DescribeInstances", &[("InstanceId.1", &id)]);
+    assert!(
+        described.contains(&format!("<value>e2e-{}</value>", std::process::id())),
+        "{described}"
+    );
+
+    // A crash, and a fleet over the same store finds the instance by its tag and keeps the
+    // work; with a short boot timeout, it ends the instance that never booted.
+    first.kill();
+    let second = start(dir.path(), &proxy, &subnet, &key, "2s");
+    let client = Client::new(second.address(), Some(second.token().unwrap()));
+    let found =
+        until(&client, "the instance found again", |l| l.items.iter().any(|i| i.instance == id))
+            .await;
+    let again = found.items.iter().find(|i| i.instance == id).unwrap();
+    assert_eq!(again.arvados_instance_type, "medium");
+    let kept: serde_json::Value =
+        client.json(Method::GET, &format!("/v1/allocations/{alloc}"), None).await.unwrap();
+    assert_eq!(kept["id"], alloc.as_str(), "{kept}");
+    let deadline = Instant::now() + LIMIT;
+    while !proxy
+        .calls("TerminateInstances")
+        .iter()
+        .any(|c| c.param("InstanceId.1") == Some(id.as_str()))
+    {
+        assert!(Instant::now() < deadline, "the instance that never booted was not terminated");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let described = moto.call("DescribeInstances", &[("InstanceId.1", &id)]);
+    assert!(
+        described.contains("<name>shutting-down</name>")
+            || described.contains("<name>terminated</name>"),
+        "{described}"
+    );
+}
