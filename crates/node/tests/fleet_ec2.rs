@@ -2,10 +2,9 @@
 //! proxy: work that fits no worker makes the fleet create the smallest type that fits, shown
 //! with its price and types in Arvados' instance list; a fleet restarted over the same store
 //! (after a crash) finds the instance by its tag and keeps the work; an instance that never
-//! boots is terminated after the boot timeout.
-//!
-//! No host answers at the instances' addresses here, so nothing boots: the probes, the deploy
-//! and the work on a booted EC2 worker are not shown by this test.
+//! boots is terminated after the boot timeout. And with a network-namespace host (sshd and the
+//! agent) at the instance's private address: the worker boots, is probed, gets the fleet's
+//! binary, runs the work, and is terminated once idle for `timeout_idle`.
 
 #[path = "../../prober/tests/moto/mod.rs"]
 mod moto;
@@ -141,4 +140,108 @@ async fn the_fleet_creates_the_smallest_fitting_ec2_type_finds_it_again_and_ends
             || described.contains("<name>terminated</name>"),
         "{described}"
     );
+}
+
+/// The image's boot, played by the test: the instance's host is a network namespace running
+/// sshd and the agent, at the private address the cloud gives the instance (the test has the
+/// proxy ask moto for that address). The fleet creates the instance for work, its probes reach
+/// it over SSH, it deploys itself there, the work runs and ends, and the worker, idle for
+/// `timeout_idle`, is terminated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ec2_worker_boots_runs_work_and_is_terminated_when_idle() {
+    #![allow(clippy::disallowed_methods)] // waits on the real clock for the agent's start
+    use wharf_tests::netns::{ClientKey, Host};
+    wharf_tests::netns::check_requirements().unwrap_or_else(|e| panic!("{e}"));
+    let shim = Path::new(WHARF).with_file_name("wharf-shim");
+    assert!(shim.exists(), "{} is missing: build wharf-exec's shim beside wharf", shim.display());
+    let key = ClientKey::generate().unwrap_or_else(|e| panic!("cannot make a client key: {e}"));
+    let mut host =
+        Host::start(&key.public_key).unwrap_or_else(|e| panic!("cannot set up a host: {e}"));
+    let data_dir = host.scratch().join("data");
+    let node_config = host.scratch().join("node.toml");
+    std::fs::write(&node_config, format!("data_dir = {:?}\n", data_dir.display().to_string()))
+        .unwrap();
+    let mut agent = host.command(WHARF);
+    agent
+        .args(["agent", "--config"])
+        .arg(&node_config)
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1");
+    host.spawn("agent", agent).unwrap_or_else(|e| panic!("cannot start an agent: {e}"));
+    let started = std::time::Instant::now();
+    while !data_dir.join("agent.json").exists() {
+        assert!(started.elapsed() < LIMIT, "the agent never started:\n{}", host.log("agent"));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    let moto = tokio::task::spawn_blocking(Moto::shared).await.unwrap();
+    let proxy = Proxy::start(moto.port).await;
+    let subnet = moto.subnet("10.231.0.0/16", &format!("10.231.{}.0/24", host.number));
+    proxy.add_param(
+        "RunInstances",
+        "NetworkInterface.1.PrivateIpAddress",
+        &host.address.to_string(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let settings = format!(
+        "probe_interval = \"300ms\"\nsync_interval = \"1s\"\ncommand_deadline = \"5s\"\n\
+         [timeouts]\nbooting = \"60s\"\n\
+         [runner]\ndirectory = {:?}\nagent_data_dir = {:?}\n\
+         [ec2]\nendpoint = {:?}\nimage = \"ami-12c6146b\"\nsubnets = [{subnet:?}]\nadmin_user = {:?}\n\
+         identity = {:?}\nhost_key = {:?}\nfleet_tag = \"netns-{}\"\ntimeout_idle = \"2s\"\n\
+         [[ec2.instance_type]]\nname = \"small\"\nprovider_type = \"t3.small\"\nvcpus = 1\nmemory_mb = 1024\nprice = 0.0104\n\
+         [[ec2.instance_type]]\nname = \"medium\"\nprovider_type = \"t3.medium\"\nvcpus = 2\nmemory_mb = 4096\nprice = 0.0416\n",
+        host.scratch().join("runner").display().to_string(),
+        data_dir.display().to_string(),
+        proxy.url(),
+        host.user,
+        key.private_key_path().display().to_string(),
+        host.host_key.trim(),
+        std::process::id(),
+    );
+    let fleet =
+        Fleet::start_with_env(Path::new(WHARF), dir.path(), &settings, "info", LIMIT, &CREDENTIALS)
+            .unwrap();
+    let client = Client::new(fleet.address(), Some(fleet.token().unwrap()));
+    let spec = "[job]\nid = \"work\"\ntype = \"batch\"\n[group]\nname = \"g\"\n[[group.task]]\n\
+                name = \"t\"\ndriver = \"raw_exec\"\nresources = { cpu = 500, memory = 256 }\n\
+                config = { command = \"/bin/sh\", args = [\"-c\", \"sleep 1\"] }\n";
+    let body = client
+        .call(Method::POST, "/v1/allocations", Some(("application/toml", spec.as_bytes().to_vec())))
+        .await
+        .unwrap();
+    let alloc = serde_json::from_slice::<serde_json::Value>(&body).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let list = until(&client, "a running worker", |l| {
+        l.items.len() == 1 && l.items[0].worker_state == "running"
+    })
+    .await;
+    let worker = &list.items[0];
+    assert_eq!((worker.arvados_instance_type.as_str(), worker.price), ("small", 0.0104));
+    assert_eq!(worker.address, host.address.to_string());
+    let id = worker.instance.clone();
+    let deadline = Instant::now() + LIMIT;
+    let ended = loop {
+        let record: serde_json::Value =
+            client.json(Method::GET, &format!("/v1/allocations/{alloc}"), None).await.unwrap();
+        if !record["finished"].is_null() {
+            break record;
+        }
+        assert!(Instant::now() < deadline, "the work never ended: {record}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(ended["worker"], id.as_str(), "{ended}");
+    assert!(ended["outcome"].as_str().unwrap_or_default().contains("complete"), "{ended}");
+    let deadline = Instant::now() + LIMIT;
+    while !proxy
+        .calls("TerminateInstances")
+        .iter()
+        .any(|c| c.param("InstanceId.1") == Some(id.as_str()))
+    {
+        assert!(Instant::now() < deadline, "the idle worker was never terminated");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

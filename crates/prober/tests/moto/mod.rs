@@ -284,6 +284,8 @@ impl Seen {
 pub struct Proxy {
     pub port: u16,
     faults: Arc<Mutex<Vec<Fault>>>,
+    /// Parameters added to forwarded calls of an action: (action, name, value).
+    added: Arc<Mutex<Vec<(String, String, String)>>>,
     seen: Arc<Mutex<Vec<Seen>>>,
 }
 
@@ -292,7 +294,8 @@ impl Proxy {
     pub async fn start(upstream: u16) -> Proxy {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        let proxy = Proxy { port, faults: Arc::default(), seen: Arc::default() };
+        let proxy =
+            Proxy { port, faults: Arc::default(), added: Arc::default(), seen: Arc::default() };
         let serving = proxy.clone();
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
@@ -309,6 +312,12 @@ impl Proxy {
 
     pub fn inject(&self, fault: Fault) {
         self.faults.lock().unwrap().push(fault);
+    }
+
+    /// Adds `name=value` to every forwarded call of `action` (the test choosing what the cloud
+    /// assigns, such as an instance's private address).
+    pub fn add_param(&self, action: &str, name: &str, value: &str) {
+        self.added.lock().unwrap().push((action.into(), name.into(), value.into()));
     }
 
     pub fn clear_faults(&self) {
@@ -369,14 +378,22 @@ impl Proxy {
             return;
         }
         // Forward with the connection closed after one exchange, and relay moto's answer.
+        let mut body = body;
+        for (_, name, value) in self.added.lock().unwrap().iter().filter(|(a, _, _)| *a == action) {
+            body.push_str(&format!("&{}={}", encode(name), encode(value)));
+        }
         let mut request = String::new();
         for line in head.lines() {
-            if !line.to_ascii_lowercase().starts_with("connection:") && !line.is_empty() {
+            let lower = line.to_ascii_lowercase();
+            if !lower.starts_with("connection:")
+                && !lower.starts_with("content-length:")
+                && !line.is_empty()
+            {
                 request.push_str(line);
                 request.push_str("\r\n");
             }
         }
-        request.push_str("Connection: close\r\n\r\n");
+        request.push_str(&format!("Content-Length: {}\r\nConnection: close\r\n\r\n", body.len()));
         request.push_str(&body);
         let Ok(mut moto) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await else {
             return;
