@@ -15,6 +15,7 @@ use std::path::Path;
 use std::time::Duration;
 use tokio::time::Instant;
 use wharf_node::client::Client;
+use wharf_node::fleet::api::FleetWorker;
 use wharf_node::fleet::arvados::ArvadosInstances;
 use wharf_tests::fleet::Fleet;
 
@@ -205,7 +206,7 @@ async fn an_ec2_worker_boots_runs_work_and_is_terminated_when_idle() {
     let client = Client::new(fleet.address(), Some(fleet.token().unwrap()));
     let spec = "[job]\nid = \"work\"\ntype = \"batch\"\n[group]\nname = \"g\"\n[[group.task]]\n\
                 name = \"t\"\ndriver = \"raw_exec\"\nresources = { cpu = 500, memory = 256 }\n\
-                config = { command = \"/bin/sh\", args = [\"-c\", \"sleep 1\"] }\n";
+                config = { command = \"/bin/sh\", args = [\"-c\", \"sleep 2\"] }\n";
     let body = client
         .call(Method::POST, "/v1/allocations", Some(("application/toml", spec.as_bytes().to_vec())))
         .await
@@ -223,6 +224,30 @@ async fn an_ec2_worker_boots_runs_work_and_is_terminated_when_idle() {
     assert_eq!((worker.arvados_instance_type.as_str(), worker.price), ("small", 0.0104));
     assert_eq!(worker.address, host.address.to_string());
     let id = worker.instance.clone();
+    // Its price, in wharf's own API, its command line and its metrics.
+    let workers: Vec<FleetWorker> = client.json(Method::GET, "/v1/workers", None).await.unwrap();
+    assert_eq!(
+        (workers[0].instance_type.as_str(), workers[0].price_per_hour),
+        ("small", Some(0.0104))
+    );
+    let listed = std::process::Command::new(WHARF)
+        .args(["fleet", "workers"])
+        .env("WHARF_FLEET_ADDR", fleet.address())
+        .env("WHARF_DATA_DIR", fleet.data_dir())
+        .env_remove("WHARF_TOKEN")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&listed.stdout);
+    assert!(text.contains("PRICE/H") && text.contains(" 0.0104 "), "{text}");
+    let metrics =
+        String::from_utf8(client.call(Method::GET, "/v1/metrics", None).await.unwrap().to_vec())
+            .unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("wharf_prober_instances_price{") && l.ends_with("} 0.0104")),
+        "{metrics}"
+    );
     let deadline = Instant::now() + LIMIT;
     let ended = loop {
         let record: serde_json::Value =

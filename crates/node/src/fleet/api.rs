@@ -434,12 +434,20 @@ pub struct FleetWorker {
     pub used: Amount,
     /// What it has less what is used, once its runner said.
     pub free: Option<Amount>,
+    /// Its instance type's name (empty for loopback and static workers).
+    #[serde(default)]
+    pub instance_type: String,
+    /// Its instance type's hourly price, where configured.
+    #[serde(default)]
+    pub price_per_hour: Option<f64>,
 }
 
 impl FleetWorker {
-    fn of(view: WorkerView, used: Amount) -> FleetWorker {
+    fn of(view: WorkerView, used: Amount, price: Option<f64>) -> FleetWorker {
         let resources = view.resources.map(Amount::from);
         FleetWorker {
+            instance_type: view.instance_type,
+            price_per_hour: price,
             id: view.id.0,
             address: view.address,
             state: view.state,
@@ -463,7 +471,8 @@ async fn workers(State(fleet): State<Arc<Fleet>>) -> ApiResult<axum::Json<Vec<Fl
         views
             .map(|view| {
                 let used = used(&view.id);
-                FleetWorker::of(view, used)
+                let price = leading.pool().instance_type(&view.instance_type).price;
+                FleetWorker::of(view, used, price.map(|p| p.hourly()))
             })
             .collect(),
     ))
