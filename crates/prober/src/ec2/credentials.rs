@@ -253,6 +253,59 @@ mod tests {
         }
     }
 
+    /// IMDSv2 as EC2 serves it: a session token from a PUT, then the role's name and keys
+    /// with the token; a request without the token is refused, as IMDSv2 refuses it.
+    #[tokio::test]
+    async fn the_instance_role_is_read_through_imdsv2_sessions() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let served = std::sync::Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));
+        let seen = served.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut request = vec![0u8; 4096];
+                let n = stream.read(&mut request).await.unwrap_or(0);
+                let request = String::from_utf8_lossy(&request[..n]).to_ascii_lowercase();
+                let line = request.lines().next().unwrap_or_default().to_owned();
+                let has_token = request.contains("x-aws-ec2-metadata-token: tok-1");
+                let (status, body) = match line.split_whitespace().take(2).collect::<Vec<_>>()[..] {
+                    ["put", "/latest/api/token"]
+                        if request.contains("x-aws-ec2-metadata-token-ttl-seconds: 21600") =>
+                    {
+                        ("200 OK", "tok-1".to_owned())
+                    }
+                    [_, _] if !has_token => ("401 Unauthorized", String::new()),
+                    ["get", "/latest/meta-data/iam/security-credentials/"] => ("200 OK", "fleet-role\n".into()),
+                    ["get", "/latest/meta-data/iam/security-credentials/fleet-role"] => (
+                        "200 OK",
+                        r#"{"Code":"Success","AccessKeyId":"ASIAROLE","SecretAccessKey":"s","Token":"t"}"#.into(),
+                    ),
+                    _ => ("404 Not Found", String::new()),
+                };
+                seen.lock().push(line);
+                let answer = format!(
+                    "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(answer.as_bytes()).await;
+            }
+        });
+        let lookup =
+            env(&[("HOME", "/nonexistent-home"), ("AWS_EC2_METADATA_SERVICE_ENDPOINT", &endpoint)]);
+        let source = resolve(None, &lookup).unwrap();
+        let http = Http::new(Duration::from_secs(5)).unwrap();
+        let found = source.current(&http).await.unwrap();
+        assert_eq!(
+            (found.access_key_id.as_str(), found.session_token.as_deref()),
+            ("ASIAROLE", Some("t"))
+        );
+        assert_eq!(served.lock().len(), 3);
+        // Cached: no second round trip within ROLE_REFRESH.
+        source.current(&http).await.unwrap();
+        assert_eq!(served.lock().len(), 3);
+    }
+
     #[test]
     fn role_credentials_are_read_from_the_metadata_answer() {
         let json = r#"{"Code":"Success","LastUpdated":"2026-12-01T18:00:00Z","Type":"AWS-HMAC",
