@@ -468,3 +468,16 @@ async fn ec2_pool_holds_what_ec2_refuses() {
     want.sort();
     assert_eq!(found, want);
 }
+
+/// Arvados' TestInstancePriceHistory, as far as moto answers: the spot price EC2 reports for a
+/// type (Linux), asked for that type only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ec2_instance_price_history() {
+    let cloud = cloud().await;
+    let set = cloud.set("prices", &[]);
+    let price = set.spot_price("t3.small").await.unwrap().expect("moto reports spot prices");
+    assert!(price.hourly() > 0.0, "{price}");
+    let asked = &cloud.proxy.calls("DescribeSpotPriceHistory")[0];
+    assert_eq!(asked.param("Filter.1.Value.1"), Some("t3.small"));
+    assert_eq!(set.spot_price("no-such.type").await.unwrap(), None);
+}

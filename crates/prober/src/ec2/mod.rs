@@ -25,7 +25,7 @@ pub mod sigv4;
 mod xml;
 
 use crate::ProberError;
-use crate::capacity::{CapacityScope, InstanceType};
+use crate::capacity::{CapacityScope, InstanceType, Price};
 use crate::instance::{Instance, InstanceId, InstanceSet, Tags};
 use api::{Api, Params};
 use base64::Engine as _;
@@ -152,6 +152,57 @@ impl Ec2InstanceSet {
     /// subnet listed from the start with zero counts.
     pub fn instance_starts(&self) -> Vec<(String, bool, u64)> {
         self.starts.lock().iter().map(|((s, ok), n)| (s.clone(), *ok, *n)).collect()
+    }
+
+    /// The latest spot price EC2 reports for `provider_type` (Linux, any availability zone:
+    /// the highest of the latest per zone, so a cost is not understated), or `None` where
+    /// EC2 reports none.
+    pub async fn spot_price(&self, provider_type: &str) -> Result<Option<Price>, ProberError> {
+        // Linux is picked out of the answer rather than by a filter: not every EC2-compatible
+        // API filters on the product description.
+        let mut params: Params = vec![
+            ("Filter.1.Name".into(), "instance-type".into()),
+            ("Filter.1.Value.1".into(), provider_type.to_owned()),
+        ];
+        // Per zone, the entry with the latest timestamp (RFC 3339 in UTC sorts as text).
+        let mut latest: BTreeMap<String, (String, Price)> = BTreeMap::new();
+        let mut token: Option<String> = None;
+        loop {
+            params.retain(|(k, _)| k != "NextToken");
+            if let Some(token) = token.take() {
+                params.push(("NextToken".into(), token));
+            }
+            let answer = self
+                .call("DescribeSpotPriceHistory", &params)
+                .await
+                .map_err(|e| self.error(&e, "list", None))?;
+            for item in answer.items(&["spotPriceHistorySet"]) {
+                let (Some(kind), Some(zone), Some(at), Some(price)) = (
+                    item.text_at(&["instanceType"]),
+                    item.text_at(&["availabilityZone"]),
+                    item.text_at(&["timestamp"]),
+                    item.text_at(&["spotPrice"])
+                        .and_then(|p| p.parse().ok())
+                        .and_then(Price::per_hour),
+                ) else {
+                    continue;
+                };
+                let linux = item
+                    .text_at(&["productDescription"])
+                    .is_some_and(|d| d.starts_with("Linux/UNIX"));
+                if kind != provider_type || !linux {
+                    continue;
+                }
+                let newer = latest.get(zone).is_none_or(|(seen, _)| at > seen.as_str());
+                if newer {
+                    latest.insert(zone.to_owned(), (at.to_owned(), price));
+                }
+            }
+            match answer.text_at(&["nextToken"]) {
+                Some(next) => token = Some(next.to_owned()),
+                None => return Ok(latest.into_values().map(|(_, price)| price).max()),
+            }
+        }
     }
 
     /// The key pair name for the configured public key: found by name, or imported.
