@@ -5,7 +5,7 @@
 //! `~/.aws/credentials`) under the profile `AWS_PROFILE` names (`default` when unset); and last
 //! the instance role, through the instance metadata service's session tokens (IMDSv2). The first
 //! three are read once, when the set is made; the role's temporary credentials are fetched on
-//! first use and again once they are older than [`ROLE_REFRESH`], well inside the hour they
+//! first use and again once they are older than `ROLE_REFRESH` (10 min), well inside the hour they
 //! last, so a rotated key is picked up.
 
 use super::http::{Http, HttpError};

@@ -14,7 +14,7 @@
 //! - The fleet's SSH public key is imported once, as a key pair named after its fingerprint,
 //!   and found by that name afterwards (by this process or the next).
 //!
-//! Errors are mapped as [`errors`] says. Credentials come from the standard chain
+//! Errors are mapped as the `errors` module says. Credentials come from the standard chain
 //! ([`credentials`]). Requests are signed by our own SigV4 ([`sigv4`]) and sent over hyper.
 
 mod api;
