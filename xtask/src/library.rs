@@ -17,7 +17,7 @@ use serde_json::Value;
 /// from their normal and build dependencies with default features off.
 pub(crate) const LEAN: &[(&str, &[&str])] = &[
     ("wharf-store", &["redb", "tokio"]),
-    ("wharf-prober", &["russh", "ring"]),
+    ("wharf-prober", &["russh", "ring", "hyper", "rustls", "quick-xml"]),
     ("wharf-fleet", &["redb", "hyper", "base64"]),
 ];
 

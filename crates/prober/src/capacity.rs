@@ -41,6 +41,47 @@ pub struct InstanceType {
     /// What an instance of it has for work, if known: a scheduler creates the smallest type
     /// that fits work no worker has room for, as Arvados' does.
     pub resources: Option<Resources>,
+    /// What an instance of it costs per hour, if known.
+    pub price: Option<Price>,
+}
+
+/// An hourly price, held in millionths of the currency unit: exact, and usable as a key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Price {
+    micros_per_hour: u64,
+}
+
+impl Price {
+    /// `amount` per hour; `None` for a negative, infinite or NaN amount, or one above
+    /// 10^12 an hour.
+    pub fn per_hour(amount: f64) -> Option<Price> {
+        let micros = (amount * 1e6).round();
+        // In range and rounded, the cast is exact (and out of range it is not used).
+        (amount.is_finite() && (0.0..=1e18).contains(&micros))
+            .then_some(Price { micros_per_hour: micros as u64 })
+    }
+
+    /// The amount per hour.
+    pub fn hourly(self) -> f64 {
+        self.micros_per_hour as f64 / 1e6
+    }
+
+    /// What `used` of an instance at this price costs.
+    pub fn cost(self, used: Duration) -> f64 {
+        self.hourly() * used.as_secs_f64() / 3600.0
+    }
+}
+
+impl fmt::Display for Price {
+    /// `0.0208`: the amount with no trailing zeros.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (units, micros) = (self.micros_per_hour / 1_000_000, self.micros_per_hour % 1_000_000);
+        if micros == 0 {
+            return write!(f, "{units}");
+        }
+        let fraction = format!("{micros:06}");
+        write!(f, "{units}.{}", fraction.trim_end_matches('0'))
+    }
 }
 
 impl InstanceType {
@@ -52,12 +93,19 @@ impl InstanceType {
             preemptible: false,
             quota_group: None,
             resources: None,
+            price: None,
         }
     }
 
     /// The same type, with what an instance of it has for work.
     pub fn with_resources(mut self, resources: Resources) -> InstanceType {
         self.resources = Some(resources);
+        self
+    }
+
+    /// The same type, at `price` per hour.
+    pub fn with_price(mut self, price: Price) -> InstanceType {
+        self.price = Some(price);
         self
     }
 }
@@ -366,12 +414,25 @@ pub(crate) fn typed(
         preemptible,
         quota_group: Some(group.into()),
         resources: None,
+        price: None,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prices_are_exact_to_a_millionth_and_cost_by_time_used() {
+        let price = Price::per_hour(0.0208).unwrap();
+        assert_eq!(price.to_string(), "0.0208");
+        assert_eq!(Price::per_hour(2.0).unwrap().to_string(), "2");
+        assert_eq!(Price::per_hour(0.1234567).unwrap().to_string(), "0.123457");
+        assert!((price.cost(Duration::from_secs(1800)) - 0.0104).abs() < 1e-12);
+        for bad in [-0.01, f64::NAN, f64::INFINITY, 1e13] {
+            assert_eq!(Price::per_hour(bad), None, "{bad}");
+        }
+    }
 
     const LIMITS: Limits = Limits {
         max_instances: 10,

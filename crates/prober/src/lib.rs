@@ -19,7 +19,8 @@
 //! - [`executor`]: the [`Executor`] seam and the [`ScriptedExecutor`] for tests;
 //!   [`ssh`] ([`SshExecutor`], on russh) and [`LocalExecutor`] (`sh -c`) implement it.
 //! - [`instance`]: the [`InstanceSet`] seam (the cloud), with [`LoopbackInstanceSet`] (this
-//!   host) and [`StaticInstanceSet`] (machines the user already has).
+//!   host), [`StaticInstanceSet`] (machines the user already has) and, with feature `ec2`,
+//!   `Ec2InstanceSet` ([`ec2`]: Amazon EC2 or anything speaking its Query API).
 //! - [`runner_list`]: the runner-list grammar; [`runner_outcome`]: the outcome line of work
 //!   that left the list ([`RunnerOutcome`]); [`quote`]: shell quoting of ids and paths;
 //!   [`resources`]: what a worker has for work, as its runner reports it.
@@ -73,6 +74,8 @@ pub mod capacity;
 pub mod clock;
 mod config;
 mod deadline;
+#[cfg(feature = "ec2")]
+pub mod ec2;
 mod error;
 pub mod executor;
 pub mod instance;
@@ -89,12 +92,14 @@ pub mod ssh;
 mod static_set;
 pub mod worker;
 
-pub use capacity::{CapacityScope, HoldReason, InstanceType};
+pub use capacity::{CapacityScope, HoldReason, InstanceType, Price};
 pub use clock::{Clock, FakeClock, Moment, SystemClock};
 pub use config::{
     Deployment, Prepared, RunnerBinary, RunnerConfig, RunnerFile, Timeouts, WorkerConfig,
     sha256_hex,
 };
+#[cfg(feature = "ec2")]
+pub use ec2::{Ec2Config, Ec2InstanceSet};
 pub use error::ProberError;
 pub use executor::{Call, Executor, Match, Output, Reply, ScriptedExecutor};
 pub use instance::{Instance, InstanceId, InstanceSet, Tag, Tags};

@@ -47,6 +47,8 @@ pub(crate) const SKIPPED: usize = 2;
 #[derive(Debug, Default)]
 pub(crate) struct Gauges {
     pub(crate) by_category: BTreeMap<Category, u64>,
+    /// The hourly price of the instances of each category (of their types' prices).
+    pub(crate) price_by_category: BTreeMap<Category, f64>,
     pub(crate) by_state: BTreeMap<State, u64>,
     pub(crate) runners_running: u64,
     pub(crate) probe_age_max: f64,
@@ -130,6 +132,17 @@ pub(crate) fn render(counters: &Counters, gauges: &Gauges) -> String {
         let n = gauges.by_category.get(&category).copied().unwrap_or(0);
         let name = category.as_str();
         let _ = writeln!(out, "wharf_prober_instances{{category=\"{name}\"}} {n}");
+    }
+    header(
+        &mut out,
+        "instances_price",
+        "gauge",
+        "Hourly price of the instances by category, of their types' configured prices.",
+    );
+    for category in Category::ALL {
+        let price = gauges.price_by_category.get(&category).copied().unwrap_or(0.0);
+        let name = category.as_str();
+        let _ = writeln!(out, "wharf_prober_instances_price{{category=\"{name}\"}} {price}");
     }
     header(&mut out, "workers", "gauge", "Workers by state.");
     for state in State::ALL {

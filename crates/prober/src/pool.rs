@@ -1013,6 +1013,10 @@ impl Pool {
             let view = worker.view();
             *gauges.by_state.entry(view.state).or_insert(0) += 1;
             *gauges.by_category.entry(Category::of(&view)).or_insert(0) += 1;
+            if let Some(price) = self.instance_type(&view.instance_type).price {
+                *gauges.price_by_category.entry(Category::of(&view)).or_insert(0.0) +=
+                    price.hourly();
+            }
             gauges.runners_running += view.running.len() as u64;
             if view.state != State::Shutdown {
                 ages.push(view.probe_age.as_secs_f64());

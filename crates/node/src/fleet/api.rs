@@ -11,6 +11,7 @@
 //! | `POST /v1/workers/{id}/{hold,drain,run,kill,probe}` | operator actions (`probe`: now) |
 //! | `GET /v1/metrics` | the pool's and the scheduler's metrics (Prometheus) |
 //! | `GET /v1/status` | this replica, the leader, the replicas and the store |
+//! | `/arvados/v1/dispatch/instances[/{hold,drain,run,kill}]` | Arvados' management API ([`super::arvados`]) |
 //!
 //! Every call but `/v1/health` requires the fleet's token, as `Authorization: Bearer <token>`:
 //! the configured one, or the one the fleet keeps in its data directory
@@ -51,6 +52,7 @@ pub fn router(fleet: Arc<Fleet>) -> Router {
         .route("/v1/workers/{id}/{action}", post(worker_action))
         .route("/v1/metrics", get(metrics))
         .route("/v1/status", get(fleet_status))
+        .merge(super::arvados::routes())
         .route_layer(axum::middleware::from_fn_with_state(fleet.clone(), follow_the_leader))
         .route_layer(axum::middleware::from_fn_with_state(fleet.clone(), require_token));
     Router::new()
@@ -432,12 +434,20 @@ pub struct FleetWorker {
     pub used: Amount,
     /// What it has less what is used, once its runner said.
     pub free: Option<Amount>,
+    /// Its instance type's name (empty for loopback and static workers).
+    #[serde(default)]
+    pub instance_type: String,
+    /// Its instance type's hourly price, where configured.
+    #[serde(default)]
+    pub price_per_hour: Option<f64>,
 }
 
 impl FleetWorker {
-    fn of(view: WorkerView, used: Amount) -> FleetWorker {
+    fn of(view: WorkerView, used: Amount, price: Option<f64>) -> FleetWorker {
         let resources = view.resources.map(Amount::from);
         FleetWorker {
+            instance_type: view.instance_type,
+            price_per_hour: price,
             id: view.id.0,
             address: view.address,
             state: view.state,
@@ -461,7 +471,8 @@ async fn workers(State(fleet): State<Arc<Fleet>>) -> ApiResult<axum::Json<Vec<Fl
         views
             .map(|view| {
                 let used = used(&view.id);
-                FleetWorker::of(view, used)
+                let price = leading.pool().instance_type(&view.instance_type).price;
+                FleetWorker::of(view, used, price.map(|p| p.hourly()))
             })
             .collect(),
     ))

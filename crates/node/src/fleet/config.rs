@@ -29,6 +29,19 @@
 //! name = "node-1"
 //! address = "10.0.0.11:22"
 //! host_key = "ssh-ed25519 AAAA..."
+//!
+//! # or: EC2 instances, created for work that fits no worker (see the README)
+//! # [ec2]
+//! # region = "us-east-1"
+//! # image = "ami-..."
+//! # subnets = ["subnet-..."]
+//! # host_key = "ssh-ed25519 AAAA..."
+//! # [[ec2.instance_type]]
+//! # name = "small"
+//! # provider_type = "t3.small"
+//! # vcpus = 2
+//! # memory_mb = 2048
+//! # price = 0.0208
 //! ```
 
 use serde::Deserialize;
@@ -78,6 +91,86 @@ pub struct FleetConfig {
     /// Workers that are machines reached over SSH.
     #[serde(rename = "static")]
     pub static_hosts: Option<StaticSettings>,
+    /// Workers that are EC2 instances (or instances of any cloud speaking EC2's API), created
+    /// for work that fits no worker and destroyed when idle.
+    pub ec2: Option<Ec2Settings>,
+}
+
+/// EC2 workers.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Ec2Settings {
+    /// The region.
+    pub region: String,
+    /// The API's base URL (a local EC2 API such as moto); by default EC2's own for the region.
+    pub endpoint: Option<String>,
+    /// The image (AMI) every instance boots; it must run sshd and let `admin_user` in with
+    /// the key pair, and have the agent (or let the init command start one).
+    pub image: String,
+    /// Subnets, tried in turn when one fails (full, say).
+    pub subnets: Vec<String>,
+    /// Security groups of the instances.
+    pub security_groups: Vec<String>,
+    /// The user the image lets in with the key pair.
+    pub admin_user: String,
+    /// The private key to log in with (OpenSSH format); its public half is imported as the
+    /// key pair.
+    pub identity: PathBuf,
+    /// The host key every instance presents (an OpenSSH public key line; the image's own),
+    /// pinned: any other key is refused.
+    pub host_key: String,
+    /// The tag by which this fleet's instances are found (`wharf-fleet = <this>`); give every
+    /// fleet sharing an account its own.
+    pub fleet_tag: String,
+    /// At most this many instances.
+    pub max_instances: usize,
+    /// An idle worker is shut down after this long.
+    #[serde(with = "serde_str")]
+    pub timeout_idle: Duration,
+    /// The kinds of instance to create, the smallest that fits each piece of work.
+    pub instance_type: Vec<Ec2TypeSettings>,
+}
+
+/// One EC2 instance type.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Ec2TypeSettings {
+    /// Its name in the fleet.
+    pub name: String,
+    /// EC2's name for it (`t3.small`).
+    pub provider_type: String,
+    /// Its vCPUs (each counted as 1000 MHz and one core for placement).
+    pub vcpus: u32,
+    /// Its memory, in MiB.
+    pub memory_mb: u64,
+    /// Its hourly price.
+    #[serde(default)]
+    pub price: f64,
+    /// Spot: created on the spot market, its capacity apart from on-demand's.
+    #[serde(default)]
+    pub preemptible: bool,
+    /// Types sharing a quota (an instance family's vCPU limit).
+    #[serde(default)]
+    pub quota_group: Option<String>,
+}
+
+impl Default for Ec2Settings {
+    fn default() -> Ec2Settings {
+        Ec2Settings {
+            region: "us-east-1".into(),
+            endpoint: None,
+            image: String::new(),
+            subnets: Vec::new(),
+            security_groups: Vec::new(),
+            admin_user: "admin".into(),
+            identity: PathBuf::from("/root/.ssh/id_ed25519"),
+            host_key: String::new(),
+            fleet_tag: "wharf".into(),
+            max_instances: 8,
+            timeout_idle: Duration::from_secs(300),
+            instance_type: Vec::new(),
+        }
+    }
 }
 
 /// Timeouts of the worker state machine (see wharf-prober's `Timeouts`).
@@ -257,6 +350,7 @@ impl Default for FleetConfig {
             store: StoreSettings::default(),
             loopback: None,
             static_hosts: None,
+            ec2: None,
         }
     }
 }
@@ -302,12 +396,14 @@ impl Default for StaticSettings {
 }
 
 /// Where the workers come from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Instances<'a> {
     /// Agents on this host.
     Loopback(&'a LoopbackSettings),
     /// Machines over SSH.
     Static(&'a StaticSettings),
+    /// EC2 instances.
+    Ec2(&'a Ec2Settings),
 }
 
 impl FleetConfig {
@@ -329,9 +425,12 @@ impl FleetConfig {
         Ok(config)
     }
 
-    /// Where the workers come from: loopback unless `[static]` is given.
+    /// Where the workers come from: loopback unless `[static]` or `[ec2]` is given.
     pub fn instances(&self) -> Instances<'_> {
         const DEFAULT: LoopbackSettings = LoopbackSettings::DEFAULT;
+        if let Some(ec2) = &self.ec2 {
+            return Instances::Ec2(ec2);
+        }
         match (&self.loopback, &self.static_hosts) {
             (_, Some(hosts)) => Instances::Static(hosts),
             (Some(loopback), None) => Instances::Loopback(loopback),
@@ -342,8 +441,9 @@ impl FleetConfig {
     /// Settings that are each valid but wrong together.
     pub fn check(&self) -> Result<(), String> {
         check_exposure(self.bind, self.token.as_deref())?;
-        if self.loopback.is_some() && self.static_hosts.is_some() {
-            return Err("loopback, static: choose one kind of worker".into());
+        let kinds = [self.loopback.is_some(), self.static_hosts.is_some(), self.ec2.is_some()];
+        if kinds.iter().filter(|k| **k).count() > 1 {
+            return Err("loopback, static, ec2: choose one kind of worker".into());
         }
         if self.per_worker_limit == 0 {
             return Err("per_worker_limit: must be at least 1".into());
@@ -392,8 +492,44 @@ impl FleetConfig {
             )),
             Instances::Static(hosts) => check_agent_data_dirs(hosts, &self.runner),
             Instances::Loopback(_) => Ok(()),
+            Instances::Ec2(ec2) => check_ec2(ec2),
         }
     }
+}
+
+/// An EC2 fleet can create something, and knows what each type has and costs.
+fn check_ec2(ec2: &Ec2Settings) -> Result<(), String> {
+    if ec2.image.is_empty() {
+        return Err("ec2.image: name the image (AMI) instances boot".into());
+    }
+    if ec2.instance_type.is_empty() {
+        return Err("ec2.instance_type: list at least one type".into());
+    }
+    if ec2.host_key.split_whitespace().count() < 2 {
+        return Err("ec2.host_key: give the host key the image's instances present (an \
+                    OpenSSH public key line); it is pinned"
+            .into());
+    }
+    if ec2.max_instances == 0 || ec2.fleet_tag.is_empty() {
+        return Err("ec2.max_instances, ec2.fleet_tag: must not be 0 or empty".into());
+    }
+    for (index, it) in ec2.instance_type.iter().enumerate() {
+        let problem = if it.name.is_empty() || it.provider_type.is_empty() {
+            Some("name and provider_type must not be empty")
+        } else if it.vcpus == 0 || it.memory_mb == 0 {
+            Some("vcpus and memory_mb must be more than 0")
+        } else if wharf_prober::Price::per_hour(it.price).is_none() {
+            Some("price must be a number of at least 0")
+        } else if ec2.instance_type[..index].iter().any(|other| other.name == it.name) {
+            Some("its name is used twice")
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            return Err(format!("ec2.instance_type[{index}] ({}): {problem}", it.name));
+        }
+    }
+    Ok(())
 }
 
 /// Every static host's agent has an absolute data directory to be found at: the runner reads
@@ -442,6 +578,38 @@ fn check_exposure(bind: SocketAddr, token: Option<&str>) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ec2_workers_are_read_with_their_types_and_checked() {
+        let text = "[ec2]\nregion = \"eu-west-1\"\nendpoint = \"http://127.0.0.1:5000\"\n\
+                    image = \"ami-1\"\nhost_key = \"ssh-ed25519 AAAA\"\nsubnets = [\"subnet-a\", \"subnet-b\"]\ntimeout_idle = \"2m\"\n\
+                    [[ec2.instance_type]]\nname = \"small\"\nprovider_type = \"t3.small\"\n\
+                    vcpus = 2\nmemory_mb = 2048\nprice = 0.0208\nquota_group = \"standard\"\n";
+        let config = FleetConfig::parse(text).unwrap();
+        let Instances::Ec2(ec2) = config.instances() else { panic!("not ec2: {config:?}") };
+        assert_eq!((ec2.region.as_str(), ec2.subnets.len()), ("eu-west-1", 2));
+        assert_eq!(ec2.timeout_idle, Duration::from_secs(120));
+        assert_eq!(ec2.instance_type[0].quota_group.as_deref(), Some("standard"));
+        for (bad, why) in [
+            ("[ec2]\nimage = \"a\"\n", "ec2.instance_type"),
+            (
+                "[ec2]\n[[ec2.instance_type]]\nname = \"s\"\nprovider_type = \"t\"\nvcpus = 1\nmemory_mb = 1\n",
+                "ec2.image",
+            ),
+            (
+                "[ec2]\nimage = \"a\"\nhost_key = \"k k\"\n[[ec2.instance_type]]\nname = \"s\"\nprovider_type = \"t\"\nvcpus = 1\nmemory_mb = 1\nprice = -1.0\n",
+                "price",
+            ),
+            (
+                "[ec2]\nimage = \"a\"\n[[ec2.instance_type]]\nname = \"s\"\nprovider_type = \"t\"\nvcpus = 1\nmemory_mb = 1\n",
+                "ec2.host_key",
+            ),
+            ("[loopback]\n[ec2]\nimage = \"a\"\n", "choose one"),
+        ] {
+            let error = FleetConfig::parse(bad).unwrap_err();
+            assert!(error.contains(why), "{bad}: {error}");
+        }
+    }
 
     #[test]
     fn no_file_means_two_loopback_workers() {

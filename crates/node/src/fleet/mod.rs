@@ -23,6 +23,7 @@
 //!   ([`crate::api_token::FLEET`]), where `wharf fleet` commands read it.
 
 pub mod api;
+pub mod arvados;
 pub mod cli;
 pub mod config;
 mod wiring;

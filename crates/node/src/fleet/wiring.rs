@@ -4,7 +4,7 @@
 //! configuration (`config`), the API (`api`) and the CLI (`cli`) are its neighbours.
 
 use super::config::StoreBackend;
-use super::config::{FleetConfig, Instances};
+use super::config::{Ec2Settings, Ec2TypeSettings, FleetConfig, Instances};
 use crate::wipe;
 use anyhow::Context;
 use std::path::{Path, PathBuf};
@@ -12,9 +12,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use wharf_fleet::{FleetStore, LeadError, Replica, ReplicaLoop, Scheduler, SchedulerConfig, Term};
 use wharf_prober::{
-    BrakeConfig, Clock, Executor, IdleBehavior, Instance, InstanceId, InstanceSet, LocalExecutor,
-    LoopbackConfig, LoopbackInstanceSet, NewExecutor, Pool, PoolConfig, RunnerConfig, SshExecutor,
-    StaticConfig, StaticHost, StaticInstanceSet, SystemClock, Tag, Timeouts, WorkerConfig, quote,
+    BrakeConfig, Clock, Ec2Config, Ec2InstanceSet, Executor, IdleBehavior, Instance, InstanceId,
+    InstanceSet, InstanceType, LocalExecutor, LoopbackConfig, LoopbackInstanceSet, NewExecutor,
+    Pool, PoolConfig, Price, Resources, RunnerConfig, SshExecutor, StaticConfig, StaticHost,
+    StaticInstanceSet, SystemClock, Tag, Timeouts, WorkerConfig, quote,
 };
 
 /// Idle workers are kept: a fleet of fixed size is not shrunk for idleness.
@@ -70,7 +71,7 @@ struct Plan {
     wharf: PathBuf,
     pool: PoolConfig,
     scheduling: SchedulerConfig,
-    /// The SSH identity of static workers, read at start so a bad one fails at once.
+    /// The SSH identity of static or EC2 workers, read at start so a bad one fails at once.
     ssh_key: Option<Arc<wharf_prober::ssh::PrivateKey>>,
 }
 
@@ -259,7 +260,38 @@ impl Fleet {
                 });
                 Ok((set.clone() as Arc<dyn InstanceSet>, new_executor, Some(set), None))
             }
+            Instances::Ec2(settings) => {
+                let key = self.plan.ssh_key.clone().context("no SSH identity for EC2 workers")?;
+                let set = Ec2InstanceSet::new(self.ec2_config(settings, &key)?)?;
+                let new_executor: NewExecutor = Arc::new(move |instance: &Instance| {
+                    Arc::new(SshExecutor::for_instance(instance, key.clone())) as Arc<dyn Executor>
+                });
+                Ok((Arc::new(set) as Arc<dyn InstanceSet>, new_executor, None, None))
+            }
         }
+    }
+
+    /// The EC2 instance set's settings: the fleet's tag, its key pair, the pinned host key,
+    /// and where the runner finds each instance's agent.
+    fn ec2_config(
+        &self,
+        settings: &Ec2Settings,
+        key: &wharf_prober::ssh::PrivateKey,
+    ) -> anyhow::Result<Ec2Config> {
+        let public_key =
+            key.public_key().to_openssh().context("cannot write the SSH identity's public key")?;
+        let mut config = Ec2Config::new(&settings.region, &settings.image);
+        config.endpoint = settings.endpoint.clone();
+        config.subnets = settings.subnets.clone();
+        config.security_groups = settings.security_groups.clone();
+        config.admin_user = settings.admin_user.clone();
+        config.public_key = Some(public_key);
+        config.host_key = Some(settings.host_key.clone());
+        config.tags = [("wharf-fleet".to_owned(), settings.fleet_tag.clone())].into();
+        if let Some(dir) = &self.config.runner.agent_data_dir {
+            config.runner_args = format!("--data-dir {}", quote("agent data dir", dir)?);
+        }
+        Ok(config)
     }
 
     /// Sets a worker's idle behaviour. `run` also puts a static host that was taken out of
@@ -391,11 +423,12 @@ fn plan(config: &FleetConfig, data_dir: &Path) -> anyhow::Result<Plan> {
             worker.runner.command = wharf;
             scheduling.min_workers = settings.instances;
         }
-        Instances::Static(settings) => {
-            let pem = std::fs::read_to_string(&settings.identity).with_context(|| {
-                format!("cannot read the SSH identity {}", settings.identity.display())
-            })?;
-            ssh_key = Some(Arc::new(wharf_prober::ssh::parse_private_key(&pem)?));
+        Instances::Static(settings) => ssh_key = Some(read_identity(&settings.identity)?),
+        Instances::Ec2(settings) => {
+            ssh_key = Some(read_identity(&settings.identity)?);
+            pool.max_instances = settings.max_instances;
+            pool.instance_types = settings.instance_type.iter().map(ec2_type).collect();
+            worker.timeouts.idle = settings.timeout_idle;
         }
     }
     if let Some(probe) = &config.runner.boot_probe {
@@ -406,6 +439,30 @@ fn plan(config: &FleetConfig, data_dir: &Path) -> anyhow::Result<Plan> {
     }
     pool.worker = worker;
     Ok(Plan { data_dir: data_dir.to_owned(), wharf, pool, scheduling, ssh_key })
+}
+
+/// An SSH private key from `path`.
+fn read_identity(path: &Path) -> anyhow::Result<Arc<wharf_prober::ssh::PrivateKey>> {
+    let pem = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the SSH identity {}", path.display()))?;
+    Ok(Arc::new(wharf_prober::ssh::parse_private_key(&pem)?))
+}
+
+/// An EC2 type as the pool and the scheduler see it: what it has (a vCPU as 1000 MHz and one
+/// core), its price and its quota group.
+fn ec2_type(settings: &Ec2TypeSettings) -> InstanceType {
+    InstanceType {
+        provider_type: settings.provider_type.clone(),
+        preemptible: settings.preemptible,
+        quota_group: settings.quota_group.clone(),
+        resources: Some(Resources {
+            cpu_mhz: u64::from(settings.vcpus) * 1000,
+            memory_mb: settings.memory_mb,
+            cores: settings.vcpus,
+        }),
+        price: Price::per_hour(settings.price),
+        ..InstanceType::new(&settings.name)
+    }
 }
 
 /// The wall-clock time at `clock`'s origin: the scheduler's records carry wall-clock times.

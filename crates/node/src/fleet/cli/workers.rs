@@ -12,8 +12,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 use wharf_state::duration::Formatted;
 
-/// `wharf fleet workers`: one line per worker, with what it has, what is used, and its
-/// allocations.
+/// `wharf fleet workers`: one line per worker, with what it has, what is used, its hourly
+/// price where its type has one, and its allocations.
 pub(super) async fn list(client: &Client, json: bool) -> anyhow::Result<ExitCode> {
     let workers: Vec<FleetWorker> =
         client.json(Method::GET, ApiPath::v1(["workers"]), None).await?;
@@ -22,7 +22,7 @@ pub(super) async fn list(client: &Client, json: bool) -> anyhow::Result<ExitCode
         return Ok(ExitCode::SUCCESS);
     }
     println!(
-        "{:<20}  {:<8}  {:<5}  {:>10}  {:>15}  {:>17}  {:>5}  {:<24}  ERROR",
+        "{:<20}  {:<8}  {:<5}  {:>10}  {:>15}  {:>17}  {:>5}  {:>8}  {:<24}  ERROR",
         "WORKER",
         "STATE",
         "IDLE",
@@ -30,6 +30,7 @@ pub(super) async fn list(client: &Client, json: bool) -> anyhow::Result<ExitCode
         "CPU USED/ALL",
         "MEMORY USED/ALL",
         "CORES",
+        "PRICE/H",
         "ALLOCATIONS"
     );
     for w in workers {
@@ -42,8 +43,9 @@ pub(super) async fn list(client: &Client, json: bool) -> anyhow::Result<ExitCode
             format!("{used}/{all} {unit}").trim_end().to_owned()
         };
         let has = w.resources;
+        let price = w.price_per_hour.map_or_else(|| "-".to_owned(), |p| p.to_string());
         println!(
-            "{:<20}  {:<8}  {:<5}  {:>10}  {:>15}  {:>17}  {:>5}  {:<24}  {}",
+            "{:<20}  {:<8}  {:<5}  {:>10}  {:>15}  {:>17}  {:>5}  {:>8}  {:<24}  {}",
             w.id,
             w.state,
             w.idle_behavior,
@@ -51,6 +53,7 @@ pub(super) async fn list(client: &Client, json: bool) -> anyhow::Result<ExitCode
             of(w.used.cpu_mhz, has.map(|h| h.cpu_mhz), "MHz"),
             of(w.used.memory_mb, has.map(|h| h.memory_mb), "MB"),
             of(u64::from(w.used.cores), has.map(|h| u64::from(h.cores)), ""),
+            price,
             w.allocations.join(","),
             w.last_error.unwrap_or_default()
         );

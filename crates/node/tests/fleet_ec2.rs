@@ -1,0 +1,272 @@
+//! `wharf fleet` on EC2, against a real moto_server behind the EC2 tests' fault-injecting
+//! proxy: work that fits no worker makes the fleet create the smallest type that fits, shown
+//! with its price and types in Arvados' instance list; a fleet restarted over the same store
+//! (after a crash) finds the instance by its tag and keeps the work; an instance that never
+//! boots is terminated after the boot timeout. And with a network-namespace host (sshd and the
+//! agent) at the instance's private address: the worker boots, is probed, gets the fleet's
+//! binary, runs the work, and is terminated once idle for `timeout_idle`.
+
+#[path = "../../prober/tests/moto/mod.rs"]
+mod moto;
+
+use hyper::Method;
+use moto::{Moto, Proxy};
+use std::path::Path;
+use std::time::Duration;
+use tokio::time::Instant;
+use wharf_node::client::Client;
+use wharf_node::fleet::api::FleetWorker;
+use wharf_node::fleet::arvados::ArvadosInstances;
+use wharf_tests::fleet::Fleet;
+
+const WHARF: &str = env!("CARGO_BIN_EXE_wharf");
+/// Any single wait in this test; reaching it means something hung.
+const LIMIT: Duration = Duration::from_secs(60);
+const CREDENTIALS: [(&str, &str); 2] =
+    [("AWS_ACCESS_KEY_ID", "AKIDTEST"), ("AWS_SECRET_ACCESS_KEY", "secret")];
+
+/// A fleet on EC2 through `proxy`, in `subnet`, booting for at most `booting`.
+fn start(dir: &Path, proxy: &Proxy, subnet: &str, key: &Path, booting: &str) -> Fleet {
+    let settings = format!(
+        "probe_interval = \"200ms\"\nsync_interval = \"500ms\"\ncommand_deadline = \"1s\"\n\
+         [timeouts]\nbooting = \"{booting}\"\n\
+         [runner]\nagent_data_dir = \"/var/lib/wharf\"\n\
+         [ec2]\nendpoint = {:?}\nimage = \"ami-12c6146b\"\nsubnets = [{subnet:?}]\n\
+         identity = {:?}\nhost_key = {:?}\nfleet_tag = \"e2e-{}\"\ntimeout_idle = \"2s\"\n\
+         [[ec2.instance_type]]\nname = \"small\"\nprovider_type = \"t3.small\"\nvcpus = 1\nmemory_mb = 1024\nprice = 0.0104\n\
+         [[ec2.instance_type]]\nname = \"medium\"\nprovider_type = \"t3.medium\"\nvcpus = 2\nmemory_mb = 4096\nprice = 0.0416\n\
+         [[ec2.instance_type]]\nname = \"large\"\nprovider_type = \"m5.xlarge\"\nvcpus = 4\nmemory_mb = 16384\nprice = 0.192\n",
+        proxy.url(),
+        key.display().to_string(),
+        std::fs::read_to_string(key.with_extension("pub")).unwrap().trim(),
+        std::process::id(),
+    );
+    Fleet::start_with_env(Path::new(WHARF), dir, &settings, "info", LIMIT, &CREDENTIALS).unwrap()
+}
+
+/// Polls Arvados' instance list until `check` holds.
+async fn until(
+    client: &Client,
+    what: &str,
+    check: impl Fn(&ArvadosInstances) -> bool,
+) -> ArvadosInstances {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let list: ArvadosInstances =
+            client.json(Method::GET, "/arvados/v1/dispatch/instances", None).await.unwrap();
+        if check(&list) {
+            return list;
+        }
+        assert!(Instant::now() < deadline, "never {what}: {list:#?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fleet_creates_the_smallest_fitting_ec2_type_finds_it_again_and_ends_it() {
+    #![allow(clippy::disallowed_methods)] // ssh-keygen makes the fleet's key
+    let moto = tokio::task::spawn_blocking(Moto::shared).await.unwrap();
+    let proxy = Proxy::start(moto.port).await;
+    let subnet = moto.subnet("10.231.0.0/16", "10.231.200.0/24");
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("id_ed25519");
+    let made = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(&key)
+        .output()
+        .expect("ssh-keygen (Debian: openssh-client) must be installed");
+    assert!(made.status.success(), "{made:?}");
+
+    // Work needing 1.5 cores and 2 GiB: "small" is too small, "medium" is the smallest fit.
+    let first = start(dir.path(), &proxy, &subnet, &key, "5m");
+    let client = Client::new(first.address(), Some(first.token().unwrap()));
+    let spec = "[job]\nid = \"big\"\ntype = \"batch\"\n[group]\nname = \"g\"\n[[group.task]]\n\
+                name = \"t\"\ndriver = \"raw_exec\"\nresources = { cpu = 1500, memory = 2048 }\n\
+                config = { command = \"/bin/true\" }\n";
+    let body = client
+        .call(Method::POST, "/v1/allocations", Some(("application/toml", spec.as_bytes().to_vec())))
+        .await
+        .unwrap();
+    let alloc = serde_json::from_slice::<serde_json::Value>(&body).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let list = until(&client, "an instance", |l| l.items.len() == 1).await;
+    let instance = &list.items[0];
+    assert_eq!(
+        (instance.arvados_instance_type.as_str(), instance.provider_instance_type.as_str()),
+        ("medium", "t3.medium")
+    );
+    assert_eq!(instance.price, 0.0416);
+    assert!(instance.address.starts_with("10.231.200."), "{instance:?}");
+    assert!(matches!(instance.worker_state.as_str(), "booting" | "unknown"), "{instance:?}");
+    let runs: Vec<_> = proxy
+        .calls("RunInstances")
+        .iter()
+        .map(|c| c.param("InstanceType").unwrap().to_owned())
+        .collect();
+    assert_eq!(runs, ["t3.medium"], "only the smallest type that fits is created");
+    let id = instance.instance.clone();
+    let described = moto.call("DescribeInstances", &[("InstanceId.1", &id)]);
+    assert!(
+        described.contains(&format!("<value>e2e-{}</value>", std::process::id())),
+        "{described}"
+    );
+
+    // A crash, and a fleet over the same store finds the instance by its tag and keeps the
+    // work; with a short boot timeout, it ends the instance that never booted.
+    first.kill();
+    let second = start(dir.path(), &proxy, &subnet, &key, "2s");
+    let client = Client::new(second.address(), Some(second.token().unwrap()));
+    let found =
+        until(&client, "the instance found again", |l| l.items.iter().any(|i| i.instance == id))
+            .await;
+    let again = found.items.iter().find(|i| i.instance == id).unwrap();
+    assert_eq!(again.arvados_instance_type, "medium");
+    let kept: serde_json::Value =
+        client.json(Method::GET, &format!("/v1/allocations/{alloc}"), None).await.unwrap();
+    assert_eq!(kept["id"], alloc.as_str(), "{kept}");
+    let deadline = Instant::now() + LIMIT;
+    while !proxy
+        .calls("TerminateInstances")
+        .iter()
+        .any(|c| c.param("InstanceId.1") == Some(id.as_str()))
+    {
+        assert!(Instant::now() < deadline, "the instance that never booted was not terminated");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let described = moto.call("DescribeInstances", &[("InstanceId.1", &id)]);
+    assert!(
+        described.contains("<name>shutting-down</name>")
+            || described.contains("<name>terminated</name>"),
+        "{described}"
+    );
+}
+
+/// The image's boot, played by the test: the instance's host is a network namespace running
+/// sshd and the agent, at the private address the cloud gives the instance (the test has the
+/// proxy ask moto for that address). The fleet creates the instance for work, its probes reach
+/// it over SSH, it deploys itself there, the work runs and ends, and the worker, idle for
+/// `timeout_idle`, is terminated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ec2_worker_boots_runs_work_and_is_terminated_when_idle() {
+    #![allow(clippy::disallowed_methods)] // waits on the real clock for the agent's start
+    use wharf_tests::netns::{ClientKey, Host};
+    wharf_tests::netns::check_requirements().unwrap_or_else(|e| panic!("{e}"));
+    let shim = Path::new(WHARF).with_file_name("wharf-shim");
+    assert!(shim.exists(), "{} is missing: build wharf-exec's shim beside wharf", shim.display());
+    let key = ClientKey::generate().unwrap_or_else(|e| panic!("cannot make a client key: {e}"));
+    let mut host =
+        Host::start(&key.public_key).unwrap_or_else(|e| panic!("cannot set up a host: {e}"));
+    let data_dir = host.scratch().join("data");
+    let node_config = host.scratch().join("node.toml");
+    std::fs::write(&node_config, format!("data_dir = {:?}\n", data_dir.display().to_string()))
+        .unwrap();
+    let mut agent = host.command(WHARF);
+    agent
+        .args(["agent", "--config"])
+        .arg(&node_config)
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1");
+    host.spawn("agent", agent).unwrap_or_else(|e| panic!("cannot start an agent: {e}"));
+    let started = std::time::Instant::now();
+    while !data_dir.join("agent.json").exists() {
+        assert!(started.elapsed() < LIMIT, "the agent never started:\n{}", host.log("agent"));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    let moto = tokio::task::spawn_blocking(Moto::shared).await.unwrap();
+    let proxy = Proxy::start(moto.port).await;
+    let subnet = moto.subnet("10.231.0.0/16", &format!("10.231.{}.0/24", host.number));
+    proxy.add_param(
+        "RunInstances",
+        "NetworkInterface.1.PrivateIpAddress",
+        &host.address.to_string(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let settings = format!(
+        "probe_interval = \"300ms\"\nsync_interval = \"1s\"\ncommand_deadline = \"5s\"\n\
+         [timeouts]\nbooting = \"60s\"\n\
+         [runner]\ndirectory = {:?}\nagent_data_dir = {:?}\n\
+         [ec2]\nendpoint = {:?}\nimage = \"ami-12c6146b\"\nsubnets = [{subnet:?}]\nadmin_user = {:?}\n\
+         identity = {:?}\nhost_key = {:?}\nfleet_tag = \"netns-{}\"\ntimeout_idle = \"2s\"\n\
+         [[ec2.instance_type]]\nname = \"small\"\nprovider_type = \"t3.small\"\nvcpus = 1\nmemory_mb = 1024\nprice = 0.0104\n\
+         [[ec2.instance_type]]\nname = \"medium\"\nprovider_type = \"t3.medium\"\nvcpus = 2\nmemory_mb = 4096\nprice = 0.0416\n",
+        host.scratch().join("runner").display().to_string(),
+        data_dir.display().to_string(),
+        proxy.url(),
+        host.user,
+        key.private_key_path().display().to_string(),
+        host.host_key.trim(),
+        std::process::id(),
+    );
+    let fleet =
+        Fleet::start_with_env(Path::new(WHARF), dir.path(), &settings, "info", LIMIT, &CREDENTIALS)
+            .unwrap();
+    let client = Client::new(fleet.address(), Some(fleet.token().unwrap()));
+    let spec = "[job]\nid = \"work\"\ntype = \"batch\"\n[group]\nname = \"g\"\n[[group.task]]\n\
+                name = \"t\"\ndriver = \"raw_exec\"\nresources = { cpu = 500, memory = 256 }\n\
+                config = { command = \"/bin/sh\", args = [\"-c\", \"sleep 2\"] }\n";
+    let body = client
+        .call(Method::POST, "/v1/allocations", Some(("application/toml", spec.as_bytes().to_vec())))
+        .await
+        .unwrap();
+    let alloc = serde_json::from_slice::<serde_json::Value>(&body).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let list = until(&client, "a running worker", |l| {
+        l.items.len() == 1 && l.items[0].worker_state == "running"
+    })
+    .await;
+    let worker = &list.items[0];
+    assert_eq!((worker.arvados_instance_type.as_str(), worker.price), ("small", 0.0104));
+    assert_eq!(worker.address, host.address.to_string());
+    let id = worker.instance.clone();
+    // Its price, in wharf's own API, its command line and its metrics.
+    let workers: Vec<FleetWorker> = client.json(Method::GET, "/v1/workers", None).await.unwrap();
+    assert_eq!(
+        (workers[0].instance_type.as_str(), workers[0].price_per_hour),
+        ("small", Some(0.0104))
+    );
+    let listed = std::process::Command::new(WHARF)
+        .args(["fleet", "workers"])
+        .env("WHARF_FLEET_ADDR", fleet.address())
+        .env("WHARF_DATA_DIR", fleet.data_dir())
+        .env_remove("WHARF_TOKEN")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&listed.stdout);
+    assert!(text.contains("PRICE/H") && text.contains(" 0.0104 "), "{text}");
+    let metrics =
+        String::from_utf8(client.call(Method::GET, "/v1/metrics", None).await.unwrap().to_vec())
+            .unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("wharf_prober_instances_price{") && l.ends_with("} 0.0104")),
+        "{metrics}"
+    );
+    let deadline = Instant::now() + LIMIT;
+    let ended = loop {
+        let record: serde_json::Value =
+            client.json(Method::GET, &format!("/v1/allocations/{alloc}"), None).await.unwrap();
+        if !record["finished"].is_null() {
+            break record;
+        }
+        assert!(Instant::now() < deadline, "the work never ended: {record}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(ended["worker"], id.as_str(), "{ended}");
+    assert!(ended["outcome"].as_str().unwrap_or_default().contains("complete"), "{ended}");
+    let deadline = Instant::now() + LIMIT;
+    while !proxy
+        .calls("TerminateInstances")
+        .iter()
+        .any(|c| c.param("InstanceId.1") == Some(id.as_str()))
+    {
+        assert!(Instant::now() < deadline, "the idle worker was never terminated");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
