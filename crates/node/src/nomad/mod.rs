@@ -15,11 +15,11 @@
 //! | `GET /v1/nodes`, `/v1/node/:id`, `/v1/node/:id/allocations` | this node (`HTTPAddr`, `NodeResources`, `Drivers`) |
 //! | `GET /v1/evaluation/:id` | the evaluation a registration or stop left |
 //! | `GET /v1/agent/self`, `/v1/status/leader`, `/v1/status/peers` | the agent |
-//! | `GET /v1/client/fs/{ls,stat,cat,readat,stream}/:alloc?path=` | the allocation's files, in Nomad's layout, confined to its directory ([`client`]) |
+//! | `GET /v1/client/fs/{ls,stat,cat,readat,stream}/:alloc?path=` | the allocation's files, in Nomad's layout, confined to its directory (`client`) |
 //! | `GET /v1/client/fs/logs/:alloc?task=&type=` | a task's logs: frames `{Offset, Data, File, FileEvent}` with `{}` heartbeats, or `plain=true`; `follow`, `offset`, `origin` |
 //! | `GET /v1/client/allocation/:id/stats`, `/v1/client/stats` | usage, in Nomad's `AllocResourceUsage` and `HostStats` |
 //! | `PUT\|POST /v1/client/allocation/:id/restart`, `/signal` | restart tasks, send a signal |
-//! | `GET /v1/event/stream` (`topic=Allocation`, `topic=Job:<id>`, `index=`) | events as NDJSON frames with `{}` heartbeats, exactly once from `index` across restarts ([`events`]) |
+//! | `GET /v1/event/stream` (`topic=Allocation`, `topic=Job:<id>`, `index=`) | events as NDJSON frames with `{}` heartbeats, exactly once from `index` across restarts (`events`) |
 //!
 //! Every answer carries `X-Nomad-Index`, `X-Nomad-KnownLeader` and `X-Nomad-LastContact`;
 //! reads take `?index=&wait=` (blocking queries). The token is the agent's, sent as
