@@ -375,6 +375,16 @@ fn work_goes_to_the_least_loaded_worker_with_room_and_waits_for_room() {
 }
 
 #[test]
+fn the_payload_of_work_is_kept_and_outlives_a_take_over() {
+    let mut h = harness(&["h1"], config(1));
+    h.submit("a");
+    assert_eq!(h.scheduler.payload("a").as_deref(), Some("spec of a"));
+    assert_eq!(h.scheduler.payload("b"), None);
+    h.take_over();
+    assert_eq!(h.scheduler.payload("a").as_deref(), Some("spec of a"));
+}
+
+#[test]
 fn workers_on_hold_or_draining_get_no_work() {
     let h = harness(&["h1", "h2", "h3"], config(4));
     h.runtime.block_on(h.pool.set_idle_behavior(&"h1".into(), IdleBehavior::Hold)).unwrap();

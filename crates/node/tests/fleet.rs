@@ -281,6 +281,81 @@ async fn status_shows_when_and_how_every_attempt_ended() {
     assert_eq!(outcome_column(rows[2]), outcome, "{text}");
 }
 
+/// A job id is enough: `wharf fleet status JOB`, `allocs`, `job list|status` and `stop JOB`
+/// find the allocations submitted with that job's spec, and no other's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_id_finds_shows_and_stops_the_allocations_of_its_submissions() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = FleetProcess::start(dir.path(), "[loopback]\ninstances = 1\n");
+    let client = fleet.client();
+    let spec = dir.path().join("newcomer.toml");
+    std::fs::write(&spec, job("newcomer", "service", "sleep 60")).unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let out = fleet.cli(&["submit", "--detach", spec.to_str().unwrap()]);
+        assert!(out.status.success(), "{out:?}");
+        ids.push(String::from_utf8_lossy(&out.stdout).trim().to_owned());
+    }
+    let other = submit(&client, &job("other", "batch", "exit 0")).await.unwrap();
+    assert_eq!(other.job.as_deref(), Some("other"), "{other:?}");
+    for id in &ids {
+        until_alloc(&client, id, "running", |a| a.phase.as_str() == "running").await;
+    }
+
+    let out = fleet.cli(&["status", "newcomer", "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let shown: Vec<FleetAlloc> = serde_json::from_slice(&out.stdout).unwrap();
+    let shown_ids: Vec<&str> = shown.iter().map(|a| a.id.as_str()).collect();
+    assert_eq!(shown_ids, ids, "{shown:?}");
+    assert!(shown.iter().all(|a| a.job.as_deref() == Some("newcomer")), "{shown:?}");
+    assert!(shown.iter().all(|a| a.group.as_deref() == Some("g")), "{shown:?}");
+    let out = fleet.cli(&["status", "newcomer"]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("ID     = newcomer\nStatus = running\n"), "{text}");
+    assert!(ids.iter().all(|id| text.contains(&format!("Allocation {id} (g)"))), "{text}");
+    assert_eq!(text.matches("ATTEMPT").count(), 2, "{text}");
+    assert!(!text.contains(&other.id), "{text}");
+
+    let out = fleet.cli(&["allocs"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    for id in &ids {
+        let line = text.lines().find(|l| l.starts_with(id.as_str())).unwrap_or_default();
+        assert_eq!(line.split_whitespace().nth(1), Some("newcomer"), "{text}");
+    }
+    let out = fleet.cli(&["job", "list", "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let jobs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(jobs[0]["id"], "newcomer", "{jobs}");
+    assert_eq!(jobs[0]["status"], "running", "{jobs}");
+    assert_eq!(jobs[0]["allocations"]["running"], 2, "{jobs}");
+    assert_eq!(jobs[1]["id"], "other", "{jobs}");
+
+    let out = fleet.cli(&["status", "nosuch"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let error = String::from_utf8_lossy(&out.stderr);
+    assert!(error.contains(r#"no allocation or job "nosuch""#), "{error}");
+    assert!(error.contains("(jobs: newcomer, other)"), "{error}");
+
+    let out = fleet.cli(&["stop", "newcomer"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "job \"newcomer\": stopping 2 allocation(s)\n"
+    );
+    for id in &ids {
+        until_alloc(&client, id, "stopped", FleetAlloc::is_final).await;
+    }
+    let out = fleet.cli(&["job", "status", "newcomer", "--json"]);
+    let shown: Vec<FleetAlloc> = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(shown.iter().all(|a| a.outcome.is_some()), "{shown:?}");
+    let out = fleet.cli(&["job", "stop", "newcomer"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "job \"newcomer\": stopping 0 allocation(s)\n"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_get_clear_errors_and_change_nothing() {
     let dir = tempfile::tempdir().unwrap();

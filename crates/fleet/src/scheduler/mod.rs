@@ -324,6 +324,12 @@ impl Scheduler {
         self.shared.inner.lock().entries.get(id).map(|e| e.placement.clone())
     }
 
+    /// What work `id`'s runner reads on its standard input (its job spec, for a fleet of
+    /// agents): what tells its job apart. Empty for adopted work.
+    pub fn payload(&self, id: &str) -> Option<Arc<str>> {
+        self.shared.inner.lock().entries.get(id).map(|e| e.payload.clone())
+    }
+
     /// Why queued work `id` waits: the reason the last step placed it nowhere (no worker has
     /// room, or none has what it needs, with the most any has), or its reschedule delay.
     pub fn waiting_reason(&self, id: &str) -> Option<String> {

@@ -4,7 +4,7 @@
 //! |------|------|
 //! | `GET /v1/health` | liveness and the brake (no token needed) |
 //! | `POST /v1/allocations[?id=ID]` | submit a job spec (TOML or JSON); `{"id": ...}` |
-//! | `GET /v1/allocations` | every allocation the scheduler knows |
+//! | `GET /v1/allocations[?job=JOB]` | every allocation the scheduler knows (of job `JOB`) |
 //! | `GET /v1/allocations/{id}[?after=V&wait=10s]` | one; waits for a version after `V` |
 //! | `POST /v1/allocations/{id}/stop` | cancel it if queued, stop it if running |
 //! | `GET /v1/workers` | every worker: state, idle behaviour, probes, allocations |
@@ -180,6 +180,12 @@ fn fleet_error(error: FleetError) -> ApiError {
 pub struct FleetAlloc {
     /// Its id (also its id on the worker).
     pub id: String,
+    /// The id of the job it runs, as its spec says (none for work found running).
+    #[serde(default)]
+    pub job: Option<String>,
+    /// The job's group it runs.
+    #[serde(default)]
+    pub group: Option<String>,
     /// `queued`, `starting`, `running`, `ended`, `lost`, `failed` or `cancelled`.
     pub phase: WorkPhaseName,
     /// The worker it is (or was last) on.
@@ -248,21 +254,46 @@ impl FleetAlloc {
     }
 }
 
-/// The allocation as the API shows it; `waiting` is why it is queued, where the scheduler
-/// knows.
+/// The job and group a payload (the job spec the worker runs) names; none for one that is no
+/// spec (adopted work has no payload).
+fn job_of(payload: &str) -> (Option<String>, Option<String>) {
+    #[derive(Deserialize)]
+    struct Named {
+        #[serde(default)]
+        id: Option<String>,
+        #[serde(default)]
+        name: Option<String>,
+    }
+    #[derive(Deserialize)]
+    struct Head {
+        job: Named,
+        group: Named,
+    }
+    match serde_json::from_str::<Head>(payload) {
+        Ok(head) => (head.job.id, head.group.name),
+        Err(_) => (None, None),
+    }
+}
+
+/// The allocation as the API shows it; `payload` is its job spec, `waiting` why it is queued,
+/// where the scheduler knows.
 fn describe(
     fleet: &Fleet,
     placement: Placement,
+    payload: &str,
     version: u64,
     waiting: Option<String>,
 ) -> FleetAlloc {
     let now = fleet.now();
+    let (job, group) = job_of(payload);
     let detail = match &placement.phase {
         WorkPhase::Ended { outcome, .. } => Some(outcome.clone()),
         WorkPhase::Lost { reason, .. } | WorkPhase::Failed { reason } => Some(reason.clone()),
         _ => None,
     };
     FleetAlloc {
+        job,
+        group,
         phase: placement.phase.name(),
         worker: placement.phase.worker().map(str::to_owned),
         detail,
@@ -326,24 +357,38 @@ async fn submit(
     // Cores are counted as cores: their MHz depend on the worker.
     let submission = Submission {
         id,
-        payload,
+        payload: payload.clone(),
         needs: Amount::of_group(group, 0),
         reschedule: job.reschedule_policy(group),
     };
     let scheduler = leading(&fleet)?.scheduler().clone();
     let placement = scheduler.submit(submission).await.map_err(fleet_error)?;
     let version = *scheduler.subscribe().borrow();
-    let alloc = describe(&fleet, placement, version, None);
+    let alloc = describe(&fleet, placement, &payload, version, None);
     Ok((StatusCode::CREATED, axum::Json(alloc)).into_response())
 }
 
-async fn list(State(fleet): State<Arc<Fleet>>) -> ApiResult<axum::Json<Vec<FleetAlloc>>> {
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    job: Option<String>,
+}
+
+async fn list(
+    State(fleet): State<Arc<Fleet>>,
+    Query(query): Query<ListQuery>,
+) -> ApiResult<axum::Json<Vec<FleetAlloc>>> {
+    let of_job = |alloc: &FleetAlloc| query.job.is_none() || alloc.job == query.job;
     let Some(leading) = fleet.leading() else {
         // A follower reads the store.
         let loaded = fleet.store().load_all().await.map_err(fleet_error)?;
-        let mut all: Vec<Placement> = loaded.records.into_iter().map(|r| r.placement).collect();
-        all.sort_by(|a, b| (a.submitted, &a.id).cmp(&(b.submitted, &b.id)));
-        return Ok(axum::Json(all.into_iter().map(|p| describe(&fleet, p, 0, None)).collect()));
+        let mut all = loaded.records;
+        all.sort_by(|a, b| {
+            let (a, b) = (&a.placement, &b.placement);
+            (a.submitted, &a.id).cmp(&(b.submitted, &b.id))
+        });
+        let all = all.into_iter().map(|r| describe(&fleet, r.placement, &r.payload, 0, None));
+        return Ok(axum::Json(all.filter(of_job).collect()));
     };
     let scheduler = leading.scheduler();
     let version = *scheduler.subscribe().borrow();
@@ -351,8 +396,10 @@ async fn list(State(fleet): State<Arc<Fleet>>) -> ApiResult<axum::Json<Vec<Fleet
     Ok(axum::Json(
         all.map(|p| {
             let waiting = scheduler.waiting_reason(&p.id);
-            describe(&fleet, p, version, waiting)
+            let payload = scheduler.payload(&p.id).unwrap_or_default();
+            describe(&fleet, p, &payload, version, waiting)
         })
+        .filter(of_job)
         .collect(),
     ))
 }
@@ -383,7 +430,7 @@ async fn status(
         }
         let record = fleet.store().load(&id).await.map_err(fleet_error)?;
         let record = record.ok_or_else(|| fleet_error(FleetError::UnknownWork(id)))?;
-        return Ok(axum::Json(describe(&fleet, record.placement, 0, None)));
+        return Ok(axum::Json(describe(&fleet, record.placement, &record.payload, 0, None)));
     };
     let scheduler = leading.scheduler();
     let mut changes = scheduler.subscribe();
@@ -395,7 +442,8 @@ async fn status(
     let version = *changes.borrow();
     let placement = scheduler.get(&id).ok_or_else(|| fleet_error(FleetError::UnknownWork(id)))?;
     let waiting = scheduler.waiting_reason(&placement.id);
-    Ok(axum::Json(describe(&fleet, placement, version, waiting)))
+    let payload = scheduler.payload(&placement.id).unwrap_or_default();
+    Ok(axum::Json(describe(&fleet, placement, &payload, version, waiting)))
 }
 
 async fn stop(
@@ -406,7 +454,8 @@ async fn stop(
     let placement =
         scheduler.stop(&id, "stopped through the fleet API").await.map_err(fleet_error)?;
     let version = *scheduler.subscribe().borrow();
-    Ok(axum::Json(describe(&fleet, placement, version, None)))
+    let payload = scheduler.payload(&placement.id).unwrap_or_default();
+    Ok(axum::Json(describe(&fleet, placement, &payload, version, None)))
 }
 
 /// One worker as the fleet reports it.

@@ -25,17 +25,19 @@ pub(super) async fn stop(client: &Client, id: &str, json: bool) -> anyhow::Resul
     Ok(ExitCode::SUCCESS)
 }
 
-/// One line per allocation: its id, phase, worker and what it is doing or waiting for.
+/// One line per allocation: its id, its job, phase, worker and what it is doing or waiting
+/// for.
 pub(super) fn print_allocs(allocs: &[FleetAlloc], json: bool) -> anyhow::Result<()> {
     if json {
         println!("{}", serde_json::to_string_pretty(allocs)?);
         return Ok(());
     }
-    println!("{:<36}  {:<9}  {:<20}  DETAIL", "ID", "PHASE", "WORKER");
+    println!("{:<36}  {:<20}  {:<9}  {:<20}  DETAIL", "ID", "JOB", "PHASE", "WORKER");
     for a in allocs {
         println!(
-            "{:<36}  {:<9}  {:<20}  {}",
+            "{:<36}  {:<20}  {:<9}  {:<20}  {}",
             a.id,
+            a.job.as_deref().unwrap_or("-"),
             a.phase,
             a.worker.as_deref().unwrap_or("-"),
             a.detail.as_deref().or(a.waiting.as_deref()).unwrap_or("")

@@ -2,10 +2,11 @@
 //!
 //! This module parses the fleet's part of the command line and hands each subcommand to its
 //! own module: `wharf fleet` alone runs a replica (`serve`); the others talk to the fleet's
-//! API with a client of it made here (`submit`, `status`, `allocs`, `workers`). What
+//! API with a client of it made here (`submit`, `status`, `allocs`, `job`, `workers`). What
 //! they share with the agent's commands comes from [`crate::cli::common`].
 
 mod allocs;
+mod job;
 mod serve;
 mod status;
 mod submit;
@@ -46,19 +47,22 @@ pub enum FleetCommand {
         #[arg(long)]
         id: Option<String>,
     },
-    /// Show one allocation with its attempts; without an id, the fleet: this replica, the
-    /// leader, the replicas and the store.
+    /// Show one allocation with its attempts, or a job with its allocations; without an id,
+    /// the fleet: this replica, the leader, the replicas and the store.
     Status {
-        /// The allocation id.
+        /// The allocation id, or the job id.
         id: Option<String>,
     },
     /// List the allocations the fleet knows.
     Allocs,
-    /// Stop an allocation (cancel it if it is still queued).
+    /// Stop an allocation (cancel it if it is still queued), or every allocation of a job.
     Stop {
-        /// The allocation id.
+        /// The allocation id, or the job id.
         id: String,
     },
+    /// The fleet's work by job: list jobs, show one's allocations and attempts, stop one.
+    #[command(subcommand)]
+    Job(job::JobCommand),
     /// List the workers.
     Workers,
     /// Give a worker no new work, but keep it.
@@ -127,9 +131,20 @@ pub async fn run(args: FleetArgs, flags: GlobalFlags<'_>) -> anyhow::Result<Exit
             submit::submit(&client, &file, detach, id.as_deref(), json).await
         }
         FleetCommand::Status { id: None } => status::fleet(&client, json).await,
-        FleetCommand::Status { id: Some(id) } => status::alloc(&client, &id, json).await,
+        FleetCommand::Status { id: Some(id) } => match status::alloc(&client, &id, json).await {
+            Err(error) if job::no_such_alloc(&error) => {
+                job::status(&job::of_job(&client, &id).await?, json)
+            }
+            done => done,
+        },
         FleetCommand::Allocs => allocs::list(&client, json).await,
-        FleetCommand::Stop { id } => allocs::stop(&client, &id, json).await,
+        FleetCommand::Stop { id } => match allocs::stop(&client, &id, json).await {
+            Err(error) if job::no_such_alloc(&error) => {
+                job::stop(&client, &job::of_job(&client, &id).await?, &id, json).await
+            }
+            done => done,
+        },
+        FleetCommand::Job(command) => job::job(&client, command, json).await,
         FleetCommand::Workers => workers::list(&client, json).await,
         FleetCommand::Hold { worker } => workers::act(&client, &worker, "hold").await,
         FleetCommand::Drain { worker } => workers::act(&client, &worker, "drain").await,

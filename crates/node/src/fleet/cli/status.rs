@@ -45,7 +45,7 @@ pub(super) async fn alloc(client: &Client, id: &str, json: bool) -> anyhow::Resu
 /// The allocation's attempts, oldest first, each with when and how it ended once it has: the
 /// ones that are over, then the current one (Nomad's reschedule tracker, as `nomad alloc
 /// status` shows it), whose outcome is its phase while it is under way.
-fn print_attempts(alloc: &FleetAlloc) {
+pub(super) fn print_attempts(alloc: &FleetAlloc) {
     let row = |attempt: &dyn std::fmt::Display,
                runner_id: &str,
                worker: Option<&str>,
