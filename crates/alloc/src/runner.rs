@@ -29,6 +29,7 @@ use crate::error::AllocError;
 use crate::health_hooks::{HealthConfig, HealthHook, HealthMonitor, ServiceHook, WatchedRunner};
 use crate::hooks::{self, AllocDirHook, AllocHook, AllocHookContext, AllocHookPhase};
 use crate::lifecycle::{AllocRunnerAction, AllocRunnerEvent, AllocRunnerState};
+use crate::max_run;
 use crate::spare_dirs::SpareDirs;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -237,6 +238,8 @@ struct Shared {
     forced: Mutex<Option<(ClientStatus, String)>>,
     queued_update: Mutex<Option<Allocation>>,
     update_ready: Notify,
+    /// Notified when an update was applied, for the wait on `max_run_duration`.
+    update_applied: Notify,
     /// Raised once every task runner has finished, so the loops beside the run wind down.
     runners_finished: Watched<bool>,
     /// Held while deleting the allocation's records and while persisting it, so a persist
@@ -324,6 +327,7 @@ impl AllocRunner {
                 forced: Mutex::new(None),
                 queued_update: Mutex::new(None),
                 update_ready: Notify::new(),
+                update_applied: Notify::new(),
                 runners_finished: Watched::new(false),
                 records: tokio::sync::Mutex::new(()),
                 health,
@@ -489,7 +493,12 @@ impl AllocRunner {
             return;
         }
         Box::pin(self.persist_alloc()).await;
-        tokio::join!(self.run_tasks(), self.watch_task_states(), self.handle_updates());
+        tokio::join!(
+            self.run_tasks(),
+            self.watch_task_states(),
+            self.handle_updates(),
+            self.enforce_max_run_duration()
+        );
         self.publish();
         self.step(AllocRunnerEvent::RunOver);
     }
@@ -508,6 +517,35 @@ impl AllocRunner {
         if !self.lifecycle().shutting_down() {
             Box::pin(self.run_hooks(AllocHookPhase::Postrun, &self.current())).await;
         }
+    }
+
+    /// Stops the allocation once it has run as long as its group's `max_run_duration` allows
+    /// (as an update may have changed it): its tasks are killed with an event that says why,
+    /// and its poststop tasks are skipped.
+    async fn enforce_max_run_duration(&self) {
+        let s = &self.shared;
+        let origin = s.tasks.iter().filter_map(|t| t.state().started_at).min();
+        let origin = origin.unwrap_or_else(|| s.clock.now());
+        let limit =
+            || self.with_alloc(|alloc| alloc.group().ok().and_then(|group| group.max_run_duration));
+        let spent = max_run::spent(s.clock.as_ref(), origin, limit, &s.update_applied);
+        let max_run_duration = tokio::select! {
+            limit = spent => limit,
+            _ = s.runners_finished.wait_for(|done| *done) => return,
+        };
+        Box::pin(self.max_run_duration_exceeded(max_run_duration)).await;
+    }
+
+    async fn max_run_duration_exceeded(&self, max_run_duration: Duration) {
+        let s = &self.shared;
+        tracing::info!(alloc_id = %s.id, "allocation exceeded max_run_duration; stopping it");
+        let mut skipping = JoinSet::new();
+        for task in s.tasks.iter().filter(|t| t.stage() == Stage::Poststop) {
+            let task = task.clone();
+            skipping.spawn(async move { task.kill(None).await });
+        }
+        while skipping.join_next().await.is_some() {}
+        self.kill(Some(TaskEventKind::MaxRunDurationExceeded { max_run_duration })).await;
     }
 
     /// What comes before the task runners start: the kill of a stopped allocation, or the
@@ -763,6 +801,7 @@ impl AllocRunner {
         if stopping {
             self.kill(None).await;
         }
+        s.update_applied.notify_one();
         self.publish();
     }
 

@@ -13,6 +13,7 @@ pub mod duration;
 pub mod fleet;
 pub mod health;
 mod job_type;
+mod lifetime;
 mod problems;
 pub mod reschedule;
 pub mod resources;
@@ -52,4 +53,6 @@ pub use serde_json;
 /// 3: specs have ports, services, checks and the update block; allocations the ports they
 /// hold; a deployment status its reason; task events `alloc_unhealthy`.
 /// 4: tasks have `template` blocks; task events `template`.
-pub const FORMAT_VERSION: u16 = 4;
+/// 5: groups have `max_run_duration` and `shutdown_delay`, tasks `shutdown_delay`; task events
+/// `max_run_duration_exceeded`, `waiting_shutdown_delay` and `artifact_download_failed`.
+pub const FORMAT_VERSION: u16 = 5;

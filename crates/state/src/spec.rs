@@ -7,6 +7,7 @@
 
 use crate::duration;
 pub use crate::job_type::JobType;
+use crate::lifetime;
 use crate::problems::Problems;
 pub use crate::problems::{FieldProblem, SpecError};
 use crate::reschedule::{RescheduleOverrides, ReschedulePolicy};
@@ -49,6 +50,21 @@ pub struct TaskGroup {
     /// unset fields take the job type's defaults.
     #[serde(default, skip_serializing_if = "RescheduleOverrides::is_empty")]
     pub reschedule: RescheduleOverrides,
+    /// The longest an allocation of the group runs: then it is stopped, and its poststop
+    /// tasks are skipped. None: no limit.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "duration::serde_str::option"
+    )]
+    pub max_run_duration: Option<Duration>,
+    /// How long the group's services are out of the catalog before its tasks are killed.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "duration::serde_str::option"
+    )]
+    pub shutdown_delay: Option<Duration>,
     /// The tasks, in the order the user wrote them.
     #[serde(rename = "task")]
     pub tasks: Vec<Task>,
@@ -92,6 +108,14 @@ pub struct Task {
     /// Files rendered before it starts and again when what they read changes.
     #[serde(default, rename = "template", skip_serializing_if = "Vec::is_empty")]
     pub templates: Vec<Template>,
+    /// How long the task's services are out of the catalog before it is sent its kill
+    /// signal, on a stop and on a restart.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "duration::serde_str::option"
+    )]
+    pub shutdown_delay: Option<Duration>,
 }
 
 /// A task may not be called this: `<alloc dir>/alloc` is the directory its group shares.
@@ -377,6 +401,7 @@ impl Task {
             resources: Resources::default(),
             services: Vec::new(),
             templates: Vec::new(),
+            shutdown_delay: None,
         }
     }
 
@@ -457,6 +482,8 @@ impl TaskGroup {
             network: None,
             update: None,
             reschedule: RescheduleOverrides::default(),
+            max_run_duration: None,
+            shutdown_delay: None,
             tasks: tasks.into_iter().collect(),
         }
     }
@@ -550,6 +577,7 @@ impl Job {
         if let Some(update) = &group.update {
             service::validate_update(problems, at, update);
         }
+        lifetime::validate_group(problems, at, group);
         if group.tasks.is_empty() {
             problems.add(&format!("{at}.task"), "a group needs at least one task".into());
         }
