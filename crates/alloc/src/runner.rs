@@ -712,11 +712,27 @@ impl AllocRunner {
         }
     }
 
+    /// The group's `shutdown_delay`: when tasks still run, the allocation's services leave the
+    /// catalog, then the delay passes before any task is sent its kill signal.
+    async fn group_shutdown_delay(&self) {
+        let s = &self.shared;
+        let delay = self.with_alloc(|alloc| alloc.group().ok().and_then(|g| g.shutdown_delay));
+        let Some(delay) = delay.filter(|d| !d.is_zero()) else { return };
+        let running = s.tasks.iter().any(|t| t.state().status == TaskStatus::Running);
+        if !running {
+            return;
+        }
+        s.health.services_leave();
+        tracing::debug!(alloc_id = %s.id, ?delay, "waiting out the group's shutdown_delay");
+        tokio::time::sleep(delay).await;
+    }
+
     /// Kills the tasks in order: prekill hooks, the leader alone, the other main and ephemeral
     /// tasks together, then the sidecars. Poststop tasks are left alone.
     async fn kill_tasks(&self, event: Option<TaskEventKind>) {
         let s = &self.shared;
         self.run_hooks(AllocHookPhase::Prekill, &self.current()).await;
+        self.group_shutdown_delay().await;
         let stamped = || event.clone().map(|kind| TaskEvent::new(s.clock.now(), kind));
         let killable = || s.tasks.iter().filter(|t| t.stage() != Stage::Poststop);
         for leader in killable().filter(|t| t.is_leader()) {

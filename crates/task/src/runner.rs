@@ -784,11 +784,23 @@ impl TaskRunner {
         self.run_hooks(HookPhase::Exited(exit)).await;
     }
 
+    /// The task's `shutdown_delay`, waited out between the prekill hooks (its services have
+    /// left the catalog) and the kill signal, so that clients stop coming before it stops.
+    async fn shutdown_delay(&self) {
+        let Some(delay) = self.shared.task.shutdown_delay.filter(|d| !d.is_zero()) else {
+            return;
+        };
+        let event = self.event(TaskEventKind::WaitingShutdownDelay { delay });
+        self.commit(|state| state.append_event(event)).await;
+        tokio::time::sleep(delay).await;
+    }
+
     /// Stops a running task: prekill hooks, the kill signal, the timeout, and escalation to a
     /// forced destroy if the driver does not finish. Always returns, bounded.
     async fn stop_task(&self, task_id: &TaskId) {
         let s = &self.shared;
         self.run_hooks(HookPhase::Prekill).await;
+        self.shutdown_delay().await;
         let signal = s.task.kill_signal;
         // Noted, not waited on: written with the end of the stop (see `release`). An agent that
         // dies before then finds the stop in the allocation's record and kills again.
