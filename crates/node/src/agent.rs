@@ -20,6 +20,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::task::JoinSet;
 use wharf_alloc::{AllocError, AllocRunner, AllocRunnerConfig, HealthConfig, SpareDirs};
+use wharf_artifact::{ArtifactHook, Fetcher, Limits as ArtifactLimits};
 use wharf_driver::{DriverRegistry, Health};
 use wharf_exec::TaskCgroups;
 use wharf_health::{PortError, PortTable, ServiceCatalog, TcpTransport};
@@ -62,6 +63,9 @@ pub enum AgentError {
     /// The allocation refused.
     #[error(transparent)]
     Alloc(#[from] AllocError),
+    /// The artifact fetcher could not be set up.
+    #[error(transparent)]
+    Artifacts(#[from] wharf_artifact::ArtifactError),
     /// The allocation does not fit in what the node has free; nothing was kept of it.
     #[error("the allocation does not fit on this node: {0}")]
     DoesNotFit(wharf_state::resources::Shortfall),
@@ -265,7 +269,10 @@ impl Agent {
             claimed: Default::default(),
             next_order: 0.into(),
             clock: Arc::new(SystemClock),
-            task_hooks: vec![Arc::new(MetricsHook(metrics.clone()))],
+            task_hooks: vec![
+                Arc::new(MetricsHook(metrics.clone())),
+                Arc::new(ArtifactHook::new(Arc::new(Fetcher::new(ArtifactLimits::default())?))),
+            ],
             spare_dirs,
             metrics,
             config,

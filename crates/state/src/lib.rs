@@ -9,6 +9,7 @@
 //! [`duration`], [`signal`] and [`time`]. What a user needs is re-exported here.
 
 pub mod alloc;
+pub mod artifact;
 pub mod duration;
 pub mod fleet;
 pub mod health;
@@ -28,6 +29,7 @@ pub use alloc::{
     AllocState, AllocatedPort, Allocation, ClientStatus, DeploymentStatus, DesiredStatus,
     InvalidAllocId, check_alloc_id, client_status,
 };
+pub use artifact::{Artifact, ArtifactMode, ArtifactOptions, Checksum};
 pub use health::{CheckResult, CheckState, CheckStatus, ServiceEntry};
 pub use reschedule::{DelayFunction, RescheduleOverrides, ReschedulePolicy};
 pub use service::{
@@ -54,5 +56,6 @@ pub use serde_json;
 /// hold; a deployment status its reason; task events `alloc_unhealthy`.
 /// 4: tasks have `template` blocks; task events `template`.
 /// 5: groups have `max_run_duration` and `shutdown_delay`, tasks `shutdown_delay`; task events
-/// `max_run_duration_exceeded`, `waiting_shutdown_delay` and `artifact_download_failed`.
+/// `max_run_duration_exceeded`, `waiting_shutdown_delay` and `artifact_download_failed`; tasks
+/// `artifact` blocks.
 pub const FORMAT_VERSION: u16 = 5;

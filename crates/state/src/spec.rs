@@ -5,6 +5,7 @@
 //! it; every error names the field it is about, such as `group.task[1].restart.interval`.
 //! Which drivers exist is not known here: [`Job::check_drivers`] takes that from the caller.
 
+use crate::artifact::{self, Artifact};
 use crate::duration;
 pub use crate::job_type::JobType;
 use crate::lifetime;
@@ -116,6 +117,9 @@ pub struct Task {
         with = "duration::serde_str::option"
     )]
     pub shutdown_delay: Option<Duration>,
+    /// What is fetched into its directory before it starts.
+    #[serde(default, rename = "artifact", skip_serializing_if = "Vec::is_empty")]
+    pub artifacts: Vec<Artifact>,
 }
 
 /// A task may not be called this: `<alloc dir>/alloc` is the directory its group shares.
@@ -402,6 +406,7 @@ impl Task {
             services: Vec::new(),
             templates: Vec::new(),
             shutdown_delay: None,
+            artifacts: Vec::new(),
         }
     }
 
@@ -577,7 +582,13 @@ impl Job {
         if let Some(update) = &group.update {
             service::validate_update(problems, at, update);
         }
-        lifetime::validate_group(problems, at, group);
+        lifetime::validate_group(
+            problems,
+            at,
+            group.max_run_duration,
+            group.shutdown_delay,
+            group.tasks.iter().map(|t| t.shutdown_delay),
+        );
         if group.tasks.is_empty() {
             problems.add(&format!("{at}.task"), "a group needs at least one task".into());
         }
@@ -630,6 +641,7 @@ impl Job {
             }
             service::validate_services(problems, &at, &task.services, group.network.as_ref());
             template::validate(problems, &at, &task.templates);
+            artifact::validate(problems, &at, &task.artifacts);
         }
         if leaders.len() > 1 {
             problems.add(

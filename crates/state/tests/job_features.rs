@@ -55,3 +55,61 @@ fn lifetime_mistakes_name_the_field() {
     refused(&doc("", "shutdown_delay = \"3h\""), "group.task[0].shutdown_delay", "maximum");
     refused(&doc("", "shutdown_delay = 5"), "group.task[0].shutdown_delay", "invalid type");
 }
+
+const ARTIFACT: &str = "[[group.task.artifact]]";
+
+#[test]
+fn artifacts_read_from_toml_and_json() {
+    let sum = "a".repeat(64);
+    let job = both_ways(&doc(
+        "",
+        &format!(
+            "{ARTIFACT}\nsource = \"https://example.com/app.tar.gz\"\n\
+             options = {{ checksum = \"sha256:{sum}\" }}\n\
+             {ARTIFACT}\nsource = \"/srv/files/app.conf\"\ndestination = \"local/app.conf\"\nmode = \"file\"\n"
+        ),
+    ));
+    let artifacts = &job.groups[0].tasks[0].artifacts;
+    assert_eq!(artifacts.len(), 2);
+    assert_eq!(artifacts[0].destination, "local/", "Nomad's default destination");
+    assert_eq!(artifacts[0].mode, wharf_state::ArtifactMode::Any);
+    assert_eq!(
+        wharf_state::Checksum::parse(artifacts[0].options.checksum.as_deref().unwrap()),
+        Ok(wharf_state::Checksum::Sha256([0xaa; 32]))
+    );
+    assert_eq!(artifacts[1].mode, wharf_state::ArtifactMode::File);
+}
+
+#[test]
+fn artifact_mistakes_name_the_field() {
+    let with = |body: &str| doc("", &format!("{ARTIFACT}\n{body}\n"));
+    let at = "group.task[0].artifact[0]";
+    refused(&with("source = \"ftp://x/y\""), &format!("{at}.source"), "not supported");
+    refused(&with("source = \"relative/path\""), &format!("{at}.source"), "absolute path");
+    refused(
+        &with("source = \"/a\"\ndestination = \"../../etc\""),
+        &format!("{at}.destination"),
+        "leave the task's directory",
+    );
+    refused(
+        &with("source = \"/a\"\ndestination = \"/etc/passwd\""),
+        &format!("{at}.destination"),
+        "relative",
+    );
+    refused(
+        &with("source = \"/a\"\noptions = { checksum = \"sha1:abc\" }"),
+        &format!("{at}.options.checksum"),
+        "use sha256 or md5",
+    );
+    refused(
+        &with("source = \"/a\"\noptions = { checksum = \"md5:123\" }"),
+        &format!("{at}.options.checksum"),
+        "32 hexadecimal digits",
+    );
+    refused(&with("source = \"/a\"\nmode = \"tree\""), &format!("{at}.mode"), "unknown variant");
+    refused(
+        &with("source = \"/a\"\noptions = { archive = false }"),
+        &format!("{at}.options.archive"),
+        "unknown field",
+    );
+}

@@ -586,6 +586,7 @@ impl TaskRunner {
             Err((hook, error)) => {
                 let kind = match error {
                     TaskError::Template { message } => TaskEventKind::Template { message },
+                    TaskError::HookEvent { event, .. } => event,
                     error => TaskEventKind::HookFailed { hook, error: error.to_string() },
                 };
                 let event = self.event(kind);
@@ -673,19 +674,22 @@ impl TaskRunner {
                 continue;
             }
             let ctx = HookContext { alloc, task: &s.task, dirs: &s.dirs, env: &env };
-            let response =
-                match tokio::time::timeout(HOOK_TIMEOUT, hook.prestart(ctx, saved.data.as_ref()))
-                    .await
-                {
-                    Ok(Ok(response)) => response,
-                    Ok(Err(error)) => return Err((name, error)),
-                    Err(_) => {
-                        return Err((
-                            name.clone(),
-                            TaskError::Hook { hook: name, reason: "timed out".into() },
-                        ));
-                    }
-                };
+            let timeout = hook.prestart_timeout(ctx);
+            let response = match tokio::time::timeout(
+                timeout,
+                hook.prestart(ctx, saved.data.as_ref()),
+            )
+            .await
+            {
+                Ok(Ok(response)) => response,
+                Ok(Err(error)) => return Err((name, error)),
+                Err(_) => {
+                    return Err((
+                        name.clone(),
+                        TaskError::Hook { hook: name, reason: "timed out".into() },
+                    ));
+                }
+            };
             for kind in response.events {
                 let event = self.event(kind);
                 self.note(|state| state.append_event(event));
