@@ -92,6 +92,8 @@ pub struct AllocRunnerConfig {
     pub health: HealthConfig,
     /// What the tasks' templates read (services, variables). Default: empty sources.
     pub template_sources: Option<Arc<dyn TemplateSources>>,
+    /// The node's host volumes, by name, for the tasks' `volume_mount`s. Default: none.
+    pub host_volumes: Arc<BTreeMap<String, wharf_state::volume::HostVolume>>,
 }
 
 impl AllocRunnerConfig {
@@ -118,7 +120,17 @@ impl AllocRunnerConfig {
             event_buffer: DEFAULT_EVENT_BUFFER,
             health: HealthConfig::default(),
             template_sources: None,
+            host_volumes: Arc::default(),
         }
+    }
+
+    /// Resolves the tasks' volume mounts against the node's `volumes`.
+    pub fn with_host_volumes(
+        mut self,
+        volumes: Arc<BTreeMap<String, wharf_state::volume::HostVolume>>,
+    ) -> AllocRunnerConfig {
+        self.host_volumes = volumes;
+        self
     }
 
     /// Adds a driver, under its [`Driver::name`](wharf_driver::Driver::name).
@@ -294,7 +306,8 @@ impl AllocRunner {
                     .with_max_kill_timeout(config.max_kill_timeout)
                     .with_logs(config.logs)
                     .with_state_changed(state_changed.clone())
-                    .with_events(events.clone());
+                    .with_events(events.clone())
+                    .with_host_volumes(config.host_volumes.clone());
                     task_config.hooks = task_hooks.clone();
                     if let Some(sources) = &config.template_sources {
                         task_config = task_config.with_template_sources(sources.clone());

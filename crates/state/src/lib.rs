@@ -24,6 +24,7 @@ pub mod spec;
 pub mod task_state;
 pub mod template;
 pub mod time;
+pub mod volume;
 
 pub use alloc::{
     AllocState, AllocatedPort, Allocation, ClientStatus, DeploymentStatus, DesiredStatus,
@@ -57,5 +58,5 @@ pub use serde_json;
 /// 4: tasks have `template` blocks; task events `template`.
 /// 5: groups have `max_run_duration` and `shutdown_delay`, tasks `shutdown_delay`; task events
 /// `max_run_duration_exceeded`, `waiting_shutdown_delay` and `artifact_download_failed`; tasks
-/// `artifact` blocks.
+/// `artifact` blocks; groups `volume`, tasks `volume_mount`.
 pub const FORMAT_VERSION: u16 = 5;

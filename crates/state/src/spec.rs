@@ -15,6 +15,7 @@ use crate::reschedule::{RescheduleOverrides, ReschedulePolicy};
 use crate::service::{self, Network, PortSpec, Service, UpdateStrategy};
 use crate::signal::Signal;
 use crate::template::{self, Template};
+use crate::volume::{self, VolumeMount, VolumeRequest};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
@@ -66,6 +67,9 @@ pub struct TaskGroup {
         with = "duration::serde_str::option"
     )]
     pub shutdown_delay: Option<Duration>,
+    /// The node's host volumes the group asks for, by the name its tasks mount them under.
+    #[serde(default, rename = "volume", skip_serializing_if = "BTreeMap::is_empty")]
+    pub volumes: BTreeMap<String, VolumeRequest>,
     /// The tasks, in the order the user wrote them.
     #[serde(rename = "task")]
     pub tasks: Vec<Task>,
@@ -120,6 +124,9 @@ pub struct Task {
     /// What is fetched into its directory before it starts.
     #[serde(default, rename = "artifact", skip_serializing_if = "Vec::is_empty")]
     pub artifacts: Vec<Artifact>,
+    /// Where it mounts its group's volumes.
+    #[serde(default, rename = "volume_mount", skip_serializing_if = "Vec::is_empty")]
+    pub volume_mounts: Vec<VolumeMount>,
 }
 
 /// A task may not be called this: `<alloc dir>/alloc` is the directory its group shares.
@@ -407,6 +414,7 @@ impl Task {
             templates: Vec::new(),
             shutdown_delay: None,
             artifacts: Vec::new(),
+            volume_mounts: Vec::new(),
         }
     }
 
@@ -489,6 +497,7 @@ impl TaskGroup {
             reschedule: RescheduleOverrides::default(),
             max_run_duration: None,
             shutdown_delay: None,
+            volumes: BTreeMap::new(),
             tasks: tasks.into_iter().collect(),
         }
     }
@@ -588,6 +597,16 @@ impl Job {
             group.max_run_duration,
             group.shutdown_delay,
             group.tasks.iter().map(|t| t.shutdown_delay),
+        );
+        volume::validate(
+            problems,
+            at,
+            &group.volumes,
+            group
+                .tasks
+                .iter()
+                .enumerate()
+                .map(|(ti, t)| (format!("{at}.task[{ti}]"), t.volume_mounts.as_slice())),
         );
         if group.tasks.is_empty() {
             problems.add(&format!("{at}.task"), "a group needs at least one task".into());

@@ -113,3 +113,85 @@ fn artifact_mistakes_name_the_field() {
         "unknown field",
     );
 }
+
+const VOLUMES: &str = "[group.volume.data]\ntype = \"host\"\nsource = \"pgdata\"\n\
+                       [group.volume.certs]\nsource = \"certs\"\nread_only = true";
+
+#[test]
+fn volumes_read_from_toml_and_json() {
+    let job = both_ways(&doc(
+        VOLUMES,
+        "[[group.task.volume_mount]]\nvolume = \"data\"\ndestination = \"/var/lib/db\"\n\
+         [[group.task.volume_mount]]\nvolume = \"certs\"\ndestination = \"/etc/certs\"\nread_only = true",
+    ));
+    let group = &job.groups[0];
+    assert_eq!(group.volumes["data"].source, "pgdata");
+    assert!(group.volumes["certs"].read_only);
+    assert_eq!(group.tasks[0].volume_mounts.len(), 2);
+    let offered = std::collections::BTreeMap::from([
+        (
+            "pgdata".to_owned(),
+            wharf_state::volume::HostVolume { path: "/srv/pg".into(), read_only: false },
+        ),
+        (
+            "certs".to_owned(),
+            wharf_state::volume::HostVolume { path: "/etc/ssl".into(), read_only: true },
+        ),
+    ]);
+    let mounts =
+        wharf_state::volume::resolve(&group.volumes, &group.tasks[0].volume_mounts, &offered)
+            .unwrap();
+    assert_eq!(
+        mounts.iter().map(|m| (m.source.display().to_string(), m.read_only)).collect::<Vec<_>>(),
+        [("/srv/pg".to_owned(), false), ("/etc/ssl".to_owned(), true)]
+    );
+    assert_eq!(wharf_state::volume::env_name("pg-data"), "WHARF_VOLUME_PG_DATA");
+    let writers = |_: &str| true;
+    assert!(wharf_state::volume::check_offered("group", &group.volumes, writers, &offered).is_ok());
+    let mut read_only = offered.clone();
+    read_only.get_mut("pgdata").unwrap().read_only = true;
+    let refused = wharf_state::volume::check_offered("group", &group.volumes, writers, &read_only);
+    assert_eq!(
+        refused.unwrap_err(),
+        "group.volume.data: host volume \"pgdata\" is read-only on this node; ask for it with read_only = true"
+    );
+    let missing =
+        wharf_state::volume::check_offered("group", &group.volumes, writers, &Default::default());
+    assert!(missing.unwrap_err().contains("the node has no host volume \"certs\""));
+}
+
+#[test]
+fn volume_mistakes_name_the_field() {
+    let mount = |body: &str| doc(VOLUMES, &format!("[[group.task.volume_mount]]\n{body}"));
+    let at = "group.task[0].volume_mount[0]";
+    refused(
+        &mount("volume = \"logs\"\ndestination = \"/x\""),
+        &format!("{at}.volume"),
+        "no volume \"logs\"",
+    );
+    refused(
+        &mount("volume = \"certs\"\ndestination = \"/x\""),
+        &format!("{at}.read_only"),
+        "read-only in the group",
+    );
+    refused(
+        &mount("volume = \"data\"\ndestination = \"\""),
+        &format!("{at}.destination"),
+        "must be a path",
+    );
+    refused(
+        &mount("volume = \"data\""),
+        "group.task[0].volume_mount[0]",
+        "missing field `destination`",
+    );
+    refused(
+        &doc("[group.volume.data]\nsource = \"\"", ""),
+        "group.volume.data.source",
+        "cannot be empty",
+    );
+    refused(
+        &doc("[group.volume.data]\ntype = \"csi\"\nsource = \"x\"", ""),
+        "group.volume.data.type",
+        "unknown variant",
+    );
+}
