@@ -1,7 +1,8 @@
-//! Host volumes end to end, through the `wharf` binary: the node's config offers directories
-//! by name, admission refuses a group asking for one the node does not have (or for writing
-//! one it offers read-only) with 409 naming it, and a raw_exec task finds its mount's path in
-//! `WHARF_VOLUME_<NAME>`.
+//! Issue 32's job features end to end, through the `wharf` binary. Host volumes: the node's
+//! config offers directories by name, admission refuses a group asking for one the node does
+//! not have (or for writing one it offers read-only) with 409 naming it, and a raw_exec task
+//! finds its mount's path in `WHARF_VOLUME_<NAME>`. Artifacts: the example job's archive is
+//! fetched and unpacked before its task starts.
 
 // Real processes on the real clock: the tests start and kill agents.
 #![allow(clippy::disallowed_methods)]
@@ -90,4 +91,25 @@ async fn host_volumes_are_checked_at_admission_and_reach_the_task() {
     let detail = until(&client, &id, "complete", |d| d.state.client_status.is_terminal()).await;
     assert_eq!(detail.state.client_status, ClientStatus::Complete, "{:?}", detail.state);
     assert_eq!(std::fs::read_to_string(data.join("copied")).unwrap(), "CA\n");
+}
+
+#[test]
+fn the_artifact_example_unpacks_before_its_task_starts() {
+    shim_beside_wharf();
+    let dir = tempfile::tempdir().unwrap();
+    let example =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/artifact.toml");
+    let run = std::process::Command::new(WHARF)
+        .args(["--address", "127.0.0.1:9", "run"])
+        .arg(&example)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{run:?}");
+    assert!(
+        stdout.contains("show         Task Setup           Downloaded 1 artifact(s)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("==> allocation complete"), "{stdout}");
 }
