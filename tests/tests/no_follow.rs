@@ -159,6 +159,7 @@ fn task_config(root: &Path, name: &str, command: &str, args: &[&str]) -> TaskCon
             .as_object()
             .cloned()
             .unwrap(),
+        mounts: Vec::new(),
     }
 }
 

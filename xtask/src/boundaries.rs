@@ -78,6 +78,13 @@ const RULES: &[Rule] = &[
         never_reaches: &["hyper", "axum", "reqwest", "http"],
     },
     Rule {
+        // Artifacts: its own HTTP client (hyper, rustls) and archive readers, and a task hook.
+        krate: "wharf-artifact",
+        may_use: &["wharf-task", "wharf-state"],
+        externals_only: None,
+        never_reaches: &["axum", "openssl", "aws-lc-rs"],
+    },
+    Rule {
         krate: "wharf-prober",
         may_use: &["wharf-state"],
         externals_only: None,
@@ -101,6 +108,7 @@ const RULES: &[Rule] = &[
         may_use: &[
             "wharf-fleet",
             "wharf-alloc",
+            "wharf-artifact",
             "wharf-task",
             "wharf-store",
             "wharf-driver",

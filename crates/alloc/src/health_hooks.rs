@@ -273,6 +273,12 @@ impl<R: WatchedRunner> HealthMonitor<R> {
         }
     }
 
+    /// Takes the allocation's services out of the catalog before its tasks are stopped (the
+    /// group's shutdown delay); their checks go on until each task stops.
+    pub(crate) fn services_leave(&self) {
+        self.config.catalog.deregister_alloc(&self.alloc_id);
+    }
+
     /// Ends everything of the allocation: the watcher (after a last look), checks, catalog
     /// entries.
     fn all_stopped(&self) {

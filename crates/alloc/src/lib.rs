@@ -11,6 +11,7 @@ mod error;
 mod health_hooks;
 pub mod hooks;
 pub mod lifecycle;
+mod max_run;
 mod runner;
 pub mod spare_dirs;
 

@@ -29,6 +29,7 @@ use crate::error::AllocError;
 use crate::health_hooks::{HealthConfig, HealthHook, HealthMonitor, ServiceHook, WatchedRunner};
 use crate::hooks::{self, AllocDirHook, AllocHook, AllocHookContext, AllocHookPhase};
 use crate::lifecycle::{AllocRunnerAction, AllocRunnerEvent, AllocRunnerState};
+use crate::max_run;
 use crate::spare_dirs::SpareDirs;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -91,6 +92,8 @@ pub struct AllocRunnerConfig {
     pub health: HealthConfig,
     /// What the tasks' templates read (services, variables). Default: empty sources.
     pub template_sources: Option<Arc<dyn TemplateSources>>,
+    /// The node's host volumes, by name, for the tasks' `volume_mount`s. Default: none.
+    pub host_volumes: Arc<BTreeMap<String, wharf_state::volume::HostVolume>>,
 }
 
 impl AllocRunnerConfig {
@@ -117,7 +120,17 @@ impl AllocRunnerConfig {
             event_buffer: DEFAULT_EVENT_BUFFER,
             health: HealthConfig::default(),
             template_sources: None,
+            host_volumes: Arc::default(),
         }
+    }
+
+    /// Resolves the tasks' volume mounts against the node's `volumes`.
+    pub fn with_host_volumes(
+        mut self,
+        volumes: Arc<BTreeMap<String, wharf_state::volume::HostVolume>>,
+    ) -> AllocRunnerConfig {
+        self.host_volumes = volumes;
+        self
     }
 
     /// Adds a driver, under its [`Driver::name`](wharf_driver::Driver::name).
@@ -237,6 +250,8 @@ struct Shared {
     forced: Mutex<Option<(ClientStatus, String)>>,
     queued_update: Mutex<Option<Allocation>>,
     update_ready: Notify,
+    /// Notified when an update was applied, for the wait on `max_run_duration`.
+    update_applied: Notify,
     /// Raised once every task runner has finished, so the loops beside the run wind down.
     runners_finished: Watched<bool>,
     /// Held while deleting the allocation's records and while persisting it, so a persist
@@ -291,7 +306,8 @@ impl AllocRunner {
                     .with_max_kill_timeout(config.max_kill_timeout)
                     .with_logs(config.logs)
                     .with_state_changed(state_changed.clone())
-                    .with_events(events.clone());
+                    .with_events(events.clone())
+                    .with_host_volumes(config.host_volumes.clone());
                     task_config.hooks = task_hooks.clone();
                     if let Some(sources) = &config.template_sources {
                         task_config = task_config.with_template_sources(sources.clone());
@@ -324,6 +340,7 @@ impl AllocRunner {
                 forced: Mutex::new(None),
                 queued_update: Mutex::new(None),
                 update_ready: Notify::new(),
+                update_applied: Notify::new(),
                 runners_finished: Watched::new(false),
                 records: tokio::sync::Mutex::new(()),
                 health,
@@ -489,7 +506,12 @@ impl AllocRunner {
             return;
         }
         Box::pin(self.persist_alloc()).await;
-        tokio::join!(self.run_tasks(), self.watch_task_states(), self.handle_updates());
+        tokio::join!(
+            self.run_tasks(),
+            self.watch_task_states(),
+            self.handle_updates(),
+            self.enforce_max_run_duration()
+        );
         self.publish();
         self.step(AllocRunnerEvent::RunOver);
     }
@@ -508,6 +530,35 @@ impl AllocRunner {
         if !self.lifecycle().shutting_down() {
             Box::pin(self.run_hooks(AllocHookPhase::Postrun, &self.current())).await;
         }
+    }
+
+    /// Stops the allocation once it has run as long as its group's `max_run_duration` allows
+    /// (as an update may have changed it): its tasks are killed with an event that says why,
+    /// and its poststop tasks are skipped.
+    async fn enforce_max_run_duration(&self) {
+        let s = &self.shared;
+        let origin = s.tasks.iter().filter_map(|t| t.state().started_at).min();
+        let origin = origin.unwrap_or_else(|| s.clock.now());
+        let limit =
+            || self.with_alloc(|alloc| alloc.group().ok().and_then(|group| group.max_run_duration));
+        let spent = max_run::spent(s.clock.as_ref(), origin, limit, &s.update_applied);
+        let max_run_duration = tokio::select! {
+            limit = spent => limit,
+            _ = s.runners_finished.wait_for(|done| *done) => return,
+        };
+        Box::pin(self.max_run_duration_exceeded(max_run_duration)).await;
+    }
+
+    async fn max_run_duration_exceeded(&self, max_run_duration: Duration) {
+        let s = &self.shared;
+        tracing::info!(alloc_id = %s.id, "allocation exceeded max_run_duration; stopping it");
+        let mut skipping = JoinSet::new();
+        for task in s.tasks.iter().filter(|t| t.stage() == Stage::Poststop) {
+            let task = task.clone();
+            skipping.spawn(async move { task.kill(None).await });
+        }
+        while skipping.join_next().await.is_some() {}
+        self.kill(Some(TaskEventKind::MaxRunDurationExceeded { max_run_duration })).await;
     }
 
     /// What comes before the task runners start: the kill of a stopped allocation, or the
@@ -674,11 +725,27 @@ impl AllocRunner {
         }
     }
 
+    /// The group's `shutdown_delay`: when tasks still run, the allocation's services leave the
+    /// catalog, then the delay passes before any task is sent its kill signal.
+    async fn group_shutdown_delay(&self) {
+        let s = &self.shared;
+        let delay = self.with_alloc(|alloc| alloc.group().ok().and_then(|g| g.shutdown_delay));
+        let Some(delay) = delay.filter(|d| !d.is_zero()) else { return };
+        let running = s.tasks.iter().any(|t| t.state().status == TaskStatus::Running);
+        if !running {
+            return;
+        }
+        s.health.services_leave();
+        tracing::debug!(alloc_id = %s.id, ?delay, "waiting out the group's shutdown_delay");
+        tokio::time::sleep(delay).await;
+    }
+
     /// Kills the tasks in order: prekill hooks, the leader alone, the other main and ephemeral
     /// tasks together, then the sidecars. Poststop tasks are left alone.
     async fn kill_tasks(&self, event: Option<TaskEventKind>) {
         let s = &self.shared;
         self.run_hooks(AllocHookPhase::Prekill, &self.current()).await;
+        self.group_shutdown_delay().await;
         let stamped = || event.clone().map(|kind| TaskEvent::new(s.clock.now(), kind));
         let killable = || s.tasks.iter().filter(|t| t.stage() != Stage::Poststop);
         for leader in killable().filter(|t| t.is_leader()) {
@@ -763,6 +830,7 @@ impl AllocRunner {
         if stopping {
             self.kill(None).await;
         }
+        s.update_applied.notify_one();
         self.publish();
     }
 

@@ -23,7 +23,7 @@ pub use logs::{LogFrom, LogReader, LogStream, LogTarget};
 pub use registry::DriverRegistry;
 pub use types::{
     Capabilities, DriverEvent, DriverState, ExecResult, ExitResult, Fingerprint, FsIsolation,
-    Health, LogConfig, ResourceUsage, RunState, TASK_HANDLE_VERSION, TaskConfig, TaskHandle,
+    Health, LogConfig, Mount, ResourceUsage, RunState, TASK_HANDLE_VERSION, TaskConfig, TaskHandle,
     TaskId, TaskInfo, UsageSource,
 };
 

@@ -79,6 +79,25 @@ pub struct TaskConfig {
     pub resources: Resources,
     /// The task's `config` block, for the driver to interpret.
     pub driver_config: serde_json::Map<String, serde_json::Value>,
+    /// The node's directories the task mounts (its `volume_mount`s, resolved by the task
+    /// runner): process drivers open them to the task, a driver with a file system of its
+    /// own mounts each at its `destination`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mounts: Vec<Mount>,
+}
+
+/// A directory of the node a task mounts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mount {
+    /// The group's name for the volume.
+    pub volume: String,
+    /// The node's directory.
+    pub source: PathBuf,
+    /// Where the task asked to see it.
+    pub destination: String,
+    /// Whether the task may only read it.
+    #[serde(default)]
+    pub read_only: bool,
 }
 
 impl TaskConfig {
@@ -111,6 +130,7 @@ impl TaskConfig {
             alloc_dir,
             resources: Resources::default(),
             driver_config: serde_json::Map::new(),
+            mounts: Vec::new(),
         }
     }
 

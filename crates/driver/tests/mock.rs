@@ -22,6 +22,7 @@ fn config(task: &str, driver_config: serde_json::Value) -> TaskConfig {
         logs: LogConfig { dir: "/nonexistent".into(), max_files: 2, max_file_bytes: 1024 },
         resources: Default::default(),
         driver_config: driver_config.as_object().cloned().unwrap(),
+        mounts: Vec::new(),
     }
 }
 

@@ -14,6 +14,7 @@
 //! | each directory in it when the task starts (`local/`, `secrets/`, ...), except `logs/` | everything |
 //! | the allocation directory | everything |
 //! | the task's `unveil` entries, if `unveil_by_task` | as given; must exist, and reach nothing guarded |
+//! | the node's host volumes the task mounts (`volume_mount`) | `rx` if read-only, else everything |
 //!
 //! The rule on the task directory itself lacks `REMOVE_DIR` so that the task cannot move
 //! `logs/` or `secrets/` aside and put something else in their place: the shim and the agent,
@@ -349,6 +350,11 @@ impl Isolation {
         // A driver used without an alloc runner may have no allocation directory.
         rules.push(Rule { if_exists: true, ..Rule::new(&config.alloc_dir, Mode::ALL.access()) });
         rules.extend(exec.unveil.iter().map(|u| u.rule(false)));
+        // Host volumes: the node offered them, the task mounts them, as read-only as asked.
+        rules.extend(config.mounts.iter().map(|mount| {
+            let mode = if mount.read_only { Mode::READ_EXECUTE } else { Mode::ALL };
+            Rule::new(&mount.source, mode.access())
+        }));
         let namespaces = Namespaces {
             pid: exec.pid_mode.unwrap_or(self.options.default_pid_mode).private(),
             ipc: exec.ipc_mode.unwrap_or(self.options.default_ipc_mode).private(),
@@ -750,6 +756,7 @@ mod tests {
             task_dir,
             resources: Default::default(),
             driver_config: driver_config.as_object().cloned().unwrap(),
+            mounts: Vec::new(),
         }
     }
 

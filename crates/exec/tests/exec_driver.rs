@@ -567,3 +567,41 @@ async fn a_stop_ends_a_pid_1_task_as_it_would_any_other_process() {
     assert_eq!(wait(&driver, &trapping).await, ExitResult::code(7));
     driver.destroy_task(trapping.id(), false).await.unwrap();
 }
+
+/// Host volumes: a task reaches the node directories it mounts, and only as it mounts them (a
+/// read-only mount is readable and not writable), while a directory beside them it does not
+/// mount stays out of reach. The directories are open to every user, so only Landlock stands
+/// in the way.
+#[tokio::test]
+async fn a_task_reaches_its_host_volumes_as_mounted_and_nothing_beside_them() {
+    let scratch = CgroupScratch::new(Some(64));
+    let root = searchable_tempdir();
+    let driver = scratch.exec_driver(exec_options(root.path(), 1));
+    let volumes = root.path().join("host-volumes");
+    for name in ["data", "certs", "other"] {
+        std::fs::create_dir_all(volumes.join(name)).unwrap();
+        std::fs::set_permissions(volumes.join(name), std::fs::Permissions::from_mode(0o777))
+            .unwrap();
+        std::fs::write(volumes.join(name).join("file"), name).unwrap();
+    }
+    let mut script = String::from("set -u\n");
+    script += "cat $DATA/file; echo; echo written > $DATA/new && cat $DATA/new\n";
+    script += "cat $CERTS/file; echo; echo x > $CERTS/new || echo ro-refused\n";
+    script += "cat $OTHER/file && echo LEAK; true\n";
+    let mut config = shell(root.path(), "mounter", &script);
+    for (name, read_only) in [("data", false), ("certs", true)] {
+        config.mounts.push(wharf_driver::Mount {
+            volume: name.into(),
+            source: volumes.join(name),
+            destination: format!("/srv/{name}"),
+            read_only,
+        });
+    }
+    for name in ["data", "certs", "other"] {
+        config.env.insert(name.to_uppercase(), volumes.join(name).display().to_string());
+    }
+    let (exit, stdout, stderr) = run(&driver, config).await;
+    assert_eq!(exit, ExitResult::code(0), "{stderr}");
+    assert_eq!(stdout, "data\nwritten\ncerts\nro-refused\n", "{stderr}");
+    assert_eq!(stderr.matches("Permission denied").count(), 2, "{stderr}");
+}

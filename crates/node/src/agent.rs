@@ -20,6 +20,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::task::JoinSet;
 use wharf_alloc::{AllocError, AllocRunner, AllocRunnerConfig, HealthConfig, SpareDirs};
+use wharf_artifact::{ArtifactHook, Fetcher, Limits as ArtifactLimits};
 use wharf_driver::{DriverRegistry, Health};
 use wharf_exec::TaskCgroups;
 use wharf_health::{PortError, PortTable, ServiceCatalog, TcpTransport};
@@ -62,7 +63,14 @@ pub enum AgentError {
     /// The allocation refused.
     #[error(transparent)]
     Alloc(#[from] AllocError),
+    /// The artifact fetcher could not be set up.
+    #[error(transparent)]
+    Artifacts(#[from] wharf_artifact::ArtifactError),
     /// The allocation does not fit in what the node has free; nothing was kept of it.
+    /// The group asks for a host volume the node does not offer, or would write one the
+    /// node offers read-only.
+    #[error("the allocation's volumes are not available on this node: {0}")]
+    Volume(String),
     #[error("the allocation does not fit on this node: {0}")]
     DoesNotFit(wharf_state::resources::Shortfall),
     /// The allocation's ports are not available here; nothing was kept of it.
@@ -204,6 +212,8 @@ pub struct Agent {
     admitting: parking_lot::Mutex<Amount>,
     /// Which allocation holds which port.
     ports: Arc<parking_lot::Mutex<PortTable>>,
+    /// The node's host volumes, shared with every alloc runner.
+    host_volumes: Arc<std::collections::BTreeMap<String, wharf_state::volume::HostVolume>>,
     /// The services of running tasks, and how their checks reach them.
     health: HealthConfig,
     /// The highest fleet term heard: commands of older fleet leaders are refused.
@@ -256,6 +266,7 @@ impl Agent {
         let fence = crate::fence::FleetFence::open(&config.data_dir)?;
         let catalog = Arc::new(ServiceCatalog::new());
         let variables = crate::variables::NodeVariables::open(&config.data_dir, catalog.clone())?;
+        let host_volumes = Arc::new(config.host_volume.clone());
         let agent = Arc::new(Agent {
             fence,
             variables,
@@ -265,7 +276,10 @@ impl Agent {
             claimed: Default::default(),
             next_order: 0.into(),
             clock: Arc::new(SystemClock),
-            task_hooks: vec![Arc::new(MetricsHook(metrics.clone()))],
+            task_hooks: vec![
+                Arc::new(MetricsHook(metrics.clone())),
+                Arc::new(ArtifactHook::new(Arc::new(Fetcher::new(ArtifactLimits::default())?))),
+            ],
             spare_dirs,
             metrics,
             config,
@@ -274,6 +288,7 @@ impl Agent {
             admitting: parking_lot::Mutex::new(Amount::ZERO),
             ports: Arc::new(parking_lot::Mutex::new(ports)),
             health: HealthConfig { catalog, transport: Arc::new(TcpTransport::new()) },
+            host_volumes,
         });
         agent.restore().await?;
         // Every task that still runs has taken its cgroup back: the others' are left by runs
@@ -352,6 +367,20 @@ impl Agent {
     /// Admits an allocation of `group` if it fits in what is free, holding its share until the
     /// returned guard drops (by then the allocation is managed and counted as such).
     fn admit(&self, group: &wharf_state::TaskGroup) -> Result<Admitted<'_>, AgentError> {
+        let writers = |volume: &str| {
+            group
+                .tasks
+                .iter()
+                .flat_map(|t| &t.volume_mounts)
+                .any(|m| m.volume == volume && !m.read_only)
+        };
+        wharf_state::volume::check_offered(
+            "group",
+            &group.volumes,
+            writers,
+            &self.config.host_volume,
+        )
+        .map_err(AgentError::Volume)?;
         let needed = self.resources.needed(group);
         let mut admitting = self.admitting.lock();
         let (held, _) = self.allocated();
@@ -438,6 +467,7 @@ impl Agent {
         config.spare_dirs = self.spare_dirs.clone();
         config.health = self.health.clone();
         config.template_sources = Some(self.variables.clone());
+        config.host_volumes = self.host_volumes.clone();
         AllocRunner::new(config)
     }
 

@@ -134,6 +134,7 @@ impl From<AgentError> for ApiError {
             AgentError::IdTaken(_)
             | AgentError::DoesNotFit(_)
             | AgentError::Ports(_)
+            | AgentError::Volume(_)
             | AgentError::Fence(crate::fence::FenceError::Outdated { .. }) => StatusCode::CONFLICT,
             AgentError::Spec(_) => StatusCode::UNPROCESSABLE_ENTITY,
             AgentError::Alloc(wharf_alloc::AllocError::UnknownTask { .. }) => StatusCode::NOT_FOUND,

@@ -36,6 +36,9 @@ pub struct NodeConfig {
     pub cgroups: CgroupsConfig,
     /// The ports allocations get.
     pub network: NetworkConfig,
+    /// Directories of the node that groups may ask for as `host` volumes, by name:
+    /// `[host_volume.NAME] path = "...", read_only = true|false`.
+    pub host_volume: std::collections::BTreeMap<String, wharf_state::volume::HostVolume>,
 }
 
 /// Where allocations' ports are: the address tasks listen on and services are reached at,
@@ -241,6 +244,7 @@ impl Default for NodeConfig {
             resources: ResourcesConfig::default(),
             cgroups: CgroupsConfig::default(),
             network: NetworkConfig::default(),
+            host_volume: Default::default(),
         }
     }
 }

@@ -153,14 +153,14 @@ const GROUP_KEYS: &[(&str, Key)] = &[
     ("PreventRescheduleOnLost", Key::Informs),
     ("Disconnect", Key::Informs),
     ("Constraints", Key::Refused("wharf does not place work by constraints")),
-    ("Volumes", Key::Refused("wharf has no host or CSI volumes")),
+    ("Volumes", Key::Refused("wharf reads host volumes from its own spec only (`volume`) for now")),
     (
         "Services",
         Key::Refused(
             "wharf's services belong to a task: move the service into the task that serves it",
         ),
     ),
-    ("ShutdownDelay", Key::Refused("wharf has no shutdown delay")),
+    ("ShutdownDelay", Key::Used),
     // Which Consul cluster the group's services and templates would use (Nomad fills it in);
     // those are refused on their own, so the choice alone changes nothing.
     ("Consul", Key::Informs),
@@ -184,14 +184,20 @@ const TASK_KEYS: &[(&str, Key)] = &[
     ("ScalingPolicies", Key::Informs),
     ("User", Key::Refused("wharf runs tasks as the driver's configured user")),
     ("Constraints", Key::Refused("wharf does not place work by constraints")),
-    ("Artifacts", Key::Refused("wharf does not download artifacts")),
+    (
+        "Artifacts",
+        Key::Refused("wharf reads artifacts from its own spec only (`artifact` blocks) for now"),
+    ),
     ("Vault", Key::Refused("wharf has no Vault integration")),
     ("Templates", Key::Used),
     ("DispatchPayload", Key::Refused("wharf does not run dispatched jobs")),
-    ("VolumeMounts", Key::Refused("wharf has no host or CSI volumes")),
+    (
+        "VolumeMounts",
+        Key::Refused("wharf reads volume mounts from its own spec only (`volume_mount`) for now"),
+    ),
     ("CSIPluginConfig", Key::Refused("wharf has no CSI plugins")),
     ("Kind", Key::Refused("wharf has no Consul Connect")),
-    ("ShutdownDelay", Key::Refused("wharf has no shutdown delay")),
+    ("ShutdownDelay", Key::Used),
     ("Identity", Key::Refused("wharf issues no workload identities")),
     ("Identities", Key::Refused("wharf issues no workload identities")),
     ("Consul", Key::Informs),
@@ -318,6 +324,7 @@ fn translate_group(
     let name = obj.str("Name")?.unwrap_or("").to_owned();
     let count = obj.u32("Count")?.unwrap_or(1);
     let mut group = TaskGroup::new(name.clone(), Vec::new());
+    group.shutdown_delay = obj.duration("ShutdownDelay")?.filter(|d| !d.is_zero());
     if let Some(restart) = obj.get("RestartPolicy") {
         group.restart = restart_policy(restart, &obj.path("RestartPolicy"))?;
     }
@@ -555,6 +562,7 @@ fn translate_task(value: &Value, at: &str, group: &GroupEnv<'_>) -> Result<Task,
     if let Some(timeout) = obj.duration("KillTimeout")? {
         task.kill_timeout = timeout;
     }
+    task.shutdown_delay = obj.duration("ShutdownDelay")?.filter(|d| !d.is_zero());
     if let Some(signal) = obj.str("KillSignal")?.filter(|s| !s.is_empty()) {
         task.kill_signal = signal
             .parse::<Signal>()

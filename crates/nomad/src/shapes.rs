@@ -432,6 +432,15 @@ pub fn task_event(event: &WharfEvent) -> TaskEvent {
             detail("message", error.clone());
             out.message = error.clone();
         }
+        ArtifactDownloadFailed { error } => {
+            detail("download_error", error.clone());
+            out.download_error = error.clone();
+        }
+        MaxRunDurationExceeded { .. } | WaitingShutdownDelay { .. } => {
+            let message = event.kind.to_string();
+            detail("message", message.clone());
+            out.message = message;
+        }
         Received | Started | Reattached | LeaderDead | MainTasksDead => {}
     }
     if event.fails_task {

@@ -174,7 +174,7 @@ fn fields_that_change_how_tasks_run_are_refused_by_name() {
         (
             "/TaskGroups/0/Volumes",
             json!({"data": {"Type": "csi", "Source": "vol"}}),
-            "Job.TaskGroups[0].Volumes: wharf has no host or CSI volumes",
+            "Job.TaskGroups[0].Volumes: wharf reads host volumes from its own spec only",
         ),
         (
             "/TaskGroups/0/Tasks/0/CSIPluginConfig",
@@ -290,4 +290,20 @@ fn groups_and_counts_become_allocations() {
     assert_eq!(counts, [("g", 1), ("other", 0)]);
     assert_eq!(translated.groups[1].job.groups[0].name, "other");
     assert_eq!(translated.job_type, JobType::Batch);
+}
+
+/// A group's and a task's `ShutdownDelay` (nanoseconds, as Nomad writes them) carry over; a
+/// zero one is no delay.
+#[test]
+fn shutdown_delays_carry_over() {
+    let mut job = minimal();
+    job["TaskGroups"][0]["ShutdownDelay"] = json!(5_000_000_000u64);
+    job["TaskGroups"][0]["Tasks"][0]["ShutdownDelay"] = json!(2_000_000_000u64);
+    let translated = translate(&job).unwrap();
+    let group = &translated.groups[0].job.groups[0];
+    assert_eq!(group.shutdown_delay, Some(std::time::Duration::from_secs(5)));
+    assert_eq!(group.tasks[0].shutdown_delay, Some(std::time::Duration::from_secs(2)));
+    job["TaskGroups"][0]["ShutdownDelay"] = json!(0);
+    let translated = translate(&job).unwrap();
+    assert_eq!(translated.groups[0].job.groups[0].shutdown_delay, None);
 }

@@ -9,10 +9,12 @@
 //! [`duration`], [`signal`] and [`time`]. What a user needs is re-exported here.
 
 pub mod alloc;
+pub mod artifact;
 pub mod duration;
 pub mod fleet;
 pub mod health;
 mod job_type;
+mod lifetime;
 mod problems;
 pub mod reschedule;
 pub mod resources;
@@ -22,11 +24,13 @@ pub mod spec;
 pub mod task_state;
 pub mod template;
 pub mod time;
+pub mod volume;
 
 pub use alloc::{
     AllocState, AllocatedPort, Allocation, ClientStatus, DeploymentStatus, DesiredStatus,
     InvalidAllocId, check_alloc_id, client_status,
 };
+pub use artifact::{Artifact, ArtifactMode, ArtifactOptions, Checksum};
 pub use health::{CheckResult, CheckState, CheckStatus, ServiceEntry};
 pub use reschedule::{DelayFunction, RescheduleOverrides, ReschedulePolicy};
 pub use service::{
@@ -52,4 +56,7 @@ pub use serde_json;
 /// 3: specs have ports, services, checks and the update block; allocations the ports they
 /// hold; a deployment status its reason; task events `alloc_unhealthy`.
 /// 4: tasks have `template` blocks; task events `template`.
-pub const FORMAT_VERSION: u16 = 4;
+/// 5: groups have `max_run_duration` and `shutdown_delay`, tasks `shutdown_delay`; task events
+/// `max_run_duration_exceeded`, `waiting_shutdown_delay` and `artifact_download_failed`; tasks
+/// `artifact` blocks; groups `volume`, tasks `volume_mount`.
+pub const FORMAT_VERSION: u16 = 5;

@@ -184,8 +184,7 @@ mod tests {
             kill_signal: crate::Signal::Term,
             restart: Default::default(),
             resources: Resources { cpu, memory, ..Resources::default() },
-            services: Vec::new(),
-            templates: Vec::new(),
+            ..Task::new(name, "raw_exec")
         }
     }
 

@@ -5,14 +5,17 @@
 //! it; every error names the field it is about, such as `group.task[1].restart.interval`.
 //! Which drivers exist is not known here: [`Job::check_drivers`] takes that from the caller.
 
+use crate::artifact::{self, Artifact};
 use crate::duration;
 pub use crate::job_type::JobType;
+use crate::lifetime;
 use crate::problems::Problems;
 pub use crate::problems::{FieldProblem, SpecError};
 use crate::reschedule::{RescheduleOverrides, ReschedulePolicy};
 use crate::service::{self, Network, PortSpec, Service, UpdateStrategy};
 use crate::signal::Signal;
 use crate::template::{self, Template};
+use crate::volume::{self, VolumeMount, VolumeRequest};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
@@ -49,6 +52,24 @@ pub struct TaskGroup {
     /// unset fields take the job type's defaults.
     #[serde(default, skip_serializing_if = "RescheduleOverrides::is_empty")]
     pub reschedule: RescheduleOverrides,
+    /// The longest an allocation of the group runs: then it is stopped, and its poststop
+    /// tasks are skipped. None: no limit.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "duration::serde_str::option"
+    )]
+    pub max_run_duration: Option<Duration>,
+    /// How long the group's services are out of the catalog before its tasks are killed.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "duration::serde_str::option"
+    )]
+    pub shutdown_delay: Option<Duration>,
+    /// The node's host volumes the group asks for, by the name its tasks mount them under.
+    #[serde(default, rename = "volume", skip_serializing_if = "BTreeMap::is_empty")]
+    pub volumes: BTreeMap<String, VolumeRequest>,
     /// The tasks, in the order the user wrote them.
     #[serde(rename = "task")]
     pub tasks: Vec<Task>,
@@ -92,6 +113,20 @@ pub struct Task {
     /// Files rendered before it starts and again when what they read changes.
     #[serde(default, rename = "template", skip_serializing_if = "Vec::is_empty")]
     pub templates: Vec<Template>,
+    /// How long the task's services are out of the catalog before it is sent its kill
+    /// signal, on a stop and on a restart.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "duration::serde_str::option"
+    )]
+    pub shutdown_delay: Option<Duration>,
+    /// What is fetched into its directory before it starts.
+    #[serde(default, rename = "artifact", skip_serializing_if = "Vec::is_empty")]
+    pub artifacts: Vec<Artifact>,
+    /// Where it mounts its group's volumes.
+    #[serde(default, rename = "volume_mount", skip_serializing_if = "Vec::is_empty")]
+    pub volume_mounts: Vec<VolumeMount>,
 }
 
 /// A task may not be called this: `<alloc dir>/alloc` is the directory its group shares.
@@ -377,6 +412,9 @@ impl Task {
             resources: Resources::default(),
             services: Vec::new(),
             templates: Vec::new(),
+            shutdown_delay: None,
+            artifacts: Vec::new(),
+            volume_mounts: Vec::new(),
         }
     }
 
@@ -457,6 +495,9 @@ impl TaskGroup {
             network: None,
             update: None,
             reschedule: RescheduleOverrides::default(),
+            max_run_duration: None,
+            shutdown_delay: None,
+            volumes: BTreeMap::new(),
             tasks: tasks.into_iter().collect(),
         }
     }
@@ -550,6 +591,23 @@ impl Job {
         if let Some(update) = &group.update {
             service::validate_update(problems, at, update);
         }
+        lifetime::validate_group(
+            problems,
+            at,
+            group.max_run_duration,
+            group.shutdown_delay,
+            group.tasks.iter().map(|t| t.shutdown_delay),
+        );
+        volume::validate(
+            problems,
+            at,
+            &group.volumes,
+            group
+                .tasks
+                .iter()
+                .enumerate()
+                .map(|(ti, t)| (format!("{at}.task[{ti}]"), t.volume_mounts.as_slice())),
+        );
         if group.tasks.is_empty() {
             problems.add(&format!("{at}.task"), "a group needs at least one task".into());
         }
@@ -602,6 +660,7 @@ impl Job {
             }
             service::validate_services(problems, &at, &task.services, group.network.as_ref());
             template::validate(problems, &at, &task.templates);
+            artifact::validate(problems, &at, &task.artifacts);
         }
         if leaders.len() > 1 {
             problems.add(

@@ -286,6 +286,24 @@ pub enum TaskEventKind {
         /// What happened.
         message: String,
     },
+    /// The allocation ran as long as its group's `max_run_duration` allows, so this task is
+    /// killed.
+    MaxRunDurationExceeded {
+        /// The limit.
+        #[serde(with = "crate::duration::serde_str")]
+        max_run_duration: Duration,
+    },
+    /// The task's services left the catalog; it is sent its kill signal after the delay.
+    WaitingShutdownDelay {
+        /// The delay.
+        #[serde(with = "crate::duration::serde_str")]
+        delay: Duration,
+    },
+    /// An artifact could not be fetched, checked or unpacked; the task does not start.
+    ArtifactDownloadFailed {
+        /// Why.
+        error: String,
+    },
 }
 
 impl TaskEventKind {
@@ -323,6 +341,9 @@ impl TaskEventKind {
             FailedRestoring { .. } => "Failed Restoring Task",
             AllocUnhealthy { .. } => "Alloc Unhealthy",
             Template { .. } => "Template",
+            MaxRunDurationExceeded { .. } => "Max Run Duration Exceeded",
+            WaitingShutdownDelay { .. } => "Waiting for shutdown delay",
+            ArtifactDownloadFailed { .. } => "Failed Artifact Download",
         }
     }
 }
@@ -374,6 +395,19 @@ impl fmt::Display for TaskEventKind {
             HookMessage { hook, message } => write!(f, "Hook {hook:?}: {message}"),
             AllocUnhealthy { message } => f.write_str(message),
             Template { message } => f.write_str(message),
+            MaxRunDurationExceeded { max_run_duration } => write!(
+                f,
+                "allocation exceeded max_run_duration of {}",
+                Formatted(*max_run_duration)
+            ),
+            WaitingShutdownDelay { delay } => {
+                write!(
+                    f,
+                    "Waiting for shutdown_delay of {} before killing the task",
+                    Formatted(*delay)
+                )
+            }
+            ArtifactDownloadFailed { error } => f.write_str(error),
         }
     }
 }

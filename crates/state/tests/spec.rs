@@ -358,8 +358,7 @@ fn arb_job() -> impl Strategy<Value = Job> {
                 kill_signal,
                 restart: spec::RestartOverrides { attempts, ..Default::default() },
                 resources: Default::default(),
-                services: Vec::new(),
-                templates: Vec::new(),
+                ..spec::Task::new("", "")
             }
         });
     let check = (
@@ -448,6 +447,7 @@ fn arb_job() -> impl Strategy<Value = Job> {
                     update,
                     reschedule: Default::default(),
                     tasks,
+                    ..TaskGroup::new("", [])
                 }],
             }
         })

@@ -5,11 +5,13 @@ use crate::clock::{SystemClock, WallClock};
 use crate::events::EventStream;
 use crate::hooks::TaskHook;
 use crate::template::{MemorySources, TemplateSources};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
 use wharf_driver::{Driver, LogConfig};
+use wharf_state::volume::HostVolume;
 use wharf_state::{Allocation, Task};
 use wharf_store::StateStore;
 
@@ -66,6 +68,9 @@ pub struct TaskRunnerConfig {
     pub events: EventStream,
     /// What the task's templates read (services, variables). Default: empty sources.
     pub template_sources: Arc<dyn TemplateSources>,
+    /// The node's host volumes, by name, that the task's `volume_mount`s resolve against.
+    /// Default: none.
+    pub host_volumes: Arc<BTreeMap<String, HostVolume>>,
 }
 
 impl TaskRunnerConfig {
@@ -91,7 +96,17 @@ impl TaskRunnerConfig {
             state_changed: Arc::new(Notify::new()),
             events: EventStream::default(),
             template_sources: MemorySources::new(),
+            host_volumes: Arc::default(),
         }
+    }
+
+    /// Resolves the task's volume mounts against the node's `volumes`.
+    pub fn with_host_volumes(
+        mut self,
+        volumes: Arc<BTreeMap<String, HostVolume>>,
+    ) -> TaskRunnerConfig {
+        self.host_volumes = volumes;
+        self
     }
 
     /// Takes event timestamps from `clock`.

@@ -69,4 +69,13 @@ pub enum TaskError {
         /// Why.
         reason: String,
     },
+    /// A prestart hook failed, and says which event records it (such as "Failed Artifact
+    /// Download") in place of the generic "Task Hook Failed".
+    #[error("hook {hook}: {event}")]
+    HookEvent {
+        /// The hook.
+        hook: String,
+        /// The event to record.
+        event: wharf_state::TaskEventKind,
+    },
 }

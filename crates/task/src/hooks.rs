@@ -119,6 +119,12 @@ pub trait TaskHook: Send + Sync + std::fmt::Debug + 'static {
     /// A name, unique among a task's hooks; its state is kept under it.
     fn name(&self) -> &str;
 
+    /// How long its `prestart` may take; [`HOOK_TIMEOUT`] unless it does slow work by design
+    /// (fetching artifacts) and bounds that work itself.
+    fn prestart_timeout(&self, _ctx: HookContext<'_>) -> Duration {
+        HOOK_TIMEOUT
+    }
+
     /// Before every start. `previous` is the state it returned last time.
     async fn prestart(
         &self,

@@ -92,6 +92,8 @@ struct Shared {
     dirs: TaskDirs,
     logs: LogLimits,
     kill_timeout: Duration,
+    /// The node's host volumes, for the task's mounts.
+    host_volumes: Arc<BTreeMap<String, wharf_state::volume::HostVolume>>,
     /// When the runner was built: the restart tracker's clock.
     origin: tokio::time::Instant,
     /// The alloc runner's notification of a change of the task's state.
@@ -243,6 +245,7 @@ impl TaskRunner {
                 dirs,
                 logs: config.logs,
                 kill_timeout,
+                host_volumes: config.host_volumes,
                 origin: tokio::time::Instant::now(),
                 state_changed: config.state_changed,
                 events: config.events,
@@ -581,11 +584,20 @@ impl TaskRunner {
             &alloc.ports,
             &s.task.env,
         );
+        let (mounts, base_env) = match self.resolve_mounts(&alloc, base_env) {
+            Ok(resolved) => resolved,
+            Err(error) => {
+                let event = self.event(TaskEventKind::SetupFailure { error }).failing();
+                self.commit(|state| state.append_event(event)).await;
+                return Err(Outcome::StartFailed { retryable: false });
+            }
+        };
         let env = match self.prestart(&alloc, base_env).await {
             Ok(env) => env,
             Err((hook, error)) => {
                 let kind = match error {
                     TaskError::Template { message } => TaskEventKind::Template { message },
+                    TaskError::HookEvent { event, .. } => event,
                     error => TaskEventKind::HookFailed { hook, error: error.to_string() },
                 };
                 let event = self.event(kind);
@@ -617,6 +629,7 @@ impl TaskRunner {
             },
             resources: s.task.resources,
             driver_config,
+            mounts,
         };
         let handle = match tokio::time::timeout(START_TIMEOUT, s.driver.start_task(config)).await {
             Ok(Ok(handle)) => handle,
@@ -638,6 +651,39 @@ impl TaskRunner {
         })
         .await;
         Ok(id)
+    }
+
+    /// The task's volume mounts resolved against the node's host volumes, and the environment
+    /// with each mount's path as `WHARF_VOLUME_<NAME>`.
+    fn resolve_mounts(
+        &self,
+        alloc: &Allocation,
+        mut env: BTreeMap<String, String>,
+    ) -> Result<(Vec<wharf_driver::Mount>, BTreeMap<String, String>), String> {
+        let s = &self.shared;
+        if s.task.volume_mounts.is_empty() {
+            return Ok((Vec::new(), env));
+        }
+        let group = alloc.group().map_err(|e| e.to_string())?;
+        let resolved =
+            wharf_state::volume::resolve(&group.volumes, &s.task.volume_mounts, &s.host_volumes)
+                .map_err(|e| format!("volume_mount: {e}"))?;
+        let mounts = resolved
+            .into_iter()
+            .map(|m| {
+                env.insert(
+                    wharf_state::volume::env_name(&m.volume),
+                    m.source.display().to_string(),
+                );
+                wharf_driver::Mount {
+                    volume: m.volume,
+                    source: m.source,
+                    destination: m.destination,
+                    read_only: m.read_only,
+                }
+            })
+            .collect();
+        Ok((mounts, env))
     }
 
     async fn start_failed(&self, error: DriverError) -> Outcome {
@@ -673,19 +719,22 @@ impl TaskRunner {
                 continue;
             }
             let ctx = HookContext { alloc, task: &s.task, dirs: &s.dirs, env: &env };
-            let response =
-                match tokio::time::timeout(HOOK_TIMEOUT, hook.prestart(ctx, saved.data.as_ref()))
-                    .await
-                {
-                    Ok(Ok(response)) => response,
-                    Ok(Err(error)) => return Err((name, error)),
-                    Err(_) => {
-                        return Err((
-                            name.clone(),
-                            TaskError::Hook { hook: name, reason: "timed out".into() },
-                        ));
-                    }
-                };
+            let timeout = hook.prestart_timeout(ctx);
+            let response = match tokio::time::timeout(
+                timeout,
+                hook.prestart(ctx, saved.data.as_ref()),
+            )
+            .await
+            {
+                Ok(Ok(response)) => response,
+                Ok(Err(error)) => return Err((name, error)),
+                Err(_) => {
+                    return Err((
+                        name.clone(),
+                        TaskError::Hook { hook: name, reason: "timed out".into() },
+                    ));
+                }
+            };
             for kind in response.events {
                 let event = self.event(kind);
                 self.note(|state| state.append_event(event));
@@ -784,11 +833,23 @@ impl TaskRunner {
         self.run_hooks(HookPhase::Exited(exit)).await;
     }
 
+    /// The task's `shutdown_delay`, waited out between the prekill hooks (its services have
+    /// left the catalog) and the kill signal, so that clients stop coming before it stops.
+    async fn shutdown_delay(&self) {
+        let Some(delay) = self.shared.task.shutdown_delay.filter(|d| !d.is_zero()) else {
+            return;
+        };
+        let event = self.event(TaskEventKind::WaitingShutdownDelay { delay });
+        self.commit(|state| state.append_event(event)).await;
+        tokio::time::sleep(delay).await;
+    }
+
     /// Stops a running task: prekill hooks, the kill signal, the timeout, and escalation to a
     /// forced destroy if the driver does not finish. Always returns, bounded.
     async fn stop_task(&self, task_id: &TaskId) {
         let s = &self.shared;
         self.run_hooks(HookPhase::Prekill).await;
+        self.shutdown_delay().await;
         let signal = s.task.kill_signal;
         // Noted, not waited on: written with the end of the stop (see `release`). An agent that
         // dies before then finds the stop in the allocation's record and kills again.
