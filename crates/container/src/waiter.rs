@@ -15,6 +15,7 @@
 //! just that.
 
 use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 
@@ -84,7 +85,6 @@ fn run(runtime: &Path, root: &Path, bundle: &Path, id: &str) -> i32 {
         return START_FAILED_CODE;
     }
     // Blocked before anything starts, so none is lost; read one by one with sigwaitinfo.
-    // Children start with an empty mask (std resets it).
     let mut set = signal_set();
     // SAFETY: a set this function owns, and a null old set.
     unsafe { libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
@@ -95,6 +95,17 @@ fn run(runtime: &Path, root: &Path, bundle: &Path, id: &str) -> i32 {
         #[allow(clippy::disallowed_methods)]
         let mut command = Command::new(runtime);
         command.arg("--root").arg(root).arg("--log").arg(&log).args(args).stdin(Stdio::null());
+        // The runtime, and the container's init after it, must not inherit the blocked
+        // signals: an init that blocks SIGTERM would never see a stop.
+        // SAFETY: sigemptyset and sigprocmask are async-signal-safe, on a set of the child's.
+        unsafe {
+            command.pre_exec(|| {
+                let mut none: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut none);
+                libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+                Ok(())
+            });
+        }
         command
     };
     let pid_file = bundle.join(PID_FILE);

@@ -290,8 +290,17 @@ pub struct Node {
 
 impl Node {
     pub fn new(name: &str) -> Node {
+        Node::at(
+            tempfile::tempdir().unwrap(),
+            &format!("/wharf-container-test-{name}-{}", std::process::id()),
+        )
+    }
+
+    /// The node whose data is in `dir` and task cgroups under `parent`: what a restarted agent
+    /// opens again.
+    pub fn at(dir: tempfile::TempDir, parent: &str) -> Node {
         check_runc();
-        let parent = format!("/wharf-container-test-{name}-{}", std::process::id());
+        let parent = parent.to_owned();
         let options = wharf_isolate::CgroupOptions {
             parent: wharf_isolate::CgroupParent::Absolute(parent.clone()),
             pids_max: None,
@@ -302,7 +311,7 @@ impl Node {
         let cgroups = wharf_isolate::Cgroups::open(options).unwrap_or_else(|e| {
             panic!("these tests need writable cgroups (root on a host with cgroup v1 or v2): {e}")
         });
-        Node { dir: tempfile::tempdir().unwrap(), cgroups: Arc::new(cgroups), parent }
+        Node { dir, cgroups: Arc::new(cgroups), parent }
     }
 
     pub fn options(&self) -> ContainerOptions {
@@ -353,4 +362,50 @@ pub fn stdout(config: &TaskConfig) -> String {
 pub fn stderr(config: &TaskConfig) -> String {
     std::fs::read_to_string(config.logs.dir.join(format!("{}.stderr.0", config.task_name)))
         .unwrap_or_default()
+}
+
+/// The fixture layout, built once per test binary (read only: each test's store imports it).
+pub fn shared_layout() -> &'static Layout {
+    static LAYOUT: std::sync::OnceLock<(tempfile::TempDir, Layout)> = std::sync::OnceLock::new();
+    &LAYOUT
+        .get_or_init(|| {
+            let dir = tempfile::tempdir().unwrap();
+            let layout = fixture_layout(&dir.path().join("layout"));
+            (dir, layout)
+        })
+        .1
+}
+
+/// A `docker save` archive of the busybox fixture image, with uncompressed layers.
+pub fn docker_archive(path: &Path) {
+    let layer = {
+        let mut plain = Vec::new();
+        std::io::Read::read_to_end(
+            &mut flate2::read::GzDecoder::new(&busybox_layer()[..]),
+            &mut plain,
+        )
+        .unwrap();
+        plain
+    };
+    let diff_id = Digest::of(&layer);
+    let config = serde_json::json!({
+        "architecture": host_arch(), "os": "linux", "config": {"Cmd": ["sh"], "Env": ["PATH=/bin"]},
+        "rootfs": {"type": "layers", "diff_ids": [diff_id.to_string()]},
+    })
+    .to_string();
+    let config_name = format!("{}.json", Digest::of(config.as_bytes()).hex());
+    let layer_name = format!("{}/layer.tar", diff_id.hex());
+    let manifest = serde_json::json!([{"Config": config_name, "RepoTags": ["busybox:latest"], "Layers": [layer_name]}]).to_string();
+    let mut tar = tar::Builder::new(std::fs::File::create(path).unwrap());
+    for (name, bytes) in [
+        (config_name.as_str(), config.as_bytes()),
+        (layer_name.as_str(), &layer[..]),
+        ("manifest.json", manifest.as_bytes()),
+    ] {
+        let mut header = tar::Header::new_gnu();
+        header.set_mode(0o644);
+        header.set_size(bytes.len() as u64);
+        tar.append_data(&mut header, name, bytes).unwrap();
+    }
+    tar.finish().unwrap();
 }
