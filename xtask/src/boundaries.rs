@@ -108,6 +108,7 @@ const RULES: &[Rule] = &[
         may_use: &[
             "wharf-fleet",
             "wharf-alloc",
+            "wharf-container",
             "wharf-task",
             "wharf-store",
             "wharf-driver",
