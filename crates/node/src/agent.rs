@@ -258,7 +258,12 @@ impl Agent {
         let fence = crate::fence::FleetFence::open(&config.data_dir)?;
         let catalog = Arc::new(ServiceCatalog::new());
         let variables = crate::variables::NodeVariables::open(&config.data_dir, catalog.clone())?;
-        let containers = crate::container::driver(&config, &cgroups);
+        let containers = crate::container::driver(
+            &config.drivers.container,
+            &config.data_dir,
+            config.drivers.raw_exec.shim_path.clone(),
+            &cgroups,
+        );
         let agent = Arc::new(Agent {
             fence,
             variables,
