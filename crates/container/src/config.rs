@@ -170,6 +170,8 @@ pub struct ContainerOptions {
     pub allowed_mount_dirs: Vec<PathBuf>,
     /// How long one runtime command (`state`, `delete`) may take.
     pub runtime_timeout: Duration,
+    /// How registries are reached (those allowed over plain HTTP).
+    pub registries: crate::registry::RegistryOptions,
 }
 
 impl ContainerOptions {
@@ -182,6 +184,7 @@ impl ContainerOptions {
             waiter: None,
             allowed_mount_dirs: Vec::new(),
             runtime_timeout: Duration::from_secs(10),
+            registries: Default::default(),
         }
     }
 

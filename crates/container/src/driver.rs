@@ -124,6 +124,11 @@ impl ContainerDriver {
         &self.store
     }
 
+    /// How the driver reaches registries.
+    pub fn registries(&self) -> &crate::registry::RegistryOptions {
+        &self.options.registries
+    }
+
     /// The references of the images the driver's containers run now.
     pub fn images_in_use(&self) -> std::collections::BTreeSet<String> {
         self.containers.lock().values().map(|c| c.image.clone()).collect()
@@ -168,9 +173,10 @@ impl ContainerDriver {
             host_mounts.push((m.source.clone(), m.target.clone(), m.readonly));
         }
         let reference = ImageRef::parse(&parsed.image)?;
+        let image =
+            crate::fetch::fetch(&self.store, &reference, &self.options.registries, false).await?;
         let store = self.store.clone();
         let (image_config, layers) = tokio::task::spawn_blocking(move || {
-            let image = store.ensure(&reference)?;
             Ok::<_, ContainerError>((store.config(&image)?, store.layer_dirs(&image)?))
         })
         .await

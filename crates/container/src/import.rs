@@ -43,6 +43,10 @@ pub(crate) fn import(
             OciLayout { blobs, reference: reference.as_str(), dir }.import(tag.as_deref())
         }
         ImageSource::DockerArchive { path } => docker_archive(blobs, reference.as_str(), path),
+        ImageSource::Registry(_) => Err(ContainerError::BadReference {
+            reference: reference.to_string(),
+            reason: "registry images are fetched over the network (wharf_container::fetch)".into(),
+        }),
     }
 }
 

@@ -3,7 +3,9 @@
 //! ## Inside
 //!
 //! Modules, in the order a container meets them:
-//! - `reference`: image references (`oci:/path:tag`, `docker-archive:/path.tar`);
+//! - `reference`: image references (`oci:/path:tag`, `docker-archive:/path.tar`, registry
+//!   references); `fetch` and `registry`: fetching from any source, registries over the OCI
+//!   distribution API;
 //! - `store`, `import`, `unpack`, `digest`, `image`: the image store (blobs verified by digest,
 //!   layers unpacked once per digest in overlayfs's format, nothing written outside a layer);
 //! - [`config`]: a task's `config` block and the node's options;
@@ -24,10 +26,12 @@ pub mod config;
 mod digest;
 mod driver;
 mod error;
+mod fetch;
 mod image;
 mod import;
 mod mount;
 mod reference;
+mod registry;
 mod runtime;
 pub mod spec;
 mod store;
@@ -38,6 +42,8 @@ pub use config::{ContainerConfig, ContainerOptions, MountConfig, NetworkMode, Ru
 pub use digest::Digest;
 pub use driver::{CONTAINERS_DIR, ContainerDriver, DRIVER_NAME, is_mounted};
 pub use error::ContainerError;
+pub use fetch::fetch;
 pub use image::StoredImage;
-pub use reference::{ImageRef, ImageSource};
+pub use reference::{ImageRef, ImageSource, RegistryRef};
+pub use registry::RegistryOptions;
 pub use store::ImageStore;

@@ -20,6 +20,69 @@ pub enum ImageSource {
         /// The archive.
         path: PathBuf,
     },
+    /// An image in a registry (`registry:5000/app:1.2`, `busybox`, `...@sha256:...`).
+    Registry(RegistryRef),
+}
+
+/// A registry reference, as Docker reads one: a first part with a `.` or `:` (or
+/// `localhost`) names the registry, else it is Docker Hub (`library/` for single names);
+/// the tag defaults to `latest`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegistryRef {
+    /// `host[:port]`; `docker.io` for Docker Hub.
+    pub registry: String,
+    /// The repository, such as `library/busybox`.
+    pub repository: String,
+    /// A tag, or a digest (`sha256:...`).
+    pub reference: String,
+}
+
+impl RegistryRef {
+    /// Parses `[registry/]repository[:tag|@digest]`; the error says what is wrong.
+    pub fn parse(text: &str) -> Result<RegistryRef, String> {
+        let (name, reference) = match text.split_once('@') {
+            Some((name, digest)) => {
+                crate::digest::Digest::parse(digest)?;
+                (name, digest.to_owned())
+            }
+            None => {
+                let last_slash = text.rfind('/').map_or(0, |i| i + 1);
+                match text[last_slash..].rfind(':') {
+                    Some(i) => (&text[..last_slash + i], text[last_slash + i + 1..].to_owned()),
+                    None => (text, "latest".to_owned()),
+                }
+            }
+        };
+        let (registry, repository) = match name.split_once('/') {
+            Some((first, rest)) if first.contains(['.', ':']) || first == "localhost" => {
+                (first.to_owned(), rest.to_owned())
+            }
+            _ if !name.contains('/') => ("docker.io".to_owned(), format!("library/{name}")),
+            _ => ("docker.io".to_owned(), name.to_owned()),
+        };
+        let valid_part = |part: &str| {
+            !part.is_empty()
+                && part.bytes().all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'.' | b'_' | b'-'))
+        };
+        if !repository.split('/').all(valid_part) {
+            return Err(format!(
+                "repository {repository:?} is not lowercase letters, digits, ., _, - and /"
+            ));
+        }
+        if reference.is_empty()
+            || !reference
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b':'))
+        {
+            return Err(format!("tag {reference:?} is not valid"));
+        }
+        Ok(RegistryRef { registry, repository, reference })
+    }
+
+    /// The host to connect to: Docker Hub's registry for `docker.io`.
+    pub fn host(&self) -> &str {
+        if self.registry == "docker.io" { "registry-1.docker.io" } else { &self.registry }
+    }
 }
 
 /// A parsed image reference, kept with the text it was parsed from (the store's key).
@@ -58,9 +121,11 @@ impl ImageRef {
                 path: absolute(rest).ok_or_else(|| bad("the archive's path must be absolute"))?,
             }
         } else {
-            return Err(bad(
-                "expected oci:/path/to/layout[:tag] or docker-archive:/path/to/image.tar",
-            ));
+            ImageSource::Registry(RegistryRef::parse(text).map_err(|reason| {
+                bad(&format!(
+                    "{reason} (expected oci:/path/to/layout[:tag], docker-archive:/path/to/image.tar, or [registry/]name[:tag|@digest])"
+                ))
+            })?)
         };
         Ok(ImageRef { text: text.to_owned(), source })
     }
@@ -107,8 +172,34 @@ mod tests {
         ] {
             assert_eq!(ImageRef::parse(text).unwrap().source(), &source, "{text}");
         }
-        for bad in ["", " oci:/x", "oci:relative:tag", "oci:/x:", "docker-archive:x.tar", "busybox"]
-        {
+        let registry = |r: &str, repo: &str, reference: &str| {
+            ImageSource::Registry(RegistryRef {
+                registry: r.into(),
+                repository: repo.into(),
+                reference: reference.into(),
+            })
+        };
+        let digest = format!("sha256:{}", "a".repeat(64));
+        for (text, source) in [
+            ("busybox", registry("docker.io", "library/busybox", "latest")),
+            (
+                "127.0.0.1:5000/test/busybox:1.36",
+                registry("127.0.0.1:5000", "test/busybox", "1.36"),
+            ),
+            ("localhost/app", registry("localhost", "app", "latest")),
+            (&format!("ghcr.io/o/app@{digest}")[..], registry("ghcr.io", "o/app", &digest)),
+        ] {
+            assert_eq!(ImageRef::parse(text).unwrap().source(), &source, "{text}");
+        }
+        for bad in [
+            "",
+            " oci:/x",
+            "oci:relative:tag",
+            "oci:/x:",
+            "docker-archive:x.tar",
+            "Busybox",
+            "a/b@sha256:1",
+        ] {
             assert!(
                 matches!(ImageRef::parse(bad), Err(ContainerError::BadReference { .. })),
                 "{bad}"

@@ -75,10 +75,16 @@ impl ImageStore {
         self.pull(reference)
     }
 
-    /// Fetches `reference` from its source again and stores it (blobs already there are kept).
+    /// Fetches `reference` from its source (a layout or an archive) again and stores it
+    /// (blobs already there are kept). Registry images are fetched with [`crate::fetch`].
     pub fn pull(&self, reference: &ImageRef) -> Result<StoredImage, ContainerError> {
         let image = import::import(self, reference)?;
-        // Unpacked now, so a start finds them ready and a bad layer fails the pull.
+        self.record(image)
+    }
+
+    /// Records an image whose blobs are stored, once its layers are unpacked (so a start
+    /// finds them ready, and a bad layer fails the pull).
+    pub(crate) fn record(&self, image: StoredImage) -> Result<StoredImage, ContainerError> {
         self.layer_dirs(&image)?;
         let _guard = self.lock.lock();
         let mut records = self.records()?;

@@ -23,6 +23,8 @@ pub struct ContainerDriverConfig {
     pub runtime_path: Option<PathBuf>,
     /// Host directories under which tasks' `mounts` may take their sources; none by default.
     pub allowed_mount_dirs: Vec<PathBuf>,
+    /// Registries (`host[:port]`) pulled from over plain HTTP; every other one over HTTPS.
+    pub insecure_registries: Vec<String>,
 }
 
 impl Default for ContainerDriverConfig {
@@ -32,6 +34,7 @@ impl Default for ContainerDriverConfig {
             runtime: Runtime::default(),
             runtime_path: None,
             allowed_mount_dirs: Vec::new(),
+            insecure_registries: Vec::new(),
         }
     }
 }
@@ -51,6 +54,7 @@ pub(crate) fn driver(
     options.runtime = settings.runtime;
     options.runtime_path = settings.runtime_path.clone();
     options.allowed_mount_dirs = settings.allowed_mount_dirs.clone();
+    options.registries.insecure = settings.insecure_registries.clone();
     let exec = wharf_exec::RawExecOptions { shim_path, ..wharf_exec::RawExecOptions::default() };
     match ContainerDriver::new(options, exec, cgroups.clone()) {
         Ok(driver) => Some(Arc::new(driver)),

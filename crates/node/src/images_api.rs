@@ -61,9 +61,12 @@ async fn pull(
     State(agent): State<Arc<Agent>>,
     Json(query): Json<ImageQuery>,
 ) -> Result<Json<StoredImage>, ImageApiError> {
-    let store = driver_of(&agent)?.store().clone();
+    let driver = driver_of(&agent)?;
     let reference = ImageRef::parse(&query.reference).map_err(image_error)?;
-    Ok(Json(blocking(move || store.pull(&reference)).await?))
+    let image = wharf_container::fetch(driver.store(), &reference, driver.registries(), true)
+        .await
+        .map_err(image_error)?;
+    Ok(Json(image))
 }
 
 async fn remove(

@@ -13,7 +13,8 @@ use wharf_container::StoredImage;
 pub(crate) enum ImageCommand {
     /// The stored images: reference, manifest digest, layers, size.
     List,
-    /// Store an image now (`oci:/path:tag`, `docker-archive:/path.tar`), fetched again if
+    /// Store an image now (`oci:/path:tag`, `docker-archive:/path.tar`, or a registry
+    /// reference such as `registry:5000/app:1.2`), fetched again if
     /// it is already there.
     Pull {
         /// The image reference.
