@@ -41,6 +41,21 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
         Cgroups::open(options)
             .map_err(|e| format!("the container scenario needs root and writable cgroups: {e}"))?,
     );
+    let measured = measure(effort, &root, &archive, &podman, &cgroups);
+    if let Err(e) = wharf_exec::destroy_cgroups(&cgroups) {
+        eprintln!("cannot remove the bench's cgroups: {e}");
+    }
+    measured
+}
+
+/// The runs of the scenario, its containers in `cgroups`.
+fn measure(
+    effort: Effort,
+    root: &Path,
+    archive: &Path,
+    podman: &Podman,
+    cgroups: &Arc<Cgroups>,
+) -> Result<Vec<Row>, String> {
     let mut container_options = ContainerOptions::new(root.join("wharf"));
     container_options.waiter =
         Some(crate::exec::built("wharf-container", "wharf-container-waiter")?);
@@ -62,14 +77,29 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
         crate::exec::settle();
         let (ours, theirs, handles, total) = runtime.block_on(async {
             // The image's first use (import and unpack) is not a start: done before timing.
-            let warm = start(&driver, &root, &image, &format!("warm{run}")).await?;
+            let warm = start(&driver, root, &image, &format!("warm{run}")).await?;
             driver.destroy_task(warm.0.id(), true).await.map_err(|e| e.to_string())?;
             let (mut ours, mut theirs, mut handles) = (Vec::new(), Vec::new(), Vec::new());
+            let mut failure = None;
             for i in 0..count {
-                let (handle, ms) = start(&driver, &root, &image, &format!("c{run}-{i}")).await?;
-                ours.push(ms);
-                handles.push(handle);
-                theirs.push(podman.start(&format!("wharf-bench-{run}-{i}"))?);
+                match start(&driver, root, &image, &format!("c{run}-{i}")).await {
+                    Ok((handle, ms)) => {
+                        ours.push(ms);
+                        handles.push(handle);
+                    }
+                    Err(error) => failure = Some(error),
+                }
+                match podman.start(&format!("wharf-bench-{run}-{i}")) {
+                    Ok(ms) => theirs.push(ms),
+                    Err(error) => failure = failure.or(Some(error)),
+                }
+                if let Some(error) = failure {
+                    // Nothing of a failed run is left running.
+                    for handle in &handles {
+                        let _ = driver.destroy_task(handle.id(), true).await;
+                    }
+                    return Err(error);
+                }
             }
             let total = ours.iter().sum::<f64>() / 1000.0;
             Ok::<_, String>((ours, theirs, handles, total))
@@ -90,9 +120,6 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
         podman.remove_all()?;
     }
     drop(driver);
-    if let Err(e) = wharf_exec::destroy_cgroups(&cgroups) {
-        eprintln!("cannot remove the bench's cgroups: {e}");
-    }
     let full = count == FULL_CONTAINERS;
     Ok(vec![
         Row {
