@@ -74,10 +74,13 @@ async fn remove(
     Query(query): Query<ImageQuery>,
 ) -> Result<StatusCode, ImageApiError> {
     let driver = driver_of(&agent)?;
-    if driver.images_in_use().contains(&query.reference) {
+    // As the collector: an image stays while an allocation the agent keeps names it.
+    let mut in_use = crate::container::images_named(agent.list().iter().map(|r| r.alloc()));
+    in_use.extend(driver.images_in_use());
+    if in_use.contains(&query.reference) {
         return Err(ImageApiError(
             StatusCode::CONFLICT,
-            format!("image {} is in use by a running container", query.reference),
+            format!("image {} is in use by an allocation on this node", query.reference),
         ));
     }
     let store = driver.store().clone();
