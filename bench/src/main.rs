@@ -15,6 +15,7 @@
 mod alloc;
 mod build;
 mod cgroups;
+mod container;
 mod effort;
 mod exec;
 mod figure;
@@ -39,7 +40,7 @@ use std::process::ExitCode;
 #[global_allocator]
 static HEAP: heap::Counting = heap::Counting;
 
-const USAGE: &str = "usage: wharf-bench [--quick | --out PAGE | --render PAGE] [--only build|store|alloc|exec|isolated|cgroups|node|peers|health|fleet|prober]";
+const USAGE: &str = "usage: wharf-bench [--quick | --out PAGE | --render PAGE] [--only build|store|alloc|exec|isolated|container|cgroups|node|peers|health|fleet|prober]";
 
 fn main() -> ExitCode {
     let mut quick = false;
@@ -94,12 +95,13 @@ fn main() -> ExitCode {
         if quick { Effort { runs: 1, scale: 0.02 } } else { Effort { runs: 5, scale: 1.0 } };
 
     type Scenario = fn(Effort) -> Result<Vec<Row>, String>;
-    let scenarios: [(&str, Scenario); 11] = [
+    let scenarios: [(&str, Scenario); 12] = [
         ("build", build::run),
         ("store", store::run),
         ("alloc", alloc::run),
         ("exec", exec::run),
         ("isolated", isolated::run),
+        ("container", container::run),
         ("cgroups", cgroups::run),
         ("node", node::run),
         ("peers", peers::run),

@@ -57,6 +57,13 @@ const RULES: &[Rule] = &[
         never_reaches: &["redb"],
     },
     Rule {
+        // The container driver reuses exec's shim and isolate's cgroups.
+        krate: "wharf-container",
+        may_use: &["wharf-driver", "wharf-exec", "wharf-isolate", "wharf-state"],
+        externals_only: None,
+        never_reaches: &["redb"],
+    },
+    Rule {
         krate: "wharf-task",
         // wharf-isolate for its directories, which root makes where a task may write.
         may_use: &["wharf-store", "wharf-driver", "wharf-isolate", "wharf-state"],
@@ -109,6 +116,7 @@ const RULES: &[Rule] = &[
             "wharf-fleet",
             "wharf-alloc",
             "wharf-artifact",
+            "wharf-container",
             "wharf-task",
             "wharf-store",
             "wharf-driver",

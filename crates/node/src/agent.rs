@@ -220,6 +220,8 @@ pub struct Agent {
     fence: crate::fence::FleetFence,
     /// The node's variables, and what the tasks' templates read.
     variables: Arc<crate::variables::NodeVariables>,
+    /// The container driver (also in `drivers`), for its image store.
+    containers: Option<Arc<wharf_container::ContainerDriver>>,
 }
 
 /// How many ready-made allocation and task directories the agent keeps.
@@ -267,10 +269,17 @@ impl Agent {
         let catalog = Arc::new(ServiceCatalog::new());
         let variables = crate::variables::NodeVariables::open(&config.data_dir, catalog.clone())?;
         let host_volumes = Arc::new(config.host_volume.clone());
+        let containers = crate::container::driver(
+            &config.drivers.container,
+            &config.data_dir,
+            config.drivers.raw_exec.shim_path.clone(),
+            &cgroups,
+        );
         let agent = Arc::new(Agent {
             fence,
             variables,
-            drivers: build_drivers(&config, &cgroups),
+            drivers: build_drivers(&config, &cgroups, containers.clone()),
+            containers,
             store,
             allocs: RwLock::new(BTreeMap::new()),
             claimed: Default::default(),
@@ -312,7 +321,12 @@ impl Agent {
         &self.config
     }
 
-    /// The node's drivers.
+    /// The container driver, if it is enabled (its image store is the API's).
+    pub fn containers(&self) -> Option<&Arc<wharf_container::ContainerDriver>> {
+        self.containers.as_ref()
+    }
+
+    /// The drivers.
     pub fn drivers(&self) -> &DriverRegistry {
         &self.drivers
     }
@@ -637,6 +651,10 @@ impl Agent {
             tracing::info!(alloc_id = %runner.id(), "garbage-collected allocation");
             removed.push(runner.id().to_owned());
         }
+        if let Some(containers) = &self.containers {
+            let kept = crate::container::images_named(self.list().iter().map(|r| r.alloc()));
+            crate::container::collect_images(containers, kept).await;
+        }
         removed
     }
 
@@ -834,8 +852,15 @@ fn open_store(config: &NodeConfig, options: StartOptions) -> Result<RedbStore, A
     }
 }
 
-fn build_drivers(config: &NodeConfig, cgroups: &TaskCgroups) -> DriverRegistry {
+fn build_drivers(
+    config: &NodeConfig,
+    cgroups: &TaskCgroups,
+    containers: Option<Arc<wharf_container::ContainerDriver>>,
+) -> DriverRegistry {
     let mut drivers = DriverRegistry::new();
+    if let Some(driver) = containers {
+        drivers.register(driver);
+    }
     // Both drivers run tasks under the same shim.
     let options = wharf_exec::RawExecOptions {
         shim_path: config.drivers.raw_exec.shim_path.clone(),

@@ -59,6 +59,7 @@ pub fn router(agent: Arc<Agent>) -> Router {
         .route("/v1/probe", get(probe))
         .route("/v1/metrics", get(metrics))
         .merge(crate::variables::routes(agent.variables().clone()))
+        .merge(crate::images_api::routes())
         .route_layer(axum::middleware::from_fn_with_state(agent.clone(), require_token));
     let router = Router::new().route("/v1/health", get(health)).merge(protected);
     crate::nomad::mount(router, &agent)

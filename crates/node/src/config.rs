@@ -118,6 +118,8 @@ pub struct DriversConfig {
     pub raw_exec: RawExecDriverConfig,
     /// The isolated exec driver (each task contained, as Nomad's exec2).
     pub exec: ExecDriverConfig,
+    /// The container driver (OCI images under runc).
+    pub container: crate::container::ContainerDriverConfig,
 }
 
 /// The isolated exec driver's settings (as exec2's plugin config, with Nomad's client names

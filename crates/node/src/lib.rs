@@ -8,6 +8,8 @@
 //! - [`cli`]: `wharf agent | run | validate | alloc ... | node status | service list | wipe`,
 //!   one module per subcommand, and [`cli::common`] for what they share.
 //! - [`config`]: the agent's TOML configuration with defaults.
+//! - [`container`]: the container driver's settings and image collection; `images_api`:
+//!   `/v1/images`.
 //! - [`serve`]: serving with graceful shutdown, and the embedded agent of `wharf run`.
 //! - [`wipe`]: `wharf wipe`, a node's end when the machine it stands for is destroyed.
 //! - [`fleet`]: `wharf fleet`, a pool of agents driven by wharf-prober, its API, and its
@@ -28,8 +30,10 @@ pub mod api_token;
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod container;
 pub mod fence;
 pub mod fleet;
+mod images_api;
 pub mod metrics;
 pub mod nomad;
 pub mod probe;

@@ -18,6 +18,7 @@
 mod agent;
 mod alloc;
 pub mod common;
+mod image;
 mod job;
 mod node;
 mod run;
@@ -96,6 +97,9 @@ enum Command {
     /// The node's variables, which task templates read (`nomadVar`, `key`).
     #[command(subcommand)]
     Var(var::VarCommand),
+    /// The container driver's images on the node.
+    #[command(subcommand)]
+    Image(image::ImageCommand),
     /// Run a fleet of agents (`wharf fleet`), or talk to one (`wharf fleet submit ...`).
     #[command(after_help = crate::fleet::cli::FLEET_SETTINGS)]
     Fleet(crate::fleet::cli::FleetArgs),
@@ -169,6 +173,7 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Node(command) => node::node(&client, command, json).await,
         Command::Service(command) => service::service(&client, command, json).await,
         Command::Var(command) => var::var(&client, command, json).await,
+        Command::Image(command) => image::image(&client, command, json).await,
     };
     result.unwrap_or_else(|error| fail(exit_code(&error), &describe(&error)))
 }

@@ -1,0 +1,88 @@
+//! The container's root filesystem: an overlayfs over the image's layers with an upper
+//! directory of the task's own, mounted by the driver and unmounted at destroy.
+
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// Mounts an overlayfs at `target` with `layers` (lowest first) below `upper` (`work` is
+/// overlayfs's scratch, on the same filesystem as `upper`).
+pub(crate) fn mount_overlay(
+    layers: &[PathBuf],
+    upper: &Path,
+    work: &Path,
+    target: &Path,
+) -> io::Result<()> {
+    if layers.is_empty() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "an image without layers"));
+    }
+    let mut lower = Vec::new();
+    for (i, layer) in layers.iter().rev().enumerate() {
+        let bytes = layer.as_os_str().as_bytes();
+        if bytes.iter().any(|b| matches!(b, b':' | b',' | b'\\')) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "layer path {} holds a character overlayfs options cannot",
+                    layer.display()
+                ),
+            ));
+        }
+        if i > 0 {
+            lower.push(b':');
+        }
+        lower.extend_from_slice(bytes);
+    }
+    let mut options = b"lowerdir=".to_vec();
+    options.extend_from_slice(&lower);
+    options.extend_from_slice(b",upperdir=");
+    options.extend_from_slice(upper.as_os_str().as_bytes());
+    options.extend_from_slice(b",workdir=");
+    options.extend_from_slice(work.as_os_str().as_bytes());
+    let options =
+        CString::new(options).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let target = c_path(target)?;
+    // SAFETY: NUL-terminated strings that outlive the call.
+    let done = unsafe {
+        libc::mount(
+            c"overlay".as_ptr(),
+            target.as_ptr(),
+            c"overlay".as_ptr(),
+            0,
+            options.as_ptr().cast(),
+        )
+    };
+    if done == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+/// Unmounts `target` (detached, so a process that still holds it open does not stop the
+/// destroy). Not mounted is fine.
+pub(crate) fn unmount(target: &Path) -> io::Result<()> {
+    let path = c_path(target)?;
+    // SAFETY: a NUL-terminated path that outlives the call.
+    if unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW) } == 0 {
+        return Ok(());
+    }
+    let error = io::Error::last_os_error();
+    match error.raw_os_error() {
+        Some(libc::EINVAL | libc::ENOENT) => Ok(()),
+        _ => Err(error),
+    }
+}
+
+/// Whether `target` is a mount point now (from `/proc/self/mountinfo`).
+pub(crate) fn is_mounted(target: &Path) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else { return false };
+    let wanted = target.to_string_lossy();
+    info.lines().any(|line| line.split(' ').nth(4).is_some_and(|point| unescape(point) == wanted))
+}
+
+fn unescape(field: &str) -> String {
+    field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+}
+
+fn c_path(path: &Path) -> io::Result<CString> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+}
