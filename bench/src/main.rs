@@ -15,6 +15,7 @@
 mod alloc;
 mod build;
 mod cgroups;
+mod channel;
 mod effort;
 mod exec;
 mod figure;
@@ -39,7 +40,7 @@ use std::process::ExitCode;
 #[global_allocator]
 static HEAP: heap::Counting = heap::Counting;
 
-const USAGE: &str = "usage: wharf-bench [--quick | --out PAGE | --render PAGE] [--only build|store|alloc|exec|isolated|cgroups|node|peers|health|fleet|prober]";
+const USAGE: &str = "usage: wharf-bench [--quick | --out PAGE | --render PAGE] [--only build|store|alloc|exec|isolated|cgroups|node|peers|health|fleet|prober|channel]";
 
 fn main() -> ExitCode {
     let mut quick = false;
@@ -94,7 +95,7 @@ fn main() -> ExitCode {
         if quick { Effort { runs: 1, scale: 0.02 } } else { Effort { runs: 5, scale: 1.0 } };
 
     type Scenario = fn(Effort) -> Result<Vec<Row>, String>;
-    let scenarios: [(&str, Scenario); 11] = [
+    let scenarios: [(&str, Scenario); 12] = [
         ("build", build::run),
         ("store", store::run),
         ("alloc", alloc::run),
@@ -106,6 +107,7 @@ fn main() -> ExitCode {
         ("health", health::run),
         ("fleet", fleet::run),
         ("prober", prober::run),
+        ("channel", channel::run),
     ];
     if let Some(only) = &only
         && !scenarios.iter().any(|(name, _)| name == only)
