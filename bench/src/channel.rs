@@ -30,7 +30,7 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
 struct Measured {
     rate: f64,
     /// CPU per probe on the worker: sshd, its sessions and what runs in them, and the agent.
-    worker: Duration,
+    worker: WorkerCpu,
     /// CPU per probe in this process.
     prober: Duration,
 }
@@ -64,9 +64,33 @@ fn probe_rows(wharf: &Path, effort: Effort) -> Result<Vec<Row>, String> {
             name: "prober: the worker's CPU per run probe over the probe channel (sshd, channel server, agent)".into(),
             unit: "µs",
             better: Better::Lower,
-            samples: micros(&channel, |m| m.worker),
-            baseline: Some(("a command per probe".into(), micros(&command, |m| m.worker))),
+            samples: micros(&channel, |m| m.worker.total()),
+            baseline: Some(("a command per probe".into(), micros(&command, |m| m.worker.total()))),
             target: Some(Target::parse("≤ 300 µs")?),
+        },
+        Row {
+            name: "prober: of which sshd (relaying the channel; for a command, its session, shell and the wharf CLI)".into(),
+            unit: "µs",
+            better: Better::Lower,
+            samples: micros(&channel, |m| m.worker.sshd),
+            baseline: Some(("a command per probe".into(), micros(&command, |m| m.worker.sshd))),
+            target: None,
+        },
+        Row {
+            name: "prober: of which the channel server (`wharf probe-channel`)".into(),
+            unit: "µs",
+            better: Better::Lower,
+            samples: micros(&channel, |m| m.worker.runner),
+            baseline: None,
+            target: None,
+        },
+        Row {
+            name: "prober: of which the agent (its /v1/probe)".into(),
+            unit: "µs",
+            better: Better::Lower,
+            samples: micros(&channel, |m| m.worker.agent),
+            baseline: Some(("a command per probe".into(), micros(&command, |m| m.worker.agent))),
+            target: None,
         },
         Row {
             name: "prober: its own CPU per run probe over the probe channel".into(),
@@ -133,33 +157,67 @@ fn own_cpu() -> Duration {
     }
 }
 
-/// The CPU of `roots` and every process under them, living or reaped by one that lives (clock
-/// ticks of 10 ms).
-fn tree_cpu(roots: &[u32]) -> Duration {
-    let mut processes: Vec<(u32, u32, u64)> = Vec::new();
+/// Where a worker's CPU goes: sshd (with its sessions, and the commands they ran and reaped),
+/// the runner processes living under it (the channel servers), and the agent.
+#[derive(Debug, Clone, Copy, Default)]
+struct WorkerCpu {
+    sshd: Duration,
+    runner: Duration,
+    agent: Duration,
+}
+
+impl WorkerCpu {
+    fn total(&self) -> Duration {
+        self.sshd + self.runner + self.agent
+    }
+
+    fn since(&self, before: &WorkerCpu) -> WorkerCpu {
+        WorkerCpu {
+            sshd: self.sshd.saturating_sub(before.sshd),
+            runner: self.runner.saturating_sub(before.runner),
+            agent: self.agent.saturating_sub(before.agent),
+        }
+    }
+}
+
+/// The CPU of `sshd` and every process under it, living or reaped by one that lives, and of
+/// `agent` (clock ticks of 10 ms).
+fn worker_cpu(sshd: u32, agent: u32) -> WorkerCpu {
+    let mut processes: Vec<(u32, u32, bool, u64)> = Vec::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
-        let Some((_, rest)) = stat.rsplit_once(") ") else { continue };
+        let Some((head, rest)) = stat.rsplit_once(") ") else { continue };
+        let runner = head.ends_with("(wharf");
         let fields: Vec<&str> = rest.split(' ').collect();
         let parent = fields.get(1).and_then(|p| p.parse().ok()).unwrap_or(0);
         let ticks: u64 = (11..15).filter_map(|i| fields.get(i)?.parse::<u64>().ok()).sum();
-        processes.push((pid, parent, ticks));
+        processes.push((pid, parent, runner, ticks));
     }
-    let mut inside: Vec<u32> = roots.to_vec();
+    let mut inside: Vec<u32> = vec![sshd];
     let mut grew = true;
     while grew {
         grew = false;
-        for (pid, parent, _) in &processes {
+        for (pid, parent, _, _) in &processes {
             if inside.contains(parent) && !inside.contains(pid) {
                 inside.push(*pid);
                 grew = true;
             }
         }
     }
-    let ticks: u64 =
-        processes.iter().filter(|(pid, _, _)| inside.contains(pid)).map(|(_, _, t)| t).sum();
-    Duration::from_millis(ticks * 10)
+    let mut cpu = WorkerCpu::default();
+    let ticks = |t: u64| Duration::from_millis(t * 10);
+    for (pid, _, runner, t) in &processes {
+        if *pid == agent {
+            cpu.agent += ticks(*t);
+        } else if inside.contains(pid) {
+            match runner {
+                true => cpu.runner += ticks(*t),
+                false => cpu.sshd += ticks(*t),
+            }
+        }
+    }
+    cpu
 }
 
 /// Probes `WORKERS` workers of one sshd in a loop for `window`, over the channel or not.
@@ -239,8 +297,9 @@ fn probe_window(
                 return Err(format!("a warm-up probe failed: {:?}", worker.view().last_error));
             }
         }
-        let roots = [sshd.pid(), agent.child.id()];
-        let (started, prober_before, worker_before) = (Instant::now(), own_cpu(), tree_cpu(&roots));
+        let (sshd_pid, agent_pid) = (sshd.pid(), agent.child.id());
+        let (started, prober_before, worker_before) =
+            (Instant::now(), own_cpu(), worker_cpu(sshd_pid, agent_pid));
         let tasks: Vec<_> = workers
             .iter()
             .map(|worker| {
@@ -270,12 +329,16 @@ fn probe_window(
             }
         }
         let seconds = started.elapsed().as_secs_f64();
-        let worker_cpu = tree_cpu(&roots).saturating_sub(worker_before);
+        let spent = worker_cpu(sshd_pid, agent_pid).since(&worker_before);
         let prober_cpu = own_cpu() - prober_before;
         let probes = total.max(1) as u32;
         Ok(Measured {
             rate: total as f64 / seconds,
-            worker: worker_cpu / probes,
+            worker: WorkerCpu {
+                sshd: spent.sshd / probes,
+                runner: spent.runner / probes,
+                agent: spent.agent / probes,
+            },
             prober: prober_cpu / probes,
         })
     })?;
