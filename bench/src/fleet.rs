@@ -21,7 +21,7 @@ use wharf_state::resources::Amount;
 use wharf_tests::etcd::Etcd;
 use wharf_tests::fleet::Fleet;
 
-const FULL_LATENCY_SAMPLES: usize = 50;
+pub(crate) const FULL_LATENCY_SAMPLES: usize = 50;
 const FULL_WORKERS: usize = 100;
 /// How long the idle fleet's CPU use is sampled.
 const FULL_WINDOW: Duration = Duration::from_secs(30);
@@ -303,7 +303,11 @@ fn placements_per_second() -> f64 {
 /// Submits `samples` service allocations one after another through the fleet's API, with the
 /// store `store` configures (the embedded one if empty), and times each until the agent of
 /// the worker the fleet placed it on reports it running.
-async fn submit_latencies(wharf: &Path, samples: usize, store: &str) -> Result<Vec<f64>, String> {
+pub(crate) async fn submit_latencies(
+    wharf: &Path,
+    samples: usize,
+    store: &str,
+) -> Result<Vec<f64>, String> {
     let fleet = FleetProcess::start(
         wharf,
         &format!(

@@ -15,6 +15,7 @@
 mod alloc;
 mod build;
 mod cgroups;
+mod channel;
 mod container;
 mod effort;
 mod exec;
@@ -40,7 +41,7 @@ use std::process::ExitCode;
 #[global_allocator]
 static HEAP: heap::Counting = heap::Counting;
 
-const USAGE: &str = "usage: wharf-bench [--quick | --out PAGE | --render PAGE] [--only build|store|alloc|exec|isolated|container|cgroups|node|peers|health|fleet|prober]";
+const USAGE: &str = "usage: wharf-bench [--quick | --out PAGE | --render PAGE] [--only build|store|alloc|exec|isolated|container|cgroups|node|peers|health|fleet|prober|channel]";
 
 fn main() -> ExitCode {
     let mut quick = false;
@@ -108,6 +109,7 @@ fn main() -> ExitCode {
         ("health", health::run),
         ("fleet", fleet::run),
         ("prober", prober::run),
+        ("channel", channel::run),
     ];
     if let Some(only) = &only
         && !scenarios.iter().any(|(name, _)| name == only)

@@ -26,6 +26,16 @@ pub const STORE_DEADLINE: Duration = Duration::from_secs(5);
 
 /// Prints the probe lines.
 pub async fn print(client: &Client, config: &NodeConfig) -> anyhow::Result<()> {
+    let lines = lines(client, config).await?;
+    let mut out = std::io::stdout().lock();
+    for line in lines {
+        writeln!(out, "{line}")?;
+    }
+    Ok(())
+}
+
+/// The probe lines, as [`print`] prints them (the probe channel sends them itself).
+pub async fn lines(client: &Client, config: &NodeConfig) -> anyhow::Result<Vec<String>> {
     let asked = tokio::time::timeout(AGENT_DEADLINE, client.call(Method::GET, "/v1/probe", None));
     let lines = match asked.await {
         Ok(Ok(text)) => String::from_utf8_lossy(&text).lines().map(str::to_owned).collect(),
@@ -36,11 +46,7 @@ pub async fn print(client: &Client, config: &NodeConfig) -> anyhow::Result<()> {
         }
         Ok(Err(other)) => return Err(other.into()),
     };
-    let mut out = std::io::stdout().lock();
-    for line in lines {
-        writeln!(out, "{line}")?;
-    }
-    Ok(())
+    Ok(lines)
 }
 
 /// The driver handles recorded for an allocation's tasks.

@@ -17,7 +17,8 @@
 //! - [`capacity`]: instance types (provider type, preemptible, quota group) and what holds
 //!   creates back ([`HoldReason`]).
 //! - [`executor`]: the [`Executor`] seam and the [`ScriptedExecutor`] for tests;
-//!   [`ssh`] ([`SshExecutor`], on russh) and [`LocalExecutor`] (`sh -c`) implement it.
+//!   [`ssh`] ([`SshExecutor`], on russh) and [`LocalExecutor`] (`sh -c`) implement it;
+//!   [`channel`]'s [`ChannelExecutor`] sends the runner's commands over one long-lived session.
 //! - [`instance`]: the [`InstanceSet`] seam (the cloud), with [`LoopbackInstanceSet`] (this
 //!   host), [`StaticInstanceSet`] (machines the user already has) and, with feature `ec2`,
 //!   `Ec2InstanceSet` ([`ec2`]: Amazon EC2 or anything speaking its Query API).
@@ -67,10 +68,15 @@
 //!   before its create returns counts once, not twice.
 //! - **Quota groups** come from the configuration ([`InstanceType::quota_group`]) rather than
 //!   from the driver.
+//! - **Probes over a channel.** Arvados opens an SSH session (a fork, a shell, the runner) for
+//!   every probe. [`ChannelExecutor`] sends the runner's commands over one long-lived session per
+//!   worker instead, with the same deadlines, and falls back to a session per command when the
+//!   channel breaks or the runner has none (see [`channel`] and the README).
 //! - **Metric names** end in `_total` for counters and not for gauges, as Prometheus' linter
 //!   asks (`boot_outcomes_total`, `instances`).
 
 pub mod capacity;
+pub mod channel;
 pub mod clock;
 mod config;
 mod deadline;
@@ -93,6 +99,7 @@ mod static_set;
 pub mod worker;
 
 pub use capacity::{CapacityScope, HoldReason, InstanceType, Price};
+pub use channel::{ChannelConfig, ChannelExecutor, ChannelStats, SessionOpener};
 pub use clock::{Clock, FakeClock, Moment, SystemClock};
 pub use config::{
     Deployment, Prepared, RunnerBinary, RunnerConfig, RunnerFile, Timeouts, WorkerConfig,

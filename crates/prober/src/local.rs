@@ -144,6 +144,35 @@ impl Executor for LocalExecutor {
     }
 }
 
+/// The probe channel's session: the command in its own process group, in this executor's
+/// directory and environment, killed with its group when the session is dropped.
+#[async_trait::async_trait]
+impl crate::channel::SessionOpener for LocalExecutor {
+    async fn open_session(
+        &self,
+        command: &str,
+        _deadline: Duration,
+    ) -> Result<crate::channel::Session, ProberError> {
+        let exec_error = |detail: String| ProberError::Exec { worker: self.name.clone(), detail };
+        let mut child = match crate::channel::wire::words(command) {
+            Some(words) if !words.is_empty() => self.command(&words[0], &words[1..]),
+            _ => self.command("sh", &["-c".to_owned(), format!("exec {command}")]),
+        }
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| exec_error(format!("cannot start {command:?}: {e}")))?;
+        let group = child.id().and_then(|p| i32::try_from(p).ok()).map(ProcessGroup);
+        let (Some(input), Some(output)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err(exec_error(format!("{command:?} started without its pipes")));
+        };
+        Ok(crate::channel::Session {
+            input: Box::pin(input),
+            output: Box::pin(output),
+            keep: Box::new((child, group)),
+        })
+    }
+}
+
 /// A command's process group, killed when dropped.
 struct ProcessGroup(i32);
 

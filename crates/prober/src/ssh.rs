@@ -383,6 +383,40 @@ fn append(buffer: &mut Vec<u8>, data: &[u8]) {
     buffer.extend_from_slice(&data[..data.len().min(room)]);
 }
 
+/// The probe channel's session: a channel on the worker's one connection, its command run
+/// as it is (no `timeout`: it lives as long as the channel), its standard streams as a stream.
+#[async_trait::async_trait]
+impl crate::channel::SessionOpener for SshExecutor {
+    async fn open_session(
+        &self,
+        command: &str,
+        deadline: Duration,
+    ) -> Result<crate::channel::Session, ProberError> {
+        let open = async {
+            let handle = self.connected().await?;
+            let exec_error = |e: russh::Error| ProberError::Exec {
+                worker: self.worker.clone(),
+                detail: format!("opening the probe channel {command:?}: {e}"),
+            };
+            let channel = handle.channel_open_session().await.map_err(exec_error)?;
+            channel.exec(true, command).await.map_err(exec_error)?;
+            let (output, input) = tokio::io::split(channel.into_stream());
+            Ok(crate::channel::Session {
+                input: Box::pin(input),
+                output: Box::pin(output),
+                keep: Box::new(()),
+            })
+        };
+        tokio::time::timeout(deadline, open).await.unwrap_or_else(|_| {
+            Err(ProberError::Timeout {
+                worker: self.worker.clone(),
+                what: format!("opening the probe channel {command:?}"),
+                deadline,
+            })
+        })
+    }
+}
+
 #[async_trait::async_trait]
 impl Executor for SshExecutor {
     async fn execute(

@@ -173,17 +173,30 @@ pub(crate) fn listen_address(text: &str) -> Result<std::net::SocketAddr, UsageEr
 
 /// Reads and checks a job spec; `-` is standard input (JSON if it starts with `{`).
 pub(crate) fn read_spec(file: &Path) -> anyhow::Result<wharf_state::Job> {
-    let stdin = file == Path::new("-");
     let text = read_text(file)?;
+    parse_spec(file, &text)
+}
+
+/// A job spec given as the bytes of standard input, read by someone else (the probe channel
+/// reads a start's standard input from its own stream): as `read_spec` takes `-`.
+pub(crate) fn spec_of_stdin(bytes: Vec<u8>) -> anyhow::Result<wharf_state::Job> {
+    let file = Path::new("-");
+    let text = String::from_utf8(bytes)
+        .map_err(|e| not_utf8(spec_name(file), e.as_bytes(), e.utf8_error()))?;
+    parse_spec(file, &text)
+}
+
+fn parse_spec(file: &Path, text: &str) -> anyhow::Result<wharf_state::Job> {
+    let stdin = file == Path::new("-");
     let json = if stdin {
         text.trim_start().starts_with('{')
     } else {
         file.extension().is_some_and(|e| e == "json")
     };
     let parsed = if json {
-        wharf_state::spec::parse_json(&text)
+        wharf_state::spec::parse_json(text)
     } else {
-        wharf_state::spec::parse_toml(&text)
+        wharf_state::spec::parse_toml(text)
     };
     parsed.map_err(|e| {
         anyhow::Error::new(e).context(format!("{} is not a valid job spec", spec_name(file)))

@@ -21,6 +21,7 @@ pub mod common;
 mod image;
 mod job;
 mod node;
+mod probe_channel;
 mod run;
 mod service;
 mod validate;
@@ -36,7 +37,7 @@ use crate::config::NodeConfig;
 use clap::{Parser, Subcommand};
 use common::GlobalFlags;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// wharf: run allocations on this node, and watch them.
@@ -103,6 +104,10 @@ enum Command {
     /// Run a fleet of agents (`wharf fleet`), or talk to one (`wharf fleet submit ...`).
     #[command(after_help = crate::fleet::cli::FLEET_SETTINGS)]
     Fleet(crate::fleet::cli::FleetArgs),
+    /// Answer a prober's run probes and starts over standard input and output, one request a
+    /// line, until standard input ends (the prober's probe channel).
+    #[command(hide = true)]
+    ProbeChannel,
     /// Kill the agent of --data-dir and every task it ran, and delete the directory: what
     /// destroying the machine would do (the fleet's loopback instances end this way).
     Wipe {
@@ -114,16 +119,22 @@ enum Command {
 
 /// Runs the command line and returns the process's exit code.
 pub fn main() -> ExitCode {
-    let mut cli = Cli::parse();
-    // `WHARF_ADDR=` unsets, as people expect of an empty variable.
-    cli.address = cli.address.filter(|a| !a.is_empty());
-    cli.data_dir = cli.data_dir.filter(|d| !d.as_os_str().is_empty());
-    cli.token = cli.token.filter(|t| !t.is_empty());
+    let cli = Cli::parse().normalized();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => return fail(EXIT_AGENT, &format!("cannot start the async runtime: {e}")),
     };
     runtime.block_on(run(cli))
+}
+
+impl Cli {
+    /// `WHARF_ADDR=` unsets, as people expect of an empty variable; so do the others.
+    fn normalized(mut self) -> Cli {
+        self.address = self.address.filter(|a| !a.is_empty());
+        self.data_dir = self.data_dir.filter(|d| !d.as_os_str().is_empty());
+        self.token = self.token.filter(|t| !t.is_empty());
+        self
+    }
 }
 
 fn fail(code: u8, message: &str) -> ExitCode {
@@ -140,14 +151,46 @@ fn agent_client(cli: &Cli) -> Client {
 }
 
 fn agent_address_client(cli: &Cli) -> Client {
+    client_for(cli.address.as_deref(), cli.data_dir.as_deref(), cli.token.clone())
+}
+
+fn client_for(address: Option<&str>, data_dir: Option<&Path>, token: Option<String>) -> Client {
     const DEFAULT: &str = "http://127.0.0.1:4747";
-    let token = cli.token.clone();
-    match (&cli.data_dir, &cli.address) {
+    match (data_dir, address) {
         (Some(data_dir), None) => Client::of_data_dir(data_dir, token),
         (Some(data_dir), Some(address)) => Client::new(address, token).with_token_of(data_dir),
         (None, Some(address)) => Client::new(address, token),
         (None, None) => Client::new(DEFAULT, token).with_token_of(&NodeConfig::default().data_dir),
     }
+}
+
+/// A probe channel's request, parsed as the command line it stands for, if the channel serves
+/// it (`probe_channel`).
+fn channel_request(words: Vec<String>) -> Option<probe_channel::Asked> {
+    use probe_channel::Wanted;
+    let cli = Cli::try_parse_from(std::iter::once("wharf".to_owned()).chain(words)).ok()?;
+    let cli = cli.normalized();
+    let wanted = match cli.command {
+        Command::Alloc(alloc::AllocCommand::List { probe: true, config }) => {
+            Wanted::ProbeList { config }
+        }
+        Command::Run(args) if args.detach && args.file == Path::new("-") => Wanted::Start(args),
+        _ => return None,
+    };
+    let (address, data_dir, token) = (cli.address, cli.data_dir, cli.token);
+    let for_client = (address.clone(), data_dir.clone(), token.clone());
+    Some(probe_channel::Asked {
+        address,
+        data_dir,
+        token,
+        fleet_term: cli.fleet_term,
+        json: cli.json,
+        wanted,
+        new_client: Box::new(move || {
+            let (address, data_dir, token) = for_client;
+            client_for(address.as_deref(), data_dir.as_deref(), token)
+        }),
+    })
 }
 
 /// Hands the subcommand to its module, and turns a failure into its message and exit code.
@@ -164,6 +207,7 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Agent(args) => agent::agent(args, flags).await.map(|()| ExitCode::SUCCESS),
         Command::Wipe { config } => wipe::wipe(config.as_deref(), flags).await,
         Command::Fleet(args) => crate::fleet::cli::run(args, flags).await,
+        Command::ProbeChannel => probe_channel::serve(channel_request).await,
         Command::Validate { file } => validate::validate(&file, json),
         Command::Run(args) => run::run(&client, &args, data_dir, json).await,
         Command::Alloc(command) => {

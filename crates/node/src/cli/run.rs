@@ -19,14 +19,14 @@ use wharf_state::{AllocState, ClientStatus, Timestamp};
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
     /// The job spec; `-` reads it from standard input.
-    file: PathBuf,
+    pub(crate) file: PathBuf,
     /// Submit and print the allocation id without following it.
     #[arg(long)]
-    detach: bool,
+    pub(crate) detach: bool,
     /// Run it under this allocation id (`[A-Za-z0-9_-]{1,64}`) instead of a new one. The same
     /// job submitted again under the same id is accepted once, so a retry is safe.
     #[arg(long)]
-    id: Option<String>,
+    pub(crate) id: Option<String>,
 }
 
 /// Submits the file; follows the allocation unless detached. With no agent reachable, runs an

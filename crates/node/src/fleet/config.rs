@@ -227,6 +227,10 @@ pub struct RunnerSettings {
     /// the runner, as root on the host, reads the agent's address and its token there. Each
     /// agent keeps a token of its own; none leaves its host.
     pub agent_data_dir: Option<String>,
+    /// Whether probes and starts go over each worker's probe channel (`wharf probe-channel`,
+    /// one long-lived session per worker) [default: true]; `false` runs each as a command in
+    /// a session of its own, for hosts where the channel cannot run.
+    pub channel: Option<bool>,
 }
 
 /// Which store keeps the fleet's state.

@@ -213,19 +213,21 @@ impl Fleet {
                 }));
                 wipe_strays(&set.strays()).await?;
                 let for_executor = set.clone();
+                let channel = self.channel(pool_config)?;
                 let new_executor: NewExecutor = Arc::new(move |instance: &Instance| {
                     let dir = for_executor.dir(&instance.id);
                     let data = dir.join("data").display().to_string();
                     // The agent is found by its data dir alone, with the token it keeps there,
                     // whatever WHARF_ADDR or WHARF_TOKEN the fleet was given (set empty, a
                     // variable counts as unset).
-                    Arc::new(
+                    let local = Arc::new(
                         LocalExecutor::new(&instance.id.0)
                             .with_dir(dir)
                             .with_env("WHARF_DATA_DIR", &data)
                             .with_env("WHARF_ADDR", "")
                             .with_env("WHARF_TOKEN", ""),
-                    ) as Arc<dyn Executor>
+                    );
+                    over_channel(instance, local, channel.as_ref())
                 });
                 Ok((set.clone() as Arc<dyn InstanceSet>, new_executor, None, Some(set)))
             }
@@ -255,8 +257,10 @@ impl Fleet {
                     self.clock.clone(),
                 )?);
                 let key = self.plan.ssh_key.clone().context("no SSH identity for static hosts")?;
+                let channel = self.channel(pool_config)?;
                 let new_executor: NewExecutor = Arc::new(move |instance: &Instance| {
-                    Arc::new(SshExecutor::for_instance(instance, key.clone())) as Arc<dyn Executor>
+                    let ssh = Arc::new(SshExecutor::for_instance(instance, key.clone()));
+                    over_channel(instance, ssh, channel.as_ref())
                 });
                 Ok((set.clone() as Arc<dyn InstanceSet>, new_executor, Some(set), None))
             }
@@ -292,6 +296,15 @@ impl Fleet {
             config.runner_args = format!("--data-dir {}", quote("agent data dir", dir)?);
         }
         Ok(config)
+    }
+
+    /// The worker configuration the probe channels are opened for, unless the configuration
+    /// turns them off.
+    fn channel(&self, pool_config: &PoolConfig) -> anyhow::Result<Option<wharf_prober::Prepared>> {
+        if self.config.runner.channel == Some(false) {
+            return Ok(None);
+        }
+        Ok(Some(pool_config.worker.clone().prepare()?))
     }
 
     /// Sets a worker's idle behaviour. `run` also puts a static host that was taken out of
@@ -330,6 +343,32 @@ impl Fleet {
             for (worker, error) in set.destroy_all().await {
                 tracing::warn!(%worker, %error, "cannot destroy loopback instance");
             }
+        }
+    }
+}
+
+/// `executor`, with the runner's commands sent over the worker's probe channel when `channel`
+/// (the worker configuration) is given; as it is otherwise, or if the channel's program cannot
+/// be named.
+fn over_channel<E>(
+    instance: &Instance,
+    executor: Arc<E>,
+    channel: Option<&wharf_prober::Prepared>,
+) -> Arc<dyn Executor>
+where
+    E: Executor + wharf_prober::SessionOpener,
+{
+    let Some(config) = channel else { return executor };
+    match wharf_prober::ChannelConfig::for_runner(config, instance) {
+        Ok(channel) => Arc::new(wharf_prober::ChannelExecutor::new(
+            instance,
+            executor.clone(),
+            executor,
+            channel,
+        )),
+        Err(error) => {
+            tracing::warn!(worker = %instance.id, %error, "no probe channel for this worker");
+            executor
         }
     }
 }
