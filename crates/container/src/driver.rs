@@ -172,6 +172,11 @@ impl ContainerDriver {
             }
             host_mounts.push((m.source.clone(), m.target.clone(), m.readonly));
         }
+        // The group's host volumes, which the node's config declares (so no allow-list here).
+        for volume in &config.mounts {
+            let target = PathBuf::from(&volume.destination);
+            host_mounts.push((volume.source.clone(), target, volume.read_only));
+        }
         let reference = ImageRef::parse(&parsed.image)?;
         let image =
             crate::fetch::fetch(&self.store, &reference, &self.options.registries, false).await?;

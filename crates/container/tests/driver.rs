@@ -411,6 +411,33 @@ fn docker_driver_mounts() {
     });
 }
 
+/// A group's host volumes reach the container at their destinations, read-only where the
+/// volume or the mount says so, with no allow-list entry (the node's config declared them).
+#[test]
+fn host_volumes_are_mounted_in_the_container() {
+    let node = Node::new("volumes");
+    runtime().block_on(async {
+        let volume = node.dir.path().join("volume");
+        std::fs::create_dir_all(&volume).unwrap();
+        std::fs::write(volume.join("in"), "on the node").unwrap();
+        let driver = node.driver();
+        let script = "cat /srv/data/in; echo; echo w > /srv/data/w; cat /srv/ro/in; echo x > /srv/ro/x 2>/dev/null || echo ro-refused";
+        let mut config = shell(&node, "volumes", script);
+        let mount = |destination: &str, read_only| wharf_driver::Mount {
+            volume: "data".into(),
+            source: volume.clone(),
+            destination: destination.into(),
+            read_only,
+        };
+        config.mounts = vec![mount("/srv/data", false), mount("/srv/ro", true)];
+        let (exit, out) = run(&driver, &config).await;
+        assert!(exit.successful(), "{exit:?} {}", stderr(&config));
+        assert_eq!(out, "on the node\non the nodero-refused\n");
+        assert_eq!(std::fs::read_to_string(volume.join("w")).unwrap(), "w\n");
+        assert!(!volume.join("x").exists());
+    });
+}
+
 /// TestDockerDriver_OOMKilled (MemoryLimit): the task's memory limit holds inside the
 /// container, and a container past it is reported OOM-killed.
 #[test]

@@ -278,6 +278,7 @@ pub fn config(root: &Path, name: &str, driver_config: serde_json::Value) -> Task
         task_dir: dir,
         resources: Default::default(),
         driver_config: driver_config.as_object().cloned().unwrap(),
+        mounts: Vec::new(),
     }
 }
 
