@@ -196,6 +196,8 @@ async fn per_container_kib(
 /// podman with a store of its own under the bench's scratch directory, runc and cgroupfs.
 struct Podman {
     args: Vec<String>,
+    /// Its storage, which its overlay driver mounts over itself.
+    root: PathBuf,
 }
 
 impl Podman {
@@ -217,7 +219,7 @@ impl Podman {
             "--events-backend=file".into(),
             "--storage-driver=overlay".into(),
         ];
-        Ok(Podman { args })
+        Ok(Podman { args, root: dir.join("root") })
     }
 
     fn run(&self, args: &[&str]) -> Result<String, String> {
@@ -285,6 +287,15 @@ impl Podman {
 impl Drop for Podman {
     fn drop(&mut self) {
         let _ = self.run(&["rm", "--force", "--all", "--time", "0"]);
+        // Its storage stays mounted over itself after the last container: unmounted here, or
+        // the scratch directory could not be removed.
+        let _ = self.run(&["system", "reset", "--force"]);
+        let overlay = self.root.join("overlay");
+        let _ = Command::new("umount")
+            .arg("--lazy")
+            .arg(overlay)
+            .stderr(std::process::Stdio::null())
+            .status();
         let _ = std::fs::remove_dir_all(format!("/tmp/wharf-bench-podman-{}", std::process::id()));
     }
 }
