@@ -192,6 +192,7 @@ pub(crate) fn task(root: &Path, name: &str, command: &str, args: &[&str]) -> Tas
         logs: LogConfig { dir: dir.join("logs"), max_files: 2, max_file_bytes: 1 << 20 },
         task_dir: dir,
         resources: Default::default(),
+        mounts: Vec::new(),
         driver_config: serde_json::json!({"command": command, "args": args})
             .as_object()
             .cloned()

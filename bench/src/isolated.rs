@@ -119,6 +119,7 @@ fn task(root: &Path, name: &str) -> TaskConfig {
         task_dir: dir,
         resources: Resources { cpu: 100, memory: 64, memory_max: Some(128), cores: 0 },
         driver_config: serde_json::json!({"command": "/bin/true"}).as_object().cloned().unwrap(),
+        mounts: Vec::new(),
     }
 }
 

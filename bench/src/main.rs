@@ -96,7 +96,7 @@ fn main() -> ExitCode {
         if quick { Effort { runs: 1, scale: 0.02 } } else { Effort { runs: 5, scale: 1.0 } };
 
     type Scenario = fn(Effort) -> Result<Vec<Row>, String>;
-    let scenarios: [(&str, Scenario); 12] = [
+    let scenarios: [(&str, Scenario); 13] = [
         ("build", build::run),
         ("store", store::run),
         ("alloc", alloc::run),

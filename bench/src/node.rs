@@ -295,6 +295,7 @@ async fn stop_overshoot(dir: &Path, shim: &Path) -> Result<Duration, String> {
         alloc_dir: dir.to_owned(),
         logs: wharf_driver::LogConfig { dir: task_dir.join("logs"), max_files: 2, max_file_bytes: 1 << 20 },
         resources: Default::default(),
+        mounts: Vec::new(),
         driver_config: serde_json::json!({"command": "/bin/sh", "args": ["-c", "trap '' TERM; echo ready; exec sleep 1000"]})
             .as_object()
             .cloned()
