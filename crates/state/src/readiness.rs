@@ -4,7 +4,6 @@
 
 use crate::duration::Formatted;
 use crate::problems::Problems;
-use crate::spec::Task;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -15,15 +14,23 @@ pub const DEFAULT_WAIT_DEADLINE: Duration = Duration::from_secs(300);
 /// The longest `wait_deadline` a spec may ask for: every wait is bounded.
 pub(crate) const MAX_WAIT_DEADLINE: Duration = Duration::from_secs(24 * 3600);
 
+/// What validation reads of a task: its name, its waits, and whether it has a check to pass.
+pub(crate) struct TaskWaits<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) wait_healthy: &'a [String],
+    pub(crate) wait_deadline: Option<Duration>,
+    pub(crate) has_checks: bool,
+}
+
 /// Adds the problems of the `wait_healthy` lists and deadlines of a group's (at `at`) tasks:
 /// an unknown task, a task waiting on itself, a task without checks to pass, a cycle.
-pub(crate) fn validate(problems: &mut Problems, at: &str, tasks: &[Task]) {
+pub(crate) fn validate(problems: &mut Problems, at: &str, tasks: &[TaskWaits<'_>]) {
     let index: HashMap<&str, usize> =
-        tasks.iter().enumerate().map(|(ti, t)| (t.name.as_str(), ti)).collect();
+        tasks.iter().enumerate().map(|(ti, t)| (t.name, ti)).collect();
     for (ti, task) in tasks.iter().enumerate() {
         let field = format!("{at}.task[{ti}].wait_healthy");
-        for name in &task.wait_healthy {
-            if *name == task.name {
+        for name in task.wait_healthy {
+            if name == task.name {
                 problems.add(&field, format!("task {name:?} cannot wait for itself"));
                 continue;
             }
@@ -31,7 +38,7 @@ pub(crate) fn validate(problems: &mut Problems, at: &str, tasks: &[Task]) {
                 problems.add(&field, format!("no task {name:?} in this group"));
                 continue;
             };
-            if tasks[other].services.iter().all(|s| s.checks.is_empty()) {
+            if !tasks[other].has_checks {
                 problems.add(
                     &field,
                     format!("task {name:?} has no service check, so it can never pass one"),
@@ -68,7 +75,7 @@ pub(crate) fn validate(problems: &mut Problems, at: &str, tasks: &[Task]) {
 
 /// The first cycle of waits found, as (task index, name) from a task back to itself.
 fn find_cycle<'a>(
-    tasks: &'a [Task],
+    tasks: &[TaskWaits<'a>],
     index: &HashMap<&str, usize>,
 ) -> Option<Vec<(usize, &'a str)>> {
     // 0: not seen, 1: on the current path, 2: done.
@@ -85,7 +92,7 @@ fn find_cycle<'a>(
 }
 
 fn visit<'a>(
-    tasks: &'a [Task],
+    tasks: &[TaskWaits<'a>],
     index: &HashMap<&str, usize>,
     at: usize,
     mark: &mut [u8],
@@ -93,14 +100,14 @@ fn visit<'a>(
 ) -> Option<Vec<(usize, &'a str)>> {
     mark[at] = 1;
     path.push(at);
-    for name in &tasks[at].wait_healthy {
+    for name in tasks[at].wait_healthy {
         // A task waiting on itself is reported on its own.
         let Some(&next) = index.get(name.as_str()).filter(|&&next| next != at) else { continue };
         if mark[next] == 1 {
             let from = path.iter().position(|&p| p == next).unwrap_or(0);
             let mut cycle: Vec<(usize, &str)> =
-                path[from..].iter().map(|&p| (p, tasks[p].name.as_str())).collect();
-            cycle.push((next, tasks[next].name.as_str()));
+                path[from..].iter().map(|&p| (p, tasks[p].name)).collect();
+            cycle.push((next, tasks[next].name));
             return Some(cycle);
         }
         if mark[next] == 0

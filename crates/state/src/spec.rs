@@ -622,7 +622,17 @@ impl Job {
                 .enumerate()
                 .map(|(ti, t)| (format!("{at}.task[{ti}]"), t.volume_mounts.as_slice())),
         );
-        readiness::validate(problems, at, &group.tasks);
+        let waits: Vec<readiness::TaskWaits<'_>> = group
+            .tasks
+            .iter()
+            .map(|t| readiness::TaskWaits {
+                name: &t.name,
+                wait_healthy: &t.wait_healthy,
+                wait_deadline: t.wait_deadline,
+                has_checks: t.services.iter().any(|s| !s.checks.is_empty()),
+            })
+            .collect();
+        readiness::validate(problems, at, &waits);
         if group.tasks.is_empty() {
             problems.add(&format!("{at}.task"), "a group needs at least one task".into());
         }
