@@ -12,6 +12,7 @@ mod health_hooks;
 pub mod hooks;
 pub mod lifecycle;
 mod max_run;
+mod readiness;
 mod runner;
 pub mod spare_dirs;
 

@@ -30,6 +30,7 @@ use crate::health_hooks::{HealthConfig, HealthHook, HealthMonitor, ServiceHook, 
 use crate::hooks::{self, AllocDirHook, AllocHook, AllocHookContext, AllocHookPhase};
 use crate::lifecycle::{AllocRunnerAction, AllocRunnerEvent, AllocRunnerState};
 use crate::max_run;
+use crate::readiness::Readiness;
 use crate::spare_dirs::SpareDirs;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -244,6 +245,8 @@ struct Shared {
     /// The runner's own lifecycle; changed only through [`AllocRunner::step`].
     lifecycle: watch::Sender<AllocRunnerState>,
     coordinator: Mutex<Coordinator>,
+    /// Which tasks are done waiting for others' checks (`wait_healthy`).
+    readiness: Readiness,
     deployment: Mutex<Option<DeploymentStatus>>,
     /// The deployment status last written to the store, so an unchanged one is not rewritten.
     persisted_deployment: Mutex<Option<DeploymentStatus>>,
@@ -335,6 +338,7 @@ impl AllocRunner {
                 state: watch::channel(initial).0,
                 lifecycle: watch::channel(AllocRunnerState::Pending).0,
                 coordinator: Mutex::new(Coordinator::new()),
+                readiness: Readiness::default(),
                 deployment: Mutex::new(None),
                 persisted_deployment: Mutex::new(None),
                 forced: Mutex::new(None),
@@ -510,7 +514,8 @@ impl AllocRunner {
             self.run_tasks(),
             self.watch_task_states(),
             self.handle_updates(),
-            self.enforce_max_run_duration()
+            self.enforce_max_run_duration(),
+            self.enforce_wait_deadlines()
         );
         self.publish();
         self.step(AllocRunnerEvent::RunOver);
@@ -559,6 +564,40 @@ impl AllocRunner {
         }
         while skipping.join_next().await.is_some() {}
         self.kill(Some(TaskEventKind::MaxRunDurationExceeded { max_run_duration })).await;
+    }
+
+    /// Opens the gates of tasks whose `wait_healthy` tasks pass their checks, as the checks
+    /// change, and fails the allocation when a task has waited past its `wait_deadline`.
+    async fn enforce_wait_deadlines(&self) {
+        let s = &self.shared;
+        if s.tasks.iter().all(|t| t.task().wait_healthy.is_empty()) {
+            return;
+        }
+        let started = tokio::time::Instant::now();
+        let mut checks_changed = s.health.book().subscribe();
+        loop {
+            self.apply_gates();
+            let checks = self.checks();
+            let tasks = s.tasks.iter().map(|t| (t.task(), t.state()));
+            let next = match s.readiness.deadline(tasks, &checks, started.elapsed()) {
+                Ok(Some(next)) => next,
+                Ok(None) => return,
+                Err(overdue) => {
+                    let reason = overdue.reason();
+                    tracing::warn!(alloc_id = %s.id, task = %overdue.task, waited_for = %overdue.waited_for, "{reason}");
+                    if let Ok(task) = self.task(&overdue.task) {
+                        let kind = TaskEventKind::SetupFailure { error: reason };
+                        task.mark_failed_dead(TaskEvent::new(s.clock.now(), kind)).await;
+                    }
+                    continue;
+                }
+            };
+            tokio::select! {
+                () = tokio::time::sleep(next) => {}
+                changed = checks_changed.changed() => if changed.is_err() { return },
+                _ = s.runners_finished.wait_for(|done| *done) => return,
+            }
+        }
     }
 
     /// What comes before the task runners start: the kill of a stopped allocation, or the
@@ -677,10 +716,13 @@ impl AllocRunner {
         let s = &self.shared;
         let states: Vec<(Stage, TaskState)> =
             s.tasks.iter().map(|t| (t.stage(), t.state())).collect();
+        let checks = self.checks();
         let mut coordinator = s.coordinator.lock();
         let phase = coordinator.update(states.iter().map(|(stage, state)| (*stage, state)));
-        for task in &s.tasks {
-            task.set_start_gate(coordinator.gate_open(task.stage()));
+        for (task, (_, state)) in s.tasks.iter().zip(&states) {
+            let open = coordinator.gate_open(task.stage())
+                && s.readiness.may_start(task.task(), state, &checks);
+            task.set_start_gate(open);
         }
         tracing::trace!(alloc_id = %s.id, ?phase, "lifecycle gates applied");
     }

@@ -16,6 +16,7 @@ pub mod health;
 mod job_type;
 mod lifetime;
 mod problems;
+pub mod readiness;
 pub mod reschedule;
 pub mod resources;
 pub mod service;

@@ -11,6 +11,7 @@ pub use crate::job_type::JobType;
 use crate::lifetime;
 use crate::problems::Problems;
 pub use crate::problems::{FieldProblem, SpecError};
+use crate::readiness;
 use crate::reschedule::{RescheduleOverrides, ReschedulePolicy};
 use crate::service::{self, Network, PortSpec, Service, UpdateStrategy};
 use crate::signal::Signal;
@@ -127,6 +128,17 @@ pub struct Task {
     /// Where it mounts its group's volumes.
     #[serde(default, rename = "volume_mount", skip_serializing_if = "Vec::is_empty")]
     pub volume_mounts: Vec<VolumeMount>,
+    /// Tasks of the group whose checks must all pass before this one starts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub wait_healthy: Vec<String>,
+    /// How long this task waits for `wait_healthy` before the allocation fails; unset:
+    /// [`crate::readiness::DEFAULT_WAIT_DEADLINE`].
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "duration::serde_str::option"
+    )]
+    pub wait_deadline: Option<Duration>,
 }
 
 /// A task may not be called this: `<alloc dir>/alloc` is the directory its group shares.
@@ -415,6 +427,8 @@ impl Task {
             shutdown_delay: None,
             artifacts: Vec::new(),
             volume_mounts: Vec::new(),
+            wait_healthy: Vec::new(),
+            wait_deadline: None,
         }
     }
 
@@ -608,6 +622,17 @@ impl Job {
                 .enumerate()
                 .map(|(ti, t)| (format!("{at}.task[{ti}]"), t.volume_mounts.as_slice())),
         );
+        let waits: Vec<readiness::TaskWaits<'_>> = group
+            .tasks
+            .iter()
+            .map(|t| readiness::TaskWaits {
+                name: &t.name,
+                wait_healthy: &t.wait_healthy,
+                wait_deadline: t.wait_deadline,
+                has_checks: t.services.iter().any(|s| !s.checks.is_empty()),
+            })
+            .collect();
+        readiness::validate(problems, at, &waits);
         if group.tasks.is_empty() {
             problems.add(&format!("{at}.task"), "a group needs at least one task".into());
         }
