@@ -234,7 +234,8 @@ async fn the_probe_lists_live_allocations_stale_ones_and_a_broken_node() {
     let dir = tempfile::tempdir().unwrap();
     let broken = AgentProcess::start(
         dir.path(),
-        "[drivers.raw_exec]\nenabled = false\n[drivers.exec]\nenabled = false\n",
+        "[drivers.raw_exec]\nenabled = false\n[drivers.exec]\nenabled = false\n\
+         [drivers.container]\nenabled = false\n",
     );
     let probe = broken.cli(&["alloc", "list", "--probe"]);
     assert_eq!(String::from_utf8_lossy(&probe.stdout), "broken\n", "{probe:?}");
