@@ -60,4 +60,5 @@ pub use serde_json;
 /// 5: groups have `max_run_duration` and `shutdown_delay`, tasks `shutdown_delay`; task events
 /// `max_run_duration_exceeded`, `waiting_shutdown_delay` and `artifact_download_failed`; tasks
 /// `artifact` blocks; groups `volume`, tasks `volume_mount`.
-pub const FORMAT_VERSION: u16 = 5;
+/// 6: tasks have `wait_healthy` and `wait_deadline`.
+pub const FORMAT_VERSION: u16 = 6;
