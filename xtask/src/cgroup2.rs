@@ -50,9 +50,10 @@ impl Suite {
 }
 
 /// The suites, in the order they run.
-const SUITES: [Suite; 5] = [
+const SUITES: [Suite; 6] = [
     Suite { package: "wharf-isolate", test: "cgroup_v2", only: &[] },
     Suite { package: "wharf-isolate", test: "cgroup_sweep", only: &[] },
+    Suite { package: "wharf-isolate", test: "cgroup_lock", only: &[] },
     Suite { package: "wharf-exec", test: "cgroups", only: &[] },
     Suite {
         package: "wharf-exec",
