@@ -153,8 +153,8 @@ ok("job.register_job unchanged")
 # validate.validate_job: the node's verdict, with the field named.
 verdict = n.validate.validate_job(job("checked")).json()
 assert verdict["DriverConfigValidated"] is True and verdict["ValidationErrors"] == [], verdict
-verdict = n.validate.validate_job(job("checked", Templates=[{"EmbeddedTmpl": "x"}])).json()
-assert verdict["DriverConfigValidated"] is False and "Job.TaskGroups[0].Tasks[0].Templates" in verdict["Error"], verdict
+verdict = n.validate.validate_job(job("checked", Vault={"Policies": ["app"]})).json()
+assert verdict["DriverConfigValidated"] is False and "Job.TaskGroups[0].Tasks[0].Vault" in verdict["Error"], verdict
 ok("validate.validate_job")
 
 # allocations.get_allocations (prefix too)
