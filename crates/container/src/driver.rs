@@ -107,7 +107,10 @@ impl ContainerDriver {
             .clone()
             .or_else(|| std::env::current_exe().ok())
             .unwrap_or_else(|| PathBuf::from("wharf"));
-        let inner = RawExecDriver::new(exec).with_cgroups(cgroups.clone());
+        if let TaskCgroups::Off { reason } = &cgroups {
+            tracing::warn!(%reason, "containers run without the node's cgroups: no limits, no OOM reports");
+        }
+        let inner = RawExecDriver::new(exec).with_cgroups_unannounced(cgroups.clone());
         Ok(ContainerDriver {
             inner,
             store,

@@ -187,14 +187,22 @@ impl RawExecDriver {
 
     /// The driver with its tasks in cgroups from `cgroups`, or as plain processes. Without
     /// cgroups the log says so once, with the reason.
-    pub fn with_cgroups(mut self, cgroups: TaskCgroups) -> RawExecDriver {
+    pub fn with_cgroups(self, cgroups: TaskCgroups) -> RawExecDriver {
         if let TaskCgroups::Off { reason } = &cgroups {
-            self.said_uncontained.store(true, std::sync::atomic::Ordering::Relaxed);
             if self.isolation.is_some() {
                 tracing::warn!(%reason, "exec has no cgroups for its tasks and refuses to start them");
             } else {
                 tracing::warn!(%reason, "raw_exec runs tasks without cgroups: no limits, no OOM reports, stats from /proc");
             }
+        }
+        self.with_cgroups_unannounced(cgroups)
+    }
+
+    /// As [`with_cgroups`](Self::with_cgroups), for a driver built on this one (the container
+    /// driver), which says itself what running without cgroups means for its tasks.
+    pub fn with_cgroups_unannounced(mut self, cgroups: TaskCgroups) -> RawExecDriver {
+        if matches!(cgroups, TaskCgroups::Off { .. }) {
+            self.said_uncontained.store(true, std::sync::atomic::Ordering::Relaxed);
         }
         self.cgroups = cgroups;
         self
