@@ -18,7 +18,8 @@
 //! `s6-supervise` processes. The supervised `sleep` processes are counted for none.
 //!
 //! What each is asked: wharf gets N job submissions through its HTTP API, [`IN_FLIGHT`] at a
-//! time, as a dispatcher would send them, and as many stop requests; supervisord, whose N
+//! time, as a dispatcher would send them, and as many stop requests (and, in a row of its
+//! own, the same stops asked [`STOP_BATCH`] ids a request); supervisord, whose N
 //! programs are in its configuration (`autostart=false`), one `startAllProcesses` and one
 //! `stopAllProcesses`; s6 finds N service directories, linked into its scan directory before
 //! the timer, on one rescan (`s6-svscanctl -a`, which starts an `s6-supervise` per service as
@@ -43,7 +44,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use wharf_node::api::AllocSummary;
+use wharf_node::api::{AllocSummary, StopManyResult};
 use wharf_node::client::Client;
 use wharf_node::config::NodeConfig;
 use wharf_state::ClientStatus;
@@ -58,15 +59,16 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
     let count = effort.scaled(FULL_PROCESSES);
     let mut systems: [(&str, Vec<PeerRun>); 3] =
         [("wharf", Vec::new()), ("supervisord", Vec::new()), ("s6", Vec::new())];
-    let (mut uncontained, mut in_memory) = (Vec::new(), Vec::new());
+    let (mut uncontained, mut in_memory, mut batched) = (Vec::new(), Vec::new(), Vec::new());
     // Each run starts 5,000 real processes: three runs are enough.
     for _ in 0..effort.runs.min(3) {
         // What the scenarios before wrote is flushed first, not measured as part of an fsync.
         crate::exec::settle();
-        for (cgroups, on_disk, runs) in [
-            (true, true, &mut systems[0].1),
-            (false, true, &mut uncontained),
-            (true, false, &mut in_memory),
+        for (cgroups, on_disk, stop_batch, runs) in [
+            (true, true, None, &mut systems[0].1),
+            (true, true, Some(STOP_BATCH), &mut batched),
+            (false, true, None, &mut uncontained),
+            (true, false, None, &mut in_memory),
         ] {
             let dir = if on_disk {
                 crate::scratch::dir("wharf-bench-peers")
@@ -76,6 +78,7 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
             let mut config = crate::node::config(&dir, &shim);
             config.cgroups.enabled = cgroups;
             let mut agent = AgentProcess::start(&wharf, &config, count)?;
+            agent.stop_batch = stop_batch;
             runs.push(measure(&mut agent, count).map_err(|e| format!("wharf: {e}"))?);
             agent.terminate()?;
         }
@@ -135,7 +138,10 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
     let (_, s6) = &systems[2];
     let start = |r: &PeerRun| ms(&r.start);
     let stop = |r: &PeerRun| ms(&r.stop);
-    let variants: [(&str, &[PeerRun], &[Figure<'_>]); 2] = [
+    let batched_name = format!("wharf stopping by batches of {STOP_BATCH} ids a request");
+    let variants: [(&str, &[PeerRun], &[Figure<'_>]); 3] = [
+        // Beside the per-allocation stop of the rows above: the same stop asked in batches.
+        (&batched_name, &batched, &[("stop", &stop, "ms")]),
         (
             "wharf without cgroups",
             &uncontained,
@@ -181,6 +187,8 @@ pub(crate) struct PeerRun {
 pub(crate) const LIMIT: Duration = Duration::from_secs(120);
 /// The pause between two status queries, the same for every system.
 pub(crate) const POLL: Duration = Duration::from_millis(20);
+/// Ids in one batched stop request (`POST /v1/allocations/stop`).
+pub(crate) const STOP_BATCH: usize = 100;
 /// Requests wharf has in flight at once.
 pub(crate) const IN_FLIGHT: usize = 32;
 
@@ -314,6 +322,8 @@ struct AgentProcess {
     runtime: tokio::runtime::Runtime,
     count: usize,
     ids: Vec<String>,
+    /// Stops asked in batches of this many ids; None: one request per allocation.
+    stop_batch: Option<usize>,
 }
 
 impl AgentProcess {
@@ -356,6 +366,7 @@ impl AgentProcess {
             runtime,
             count,
             ids: Vec::new(),
+            stop_batch: None,
         })
     }
 
@@ -369,6 +380,30 @@ impl AgentProcess {
         wharf_tests::announce::terminate(&mut child.0, LIMIT)
             .map(drop)
             .map_err(|e| format!("the agent did not stop cleanly: {e}"))
+    }
+}
+
+impl AgentProcess {
+    /// Asks for every stop in requests of `batch` ids each, [`IN_FLIGHT`] at a time.
+    fn request_stop_batched(&mut self, batch: usize) -> Result<(), String> {
+        let batches: Vec<Vec<String>> = self.ids.chunks(batch.max(1)).map(<[_]>::to_vec).collect();
+        let (client, batches) = (self.client.clone(), std::sync::Arc::new(batches));
+        self.runtime.block_on(in_flight(batches.len(), move |index| {
+            let (client, batches) = (client.clone(), batches.clone());
+            async move {
+                let body = serde_json::json!({ "ids": batches[index] });
+                let result: StopManyResult = client
+                    .json(Method::POST, "/v1/allocations/stop", Some(body))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if result.stopped.len() == batches[index].len() {
+                    Ok(())
+                } else {
+                    Err(format!("a batched stop did not stop every id: {result:?}"))
+                }
+            }
+        }))?;
+        Ok(())
     }
 }
 
@@ -440,6 +475,9 @@ impl Supervisor for AgentProcess {
     }
 
     fn request_stop(&mut self) -> Result<(), String> {
+        if let Some(batch) = self.stop_batch {
+            return self.request_stop_batched(batch);
+        }
         let (client, ids) = (self.client.clone(), std::sync::Arc::new(self.ids.clone()));
         self.runtime.block_on(in_flight(ids.len(), move |index| {
             let (client, ids) = (client.clone(), ids.clone());

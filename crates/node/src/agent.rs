@@ -619,6 +619,18 @@ impl Agent {
         Ok(())
     }
 
+    /// Stops every allocation of `ids` at once: their stops are made durable concurrently,
+    /// so the store's group commit takes them in one or a few commits rather than one each.
+    /// Returns once every stop is durable (or has failed), each id with its own outcome, in
+    /// the order asked; an id repeated is stopped once and answered once.
+    pub async fn stop_many(&self, ids: &[String]) -> Vec<(String, Result<(), AgentError>)> {
+        let mut seen = std::collections::HashSet::new();
+        let distinct: Vec<&String> = ids.iter().filter(|id| seen.insert(id.as_str())).collect();
+        let outcomes =
+            futures_util::future::join_all(distinct.iter().map(|id| self.stop(id))).await;
+        distinct.into_iter().cloned().zip(outcomes).collect()
+    }
+
     /// Removes finished allocations (records and directories), oldest first: all beyond
     /// `gc.max_allocs`, and any finished longer ago than `gc.max_age`. Returns their ids.
     pub async fn gc(&self) -> Vec<String> {

@@ -7,6 +7,7 @@
 //! | `GET /v1/allocations` | every allocation, summarised |
 //! | `GET /v1/allocations/{id}?after=<version>&wait=30s` | one allocation (its ports, health and checks); blocks until its state differs from `after` |
 //! | `POST /v1/allocations/{id}/stop` | stop it (poststop tasks still run) |
+//! | `POST /v1/allocations/stop` | `{"ids": [...]}`: stop them all, durably, in one or a few commits → `{"stopped": [...], "unknown": [...], "failed": {id: error}}` |
 //! | `POST /v1/allocations/{id}/restart` | `{"task": "web"}`, `{"all": true}` or `{}` for the running tasks |
 //! | `POST /v1/allocations/{id}/signal` | `{"signal": "SIGHUP", "task": "web"}` (no task: all) |
 //! | `POST /v1/allocations/{id}/exec` | `{"task": "web", "command": [...], "timeout": "30s"}` |
@@ -47,6 +48,7 @@ use wharf_state::{AllocState, Allocation, CheckState, ServiceEntry, Signal};
 pub fn router(agent: Arc<Agent>) -> Router {
     let protected = Router::new()
         .route("/v1/allocations", post(submit).get(list))
+        .route("/v1/allocations/stop", post(stop_many))
         .route("/v1/allocations/{id}", get(status))
         .route("/v1/allocations/{id}/stop", post(stop))
         .route("/v1/allocations/{id}/restart", post(restart))
@@ -447,6 +449,54 @@ async fn stop(
     let _admitted = agent.fence().admit(fleet_term(&headers)?).await.map_err(AgentError::from)?;
     agent.stop(&id).await?;
     Ok(StatusCode::ACCEPTED)
+}
+
+/// The most ids one `POST /v1/allocations/stop` takes: a bound on the work one request asks.
+const STOP_MANY_LIMIT: usize = 10_000;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StopManyRequest {
+    ids: Vec<String>,
+}
+
+/// What became of each id of a batched stop: stopping (durably marked), unknown on this
+/// node, or failed with the reason. An unknown or failed id does not fail the others.
+#[derive(Serialize, Deserialize, Debug, Default, PartialEq)]
+pub struct StopManyResult {
+    /// Marked to stop, durably (or already terminal on the server's side).
+    pub stopped: Vec<String>,
+    /// No allocation of that id on this node.
+    pub unknown: Vec<String>,
+    /// Could not be stopped, with the reason.
+    pub failed: BTreeMap<String, String>,
+}
+
+async fn stop_many(
+    State(agent): State<Arc<Agent>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<axum::Json<StopManyResult>> {
+    let request: StopManyRequest = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("stop request: {e}")))?;
+    if request.ids.len() > STOP_MANY_LIMIT {
+        return Err(ApiError::bad_request(format!(
+            "stop request: {} ids, more than the {STOP_MANY_LIMIT} one request takes",
+            request.ids.len()
+        )));
+    }
+    let _admitted = agent.fence().admit(fleet_term(&headers)?).await.map_err(AgentError::from)?;
+    let mut result = StopManyResult::default();
+    for (id, outcome) in agent.stop_many(&request.ids).await {
+        match outcome {
+            Ok(()) => result.stopped.push(id),
+            Err(AgentError::UnknownAlloc(_)) => result.unknown.push(id),
+            Err(e) => {
+                result.failed.insert(id, e.to_string());
+            }
+        }
+    }
+    Ok(axum::Json(result))
 }
 
 /// The fleet term a request carries (see [`crate::fence`]), if any.

@@ -6,7 +6,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use super::common::{NotDone, UsageError, node_config};
-use crate::api::{AllocDetail, AllocSummary, ExecResponse};
+use crate::api::{AllocDetail, AllocSummary, ExecResponse, StopManyResult};
 use crate::client::{ApiPath, Client, ClientError};
 use anyhow::Context;
 use clap::Subcommand;
@@ -57,10 +57,11 @@ pub(crate) enum AllocCommand {
         #[arg(long)]
         tail: Option<u64>,
     },
-    /// Stop an allocation (poststop tasks still run).
+    /// Stop allocations (poststop tasks still run), all in one request.
     Stop {
-        /// The allocation id (exactly; else a prefix that matches only one).
-        id: String,
+        /// The allocation ids (each exactly; else a prefix that matches only one).
+        #[arg(required = true)]
+        ids: Vec<String>,
         /// Wait this long (such as `10s`) for it to end; fail if it has not.
         #[arg(long)]
         wait: Option<String>,
@@ -123,7 +124,7 @@ pub(crate) async fn alloc(
         AllocCommand::Logs { id, task, stderr, follow, tail } => {
             logs(client, &id, &task, LogsWanted { stderr, follow, tail }).await
         }
-        AllocCommand::Stop { id, wait, exact } => stop(client, id, wait.as_deref(), exact).await,
+        AllocCommand::Stop { ids, wait, exact } => stop(client, ids, wait.as_deref(), exact).await,
         AllocCommand::Restart { id, task, all } => restart(client, &id, task.as_deref(), all).await,
         AllocCommand::Signal { id, signal: name, task } => signal(client, &id, &name, task).await,
         AllocCommand::Exec { id, task, command, timeout } => {
@@ -243,33 +244,54 @@ async fn logs(client: &Client, id: &str, task: &str, wanted: LogsWanted) -> anyh
     Ok(())
 }
 
-/// `alloc stop`: asks the agent to stop the allocation; with `wait`, waits that long for it
-/// to end and fails if it has not.
-async fn stop(client: &Client, id: String, wait: Option<&str>, exact: bool) -> anyhow::Result<()> {
+/// `alloc stop`: asks the agent to stop the allocations, in one request that answers once
+/// every stop is durable; with `wait`, waits that long for each to end and fails if one has
+/// not. An id the agent does not know fails the command, after the others are stopped.
+async fn stop(
+    client: &Client,
+    given: Vec<String>,
+    wait: Option<&str>,
+    exact: bool,
+) -> anyhow::Result<()> {
     let wait = wait.map(wharf_state::duration::parse).transpose()?;
-    let id = if exact {
-        wharf_state::check_alloc_id(&id)?;
-        id
-    } else {
-        resolve(client, &id).await?
-    };
-    match client.call(Method::POST, ApiPath::v1(["allocations", &id, "stop"]), None).await {
-        Ok(_) => {}
-        // Only an exact id can be unknown here: a resolved one was just listed.
-        Err(ClientError::Api { status, .. }) if exact && status.as_u16() == 404 => {
-            return Err(UsageError(format!("no allocation {id:?} on this node")).into());
+    let ids = if exact {
+        for id in &given {
+            wharf_state::check_alloc_id(id)?;
         }
-        Err(e) => return Err(e.into()),
-    }
-    let Some(wait) = wait else {
-        println!("stopping {id}");
-        return Ok(());
+        given
+    } else {
+        resolve_all(client, &given).await?
     };
-    let detail = wait_until_done(client, &id, wait).await?;
-    if !detail.done {
-        return Err(NotDone(format!("{id} is still stopping after {}", Formatted(wait))).into());
+    let body = serde_json::json!({ "ids": ids });
+    let result: StopManyResult =
+        client.json(Method::POST, ApiPath::v1(["allocations", "stop"]), Some(body)).await?;
+    for id in &result.stopped {
+        if wait.is_none() {
+            println!("stopping {id}");
+        }
     }
-    println!("stopped {id}: {}", detail.state.client_status);
+    // Only an exact id can be unknown here: a resolved one was just listed.
+    if !result.unknown.is_empty() || !result.failed.is_empty() {
+        let mut problems: Vec<String> =
+            result.unknown.iter().map(|id| format!("no allocation {id:?} on this node")).collect();
+        problems.extend(result.failed.iter().map(|(id, error)| format!("{id}: {error}")));
+        let message = problems.join("; ");
+        return Err(if result.failed.is_empty() {
+            UsageError(message).into()
+        } else {
+            anyhow::anyhow!(message)
+        });
+    }
+    let Some(wait) = wait else { return Ok(()) };
+    let deadline = tokio::time::Instant::now() + wait;
+    for id in &result.stopped {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let detail = wait_until_done(client, id, left).await?;
+        if !detail.done {
+            return Err(NotDone(format!("{id} is still stopping after {}", Formatted(wait))).into());
+        }
+        println!("stopped {id}: {}", detail.state.client_status);
+    }
     Ok(())
 }
 
@@ -366,6 +388,19 @@ async fn resolve(client: &Client, given: &str) -> anyhow::Result<String> {
         Ok(id) => Ok(id.to_owned()),
         Err(not_an_id) => by_job(&allocs, given).unwrap_or(Err(not_an_id)),
     }
+}
+
+/// Each of `given` resolved as [`resolve`] does, from one listing.
+async fn resolve_all(client: &Client, given: &[String]) -> anyhow::Result<Vec<String>> {
+    let allocs: Vec<AllocSummary> =
+        client.json(Method::GET, ApiPath::v1(["allocations"]), None).await?;
+    given
+        .iter()
+        .map(|one| match match_id(allocs.iter().map(|a| a.id.as_str()), one) {
+            Ok(id) => Ok(id.to_owned()),
+            Err(not_an_id) => by_job(&allocs, one).unwrap_or(Err(not_an_id)),
+        })
+        .collect()
 }
 
 /// The allocation of job `given`, if the job has one alone; None if it has none.
