@@ -34,7 +34,7 @@ pub async fn print(client: &Client, config: &NodeConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The probe lines, as [`print`] prints them (the probe channel sends them itself).
+/// The probe lines, as [`print()`] prints them (the probe channel sends them itself).
 pub async fn lines(client: &Client, config: &NodeConfig) -> anyhow::Result<Vec<String>> {
     let asked = tokio::time::timeout(AGENT_DEADLINE, client.call(Method::GET, "/v1/probe", None));
     let lines = match asked.await {
