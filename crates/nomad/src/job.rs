@@ -2,7 +2,7 @@
 //! translated into wharf's spec: one wharf [`Job`] per task group, each run as `Count`
 //! allocations. The fields that only choose among regions, datacenters, namespaces and
 //! priorities are kept in [`NomadJob`] to be shown back; every field that would change how
-//! tasks run and that wharf lacks is refused with its path ([`crate::fields`]).
+//! tasks run and that wharf lacks is refused with its path (see the `fields` module).
 //!
 //! Tasks get Nomad's task environment through wharf's `${WHARF_*}` interpolation, so the
 //! values are the ones wharf's own variables have: `NOMAD_TASK_DIR` is the task's `local/`
