@@ -19,6 +19,9 @@ use wharf_node::fleet::api::{FleetAlloc, FleetWorker};
 use wharf_state::ClientStatus;
 use wharf_state::resources::Amount;
 use wharf_tests::etcd::Etcd;
+
+/// The token fleet replicas on etcd share (they must be given one).
+const ETCD_TOKEN: &str = "wharf-bench-etcd-fleet";
 use wharf_tests::fleet::Fleet;
 
 pub(crate) const FULL_LATENCY_SAMPLES: usize = 50;
@@ -44,8 +47,10 @@ impl FleetProcess {
         // inherit this), so logging does not weigh on the figures.
         let filter = "warn,wharf_node::fleet=info";
         let fleet = Fleet::start(wharf, &dir, settings, filter, Duration::from_secs(60)).unwrap();
-        // The token the fleet made and keeps in its data directory.
-        let client = Client::new(fleet.address(), Some(fleet.token().unwrap()));
+        // The token the fleet made and keeps in its data directory, or the one replicas on
+        // etcd must share, given in their settings.
+        let token = fleet.token().unwrap_or_else(|_| ETCD_TOKEN.to_owned());
+        let client = Client::new(fleet.address(), Some(token));
         FleetProcess { fleet, client }
     }
 
@@ -90,8 +95,10 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
     let samples = effort.scaled(FULL_LATENCY_SAMPLES).max(3);
     let etcd = Etcd::start(Duration::from_secs(30))
         .map_err(|e| format!("the fleet's etcd rows need etcd: {e}"))?;
-    let etcd_store =
-        format!("[store]\nbackend = \"etcd\"\nendpoints = [\"{}\"]\n", etcd.endpoint());
+    let etcd_store = format!(
+        "token = {ETCD_TOKEN:?}\n[store]\nbackend = \"etcd\"\nendpoints = [\"{}\"]\n",
+        etcd.endpoint()
+    );
     let stores = [("redb", String::new()), ("etcd", etcd_store)];
     let mut latency_rows = Vec::new();
     for (store, settings) in &stores {
