@@ -95,10 +95,8 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
     let samples = effort.scaled(FULL_LATENCY_SAMPLES).max(3);
     let etcd = Etcd::start(Duration::from_secs(30))
         .map_err(|e| format!("the fleet's etcd rows need etcd: {e}"))?;
-    let etcd_store = format!(
-        "token = {ETCD_TOKEN:?}\n[store]\nbackend = \"etcd\"\nendpoints = [\"{}\"]\n",
-        etcd.endpoint()
-    );
+    let etcd_store =
+        format!("[store]\nbackend = \"etcd\"\nendpoints = [\"{}\"]\n", etcd.endpoint());
     let stores = [("redb", String::new()), ("etcd", etcd_store)];
     let mut latency_rows = Vec::new();
     for (store, settings) in &stores {
@@ -318,7 +316,8 @@ pub(crate) async fn submit_latencies(
     let fleet = FleetProcess::start(
         wharf,
         &format!(
-            "per_worker_limit = {samples}\nprobe_interval = \"1s\"\n[loopback]\ninstances = 2\n{store}"
+            "token = {ETCD_TOKEN:?}\nper_worker_limit = {samples}\nprobe_interval = \"1s\"\n\
+             [loopback]\ninstances = 2\n{store}"
         ),
     );
     fleet.until_idle(2, Duration::from_secs(120)).await;
