@@ -223,7 +223,7 @@ async fn leader_of(replicas: &[Option<FleetProcess>]) -> Result<usize, String> {
 async fn failover_seconds(wharf: &Path, etcd: &Etcd, run: usize) -> Result<f64, String> {
     let shared = crate::scratch::dir("wharf-bench-failover");
     let settings = format!(
-        "probe_interval = \"200ms\"\nsync_interval = \"1s\"\n[loopback]\ninstances = 2\nroot = {:?}\n\
+        "token = {ETCD_TOKEN:?}\nprobe_interval = \"200ms\"\nsync_interval = \"1s\"\n[loopback]\ninstances = 2\nroot = {:?}\n\
          [runner]\ndirectory = {:?}\n[store]\nbackend = \"etcd\"\nendpoints = [\"{}\"]\n\
          prefix = \"/bench-failover/{run}\"\nlease_ttl = \"{}s\"\n",
         shared.join("instances").display().to_string(),
