@@ -196,6 +196,26 @@ impl LoopbackInstanceSet {
     }
 }
 
+/// Removes an instance's directory, gone already counting as removed. A process of the
+/// instance that is still exiting may add a file while the tree is removed (the removal then
+/// fails with "directory not empty"), so a failure is retried a few times, 50 ms apart.
+async fn remove_instance_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    const ATTEMPTS: u32 = 10;
+    let mut attempt = 1;
+    loop {
+        match std::fs::remove_dir_all(dir) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if attempt == ATTEMPTS => return Err(e),
+            Err(e) => {
+                tracing::debug!(error = %e, attempt, "removing {} again", dir.display());
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                attempt += 1;
+            }
+        }
+    }
+}
+
 #[async_trait::async_trait]
 impl InstanceSet for LoopbackInstanceSet {
     async fn create(
@@ -272,12 +292,14 @@ impl InstanceSet for LoopbackInstanceSet {
             return Ok(());
         };
         self.run_destroy_command(&instance).await?;
+        // The directory goes first: an instance leaves the list only once nothing of it is
+        // left, so whoever sees it gone from the list may rely on that.
+        let dir = self.dir(id);
+        if let Err(e) = remove_instance_dir(&dir).await {
+            tracing::warn!(worker = %id, error = %e, "cannot remove {}", dir.display());
+        }
         if self.instances.lock().live.remove(id).is_some() {
             tracing::info!(worker = %id, "loopback instance destroyed");
-            let dir = self.dir(id);
-            if let Err(e) = std::fs::remove_dir_all(&dir) {
-                tracing::warn!(worker = %id, error = %e, "cannot remove {}", dir.display());
-            }
         }
         Ok(())
     }
