@@ -838,6 +838,8 @@ fn decide_table() {
         collected: &'static [&'static str],
         creates: usize,
         creates_for_work: &'static [&'static str],
+        /// Types held for capacity.
+        held: &'static [&'static str],
         phases: Vec<(&'static str, WorkPhase)>,
         /// Queued work and a phrase of why it waits.
         waits: Vec<(&'static str, &'static str)>,
@@ -859,12 +861,14 @@ fn decide_table() {
         collected: &[],
         creates: 0,
         creates_for_work: &[],
+        held: &[],
         phases: Vec::new(),
         waits: Vec::new(),
     };
     let starting = |w: &str| WorkPhase::Starting { worker: w.into() };
     let big = Amount { cpu_mhz: 16_000, memory_mb: 32_768, cores: 8 };
     let small = Amount { cpu_mhz: 4_000, memory_mb: 4_096, cores: 2 };
+    let medium = Amount { cpu_mhz: 8_000, memory_mb: 16_384, cores: 4 };
     let mb = |memory_mb: u64| Amount { cpu_mhz: 0, memory_mb, cores: 0 };
     let cases = vec![
         Case {
@@ -916,6 +920,24 @@ fn decide_table() {
             types: vec![("small", small), ("large", big)],
             creates_for_work: &["large", "large"],
             ..case("with types that say what they have, the smallest that fits is created for each")
+        },
+        Case {
+            work: vec![("a", WorkPhase::Queued)],
+            workers: vec![having(worker_view("w1", Idle, Run, &[]), small)],
+            needs: vec![("a", mb(8_192))],
+            types: vec![("small", small), ("medium", medium), ("large", big)],
+            held: &["medium"],
+            creates_for_work: &["large"],
+            ..case("a type held for capacity is passed over for the next that fits")
+        },
+        Case {
+            work: vec![("a", WorkPhase::Queued)],
+            workers: vec![having(worker_view("w1", Idle, Run, &[]), small)],
+            needs: vec![("a", mb(8_192))],
+            types: vec![("small", small), ("medium", medium), ("large", big)],
+            held: &["medium", "large"],
+            creates_for_work: &["medium"],
+            ..case("when every type that fits is held, the smallest that fits is asked for")
         },
         Case {
             work: vec![("a", WorkPhase::Queued)],
@@ -1048,6 +1070,7 @@ fn decide_table() {
             now,
             loaded: case.loaded,
             types: case.types.iter().map(|(name, has)| ((*name).to_owned(), *has)).collect(),
+            held: case.held.iter().map(|name| (*name).to_owned()).collect(),
         };
         let decisions = books.decide(&snapshot, &case.config);
         let launches: Vec<(String, String)> =
@@ -1085,6 +1108,7 @@ fn work_being_asked_about_is_not_written_off_before_the_answer() {
         now,
         loaded: true,
         types: Vec::new(),
+        held: Default::default(),
     };
     let mut books = Books::holding(&[("a", running("w1"))], now);
     let idle = worker_view("w1", State::Idle, IdleBehavior::Drain, &[]);
@@ -1146,6 +1170,7 @@ fn take_over_table() {
             now: at,
             loaded: true,
             types: Vec::new(),
+            held: Default::default(),
         };
         let decisions = books.decide(&snapshot, &config(2));
         assert_eq!(decisions.stop_asked, stops, "{name}: stops");
@@ -1420,6 +1445,7 @@ fn a_step_changes_at_most_one_commits_worth_and_the_next_goes_on() {
         now,
         loaded: true,
         types: Vec::new(),
+        held: Default::default(),
     };
     let mut launched = Vec::new();
     let mut steps = 0;

@@ -10,7 +10,7 @@
 mod moto;
 
 use hyper::Method;
-use moto::{Moto, Proxy};
+use moto::{Fault, Moto, Proxy};
 use std::path::Path;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -33,9 +33,9 @@ fn start(dir: &Path, proxy: &Proxy, subnet: &str, key: &Path, booting: &str) -> 
          [runner]\nagent_data_dir = \"/var/lib/wharf\"\n\
          [ec2]\nendpoint = {:?}\nimage = \"ami-12c6146b\"\nsubnets = [{subnet:?}]\n\
          identity = {:?}\nhost_key = {:?}\nfleet_tag = \"e2e-{}\"\ntimeout_idle = \"2s\"\n\
-         [[ec2.instance_type]]\nname = \"small\"\nprovider_type = \"t3.small\"\nvcpus = 1\nmemory_mb = 1024\nprice = 0.0104\n\
-         [[ec2.instance_type]]\nname = \"medium\"\nprovider_type = \"t3.medium\"\nvcpus = 2\nmemory_mb = 4096\nprice = 0.0416\n\
-         [[ec2.instance_type]]\nname = \"large\"\nprovider_type = \"m5.xlarge\"\nvcpus = 4\nmemory_mb = 16384\nprice = 0.192\n",
+         [[ec2.instance_type]]\nname = \"small\"\nprovider_type = \"t3.small\"\nvcpus = 1\nmemory_mb = 1024\nprice = 0.0104\nquota_group = \"t3\"\n\
+         [[ec2.instance_type]]\nname = \"medium\"\nprovider_type = \"t3.medium\"\nvcpus = 2\nmemory_mb = 4096\nprice = 0.0416\nquota_group = \"t3\"\n\
+         [[ec2.instance_type]]\nname = \"large\"\nprovider_type = \"m5.xlarge\"\nvcpus = 4\nmemory_mb = 16384\nprice = 0.192\nquota_group = \"m5\"\n",
         proxy.url(),
         key.display().to_string(),
         std::fs::read_to_string(key.with_extension("pub")).unwrap().trim(),
@@ -141,6 +141,72 @@ async fn the_fleet_creates_the_smallest_fitting_ec2_type_finds_it_again_and_ends
             || described.contains("<name>terminated</name>"),
         "{described}"
     );
+}
+
+/// Submits work needing `cpu` MHz and `memory` MB to the fleet; returns its id.
+async fn submit(client: &Client, id: &str, cpu: u32, memory: u32) -> String {
+    let spec = format!(
+        "[job]\nid = {id:?}\ntype = \"batch\"\n[group]\nname = \"g\"\n[[group.task]]\n\
+         name = \"t\"\ndriver = \"raw_exec\"\nresources = {{ cpu = {cpu}, memory = {memory} }}\n\
+         config = {{ command = \"/bin/true\" }}\n"
+    );
+    let body = client
+        .call(Method::POST, "/v1/allocations", Some(("application/toml", spec.into_bytes())))
+        .await
+        .unwrap();
+    serde_json::from_slice::<serde_json::Value>(&body).unwrap()["id"].as_str().unwrap().to_owned()
+}
+
+/// The instance types the fleet asked EC2 for, in order.
+fn types_run(proxy: &Proxy) -> Vec<String> {
+    let calls = proxy.calls("RunInstances");
+    calls.iter().map(|c| c.param("InstanceType").unwrap_or_default().to_owned()).collect()
+}
+
+/// Arvados' holds, through the fleet's scheduler: a type the cloud has no capacity for, and
+/// every type of a quota group at its quota, are passed over for the next type that fits
+/// rather than leave the work waiting for the hold to end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_type_held_for_capacity_or_quota_is_passed_over_for_the_next_that_fits() {
+    #![allow(clippy::disallowed_methods)] // ssh-keygen makes the fleet's key
+    let moto = tokio::task::spawn_blocking(Moto::shared).await.unwrap();
+    let proxy = Proxy::start(moto.port).await;
+    let subnet = moto.subnet("10.231.0.0/16", "10.231.201.0/24");
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("id_ed25519");
+    let made = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(&key)
+        .output()
+        .expect("ssh-keygen (Debian: openssh-client) must be installed");
+    assert!(made.status.success(), "{made:?}");
+    let fleet = start(dir.path(), &proxy, &subnet, &key, "5m");
+    let client = Client::new(fleet.address(), Some(fleet.token().unwrap()));
+    let large = |l: &ArvadosInstances| {
+        l.items.iter().filter(|i| i.provider_instance_type == "m5.xlarge").count()
+    };
+
+    // No capacity for t3.medium, the smallest type that fits: m5.xlarge instead.
+    proxy.inject(
+        Fault::new("RunInstances", "InsufficientInstanceCapacity", "no t3.medium here")
+            .for_type("t3.medium")
+            .times(1),
+    );
+    submit(&client, "needs-medium", 1500, 2048).await;
+    until(&client, "an m5.xlarge for the work", |l| large(l) == 1).await;
+    assert_eq!(types_run(&proxy), ["t3.medium", "m5.xlarge"]);
+
+    // t3's vCPU quota is reached: work that fits t3.small gets an m5.xlarge too, and the work
+    // above, whose t3.medium is held still, counts the m5.xlarge on its way.
+    proxy.inject(
+        Fault::new("RunInstances", "VcpuLimitExceeded", "t3 vCPU limit")
+            .for_type("t3.small")
+            .times(1),
+    );
+    submit(&client, "needs-small", 500, 512).await;
+    let list = until(&client, "a second m5.xlarge", |l| large(l) == 2).await;
+    assert_eq!(types_run(&proxy), ["t3.medium", "m5.xlarge", "t3.small", "m5.xlarge"]);
+    assert_eq!(list.items.len(), 2, "no t3 instance was made: {list:#?}");
 }
 
 /// The image's boot, played by the test: the instance's host is a network namespace running

@@ -348,15 +348,24 @@ impl Books {
 /// Arvados' scheduler creates for containers it cannot place; less the instances of that type
 /// already on their way (creates in flight, workers not yet booted). Nothing for work that no
 /// type fits, or when no type says what it has.
+///
+/// A type the cloud has no capacity for now is passed over for the next one that fits, as
+/// Arvados falls back to a dearer type rather than let the work wait; when every type that
+/// fits is held, the smallest is asked for and the pool refuses it until its hold ends.
 fn creates_for_work(unplaced: &[Amount], snapshot: &Snapshot) -> Vec<String> {
     if snapshot.types.is_empty() {
         return Vec::new();
     }
     let mut wanted: BTreeMap<&str, usize> = BTreeMap::new();
     for needs in unplaced {
-        if let Some((name, _)) =
-            snapshot.types.iter().find(|(_, has)| has.shortfall(needs).is_none())
-        {
+        let mut fitting = snapshot.types.iter().filter(|(_, has)| has.shortfall(needs).is_none());
+        let smallest = fitting.next();
+        let choice = smallest
+            .into_iter()
+            .chain(fitting)
+            .find(|(name, _)| !snapshot.held.contains(name))
+            .or(smallest);
+        if let Some((name, _)) = choice {
             *wanted.entry(name).or_default() += 1;
         }
     }

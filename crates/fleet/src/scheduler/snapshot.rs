@@ -1,7 +1,7 @@
 //! What the scheduler sees of the pool at one moment ([`Snapshot`]): the input of a step's
 //! pure decision.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use wharf_prober::{InstanceId, InstanceView, Pool, WorkerView};
 use wharf_state::Timestamp;
 use wharf_state::resources::Amount;
@@ -17,6 +17,9 @@ pub(crate) struct Snapshot {
     pub(crate) loaded: bool,
     /// The instance types that say what an instance has, smallest first.
     pub(crate) types: Vec<(String, Amount)>,
+    /// The types whose creates the cloud's capacity holds now (the type's own, its quota
+    /// group's, or every type's).
+    pub(crate) held: HashSet<String>,
 }
 
 impl Snapshot {
@@ -30,12 +33,16 @@ impl Snapshot {
             })
             .collect();
         types.sort_by_key(|(name, has)| (has.memory_mb, has.cpu_mhz, has.cores, name.clone()));
+        let held =
+            types.iter().map(|(name, _)| name).filter(|name| pool.at_capacity(name)).cloned();
+        let held = held.collect();
         let mut snapshot = Snapshot {
             workers: HashMap::new(),
             creating: HashMap::new(),
             now,
             loaded: pool.loaded(),
             types,
+            held,
         };
         for instance in pool.instances() {
             match instance {
