@@ -173,6 +173,7 @@ mod tests {
             finished: NOW,
             outcome: "ended: failed".into(),
             rescheduled,
+            price_micros_per_hour: None,
         }
     }
 

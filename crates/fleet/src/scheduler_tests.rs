@@ -1071,6 +1071,7 @@ fn decide_table() {
             loaded: case.loaded,
             types: case.types.iter().map(|(name, has)| ((*name).to_owned(), *has)).collect(),
             held: case.held.iter().map(|name| (*name).to_owned()).collect(),
+            prices: Default::default(),
         };
         let decisions = books.decide(&snapshot, &case.config);
         let launches: Vec<(String, String)> =
@@ -1109,6 +1110,7 @@ fn work_being_asked_about_is_not_written_off_before_the_answer() {
         loaded: true,
         types: Vec::new(),
         held: Default::default(),
+        prices: Default::default(),
     };
     let mut books = Books::holding(&[("a", running("w1"))], now);
     let idle = worker_view("w1", State::Idle, IdleBehavior::Drain, &[]);
@@ -1120,6 +1122,44 @@ fn work_being_asked_about_is_not_written_off_before_the_answer() {
         let decisions = books.decide(&snapshot(workers), &config(2));
         assert!(decisions.ask.is_empty(), "{name}: asked again");
         assert_eq!(books.phase("a"), Some(running("w1")), "{name}");
+    }
+}
+
+/// Each attempt placed on a worker whose type has a price keeps that price, whether it was
+/// started there or found running there; a worker of a type without one prices nothing.
+#[test]
+fn attempts_keep_the_hourly_price_of_their_workers_type() {
+    use crate::scheduler::{Books, Snapshot};
+    let now = Timestamp(1_000_000);
+    let typed = |mut view: WorkerView, instance_type: &str| {
+        view.instance_type = instance_type.into();
+        view
+    };
+    let snapshot = Snapshot {
+        workers: [
+            typed(worker_view("w1", State::Idle, IdleBehavior::Run, &[]), "large"),
+            typed(worker_view("w2", State::Running, IdleBehavior::Hold, &["z"]), "large"),
+            typed(worker_view("w3", State::Running, IdleBehavior::Hold, &["y"]), "unpriced"),
+        ]
+        .into_iter()
+        .map(|v| (v.id.clone(), v))
+        .collect(),
+        creating: HashMap::new(),
+        now,
+        loaded: true,
+        types: Vec::new(),
+        held: Default::default(),
+        prices: [("large".to_owned(), 192_000)].into_iter().collect(),
+    };
+    let mut books = Books::holding(&[("a", WorkPhase::Queued)], now);
+    let decisions = books.decide(&snapshot, &config(2));
+    assert!(decisions.changed);
+    for (id, worker, price) in
+        [("a", "w1", Some(192_000)), ("z", "w2", Some(192_000)), ("y", "w3", None)]
+    {
+        let placement = books.placement(id).unwrap_or_else(|| panic!("no work {id}"));
+        assert_eq!(placement.phase.worker(), Some(worker), "{id}");
+        assert_eq!(placement.price_micros_per_hour, price, "{id}");
     }
 }
 
@@ -1171,6 +1211,7 @@ fn take_over_table() {
             loaded: true,
             types: Vec::new(),
             held: Default::default(),
+            prices: Default::default(),
         };
         let decisions = books.decide(&snapshot, &config(2));
         assert_eq!(decisions.stop_asked, stops, "{name}: stops");
@@ -1446,6 +1487,7 @@ fn a_step_changes_at_most_one_commits_worth_and_the_next_goes_on() {
         loaded: true,
         types: Vec::new(),
         held: Default::default(),
+        prices: Default::default(),
     };
     let mut launched = Vec::new();
     let mut steps = 0;

@@ -25,23 +25,30 @@ const LIMIT: Duration = Duration::from_secs(60);
 const CREDENTIALS: [(&str, &str); 2] =
     [("AWS_ACCESS_KEY_ID", "AKIDTEST"), ("AWS_SECRET_ACCESS_KEY", "secret")];
 
-/// A fleet on EC2 through `proxy`, in `subnet`, booting for at most `booting`.
+/// A fleet on EC2 through `proxy`, in `subnet`, booting for at most `booting`. Its instances
+/// carry the fleet tag [`fleet_tag`] of `dir`: fleets of one directory share them, as a
+/// restarted fleet does, and tests running at once against the same moto keep theirs apart.
 fn start(dir: &Path, proxy: &Proxy, subnet: &str, key: &Path, booting: &str) -> Fleet {
     let settings = format!(
         "probe_interval = \"200ms\"\nsync_interval = \"500ms\"\ncommand_deadline = \"1s\"\n\
          [timeouts]\nbooting = \"{booting}\"\n\
          [runner]\nagent_data_dir = \"/var/lib/wharf\"\n\
          [ec2]\nendpoint = {:?}\nimage = \"ami-12c6146b\"\nsubnets = [{subnet:?}]\n\
-         identity = {:?}\nhost_key = {:?}\nfleet_tag = \"e2e-{}\"\ntimeout_idle = \"2s\"\n\
+         identity = {:?}\nhost_key = {:?}\nfleet_tag = \"{}\"\ntimeout_idle = \"2s\"\n\
          [[ec2.instance_type]]\nname = \"small\"\nprovider_type = \"t3.small\"\nvcpus = 1\nmemory_mb = 1024\nprice = 0.0104\nquota_group = \"t3\"\n\
          [[ec2.instance_type]]\nname = \"medium\"\nprovider_type = \"t3.medium\"\nvcpus = 2\nmemory_mb = 4096\nprice = 0.0416\nquota_group = \"t3\"\n\
          [[ec2.instance_type]]\nname = \"large\"\nprovider_type = \"m5.xlarge\"\nvcpus = 4\nmemory_mb = 16384\nprice = 0.192\nquota_group = \"m5\"\n",
         proxy.url(),
         key.display().to_string(),
         std::fs::read_to_string(key.with_extension("pub")).unwrap().trim(),
-        std::process::id(),
+        fleet_tag(dir),
     );
     Fleet::start_with_env(Path::new(WHARF), dir, &settings, "info", LIMIT, &CREDENTIALS).unwrap()
+}
+
+/// The fleet tag of the fleets started in `dir`.
+fn fleet_tag(dir: &Path) -> String {
+    format!("e2e-{}-{}", std::process::id(), dir.file_name().unwrap().to_string_lossy())
 }
 
 /// Polls Arvados' instance list until `check` holds.
@@ -109,7 +116,7 @@ async fn the_fleet_creates_the_smallest_fitting_ec2_type_finds_it_again_and_ends
     let id = instance.instance.clone();
     let described = moto.call("DescribeInstances", &[("InstanceId.1", &id)]);
     assert!(
-        described.contains(&format!("<value>e2e-{}</value>", std::process::id())),
+        described.contains(&format!("<value>{}</value>", fleet_tag(dir.path()))),
         "{described}"
     );
 
@@ -273,6 +280,7 @@ async fn an_ec2_worker_boots_runs_work_and_is_terminated_when_idle() {
     let spec = "[job]\nid = \"work\"\ntype = \"batch\"\n[group]\nname = \"g\"\n[[group.task]]\n\
                 name = \"t\"\ndriver = \"raw_exec\"\nresources = { cpu = 500, memory = 256 }\n\
                 config = { command = \"/bin/sh\", args = [\"-c\", \"sleep 2\"] }\n";
+    let submitted = Instant::now();
     let body = client
         .call(Method::POST, "/v1/allocations", Some(("application/toml", spec.as_bytes().to_vec())))
         .await
@@ -326,6 +334,25 @@ async fn an_ec2_worker_boots_runs_work_and_is_terminated_when_idle() {
     };
     assert_eq!(ended["worker"], id.as_str(), "{ended}");
     assert!(ended["outcome"].as_str().unwrap_or_default().contains("complete"), "{ended}");
+    // The attempt's cost: the worker's price for the time the work ran (`sleep 2`, and the
+    // few moments around it until the worker reported its end).
+    assert_eq!(ended["price_per_hour"], 0.0104, "{ended}");
+    let cost = ended["cost"].as_f64().unwrap_or_else(|| panic!("no cost in {ended}"));
+    let (least, most) = (2.0, submitted.elapsed().as_secs_f64());
+    assert!(
+        (0.0104 * least / 3600.0..=0.0104 * most / 3600.0).contains(&cost),
+        "{cost} is not the price of {least} to {most} seconds: {ended}"
+    );
+    assert_eq!(ended["total_cost"].as_f64(), Some(cost), "{ended}");
+    let status = std::process::Command::new(WHARF)
+        .args(["fleet", "status", &alloc])
+        .env("WHARF_FLEET_ADDR", fleet.address())
+        .env("WHARF_DATA_DIR", fleet.data_dir())
+        .env_remove("WHARF_TOKEN")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(text.contains(" COST ") && text.contains(&format!(" {cost:.6} ")), "{text}");
     let deadline = Instant::now() + LIMIT;
     while !proxy
         .calls("TerminateInstances")

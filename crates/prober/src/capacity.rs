@@ -61,6 +61,11 @@ impl Price {
             .then_some(Price { micros_per_hour: micros as u64 })
     }
 
+    /// The amount per hour in millionths, as records keep it exactly.
+    pub fn micros_per_hour(self) -> u64 {
+        self.micros_per_hour
+    }
+
     /// The amount per hour.
     pub fn hourly(self) -> f64 {
         self.micros_per_hour as f64 / 1e6

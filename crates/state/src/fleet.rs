@@ -233,6 +233,23 @@ pub struct Attempt {
     pub outcome: String,
     /// How it came to be, if it was a reschedule.
     pub rescheduled: Option<RescheduleEvent>,
+    /// The hourly price of its worker's instance type, in millionths, where it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price_micros_per_hour: Option<u64>,
+}
+
+impl Attempt {
+    /// What its worker's time cost, in the price's currency: the price times the time from
+    /// its start to its end. `None` without a price or a start.
+    pub fn cost(&self) -> Option<f64> {
+        Some(cost(self.price_micros_per_hour?, self.started?, self.finished))
+    }
+}
+
+/// What `price_micros_per_hour` comes to from `started` to `until`.
+fn cost(price_micros_per_hour: u64, started: Timestamp, until: Timestamp) -> f64 {
+    let hours = until.since(started).as_secs_f64() / 3600.0;
+    price_micros_per_hour as f64 / 1e6 * hours
 }
 
 /// One piece of work, as the fleet keeps it.
@@ -271,6 +288,10 @@ pub struct Placement {
     pub stop_requested: bool,
     /// Bumped by every change; the API's version of it.
     pub revision: u64,
+    /// The hourly price of the current attempt's worker's instance type, in millionths,
+    /// where it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price_micros_per_hour: Option<u64>,
 }
 
 impl Placement {
@@ -298,7 +319,20 @@ impl Placement {
             history: Vec::new(),
             stop_requested: false,
             revision: 0,
+            price_micros_per_hour: None,
         }
+    }
+
+    /// What the current attempt's worker time has cost up to `now` (to its end, if it ended).
+    /// `None` without a price or a start.
+    pub fn cost(&self, now: Timestamp) -> Option<f64> {
+        let until = self.finished.unwrap_or(now);
+        Some(cost(self.price_micros_per_hour?, self.started?, until))
+    }
+
+    /// What every attempt's worker time has cost up to `now`, where it has a price.
+    pub fn total_cost(&self, now: Timestamp) -> f64 {
+        self.history.iter().filter_map(Attempt::cost).sum::<f64>() + self.cost(now).unwrap_or(0.0)
     }
 
     /// The current attempt's id on the worker.
@@ -410,6 +444,32 @@ mod tests {
     }
 
     #[test]
+    fn an_attempts_cost_is_its_workers_price_for_the_time_it_ran() {
+        let hour = 3_600_000;
+        let mut placement =
+            Placement::queued("w", Timestamp(0), Amount::ZERO, ReschedulePolicy::DISABLED);
+        assert_eq!(placement.cost(Timestamp(hour)), None, "not started");
+        placement.history.push(Attempt {
+            attempt: 1,
+            runner_id: "w".into(),
+            worker: Some("h1".into()),
+            started: Some(Timestamp(0)),
+            finished: Timestamp(hour / 2),
+            outcome: "lost: gone".into(),
+            rescheduled: None,
+            price_micros_per_hour: Some(192_000),
+        });
+        assert_eq!(placement.history[0].cost(), Some(0.096));
+        placement.started = Some(Timestamp(hour));
+        assert_eq!(placement.cost(Timestamp(2 * hour)), None, "a worker without a price");
+        placement.price_micros_per_hour = Some(41_600);
+        assert_eq!(placement.cost(Timestamp(3 * hour)), Some(0.0832), "running: up to now");
+        placement.finished = Some(Timestamp(2 * hour));
+        assert_eq!(placement.cost(Timestamp(3 * hour)), Some(0.0416), "ended: up to its end");
+        assert!((placement.total_cost(Timestamp(3 * hour)) - 0.1376).abs() < 1e-9);
+    }
+
+    #[test]
     fn records_round_trip_through_json() {
         let mut placement = Placement::queued(
             "w",
@@ -426,6 +486,7 @@ mod tests {
             finished: Timestamp(3_000),
             outcome: "lost: gone".into(),
             rescheduled: None,
+            price_micros_per_hour: Some(192_000),
         });
         let record = WorkRecord { placement, payload: "{}".into() };
         let text = serde_json::to_string(&record).unwrap();

@@ -228,6 +228,7 @@ impl Books {
             finished: now,
             outcome: how.clone(),
             rescheduled: placement.rescheduled.take(),
+            price_micros_per_hour: placement.price_micros_per_hour.take(),
         });
         reschedule::prune(&placement.reschedule, &mut placement.history, now);
         placement.attempt += 1;
@@ -453,6 +454,11 @@ impl Books {
     /// Where work `id` is.
     pub(crate) fn phase(&self, id: &str) -> Option<WorkPhase> {
         self.entries.get(id).map(|e| e.placement.phase.clone())
+    }
+
+    /// Work `id` as the books keep it.
+    pub(crate) fn placement(&self, id: &str) -> Option<&Placement> {
+        self.entries.get(id).map(|e| &e.placement)
     }
 
     /// Makes `worker` take no work until `until`, as after a refused start.

@@ -45,6 +45,7 @@ impl Books {
         self.release_outcomes(views, &mut decisions);
         let slots = self.slots(views, now);
         let unplaced = self.place_queued(slots, now, config, &mut decisions);
+        self.price_attempts(snapshot, &mut decisions);
         decisions.creates_for_work = creates_for_work(&unplaced, snapshot);
 
         // Creates in flight count: they become workers.
@@ -276,6 +277,42 @@ impl Books {
                 }
             })
             .collect()
+    }
+
+    /// Gives each attempt placed on a worker (started here, or adopted) the hourly price of
+    /// that worker's instance type, once, so that its cost can be told after the worker is
+    /// gone.
+    fn price_attempts(&mut self, snapshot: &Snapshot, decisions: &mut Decisions) {
+        if snapshot.prices.is_empty() {
+            return;
+        }
+        let unpriced: Vec<(String, u64)> = self
+            .entries
+            .values()
+            .filter(|entry| entry.placement.price_micros_per_hour.is_none())
+            .filter_map(|entry| {
+                let worker = entry.placement.phase.worker()?;
+                let view = snapshot.workers.get(&InstanceId(worker.to_owned()))?;
+                let price = snapshot.prices.get(&view.instance_type)?;
+                let placed = matches!(
+                    entry.placement.phase,
+                    WorkPhase::Starting { .. } | WorkPhase::Running { .. }
+                );
+                placed.then(|| (entry.placement.id.clone(), *price))
+            })
+            .collect();
+        for (id, price) in unpriced {
+            if !self.changed.contains(&id) && !self.has_room() {
+                // The rest is priced by the next step, within its own budget.
+                decisions.more = true;
+                break;
+            }
+            if let Some(entry) = self.entries.get_mut(&id) {
+                entry.placement.price_micros_per_hour = Some(price);
+            }
+            self.touch(&id);
+            decisions.changed = true;
+        }
     }
 
     /// Queued work, in order, on the `slots` with room; returns what each piece that fits

@@ -510,6 +510,15 @@ impl Scheduler {
         let _ = writeln!(out, "# TYPE wharf_fleet_start_latency_seconds summary");
         let _ = writeln!(out, "wharf_fleet_start_latency_seconds_sum {}", c.start_latency_sum);
         let _ = writeln!(out, "wharf_fleet_start_latency_seconds_count {}", c.start_latency_count);
+        let now = self.now();
+        let cost: f64 = inner.entries.values().map(|e| e.placement.total_cost(now)).sum();
+        let _ = writeln!(
+            out,
+            "# HELP wharf_fleet_work_cost The worker time of the work kept, at its workers' hourly \
+             prices: every attempt's, up to now."
+        );
+        let _ = writeln!(out, "# TYPE wharf_fleet_work_cost gauge");
+        let _ = writeln!(out, "wharf_fleet_work_cost {cost}");
         out
     }
 

@@ -20,6 +20,8 @@ pub(crate) struct Snapshot {
     /// The types whose creates the cloud's capacity holds now (the type's own, its quota
     /// group's, or every type's).
     pub(crate) held: HashSet<String>,
+    /// The hourly price of each instance type that has one, in millionths.
+    pub(crate) prices: HashMap<String, u64>,
 }
 
 impl Snapshot {
@@ -36,6 +38,11 @@ impl Snapshot {
         let held =
             types.iter().map(|(name, _)| name).filter(|name| pool.at_capacity(name)).cloned();
         let held = held.collect();
+        let prices = pool
+            .instance_types()
+            .iter()
+            .filter_map(|it| Some((it.name.clone(), it.price?.micros_per_hour())))
+            .collect();
         let mut snapshot = Snapshot {
             workers: HashMap::new(),
             creating: HashMap::new(),
@@ -43,6 +50,7 @@ impl Snapshot {
             loaded: pool.loaded(),
             types,
             held,
+            prices,
         };
         for instance in pool.instances() {
             match instance {

@@ -224,6 +224,16 @@ pub struct FleetAlloc {
     pub start_latency_seconds: Option<f64>,
     /// Seconds since it was submitted.
     pub age_seconds: f64,
+    /// The hourly price of the current attempt's worker's instance type, where it has one.
+    #[serde(default)]
+    pub price_per_hour: Option<f64>,
+    /// What the current attempt's worker time has cost so far (to its end, once it ended):
+    /// the price times the time from its start.
+    #[serde(default)]
+    pub cost: Option<f64>,
+    /// What every attempt's worker time has cost, this one's included, where they had a price.
+    #[serde(default)]
+    pub total_cost: f64,
     /// Changes with every change of any allocation; pass it as `after` to wait for the next.
     pub version: u64,
 }
@@ -245,6 +255,10 @@ pub struct FleetAttempt {
     pub outcome: String,
     /// For a reschedule: the delay it waited, in seconds.
     pub delay_seconds: Option<f64>,
+    /// What its worker's time cost: the hourly price of the worker's instance type times the
+    /// time from its start to its end, where the type has a price.
+    #[serde(default)]
+    pub cost: Option<f64>,
 }
 
 impl FleetAlloc {
@@ -316,6 +330,7 @@ fn describe(
                 finished: a.finished.to_string(),
                 outcome: a.outcome.clone(),
                 delay_seconds: a.rescheduled.as_ref().map(|r| r.delay.as_secs_f64()),
+                cost: a.cost(),
             })
             .collect(),
         waiting,
@@ -325,6 +340,9 @@ fn describe(
             .started
             .map(|started| started.since(placement.submitted).as_secs_f64()),
         age_seconds: now.since(placement.submitted).as_secs_f64(),
+        price_per_hour: placement.price_micros_per_hour.map(|micros| micros as f64 / 1e6),
+        cost: placement.cost(now),
+        total_cost: placement.total_cost(now),
         id: placement.id,
         version,
     }

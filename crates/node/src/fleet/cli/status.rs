@@ -49,28 +49,31 @@ pub(super) fn print_attempts(alloc: &FleetAlloc) {
     let row = |attempt: &dyn std::fmt::Display,
                runner_id: &str,
                worker: Option<&str>,
-               started: Option<&str>,
-               ended: Option<&str>,
+               (started, ended): (Option<&str>, Option<&str>),
+               cost: &str,
                outcome: &str| {
         println!(
-            "{attempt:<7}  {runner_id:<40}  {:<12}  {:<24}  {:<24}  {outcome}",
+            "{attempt:<7}  {runner_id:<40}  {:<12}  {:<24}  {:<24}  {cost:<10}  {outcome}",
             worker.unwrap_or("-"),
             started.unwrap_or("-"),
             ended.unwrap_or("-"),
         );
     };
+    // Worker time at the worker type's hourly price; "-" where the type has none.
+    let cost = |cost: Option<f64>| cost.map_or_else(|| "-".to_owned(), |c| format!("{c:.6}"));
     println!();
-    row(&"ATTEMPT", "RUNNER ID", Some("WORKER"), Some("STARTED"), Some("ENDED"), "OUTCOME");
+    let heading = (Some("STARTED"), Some("ENDED"));
+    row(&"ATTEMPT", "RUNNER ID", Some("WORKER"), heading, "COST", "OUTCOME");
     for a in &alloc.history {
-        let (worker, started) = (a.worker.as_deref(), a.started.as_deref());
-        row(&a.attempt, &a.runner_id, worker, started, Some(&a.finished), &a.outcome);
+        let (worker, times) = (a.worker.as_deref(), (a.started.as_deref(), Some(&*a.finished)));
+        row(&a.attempt, &a.runner_id, worker, times, &cost(a.cost), &a.outcome);
     }
     let now = match (&alloc.outcome, &alloc.not_before, alloc.phase) {
         (Some(outcome), _, _) => outcome.clone(),
         (None, Some(at), WorkPhaseName::Queued) => format!("{}, not before {at}", alloc.phase),
         (None, _, phase) => phase.to_string(),
     };
-    let (worker, started) = (alloc.worker.as_deref(), alloc.started.as_deref());
-    let ended = alloc.finished.as_deref();
-    row(&alloc.attempt, &alloc.runner_id, worker, started, ended, &now);
+    let times = (alloc.started.as_deref(), alloc.finished.as_deref());
+    let worker = alloc.worker.as_deref();
+    row(&alloc.attempt, &alloc.runner_id, worker, times, &cost(alloc.cost), &now);
 }
