@@ -227,9 +227,10 @@ pub struct WorkerConfig {
     pub cluster_prefix: String,
     /// Prefix of the tag keys the prober writes (`<prefix>InstanceType`, ...).
     pub tag_prefix: String,
-    /// Deadline of one probe command (boot probe, run probe, checksum, start, kill).
+    /// Deadline of one probe command (boot probe, run probe, start, kill).
     pub command_deadline: Duration,
-    /// Deadline of the runner binary copy.
+    /// Deadline of the runner binary's copy, and of each check of its checksum (a read of
+    /// the whole binary).
     pub deploy_deadline: Duration,
 }
 

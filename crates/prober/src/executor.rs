@@ -149,6 +149,8 @@ pub struct Call {
     pub command: String,
     /// What was sent on stdin.
     pub stdin: Vec<u8>,
+    /// The deadline it was given.
+    pub deadline: Duration,
 }
 
 #[derive(Debug, Default)]
@@ -218,12 +220,13 @@ impl ScriptedExecutor {
         self.count.load(Ordering::Relaxed)
     }
 
-    fn answer(&self, command: &str, stdin: &[u8]) -> Option<Reply> {
+    fn answer(&self, command: &str, stdin: &[u8], deadline: Duration) -> Option<Reply> {
         let mut script = self.script.lock();
         if script.calls.len() == KEPT_CALLS {
             script.calls.pop_front();
         }
-        script.calls.push_back(Call { command: command.to_owned(), stdin: stdin.to_vec() });
+        let call = Call { command: command.to_owned(), stdin: stdin.to_vec(), deadline };
+        script.calls.push_back(call);
         let index = match script.exact.get(command) {
             Some(index) => *index,
             None => script.rules.iter().position(|r| match &r.matcher {
@@ -246,7 +249,7 @@ impl Executor for ScriptedExecutor {
     ) -> Result<Output, ProberError> {
         self.count.fetch_add(1, Ordering::Relaxed);
         let worker = self.worker.to_string();
-        match self.answer(command, stdin) {
+        match self.answer(command, stdin, deadline) {
             None => Err(ProberError::Exec {
                 worker,
                 detail: format!("the script has no answer for {command:?}"),

@@ -743,6 +743,10 @@ fn runner_deployment_table() {
         let installs: Vec<_> =
             h.script.calls().into_iter().filter(|c| c.command.contains("cat >")).collect();
         assert_eq!(!installs.is_empty(), case.want_installed, "{}", case.name);
+        // A check reads the whole binary: deploy work, under the deploy's deadline.
+        for check in h.script.calls().into_iter().filter(|c| c.command == check_command()) {
+            assert_eq!(check.deadline, secs(60), "{}: the checksum's deadline", case.name);
+        }
         for install in &installs {
             assert_eq!(install.stdin, BINARY, "{}: the binary goes on stdin", case.name);
             assert!(install.command.contains("mv -f"), "{}: {}", case.name, install.command);

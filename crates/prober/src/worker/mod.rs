@@ -615,7 +615,9 @@ impl Worker {
         };
         let path = quote("runner path", &deployment.path)?;
         let check = format!("sha256sum {path}");
-        let deadline = self.config.command_deadline;
+        // Hashing the binary is deploy work: it reads the whole binary (80 MB and more), which
+        // a loaded machine may take longer over than a probe's command deadline allows.
+        let deadline = self.config.deploy_deadline;
         let has = |out: &crate::Output| {
             out.success()
                 && out.stdout.split(|b| *b == b' ').next() == Some(deployment.sha256.as_bytes())
