@@ -273,11 +273,14 @@ async fn status_shows_when_and_how_every_attempt_ended() {
     let text = String::from_utf8_lossy(&out.stdout);
     let rows: Vec<&str> = text.lines().skip_while(|l| !l.starts_with("ATTEMPT")).collect();
     assert_eq!(rows.len(), 3, "{text}");
-    // ATTEMPT, RUNNER ID, WORKER, STARTED, ENDED, then OUTCOME (which has spaces).
+    // ATTEMPT, RUNNER ID, WORKER, STARTED, ENDED, COST ("-": a loopback worker has no
+    // price), then OUTCOME (which has spaces).
     let ended_column = |row: &str| row.split_whitespace().nth(4).unwrap_or_default().to_owned();
-    let outcome_column = |row: &str| row.split_whitespace().skip(5).collect::<Vec<_>>().join(" ");
+    let cost_column = |row: &str| row.split_whitespace().nth(5).unwrap_or_default().to_owned();
+    let outcome_column = |row: &str| row.split_whitespace().skip(6).collect::<Vec<_>>().join(" ");
     let header: Vec<&str> = rows[0].split_whitespace().collect();
-    assert_eq!(header[5..], ["ENDED", "OUTCOME"], "{text}");
+    assert_eq!(header[5..], ["ENDED", "COST", "OUTCOME"], "{text}");
+    assert_eq!([cost_column(rows[1]), cost_column(rows[2])], ["-", "-"], "{text}");
     assert_eq!(ended_column(rows[1]), first.finished, "{text}");
     assert_eq!(outcome_column(rows[1]), first.outcome, "{text}");
     assert_eq!(ended_column(rows[2]), finished, "{text}");
