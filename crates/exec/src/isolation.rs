@@ -31,7 +31,9 @@
 //! (`../.exec/<task>/`, see [`crate::EXEC_RUNS_DIR`]).
 //!
 //! Directories: the task directory and its subdirectories (as above) are handed to the
-//! workload user, the task directory is made private to it (mode 0700), and the allocation
+//! workload user, and so is what the agent made below them before the start (directories,
+//! and regular files with a single link: rendered templates, artifacts; not `logs/`), the
+//! task directory is made private to it (mode 0700), and the allocation
 //! directory and its subdirectories are made writable by every task of the allocation, each
 //! its own files only (mode 1777, as `/tmp`). Tasks write in both, and may have put a link in
 //! place of any entry: every entry is opened without following a link, and changed through
@@ -421,6 +423,14 @@ impl Isolation {
         let mut owned = vec![&task_dir];
         owned.extend(&subdirs);
         users::hand_over(&owned, user)?;
+        // What the agent made for the task before it started (rendered templates, fetched
+        // artifacts, mount points) is the task's too, however private its mode.
+        let handed =
+            task_dir
+                .hand_over_below(user.get(), user.get(), MAX_HANDED_OVER, &|path| path == logs)?;
+        if handed > 0 {
+            tracing::debug!(task_dir = %config.task_dir.display(), handed, "gave the agent's files in the task directory to its user");
+        }
         task_dir.set_mode(0o700)?;
         if config.alloc_dir.is_dir() {
             let alloc_dir = OpenDir::open(&config.alloc_dir)?;
@@ -432,6 +442,10 @@ impl Isolation {
         Ok(subdirs.iter().map(|dir| dir.path().to_owned()).collect())
     }
 }
+
+/// The most entries of a task directory looked at, at a start, for what to hand to its user:
+/// as many as an artifact may unpack.
+const MAX_HANDED_OVER: usize = 100_000;
 
 /// What a node offers the `exec` driver, as [`Isolation::probe`] finds it.
 #[derive(Debug, Clone, PartialEq, Eq)]

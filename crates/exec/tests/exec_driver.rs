@@ -684,3 +684,31 @@ async fn a_host_volume_destination_that_cannot_be_bound_is_refused_naming_it() {
     }
     assert!(!root.path().join("escape").exists());
 }
+
+/// What the agent wrote in the task directory before the start (a template rendered with
+/// `perms = "600"`, in a directory it made) is the workload user's to read; a file that has
+/// another link elsewhere is not handed over, nor is `logs/`.
+#[tokio::test]
+async fn files_the_agent_made_for_the_task_are_its_workload_users() {
+    let scratch = CgroupScratch::new(Some(64));
+    let root = searchable_tempdir();
+    let driver = scratch.exec_driver(exec_options(root.path(), 20));
+    let script =
+        "cat local/conf/app.conf; echo; cat top.conf; echo; cat local/linked || echo refused";
+    let config = shell(root.path(), "owner", script);
+    let dir = config.task_dir.clone();
+    std::fs::create_dir_all(dir.join("local/conf")).unwrap();
+    for (file, text) in [("local/conf/app.conf", "private"), ("top.conf", "top")] {
+        std::fs::write(dir.join(file), text).unwrap();
+        std::fs::set_permissions(dir.join(file), std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let elsewhere = root.path().join("elsewhere");
+    std::fs::write(&elsewhere, "the node's").unwrap();
+    std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::hard_link(&elsewhere, dir.join("local/linked")).unwrap();
+    let (exit, stdout, stderr) = run(&driver, config).await;
+    assert_eq!(exit, ExitResult::code(0), "{stderr}");
+    assert_eq!(stdout, "private\ntop\nrefused\n", "{stderr}");
+    assert_eq!(std::fs::metadata(&elsewhere).unwrap().uid(), 0, "the linked file stays root's");
+    assert_eq!(std::fs::metadata(dir.join("logs")).unwrap().uid(), 0);
+}
