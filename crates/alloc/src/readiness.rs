@@ -1,5 +1,7 @@
 //! Start ordering by readiness: a task whose `wait_healthy` names other tasks of its group
-//! starts only once every check of each of them passes, on top of its lifecycle gate.
+//! starts only once every check of each of them passes, and one whose `wait_ready` names
+//! others only once each of them has said `READY=1` on its notify socket (their state's
+//! `ready_at`, which the task runner records and persists), on top of its lifecycle gate.
 //!
 //! Once a task's wait is over it stays over (it was started; a later failing check does not
 //! hold back its restarts), and a task restored after an agent restart that had started
@@ -21,24 +23,44 @@ pub(crate) struct Readiness {
     ready: Mutex<HashSet<String>>,
 }
 
-/// A task that waited too long: who, and for which task.
+/// A task that waited too long: who, for which task, and for what of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Overdue {
     pub(crate) task: String,
     pub(crate) waited_for: String,
     pub(crate) deadline: Duration,
+    /// It waited for the task's `READY=1`, not its checks.
+    pub(crate) for_ready: bool,
 }
 
 impl Overdue {
     /// The reason the allocation fails.
     pub(crate) fn reason(&self) -> String {
+        let what = if self.for_ready { "did not say READY=1" } else { "was not healthy" };
         format!(
-            "task {:?} was not healthy within the wait_deadline of {} of task {:?}",
+            "task {:?} {what} within the wait_deadline of {} of task {:?}",
             self.waited_for,
             wharf_state::duration::Formatted(self.deadline),
             self.task
         )
     }
+}
+
+/// The tasks of the group that have said `READY=1`, from their states.
+pub(crate) fn notified_ready<'a>(
+    states: impl Iterator<Item = (&'a str, &'a TaskState)>,
+) -> HashSet<String> {
+    states.filter(|(_, state)| state.ready_at.is_some()).map(|(name, _)| name.to_owned()).collect()
+}
+
+/// The first task of `waits` not in `ready`.
+fn first_unready<'a>(waits: &'a [String], ready: &HashSet<String>) -> Option<&'a str> {
+    waits.iter().map(String::as_str).find(|name| !ready.contains(*name))
+}
+
+/// Whether `task` waits for anything.
+fn waits(task: &Task) -> bool {
+    !task.wait_healthy.is_empty() || !task.wait_ready.is_empty()
 }
 
 /// The first task of `waits` that is not healthy: one whose checks have not all passed (or
@@ -51,20 +73,27 @@ fn first_unhealthy<'a>(waits: &'a [String], checks: &[CheckState]) -> Option<&'a
 }
 
 impl Readiness {
-    /// Whether `task` (in `state`) is free to start as far as its waits go; remembers a task
-    /// whose wait is over.
-    pub(crate) fn may_start(&self, task: &Task, state: &TaskState, checks: &[CheckState]) -> bool {
-        if task.wait_healthy.is_empty() {
+    /// Whether `task` (in `state`) is free to start as far as its waits go, given the checks
+    /// and the tasks that said `READY=1` (`notified`); remembers a task whose wait is over.
+    pub(crate) fn may_start(
+        &self,
+        task: &Task,
+        state: &TaskState,
+        checks: &[CheckState],
+        notified: &HashSet<String>,
+    ) -> bool {
+        if !waits(task) {
             return true;
         }
         let mut ready = self.ready.lock();
         if ready.contains(&task.name) {
             return true;
         }
-        let over =
-            state.started_at.is_some() || first_unhealthy(&task.wait_healthy, checks).is_none();
+        let over = state.started_at.is_some()
+            || (first_unhealthy(&task.wait_healthy, checks).is_none()
+                && first_unready(&task.wait_ready, notified).is_none());
         if over {
-            tracing::debug!(task = %task.name, waited_for = ?task.wait_healthy, "wait_healthy is over");
+            tracing::debug!(task = %task.name, waited_for = ?task.wait_healthy, waited_ready = ?task.wait_ready, "the wait is over");
             ready.insert(task.name.clone());
         }
         over
@@ -78,9 +107,7 @@ impl Readiness {
         let ready = self.ready.lock();
         tasks
             .filter(|(task, state)| {
-                !task.wait_healthy.is_empty()
-                    && !ready.contains(&task.name)
-                    && state.status != TaskStatus::Dead
+                waits(task) && !ready.contains(&task.name) && state.status != TaskStatus::Dead
             })
             .map(|(task, _)| (task, task.wait_deadline.unwrap_or(DEFAULT_WAIT_DEADLINE)))
             .collect()
@@ -92,14 +119,28 @@ impl Readiness {
         &self,
         tasks: impl Iterator<Item = (&'a Task, TaskState)>,
         checks: &[CheckState],
+        notified: &HashSet<String>,
         elapsed: Duration,
     ) -> Result<Option<Duration>, Overdue> {
         let waiting = self.waiting(tasks);
         if let Some((task, deadline)) = waiting.iter().find(|(_, deadline)| elapsed >= *deadline) {
-            let waited_for = first_unhealthy(&task.wait_healthy, checks)
-                .unwrap_or(task.wait_healthy[0].as_str())
-                .to_owned();
-            return Err(Overdue { task: task.name.clone(), waited_for, deadline: *deadline });
+            let unhealthy = first_unhealthy(&task.wait_healthy, checks);
+            let unready = first_unready(&task.wait_ready, notified);
+            let (waited_for, for_ready) = match (unhealthy, unready) {
+                (Some(name), _) => (name, false),
+                (None, Some(name)) => (name, true),
+                // Everything it waits for is there: its gate opens with the next look.
+                (None, None) => match task.wait_healthy.first() {
+                    Some(name) => (name.as_str(), false),
+                    None => (task.wait_ready[0].as_str(), true),
+                },
+            };
+            return Err(Overdue {
+                task: task.name.clone(),
+                waited_for: waited_for.to_owned(),
+                deadline: *deadline,
+                for_ready,
+            });
         }
         Ok(waiting.iter().map(|(_, deadline)| *deadline - elapsed).min())
     }
@@ -133,13 +174,14 @@ mod tests {
         let task = waiter();
         let state = TaskState::new();
         let pass = CheckStatus::Passing;
-        assert!(!r.may_start(&task, &state, &[]), "no checks yet");
-        assert!(!r.may_start(&task, &state, &[check("db", pass)]), "cache has none");
+        let none = HashSet::new();
+        assert!(!r.may_start(&task, &state, &[], &none), "no checks yet");
+        assert!(!r.may_start(&task, &state, &[check("db", pass)], &none), "cache has none");
         let half = [check("db", pass), check("cache", pass), check("cache", CheckStatus::Critical)];
-        assert!(!r.may_start(&task, &state, &half));
-        assert!(r.may_start(&task, &state, &[check("db", pass), check("cache", pass)]));
-        assert!(r.may_start(&task, &state, &[]), "once over, the wait stays over");
-        assert!(r.may_start(&Task::new("free", "mock"), &state, &[]), "nothing to wait for");
+        assert!(!r.may_start(&task, &state, &half, &none));
+        assert!(r.may_start(&task, &state, &[check("db", pass), check("cache", pass)], &none));
+        assert!(r.may_start(&task, &state, &[], &none), "once over, the wait stays over");
+        assert!(r.may_start(&Task::new("free", "mock"), &state, &[], &none), "nothing to wait for");
     }
 
     #[test]
@@ -149,15 +191,52 @@ mod tests {
         task.wait_deadline = Some(Duration::from_secs(30));
         let tasks = || std::iter::once((&task, TaskState::new()));
         let checks = [check("db", CheckStatus::Passing)];
+        let none = HashSet::new();
         assert_eq!(
-            r.deadline(tasks(), &checks, Duration::from_secs(10)),
+            r.deadline(tasks(), &checks, &none, Duration::from_secs(10)),
             Ok(Some(Duration::from_secs(20)))
         );
-        let overdue = r.deadline(tasks(), &checks, Duration::from_secs(30)).unwrap_err();
+        let overdue = r.deadline(tasks(), &checks, &none, Duration::from_secs(30)).unwrap_err();
         assert_eq!(overdue.waited_for, "cache");
         assert_eq!(
             overdue.reason(),
             "task \"cache\" was not healthy within the wait_deadline of 30s of task \"web\""
+        );
+    }
+
+    fn ready_waiter() -> Task {
+        let mut task = Task::new("web", "mock");
+        task.wait_ready = vec!["db".into()];
+        task.wait_healthy = vec!["cache".into()];
+        task
+    }
+
+    #[test]
+    fn a_ready_wait_needs_the_named_tasks_ready_and_the_checks_too() {
+        let r = Readiness::default();
+        let task = ready_waiter();
+        let state = TaskState::new();
+        let healthy = [check("cache", CheckStatus::Passing)];
+        let mut db = TaskState::new();
+        let notified = |db: &TaskState| notified_ready(std::iter::once(("db", db)));
+        assert!(!r.may_start(&task, &state, &healthy, &notified(&db)), "db has not said it");
+        db.ready_at = Some(wharf_state::Timestamp(5));
+        assert!(!r.may_start(&task, &state, &[], &notified(&db)), "cache is not healthy");
+        assert!(r.may_start(&task, &state, &healthy, &notified(&db)));
+    }
+
+    #[test]
+    fn the_deadline_names_the_task_that_did_not_say_ready() {
+        let r = Readiness::default();
+        let mut task = ready_waiter();
+        task.wait_deadline = Some(Duration::from_secs(30));
+        let tasks = || std::iter::once((&task, TaskState::new()));
+        let checks = [check("cache", CheckStatus::Passing)];
+        let overdue =
+            r.deadline(tasks(), &checks, &HashSet::new(), Duration::from_secs(30)).unwrap_err();
+        assert_eq!(
+            overdue.reason(),
+            "task \"db\" did not say READY=1 within the wait_deadline of 30s of task \"web\""
         );
     }
 }

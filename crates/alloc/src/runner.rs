@@ -30,7 +30,7 @@ use crate::health_hooks::{HealthConfig, HealthHook, HealthMonitor, ServiceHook, 
 use crate::hooks::{self, AllocDirHook, AllocHook, AllocHookContext, AllocHookPhase};
 use crate::lifecycle::{AllocRunnerAction, AllocRunnerEvent, AllocRunnerState};
 use crate::max_run;
-use crate::readiness::Readiness;
+use crate::readiness::{self, Readiness};
 use crate::spare_dirs::SpareDirs;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -570,7 +570,10 @@ impl AllocRunner {
     /// change, and fails the allocation when a task has waited past its `wait_deadline`.
     async fn enforce_wait_deadlines(&self) {
         let s = &self.shared;
-        if s.tasks.iter().all(|t| t.task().wait_healthy.is_empty()) {
+        if s.tasks
+            .iter()
+            .all(|t| t.task().wait_healthy.is_empty() && t.task().wait_ready.is_empty())
+        {
             return;
         }
         let started = tokio::time::Instant::now();
@@ -578,8 +581,11 @@ impl AllocRunner {
         loop {
             self.apply_gates();
             let checks = self.checks();
-            let tasks = s.tasks.iter().map(|t| (t.task(), t.state()));
-            let next = match s.readiness.deadline(tasks, &checks, started.elapsed()) {
+            let states: Vec<TaskState> = s.tasks.iter().map(TaskRunner::state).collect();
+            let notified =
+                readiness::notified_ready(s.tasks.iter().map(TaskRunner::name).zip(&states));
+            let tasks = s.tasks.iter().map(TaskRunner::task).zip(states.iter().cloned());
+            let next = match s.readiness.deadline(tasks, &checks, &notified, started.elapsed()) {
                 Ok(Some(next)) => next,
                 Ok(None) => return,
                 Err(overdue) => {
@@ -717,11 +723,14 @@ impl AllocRunner {
         let states: Vec<(Stage, TaskState)> =
             s.tasks.iter().map(|t| (t.stage(), t.state())).collect();
         let checks = self.checks();
+        let notified = readiness::notified_ready(
+            s.tasks.iter().map(TaskRunner::name).zip(states.iter().map(|(_, state)| state)),
+        );
         let mut coordinator = s.coordinator.lock();
         let phase = coordinator.update(states.iter().map(|(stage, state)| (*stage, state)));
         for (task, (_, state)) in s.tasks.iter().zip(&states) {
             let open = coordinator.gate_open(task.stage())
-                && s.readiness.may_start(task.task(), state, &checks);
+                && s.readiness.may_start(task.task(), state, &checks, &notified);
             task.set_start_gate(open);
         }
         tracing::trace!(alloc_id = %s.id, ?phase, "lifecycle gates applied");

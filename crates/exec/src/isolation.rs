@@ -16,6 +16,13 @@
 //! | the task's `unveil` entries, if `unveil_by_task` | as given; must exist, and reach nothing guarded |
 //! | the node's host volumes the task mounts (`volume_mount`) | `rx` if read-only, else everything |
 //!
+//! Host volumes are also bound at their `destination` in a mount namespace of the task's own
+//! (a read-only one remounted read-only, so writes fail there whatever Landlock allows on the
+//! way up): a relative destination lies in the task directory, whose missing directories are
+//! made (following no link), and an absolute one must be an existing directory of the node,
+//! which the task alone then sees covered. The Landlock rule follows the volume's directory
+//! to its destination, since a bind shows the same directory.
+//!
 //! The rule on the task directory itself lacks `REMOVE_DIR` so that the task cannot move
 //! `logs/` or `secrets/` aside and put something else in their place: the shim and the agent,
 //! running as root, write and read there. Files directly in the task directory are the task's
@@ -24,7 +31,9 @@
 //! (`../.exec/<task>/`, see [`crate::EXEC_RUNS_DIR`]).
 //!
 //! Directories: the task directory and its subdirectories (as above) are handed to the
-//! workload user, the task directory is made private to it (mode 0700), and the allocation
+//! workload user, and so is what the agent made below them before the start (directories,
+//! and regular files with a single link: rendered templates, artifacts; not `logs/`), the
+//! task directory is made private to it (mode 0700), and the allocation
 //! directory and its subdirectories are made writable by every task of the allocation, each
 //! its own files only (mode 1777, as `/tmp`). Tasks write in both, and may have put a link in
 //! place of any entry: every entry is opened without following a link, and changed through
@@ -47,7 +56,7 @@ use wharf_isolate::dirs::OpenDir;
 use wharf_isolate::landlock::{self, Access, Mode, Rule, Unveil};
 use wharf_isolate::namespace::Namespaces;
 use wharf_isolate::users::{self, Ugid, UgidRange, UserPool};
-use wharf_isolate::{Containment, IsolateError};
+use wharf_isolate::{BindMount, Containment, IsolateError};
 
 /// The name job specs use for the isolated driver.
 pub const EXEC_DRIVER_NAME: &str = "exec";
@@ -339,6 +348,7 @@ impl Isolation {
             e => DriverError::other(e),
         })?;
         let subdirs = self.prepare_dirs(config, user).map_err(DriverError::other)?;
+        let mounts = bind_mounts(config)?;
 
         let mut rules = Vec::new();
         if self.options.unveil_defaults {
@@ -366,6 +376,7 @@ impl Isolation {
             no_new_privs: true,
             landlock: Some(rules),
             namespaces,
+            mounts,
         };
 
         let mut env = BTreeMap::new();
@@ -412,6 +423,14 @@ impl Isolation {
         let mut owned = vec![&task_dir];
         owned.extend(&subdirs);
         users::hand_over(&owned, user)?;
+        // What the agent made for the task before it started (rendered templates, fetched
+        // artifacts, mount points) is the task's too, however private its mode.
+        let handed =
+            task_dir
+                .hand_over_below(user.get(), user.get(), MAX_HANDED_OVER, &|path| path == logs)?;
+        if handed > 0 {
+            tracing::debug!(task_dir = %config.task_dir.display(), handed, "gave the agent's files in the task directory to its user");
+        }
         task_dir.set_mode(0o700)?;
         if config.alloc_dir.is_dir() {
             let alloc_dir = OpenDir::open(&config.alloc_dir)?;
@@ -423,6 +442,10 @@ impl Isolation {
         Ok(subdirs.iter().map(|dir| dir.path().to_owned()).collect())
     }
 }
+
+/// The most entries of a task directory looked at, at a start, for what to hand to its user:
+/// as many as an artifact may unpack.
+const MAX_HANDED_OVER: usize = 100_000;
 
 /// What a node offers the `exec` driver, as [`Isolation::probe`] finds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -581,6 +604,58 @@ fn check_work_dir<'a>(
             dir.display()
         )))
     }
+}
+
+/// The task's host volumes as bind mounts at their destinations (module docs): a relative
+/// destination's directories made in the task directory, an absolute one checked.
+fn bind_mounts(config: &TaskConfig) -> Result<Vec<BindMount>, DriverError> {
+    let mut binds = Vec::with_capacity(config.mounts.len());
+    for mount in &config.mounts {
+        let field = || format!("volume_mount {:?}: destination", mount.volume);
+        let destination = Path::new(&mount.destination);
+        let at = if destination.is_absolute() {
+            match std::fs::metadata(destination) {
+                Ok(meta) if meta.is_dir() => destination.to_owned(),
+                Ok(_) => {
+                    return Err(DriverError::invalid_config(
+                        field(),
+                        format!("{} is not a directory", destination.display()),
+                    ));
+                }
+                Err(e) => {
+                    return Err(DriverError::invalid_config(
+                        field(),
+                        format!(
+                            "{}: {e} (under exec an absolute destination must be a directory of \
+                             the node; a relative one is made in the task directory)",
+                            destination.display()
+                        ),
+                    ));
+                }
+            }
+        } else {
+            let mut dir = OpenDir::open(&config.task_dir).map_err(DriverError::other)?;
+            for part in destination.components() {
+                let std::path::Component::Normal(name) = part else {
+                    return Err(DriverError::invalid_config(
+                        field(),
+                        format!("{} must stay in the task directory", mount.destination),
+                    ));
+                };
+                dir = dir.make_dir(name, 0o755).map_err(DriverError::other)?;
+            }
+            if dir.path() == config.task_dir {
+                return Err(DriverError::invalid_config(field(), "must name a directory"));
+            }
+            dir.path().to_owned()
+        };
+        binds.push(BindMount {
+            source: mount.source.clone(),
+            destination: at,
+            read_only: mount.read_only,
+        });
+    }
+    Ok(binds)
 }
 
 #[cfg(test)]

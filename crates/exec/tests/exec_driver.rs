@@ -593,7 +593,7 @@ async fn a_task_reaches_its_host_volumes_as_mounted_and_nothing_beside_them() {
         config.mounts.push(wharf_driver::Mount {
             volume: name.into(),
             source: volumes.join(name),
-            destination: format!("/srv/{name}"),
+            destination: format!("volumes/{name}"),
             read_only,
         });
     }
@@ -604,4 +604,111 @@ async fn a_task_reaches_its_host_volumes_as_mounted_and_nothing_beside_them() {
     assert_eq!(exit, ExitResult::code(0), "{stderr}");
     assert_eq!(stdout, "data\nwritten\ncerts\nro-refused\n", "{stderr}");
     assert_eq!(stderr.matches("Permission denied").count(), 2, "{stderr}");
+}
+
+/// Host volumes are bound at their destinations in the task's own mount namespace: a relative
+/// destination in the task directory (made for it), an absolute one over a directory of the
+/// node, which the node itself still sees as it was. A read-only volume is read-only there
+/// too, although the task may write everything else in its directory.
+#[tokio::test]
+async fn a_task_sees_its_host_volumes_at_their_destinations_read_only_as_asked() {
+    let scratch = CgroupScratch::new(Some(64));
+    let root = searchable_tempdir();
+    let driver = scratch.exec_driver(exec_options(root.path(), 18));
+    let volumes = root.path().join("host-volumes");
+    for name in ["data", "certs"] {
+        std::fs::create_dir_all(volumes.join(name)).unwrap();
+        std::fs::set_permissions(volumes.join(name), std::fs::Permissions::from_mode(0o777))
+            .unwrap();
+        std::fs::write(volumes.join(name).join("file"), name).unwrap();
+    }
+    // An absolute destination: a directory of the node with a file of its own.
+    let covered = root.path().join("covered");
+    std::fs::create_dir(&covered).unwrap();
+    std::fs::write(covered.join("underneath"), "node").unwrap();
+
+    let mut script = String::from("set -u\n");
+    script += "cat $HOME/local/data/file; echo\n";
+    script += "echo written > $HOME/local/data/new && cat $HOME/local/data/new\n";
+    script += "cat $COVERED/file; echo\n";
+    script += "ls $COVERED\n";
+    script += "echo x > $COVERED/new || echo ro-refused\n";
+    let mut config = shell(root.path(), "binder", &script);
+    for (name, destination, read_only) in
+        [("data", "local/data".to_owned(), false), ("certs", covered.display().to_string(), true)]
+    {
+        config.mounts.push(wharf_driver::Mount {
+            volume: name.into(),
+            source: volumes.join(name),
+            destination,
+            read_only,
+        });
+    }
+    config.env.insert("COVERED".into(), covered.display().to_string());
+    let task_dir = config.task_dir.clone();
+    let (exit, stdout, stderr) = run(&driver, config).await;
+    assert_eq!(exit, ExitResult::code(0), "{stderr}");
+    assert_eq!(stdout, "data\nwritten\ncerts\nfile\nro-refused\n", "{stderr}");
+    assert!(stderr.contains("Read-only file system"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(volumes.join("data/new")).unwrap(), "written\n");
+    let node_sees: Vec<_> =
+        std::fs::read_dir(&covered).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(node_sees, ["underneath"], "the bind was the task's alone");
+    assert!(task_dir.join("local/data").is_dir(), "the relative destination was made");
+    assert!(!task_dir.join("local/data/file").exists(), "and is bare outside the task");
+}
+
+/// A destination the driver cannot bind is refused at start, naming the volume: an absolute
+/// one the node does not have, and a relative one leaving the task directory.
+#[tokio::test]
+async fn a_host_volume_destination_that_cannot_be_bound_is_refused_naming_it() {
+    let scratch = CgroupScratch::new(Some(64));
+    let root = searchable_tempdir();
+    let driver = scratch.exec_driver(exec_options(root.path(), 19));
+    let volume = root.path().join("vol");
+    std::fs::create_dir(&volume).unwrap();
+    let missing = root.path().join("no-such-dir").display().to_string();
+    for (destination, reason) in
+        [(missing.as_str(), "No such file"), ("../escape", "must stay in the task directory")]
+    {
+        let mut config = shell(root.path(), "unbound", "true");
+        config.mounts.push(wharf_driver::Mount {
+            volume: "data".into(),
+            source: volume.clone(),
+            destination: destination.into(),
+            read_only: false,
+        });
+        let error = driver.start_task(config).await.unwrap_err().to_string();
+        assert!(error.contains("volume_mount \"data\": destination"), "{error}");
+        assert!(error.contains(reason), "{error}");
+    }
+    assert!(!root.path().join("escape").exists());
+}
+
+/// What the agent wrote in the task directory before the start (a template rendered with
+/// `perms = "600"`, in a directory it made) is the workload user's to read; a file that has
+/// another link elsewhere is not handed over, nor is `logs/`.
+#[tokio::test]
+async fn files_the_agent_made_for_the_task_are_its_workload_users() {
+    let scratch = CgroupScratch::new(Some(64));
+    let root = searchable_tempdir();
+    let driver = scratch.exec_driver(exec_options(root.path(), 20));
+    let script =
+        "cat local/conf/app.conf; echo; cat top.conf; echo; cat local/linked || echo refused";
+    let config = shell(root.path(), "owner", script);
+    let dir = config.task_dir.clone();
+    std::fs::create_dir_all(dir.join("local/conf")).unwrap();
+    for (file, text) in [("local/conf/app.conf", "private"), ("top.conf", "top")] {
+        std::fs::write(dir.join(file), text).unwrap();
+        std::fs::set_permissions(dir.join(file), std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let elsewhere = root.path().join("elsewhere");
+    std::fs::write(&elsewhere, "the node's").unwrap();
+    std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::hard_link(&elsewhere, dir.join("local/linked")).unwrap();
+    let (exit, stdout, stderr) = run(&driver, config).await;
+    assert_eq!(exit, ExitResult::code(0), "{stderr}");
+    assert_eq!(stdout, "private\ntop\nrefused\n", "{stderr}");
+    assert_eq!(std::fs::metadata(&elsewhere).unwrap().uid(), 0, "the linked file stays root's");
+    assert_eq!(std::fs::metadata(dir.join("logs")).unwrap().uid(), 0);
 }

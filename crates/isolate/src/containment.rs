@@ -11,7 +11,8 @@
 //! In the child, in this order: the task's cgroup joined (so everything the task ever starts
 //! is counted, limited and killed with it; a process that dropped its privileges could no
 //! longer move itself), private namespaces (and, if it can reach `/proc`, a `/proc` of its
-//! own), the Landlock
+//! own), the bind mounts of its host volumes (in a mount namespace of its own, read-only ones
+//! remounted read-only), the Landlock
 //! ruleset built from the rules (paths opened as root, in the task's mount namespace), no
 //! supplementary groups, the workload user's gid and uid (which drops every capability),
 //! `no_new_privs`, and last the ruleset enforced. [`Prepared::apply`] allocates nothing and
@@ -45,6 +46,20 @@ pub struct Containment {
     pub landlock: Option<Vec<Rule>>,
     /// Private namespaces.
     pub namespaces: Namespaces,
+    /// Directories of the node bound at other paths, seen by the task alone (they come with a
+    /// mount namespace of its own).
+    pub mounts: Vec<BindMount>,
+}
+
+/// A directory of the node the task sees at another path too.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindMount {
+    /// The node's directory (absolute).
+    pub source: PathBuf,
+    /// Where the task sees it (absolute, an existing directory).
+    pub destination: PathBuf,
+    /// Writes through the mount fail (`EROFS`).
+    pub read_only: bool,
 }
 
 /// The argument that ends a containment on a command line.
@@ -71,6 +86,14 @@ impl Containment {
         }
         if self.namespaces.ipc {
             args.push("ipc-ns".into());
+        }
+        for mount in &self.mounts {
+            let mut arg = if mount.read_only { b"bind=ro,".to_vec() } else { b"bind=rw,".to_vec() };
+            arg.extend_from_slice(mount.source.as_os_str().as_bytes());
+            args.push(OsString::from_vec(arg));
+            let mut arg = b"bind-at=".to_vec();
+            arg.extend_from_slice(mount.destination.as_os_str().as_bytes());
+            args.push(OsString::from_vec(arg));
         }
         if let Some(rules) = &self.landlock {
             args.push("landlock".into());
@@ -114,6 +137,10 @@ impl Containment {
                             .and_then(Ugid::new)
                             .ok_or_else(|| format!("bad user {:?}", arg.to_string_lossy()))?;
                         containment.user = Some(user);
+                    } else if let Some(bind) = bytes.strip_prefix(b"bind=") {
+                        let mount = parse_bind(bind, args.next())
+                            .ok_or_else(|| format!("bad bind {:?}", arg.to_string_lossy()))?;
+                        containment.mounts.push(mount);
                     } else if let Some(rule) = bytes.strip_prefix(b"rule=") {
                         let rule = parse_rule(rule)
                             .ok_or_else(|| format!("bad rule {:?}", arg.to_string_lossy()))?;
@@ -173,7 +200,25 @@ impl Containment {
                 Some(PreparedLandlock { abi, handled: handled.bits(), scoped, rules })
             }
         };
+        let mounts = self
+            .mounts
+            .iter()
+            .map(|mount| {
+                let c_path = |path: &Path| {
+                    CString::new(path.as_os_str().as_bytes()).map_err(|_| IsolateError::Invalid {
+                        what: path.display().to_string(),
+                        reason: "the path contains a NUL byte".into(),
+                    })
+                };
+                Ok(PreparedMount {
+                    source: c_path(&mount.source)?,
+                    destination: c_path(&mount.destination)?,
+                    read_only: mount.read_only,
+                })
+            })
+            .collect::<Result<Vec<_>, IsolateError>>()?;
         Ok(Prepared {
+            mounts,
             own_proc: reaches_proc(self.landlock.as_deref()),
             cgroup,
             user: self.user,
@@ -189,6 +234,25 @@ impl Containment {
 fn reaches_proc(rules: Option<&[Rule]>) -> bool {
     rules.is_none_or(|rules| {
         rules.iter().any(|r| r.path == Path::new("/") || r.path.starts_with("/proc"))
+    })
+}
+
+/// `bind=<ro|rw>,<source>` (after the `bind=`), then `bind-at=<destination>`: both absolute.
+fn parse_bind(text: &[u8], at: Option<OsString>) -> Option<BindMount> {
+    let (read_only, source) = match text.split_at_checked(3)? {
+        (b"ro,", source) => (true, source),
+        (b"rw,", source) => (false, source),
+        _ => return None,
+    };
+    let at = at?;
+    let destination = at.as_bytes().strip_prefix(b"bind-at=")?;
+    if !source.starts_with(b"/") || !destination.starts_with(b"/") {
+        return None;
+    }
+    Some(BindMount {
+        source: PathBuf::from(OsStr::from_bytes(source)),
+        destination: PathBuf::from(OsStr::from_bytes(destination)),
+        read_only,
     })
 }
 
@@ -225,6 +289,14 @@ pub struct Prepared {
     namespaces: Namespaces,
     /// Whether a PID namespace comes with a `/proc` of its own (a mount namespace).
     own_proc: bool,
+    mounts: Vec<PreparedMount>,
+}
+
+#[derive(Debug)]
+struct PreparedMount {
+    source: CString,
+    destination: CString,
+    read_only: bool,
 }
 
 #[derive(Debug)]
@@ -268,7 +340,11 @@ impl Prepared {
             let step = ContainmentStep::JoinCgroup(u32::try_from(index).unwrap_or(u32::MAX));
             sys::write_once(procs.as_fd(), b"0").map_err(fail(step))?;
         }
-        let flags = self.namespaces.child_flags(self.own_proc);
+        let own_mounts = self.namespaces.pid && self.own_proc || !self.mounts.is_empty();
+        let mut flags = self.namespaces.child_flags(self.own_proc);
+        if own_mounts {
+            flags |= libc::CLONE_NEWNS;
+        }
         if flags != 0 {
             sys::unshare(flags).map_err(fail(ContainmentStep::Namespaces))?;
         }
@@ -279,9 +355,16 @@ impl Prepared {
                 errno: libc::EINVAL,
             });
         }
-        if self.namespaces.pid && self.own_proc {
+        if own_mounts {
             sys::make_mounts_slave().map_err(fail(ContainmentStep::MountSlave))?;
+        }
+        if self.namespaces.pid && self.own_proc {
             sys::mount_proc().map_err(fail(ContainmentStep::MountProc))?;
+        }
+        for (index, mount) in self.mounts.iter().enumerate() {
+            let step = ContainmentStep::BindMount(u32::try_from(index).unwrap_or(u32::MAX));
+            sys::bind_mount(&mount.source, &mount.destination, mount.read_only)
+                .map_err(fail(step))?;
         }
         let ruleset = match &self.landlock {
             Some(landlock) => Some(landlock.build()?),
@@ -350,6 +433,8 @@ pub enum ContainmentStep {
     MountSlave,
     /// Mounting the task's `/proc`.
     MountProc,
+    /// Binding the host volume with this index in [`Containment::mounts`].
+    BindMount(u32),
     /// Creating the Landlock ruleset.
     LandlockRuleset,
     /// Adding the Landlock rule with this index in [`Containment::landlock`].
@@ -393,6 +478,7 @@ impl ContainmentFailure {
             ContainmentStep::NoNewPrivs => (9, 0),
             ContainmentStep::LandlockRestrict => (10, 0),
             ContainmentStep::JoinCgroup(index) => (11, index),
+            ContainmentStep::BindMount(index) => (12, index),
         };
         let mut bytes = [0; ContainmentFailure::ENCODED_LEN];
         bytes[..4].copy_from_slice(&u32::to_le_bytes(code));
@@ -419,6 +505,7 @@ impl ContainmentFailure {
             9 => ContainmentStep::NoNewPrivs,
             10 => ContainmentStep::LandlockRestrict,
             11 => ContainmentStep::JoinCgroup(word(4)?),
+            12 => ContainmentStep::BindMount(word(4)?),
             _ => return None,
         };
         Some(ContainmentFailure { step, errno: word(8)? as i32 })
@@ -435,6 +522,14 @@ impl ContainmentFailure {
             ContainmentStep::Namespaces => "cannot make the private namespaces".to_owned(),
             ContainmentStep::MountSlave => "cannot make the task's mounts private".to_owned(),
             ContainmentStep::MountProc => "cannot mount the task's /proc".to_owned(),
+            ContainmentStep::BindMount(index) => match containment.mounts.get(index as usize) {
+                Some(mount) => format!(
+                    "cannot mount {} at {}",
+                    mount.source.display(),
+                    mount.destination.display()
+                ),
+                None => format!("cannot make bind mount {index}"),
+            },
             ContainmentStep::LandlockRuleset => "cannot create the Landlock ruleset".to_owned(),
             ContainmentStep::LandlockRule(index) => {
                 let rule = containment.landlock.as_ref().and_then(|r| r.get(index as usize));
@@ -468,6 +563,18 @@ mod tests {
                 Rule { path: "/odd, path".into(), access: Access::READ_FILE, if_exists: true },
             ]),
             namespaces: Namespaces { pid: true, ipc: true },
+            mounts: vec![
+                BindMount {
+                    source: "/srv/a, b".into(),
+                    destination: "/data".into(),
+                    read_only: true,
+                },
+                BindMount {
+                    source: "/srv/c".into(),
+                    destination: "/t/local/c".into(),
+                    read_only: false,
+                },
+            ],
         }
     }
 
@@ -496,6 +603,10 @@ mod tests {
             (vec!["landlock", "rule=4,if-exists,relative", "end"], "bad rule"),
             (vec!["landlock", "rule=10000,if-exists,/a", "end"], "bad rule"),
             (vec!["chroot", "end"], "unknown containment"),
+            (vec!["bind=ro,/a", "end"], "bad bind"),
+            (vec!["bind=xx,/a", "bind-at=/b", "end"], "bad bind"),
+            (vec!["bind=rw,/a", "bind-at=b", "end"], "bad bind"),
+            (vec!["bind=rw,a", "bind-at=/b", "end"], "bad bind"),
             (vec!["cgroup=relative/cgroup.procs", "end"], "bad cgroup"),
         ] {
             let mut args = args.into_iter().map(OsString::from);
@@ -523,6 +634,7 @@ mod tests {
             ContainmentStep::LandlockRule(1),
             ContainmentStep::Uid,
             ContainmentStep::LandlockRestrict,
+            ContainmentStep::BindMount(1),
         ] {
             let failure = ContainmentFailure { step, errno: libc::EPERM };
             assert_eq!(ContainmentFailure::decode(&failure.encode()), Some(failure));

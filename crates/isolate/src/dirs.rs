@@ -111,6 +111,18 @@ impl OpenDir {
     /// to a new file beside it (never one that exists, so never through a link), synced, and
     /// renamed over it.
     pub fn write_file(&self, name: &OsStr, contents: &[u8], mode: u32) -> Result<(), IsolateError> {
+        self.write_file_owned(name, contents, mode, None)
+    }
+
+    /// [`OpenDir::write_file`], the new file given to `owner` (uid and gid) before it takes
+    /// the name.
+    pub fn write_file_owned(
+        &self,
+        name: &OsStr,
+        contents: &[u8],
+        mode: u32,
+        owner: Option<(u32, u32)>,
+    ) -> Result<(), IsolateError> {
         use std::io::Write;
         let path = self.path.join(name);
         if name.is_empty() || name.as_bytes().contains(&b'/') || name == "." || name == ".." {
@@ -134,6 +146,11 @@ impl OpenDir {
         let mut file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
         let written = file
             .write_all(contents)
+            .and_then(|()| match owner {
+                Some((uid, gid)) => std::os::unix::fs::fchown(&file, Some(uid), Some(gid)),
+                None => Ok(()),
+            })
+            // After the owner: a change of owner clears the set-id bits.
             .and_then(|()| file.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777)))
             .and_then(|()| file.sync_all());
         let name_c = c_string(name).map_err(|e| refusal(&path, e))?;
@@ -235,6 +252,79 @@ impl OpenDir {
         Ok(entries)
     }
 
+    /// Gives what root owns below this directory (the agent made it there for the task) to
+    /// `uid` and `gid`: each directory, and each regular file that has no other link (another
+    /// link may be the name of a file the task must not have); at most `limit` entries are
+    /// looked at, `skip` ones are left alone with what is below them, and nothing is
+    /// followed. Ownership is changed through a descriptor of the very entry looked at.
+    /// Returns how many entries changed hands.
+    pub fn hand_over_below(
+        &self,
+        uid: u32,
+        gid: u32,
+        limit: usize,
+        skip: &dyn Fn(&Path) -> bool,
+    ) -> Result<usize, IsolateError> {
+        let mut changed = 0;
+        let mut budget = limit;
+        let mut pending = Vec::new();
+        let mut dir = Some(self.open_dir(".")?);
+        while let Some(current) = dir.take().or_else(|| pending.pop()) {
+            for name in current.names()? {
+                if budget == 0 {
+                    return Ok(changed);
+                }
+                budget -= 1;
+                let path = current.path.join(&name);
+                if skip(&path) {
+                    continue;
+                }
+                let Ok(name_c) = c_string(&name) else { continue };
+                let flags = libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+                let Ok(fd) = wharf_nolibc::sys::openat(current.file.as_raw_fd(), &name_c, flags, 0)
+                else {
+                    continue;
+                };
+                // SAFETY: the descriptor was just opened, and nothing else owns it.
+                let entry = unsafe { OwnedFd::from_raw_fd(fd) };
+                let Ok(meta) =
+                    File::from(entry.try_clone().map_err(IsolateError::io(&path))?).metadata()
+                else {
+                    continue;
+                };
+                let root_made =
+                    meta.uid() == 0 && (meta.is_dir() || (meta.is_file() && meta.nlink() == 1));
+                if root_made {
+                    // SAFETY: an empty NUL-terminated name and an open descriptor; with
+                    // AT_EMPTY_PATH the call changes the descriptor's own inode.
+                    let code = unsafe {
+                        libc::fchownat(
+                            entry.as_raw_fd(),
+                            c"".as_ptr(),
+                            uid,
+                            gid,
+                            libc::AT_EMPTY_PATH,
+                        )
+                    };
+                    if code != 0 {
+                        return Err(IsolateError::io(&path)(std::io::Error::last_os_error()));
+                    }
+                    changed += 1;
+                }
+                if meta.is_dir() {
+                    match current.open_dir(&name) {
+                        Ok(below) => pending.push(below),
+                        Err(IsolateError::NotFollowed { .. }) => {}
+                        Err(IsolateError::Io { source, .. })
+                            if source.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+        }
+        Ok(changed)
+    }
+
     /// The directory's metadata, read through its descriptor.
     pub fn metadata(&self) -> Result<std::fs::Metadata, IsolateError> {
         self.file.metadata().map_err(IsolateError::io(&self.path))
@@ -295,6 +385,40 @@ mod tests {
 
     fn mode(path: &Path) -> u32 {
         std::fs::symlink_metadata(path).unwrap().mode() & 0o7777
+    }
+
+    #[test]
+    fn what_root_made_below_is_handed_over_but_no_link_nor_a_file_linked_twice() {
+        use std::os::unix::fs::MetadataExt;
+        let root = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let task = root.path().join("task");
+        std::fs::create_dir_all(task.join("local/conf")).unwrap();
+        std::fs::create_dir_all(task.join("logs")).unwrap();
+        std::fs::write(task.join("local/conf/app.conf"), "").unwrap();
+        std::fs::write(task.join("top"), "").unwrap();
+        std::fs::write(task.join("logs/out"), "").unwrap();
+        std::fs::write(outside.path().join("precious"), "").unwrap();
+        std::fs::hard_link(outside.path().join("precious"), task.join("local/linked")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), task.join("local/away")).unwrap();
+        let dir = OpenDir::open(&task).unwrap();
+        let logs = task.join("logs");
+        let changed = dir.hand_over_below(4242, 4343, 100, &|p| p == logs).unwrap();
+        let owner = |p: &Path| {
+            let meta = std::fs::symlink_metadata(p).unwrap();
+            (meta.uid(), meta.gid())
+        };
+        for handed in ["local", "local/conf", "local/conf/app.conf", "top"] {
+            assert_eq!(owner(&task.join(handed)), (4242, 4343), "{handed}");
+        }
+        assert_eq!(changed, 4);
+        for kept in ["logs", "logs/out", "local/linked", "local/away"] {
+            assert_eq!(owner(&task.join(kept)), (0, 0), "{kept}");
+        }
+        assert_eq!(owner(outside.path()), (0, 0));
+        assert_eq!(owner(&outside.path().join("precious")), (0, 0));
+        assert_eq!(dir.hand_over_below(5, 5, 0, &|_| false).unwrap(), 0, "nothing past the limit");
+        assert_eq!(owner(&logs), (0, 0));
     }
 
     #[test]

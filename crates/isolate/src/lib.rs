@@ -50,7 +50,7 @@ mod sys;
 pub mod users;
 
 pub use cgroup::{CgroupOptions, CgroupParent, Cgroups, TaskCgroup};
-pub use containment::{Containment, ContainmentFailure, ContainmentStep, Prepared};
+pub use containment::{BindMount, Containment, ContainmentFailure, ContainmentStep, Prepared};
 pub use cpuset::CpuSet;
 pub use error::IsolateError;
 pub use host::Host;

@@ -177,6 +177,54 @@ pub(crate) fn make_mounts_slave() -> io::Result<()> {
     .map(drop)
 }
 
+/// Binds the directory `source` at `destination` (not its submounts: a read-only bind would
+/// leave them writable), then, if `read_only`, remounts the bind read-only, keeping the
+/// `nosuid`, `nodev` and `noexec` the source's mount has. Allocates nothing.
+pub(crate) fn bind_mount(source: &CStr, destination: &CStr, read_only: bool) -> io::Result<()> {
+    // SAFETY: NUL-terminated strings that outlive the call; a bind takes no type or data.
+    let bound = unsafe {
+        libc::mount(
+            source.as_ptr(),
+            destination.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND,
+            std::ptr::null(),
+        )
+    };
+    check(bound.into())?;
+    if !read_only {
+        return Ok(());
+    }
+    // SAFETY: statvfs is plain old data, for which all zeroes is a valid value.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a struct statvfs fills; it keeps no pointer.
+    check(unsafe { libc::statvfs(destination.as_ptr(), &mut stat) }.into())?;
+    let mut flags = libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY;
+    for (kept, flag) in [
+        (libc::ST_NOSUID, libc::MS_NOSUID),
+        (libc::ST_NODEV, libc::MS_NODEV),
+        (libc::ST_NOEXEC, libc::MS_NOEXEC),
+    ] {
+        if stat.f_flag & kept != 0 {
+            flags |= flag;
+        }
+    }
+    // SAFETY: as above; a remount of a bind changes only its flags.
+    check(
+        unsafe {
+            libc::mount(
+                std::ptr::null(),
+                destination.as_ptr(),
+                std::ptr::null(),
+                flags,
+                std::ptr::null(),
+            )
+        }
+        .into(),
+    )
+    .map(drop)
+}
+
 /// Mounts a new procfs on `/proc`, which shows the processes of the caller's PID namespace.
 pub(crate) fn mount_proc() -> io::Result<()> {
     // SAFETY: all strings are NUL-terminated literals; procfs takes no data.

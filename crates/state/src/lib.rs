@@ -61,4 +61,5 @@ pub use serde_json;
 /// `max_run_duration_exceeded`, `waiting_shutdown_delay` and `artifact_download_failed`; tasks
 /// `artifact` blocks; groups `volume`, tasks `volume_mount`.
 /// 6: tasks have `wait_healthy` and `wait_deadline`.
-pub const FORMAT_VERSION: u16 = 6;
+/// 7: tasks have `wait_ready` and `notify_socket`; task states `ready_at`.
+pub const FORMAT_VERSION: u16 = 7;

@@ -1,6 +1,7 @@
-//! Start ordering by readiness: the checks of a task's `wait_healthy` list and its
-//! `wait_deadline`. A task so configured starts only once every task it names has passed its
-//! checks; the alloc runner holds it and fails the allocation at the deadline.
+//! Start ordering by readiness: the checks of a task's `wait_healthy` list, the `READY=1`
+//! notifications of its `wait_ready` list, and its `wait_deadline`. A task so configured
+//! starts only once every task it names has passed its checks or said it is ready; the alloc
+//! runner holds it and fails the allocation at the deadline.
 
 use crate::duration::Formatted;
 use crate::problems::Problems;
@@ -14,41 +15,67 @@ pub const DEFAULT_WAIT_DEADLINE: Duration = Duration::from_secs(300);
 /// The longest `wait_deadline` a spec may ask for: every wait is bounded.
 pub(crate) const MAX_WAIT_DEADLINE: Duration = Duration::from_secs(24 * 3600);
 
-/// What validation reads of a task: its name, its waits, and whether it has a check to pass.
+/// What validation reads of a task: its name, its waits, whether it has a check to pass and
+/// whether it can say it is ready.
 pub(crate) struct TaskWaits<'a> {
     pub(crate) name: &'a str,
     pub(crate) wait_healthy: &'a [String],
+    pub(crate) wait_ready: &'a [String],
+    pub(crate) notify_socket: bool,
     pub(crate) wait_deadline: Option<Duration>,
     pub(crate) has_checks: bool,
 }
 
-/// Adds the problems of the `wait_healthy` lists and deadlines of a group's (at `at`) tasks:
-/// an unknown task, a task waiting on itself, a task without checks to pass, a cycle.
+impl TaskWaits<'_> {
+    /// Every task it waits for, by checks or by notification.
+    fn waits(&self) -> impl Iterator<Item = &String> {
+        self.wait_healthy.iter().chain(self.wait_ready)
+    }
+}
+
+/// Adds the problems of the `wait_healthy` and `wait_ready` lists and deadlines of a group's
+/// (at `at`) tasks: an unknown task, a task waiting on itself, a task without checks to pass
+/// or without a notify socket to say it is ready on, a cycle.
 pub(crate) fn validate(problems: &mut Problems, at: &str, tasks: &[TaskWaits<'_>]) {
     let index: HashMap<&str, usize> =
         tasks.iter().enumerate().map(|(ti, t)| (t.name, ti)).collect();
     for (ti, task) in tasks.iter().enumerate() {
-        let field = format!("{at}.task[{ti}].wait_healthy");
-        for name in task.wait_healthy {
-            if name == task.name {
-                problems.add(&field, format!("task {name:?} cannot wait for itself"));
-                continue;
-            }
-            let Some(&other) = index.get(name.as_str()) else {
-                problems.add(&field, format!("no task {name:?} in this group"));
-                continue;
-            };
-            if !tasks[other].has_checks {
-                problems.add(
-                    &field,
-                    format!("task {name:?} has no service check, so it can never pass one"),
-                );
+        for (list, names) in [("wait_healthy", task.wait_healthy), ("wait_ready", task.wait_ready)]
+        {
+            let field = format!("{at}.task[{ti}].{list}");
+            for name in names {
+                if name == task.name {
+                    problems.add(&field, format!("task {name:?} cannot wait for itself"));
+                    continue;
+                }
+                let Some(&other) = index.get(name.as_str()) else {
+                    problems.add(&field, format!("no task {name:?} in this group"));
+                    continue;
+                };
+                if list == "wait_healthy" && !tasks[other].has_checks {
+                    problems.add(
+                        &field,
+                        format!("task {name:?} has no service check, so it can never pass one"),
+                    );
+                }
+                if list == "wait_ready" && !tasks[other].notify_socket {
+                    problems.add(
+                        &field,
+                        format!(
+                            "task {name:?} does not set notify_socket = true, so it can never \
+                             say READY=1"
+                        ),
+                    );
+                }
             }
         }
         if let Some(deadline) = task.wait_deadline {
             let field = format!("{at}.task[{ti}].wait_deadline");
-            if task.wait_healthy.is_empty() {
-                problems.add(&field, "is set but wait_healthy names no task to wait for".into());
+            if task.waits().next().is_none() {
+                problems.add(
+                    &field,
+                    "is set but names no task to wait for in wait_healthy or wait_ready".into(),
+                );
             } else if deadline.is_zero() {
                 problems.add(&field, "must be longer than 0".into());
             } else if deadline > MAX_WAIT_DEADLINE {
@@ -66,8 +93,9 @@ pub(crate) fn validate(problems: &mut Problems, at: &str, tasks: &[TaskWaits<'_>
     if let Some(cycle) = find_cycle(tasks, &index) {
         let (ti, _) = cycle[0];
         let names: Vec<&str> = cycle.iter().map(|(_, name)| *name).collect();
+        let list = if tasks[ti].wait_healthy.is_empty() { "wait_ready" } else { "wait_healthy" };
         problems.add(
-            &format!("{at}.task[{ti}].wait_healthy"),
+            &format!("{at}.task[{ti}].{list}"),
             format!("tasks wait for each other in a cycle: {}", names.join(" -> ")),
         );
     }
@@ -100,7 +128,7 @@ fn visit<'a>(
 ) -> Option<Vec<(usize, &'a str)>> {
     mark[at] = 1;
     path.push(at);
-    for name in tasks[at].wait_healthy {
+    for name in tasks[at].waits() {
         // A task waiting on itself is reported on its own.
         let Some(&next) = index.get(name.as_str()).filter(|&&next| next != at) else { continue };
         if mark[next] == 1 {

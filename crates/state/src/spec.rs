@@ -131,8 +131,16 @@ pub struct Task {
     /// Tasks of the group whose checks must all pass before this one starts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub wait_healthy: Vec<String>,
-    /// How long this task waits for `wait_healthy` before the allocation fails; unset:
-    /// [`crate::readiness::DEFAULT_WAIT_DEADLINE`].
+    /// Tasks of the group that must each have said `READY=1` on their `NOTIFY_SOCKET` (they
+    /// set `notify_socket`) before this one starts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub wait_ready: Vec<String>,
+    /// The task gets a unix datagram socket of its own in `NOTIFY_SOCKET`, on which it says
+    /// `READY=1` once ready (systemd's notify protocol), for the tasks that `wait_ready` on it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub notify_socket: bool,
+    /// How long this task waits for `wait_healthy` and `wait_ready` before the allocation
+    /// fails; unset: [`crate::readiness::DEFAULT_WAIT_DEADLINE`].
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
@@ -428,6 +436,8 @@ impl Task {
             artifacts: Vec::new(),
             volume_mounts: Vec::new(),
             wait_healthy: Vec::new(),
+            wait_ready: Vec::new(),
+            notify_socket: false,
             wait_deadline: None,
         }
     }
@@ -628,6 +638,8 @@ impl Job {
             .map(|t| readiness::TaskWaits {
                 name: &t.name,
                 wait_healthy: &t.wait_healthy,
+                wait_ready: &t.wait_ready,
+                notify_socket: t.notify_socket,
                 wait_deadline: t.wait_deadline,
                 has_checks: t.services.iter().any(|s| !s.checks.is_empty()),
             })

@@ -52,6 +52,10 @@ pub struct TaskState {
     pub started_at: Option<Timestamp>,
     /// When it died.
     pub finished_at: Option<Timestamp>,
+    /// When it first said `READY=1` on its notify socket (`notify_socket`); kept across
+    /// restarts of the task and of the agent, so a task waiting on it is not held again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_at: Option<Timestamp>,
     /// The latest events, oldest first.
     pub events: VecDeque<TaskEvent>,
 }
@@ -82,6 +86,7 @@ impl TaskState {
             last_restart: None,
             started_at: None,
             finished_at: None,
+            ready_at: None,
             events: VecDeque::new(),
         }
     }

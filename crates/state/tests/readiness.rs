@@ -75,3 +75,41 @@ fn a_task_without_checks_cannot_be_waited_for() {
                 [[group.task]]\nname = \"b\"\ndriver = \"raw_exec\"\n";
     refused(text, "group.task[0].wait_healthy", "task \"b\" has no service check");
 }
+
+/// `wait_ready` and `notify_socket` read from TOML and JSON alike.
+#[test]
+fn wait_ready_and_notify_socket_read_from_toml_and_json() {
+    let text = doc(["wait_ready = [\"b\"]\nwait_deadline = \"20s\"", "notify_socket = true", ""]);
+    let job = spec::parse_toml(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let json = serde_json::to_string(&job.to_spec()).unwrap();
+    assert!(json.contains("\"notify_socket\":true") && json.contains("\"wait_ready\":[\"b\"]"));
+    let again = spec::parse_json(&json).unwrap_or_else(|e| panic!("{e}\n{json}"));
+    assert_eq!(again, job, "{json}");
+    let (a, b, c) = (&job.groups[0].tasks[0], &job.groups[0].tasks[1], &job.groups[0].tasks[2]);
+    assert_eq!(a.wait_ready, ["b"]);
+    assert_eq!(a.wait_deadline, Some(Duration::from_secs(20)));
+    assert!(b.notify_socket && !a.notify_socket && !c.notify_socket);
+}
+
+/// Each mistake of `wait_ready` is named by its field: an unknown task, the task itself, a
+/// task without a notify socket, a cycle through both kinds of wait, a wrong type.
+#[test]
+fn wait_ready_mistakes_name_the_field() {
+    let field = "group.task[0].wait_ready";
+    refused(&doc(["wait_ready = [\"db\"]", "", ""]), field, "no task \"db\"");
+    refused(&doc(["wait_ready = [\"a\"]\nnotify_socket = true", "", ""]), field, "itself");
+    refused(&doc(["wait_ready = [\"b\"]", "", ""]), field, "does not set notify_socket = true");
+    refused(
+        &doc(["wait_ready = [\"b\"]", "notify_socket = true\nwait_healthy = [\"a\"]", ""]),
+        "group.task[0].wait_ready",
+        "cycle: a -> b -> a",
+    );
+    refused(&doc(["wait_ready = \"b\"", "notify_socket = true", ""]), field, "invalid type");
+    refused(
+        &doc(["", "notify_socket = \"yes\"", ""]),
+        "group.task[1].notify_socket",
+        "invalid type",
+    );
+    let deadline = "group.task[0].wait_deadline";
+    refused(&doc(["wait_deadline = \"1m\"", "", ""]), deadline, "wait_healthy or wait_ready");
+}

@@ -14,6 +14,7 @@ mod facts;
 pub mod hooks;
 pub mod lifecycle;
 pub mod local_state;
+pub mod notify;
 pub mod restart;
 mod runner;
 pub mod template;

@@ -46,6 +46,7 @@ use crate::facts::{Change, RestartRequest, Restored, RunnerFacts, WindDown};
 use crate::hooks::{HOOK_TIMEOUT, HookContext, TaskDirHook, TaskDirs, TaskHook};
 use crate::lifecycle::{TaskRunnerAction, TaskRunnerEvent, TaskRunnerState};
 use crate::local_state::{HookState, LocalState};
+use crate::notify;
 use crate::restart::{Decision, Outcome, RestartTracker};
 use crate::template::{TaskLifecycle, TemplateHook};
 use crate::watched::Watched;
@@ -103,6 +104,18 @@ struct Shared {
     persist: tokio::sync::Mutex<()>,
     /// Everything that changes as the runner lives, under one lock.
     facts: Watched<RunnerFacts>,
+    /// What listens on the task's notify socket (`notify_socket`), while it does.
+    notify_listener: parking_lot::Mutex<Option<Listening>>,
+}
+
+/// A listener on the notify socket, ended when dropped.
+#[derive(Debug)]
+struct Listening(tokio::task::AbortHandle);
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// The runner as its template hook reaches it: weakly, since the runner holds the hook.
@@ -251,6 +264,7 @@ impl TaskRunner {
                 events: config.events,
                 persist: tokio::sync::Mutex::new(()),
                 facts: Watched::new(facts),
+                notify_listener: parking_lot::Mutex::new(None),
                 task: config.task,
             }),
         };
@@ -384,6 +398,10 @@ impl TaskRunner {
                     facts.local.handle = Some(handle);
                     facts.restored = Restored::Reattached;
                 });
+                // The task still holds the socket's path: it is bound again there.
+                if let Err(error) = self.listen_for_ready() {
+                    tracing::warn!(alloc_id = %self.alloc_id(), task = %s.task.name, %error, "could not bind the notify socket again; the task's READY=1 will not be heard");
+                }
             }
             Err(error) => {
                 tracing::warn!(alloc_id = %self.alloc_id(), task = %s.task.name, %error, "could not reattach to task");
@@ -396,6 +414,54 @@ impl TaskRunner {
             }
         }
         Ok(())
+    }
+
+    /// Binds the task's notify socket, if it has one and nothing listens on it yet, and
+    /// listens there for `READY=1` for as long as the runner runs.
+    fn listen_for_ready(&self) -> Result<(), TaskError> {
+        let s = &self.shared;
+        if !s.task.notify_socket {
+            return Ok(());
+        }
+        let mut listening = s.notify_listener.lock();
+        if listening.as_ref().is_some_and(|l| !l.0.is_finished()) {
+            return Ok(());
+        }
+        let socket = notify::bind(&notify::socket_path(&s.dirs.task_dir))?;
+        let runner = WeakRunner(Arc::downgrade(&self.shared));
+        let listener = tokio::spawn(async move {
+            loop {
+                let heard = notify::next_ready(&socket).await;
+                let Some(runner) = runner.get() else { return };
+                match heard {
+                    Ok(()) => runner.mark_ready().await,
+                    Err(error) => {
+                        tracing::warn!(alloc_id = %runner.alloc_id(), task = %runner.name(), %error, "the notify socket failed; READY=1 is no longer heard");
+                        return;
+                    }
+                }
+            }
+        });
+        *listening = Some(Listening(listener.abort_handle()));
+        Ok(())
+    }
+
+    /// Records, once, that the task said `READY=1`.
+    async fn mark_ready(&self) {
+        if self.shared.facts.read(|facts| facts.task.ready_at.is_some()) {
+            return;
+        }
+        tracing::info!(alloc_id = %self.alloc_id(), task = %self.name(), "the task said READY=1");
+        let event = self.event(TaskEventKind::HookMessage {
+            hook: "notify_socket".into(),
+            message: "the task said READY=1".into(),
+        });
+        let now = self.now();
+        self.commit(|state| {
+            state.state.ready_at.get_or_insert(now);
+            state.append_event(event);
+        })
+        .await;
     }
 
     /// Records that the task was lost while the agent was away; the run loop then restarts it
@@ -447,8 +513,12 @@ impl TaskRunner {
                 LoopEnd::Shutdown => LoopEnd::Shutdown,
             }
         };
+        // Nothing more is listened for; a dead task's socket goes with it.
+        drop(s.notify_listener.lock().take());
         if let LoopEnd::Shutdown = ending {
             Box::pin(self.on_shutdown()).await;
+        } else if s.task.notify_socket {
+            let _ = std::fs::remove_file(notify::socket_path(&s.dirs.task_dir));
         }
         self.step(TaskRunnerEvent::RunEnded);
     }
@@ -605,6 +675,18 @@ impl TaskRunner {
                 return Err(Outcome::StartFailed { retryable: true });
             }
         };
+        let mut env = env;
+        if let Err(error) = self.listen_for_ready() {
+            let event = self.event(TaskEventKind::SetupFailure {
+                error: format!("the notify socket: {error}"),
+            });
+            self.commit(|state| state.append_event(event.failing())).await;
+            return Err(Outcome::StartFailed { retryable: false });
+        }
+        if s.task.notify_socket {
+            let path = notify::socket_path(&s.dirs.task_dir);
+            env.insert(notify::NOTIFY_SOCKET_ENV.to_owned(), path.display().to_string());
+        }
         let driver_config = env::interpolate_config(&s.task.config, &env);
         if let Err(error) = s.driver.validate_config(&driver_config) {
             return Err(self.start_failed(error).await);

@@ -30,26 +30,35 @@ impl Placed {
     }
 
     /// Replaces the file with `contents` and `mode`, making missing directories on the way,
-    /// following no link below the root.
+    /// following no link below the root. The file and the directories made are the root's
+    /// owner's: the task's workload user once an isolating driver has handed it the task
+    /// directory, so that a private file (`perms = "600"`) is still the task's to read.
     pub(crate) fn write(
         &self,
         contents: &[u8],
         mode: u32,
     ) -> Result<(), wharf_isolate::IsolateError> {
+        use std::os::unix::fs::MetadataExt;
         let root = OpenDir::open(&self.root)?;
+        let meta = root.metadata()?;
+        let owner = (meta.uid(), meta.gid());
         let name = self.relative.file_name().map(OsString::from).unwrap_or_default();
         let parent = match self.relative.parent() {
             Some(parent) if !parent.as_os_str().is_empty() => {
                 let mut made = PathBuf::new();
                 for component in parent.components() {
                     made.push(component);
-                    root.make_dir(&made, 0o755)?;
+                    let existed = root.open_dir(&made).is_ok();
+                    let dir = root.make_dir(&made, 0o755)?;
+                    if !existed {
+                        dir.set_owner(owner.0, owner.1)?;
+                    }
                 }
                 root.open_dir(parent)?
             }
             _ => root,
         };
-        parent.write_file(&name, contents, mode)
+        parent.write_file_owned(&name, contents, mode, Some(owner))
     }
 }
 
@@ -137,5 +146,22 @@ mod tests {
         {
             assert!(place(escaping, &env(), &dirs()).is_err(), "{escaping}");
         }
+    }
+
+    #[test]
+    fn a_written_file_and_the_directories_made_for_it_are_the_task_directory_owners() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let task = tempfile::tempdir().unwrap();
+        std::fs::create_dir(task.path().join("logs")).unwrap();
+        std::os::unix::fs::chown(task.path(), Some(4242), Some(4343)).unwrap();
+        let at = |relative: &str| Placed { root: task.path().into(), relative: relative.into() };
+        at("conf/app/secret.conf").write(b"x", 0o600).unwrap();
+        at("logs/rendered").write(b"y", 0o644).unwrap();
+        let meta = |relative: &str| std::fs::metadata(task.path().join(relative)).unwrap();
+        for made in ["conf", "conf/app", "conf/app/secret.conf", "logs/rendered"] {
+            assert_eq!((meta(made).uid(), meta(made).gid()), (4242, 4343), "{made}");
+        }
+        assert_eq!(meta("conf/app/secret.conf").permissions().mode() & 0o7777, 0o600);
+        assert_eq!(meta("logs").uid(), 0, "a directory that was there keeps its owner");
     }
 }
