@@ -137,6 +137,21 @@ impl ContainerDriver {
         self.containers.lock().values().map(|c| c.image.clone()).collect()
     }
 
+    /// Deletes (with force: what still runs in them is killed) every container the runtime
+    /// keeps state for under this driver's root, whether a task still records it or not: for
+    /// a node being wiped, where an agent killed mid-destroy may have left one. Their ids.
+    pub async fn delete_all_containers(&self) -> Result<Vec<String>, ContainerError> {
+        let ids = self.runtime.known();
+        for id in &ids {
+            self.runtime.delete(id).await.map_err(|reason| ContainerError::Runtime {
+                runtime: self.runtime.program.display().to_string(),
+                action: "delete",
+                reason,
+            })?;
+        }
+        Ok(ids)
+    }
+
     fn container(&self, id: &TaskId) -> Result<Arc<Container>, DriverError> {
         self.containers.lock().get(id).cloned().ok_or_else(|| DriverError::not_found(id))
     }

@@ -47,6 +47,7 @@ pub use driver::{CONTAINERS_DIR, ContainerDriver, DRIVER_NAME, is_mounted};
 pub use error::ContainerError;
 pub use fetch::fetch;
 pub use image::StoredImage;
+pub use mount::unmount_all_under;
 pub use reference::{ImageRef, ImageSource, RegistryRef};
 pub use registry::RegistryOptions;
 pub use store::ImageStore;
