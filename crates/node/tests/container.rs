@@ -162,3 +162,81 @@ async fn a_wiped_node_leaves_no_container_process_mount_or_runtime_state() {
     assert!(left.is_empty(), "left running: {left:?}");
     assert!(!runtime_root.join(&container_id).exists(), "runc's state of {container_id} left");
 }
+
+/// A container task of `image` running `script` under `sh -c`, with `extra` config entries.
+fn container_task(image: &Path, script: &str, extra: &str) -> String {
+    format!(
+        "[[group.task]]\nname = \"t\"\ndriver = \"container\"\n\
+         config = {{ image = \"docker-archive:{}\", command = \"/bin/sh\", args = [\"-c\", {script:?}]{extra} }}\n",
+        image.display()
+    )
+}
+
+/// The references of the images the agent stores.
+async fn image_references(client: &wharf_node::client::Client) -> Vec<String> {
+    let images: Vec<serde_json::Value> =
+        client.json(Method::GET, "/v1/images", None).await.unwrap();
+    images.iter().map(|i| i["reference"].as_str().unwrap().to_owned()).collect()
+}
+
+/// Images go with the finished allocations, through the agent's own GC loop: once the
+/// allocation that ran an image is collected, the image is removed, while an image a running
+/// allocation uses stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agents_gc_removes_an_image_with_the_last_allocation_that_used_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (finished_image, running_image) = (dir.path().join("a.tar"), dir.path().join("b.tar"));
+    make_image(&finished_image);
+    std::fs::copy(&finished_image, &running_image).unwrap();
+    let shared = dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    let agent = AgentProcess::start(
+        dir.path(),
+        &format!(
+            "[gc]\nmax_allocs = 0\ninterval = \"200ms\"\n\
+             [drivers.container]\nallowed_mount_dirs = [{:?}]\n",
+            shared.display().to_string()
+        ),
+    );
+    let client = agent.client();
+
+    let running = job("running", "service", &container_task(&running_image, "exec sleep 1000", ""));
+    let running = submit(&client, &running).await.unwrap();
+    until(&client, &running, "running", |d| d.state.client_status == ClientStatus::Running).await;
+
+    // The finished allocation says it ran through a host directory: the GC removes the rest.
+    let mount = format!(
+        ", mounts = [{{ source = {:?}, target = \"/shared\" }}]",
+        shared.display().to_string()
+    );
+    let finished = job(
+        "finished",
+        "batch",
+        &container_task(&finished_image, "echo ran > /shared/ran", &mount),
+    );
+    let finished = submit(&client, &finished).await.unwrap();
+    let deadline = std::time::Instant::now() + LIMIT;
+    let finished_ref = format!("docker-archive:{}", finished_image.display());
+    let running_ref = format!("docker-archive:{}", running_image.display());
+    loop {
+        let collected = matches!(
+            client.call(Method::GET, &format!("/v1/allocations/{finished}"), None).await,
+            Err(wharf_node::client::ClientError::Api { status, .. }) if status == hyper::StatusCode::NOT_FOUND
+        );
+        let images = image_references(&client).await;
+        if collected && !images.contains(&finished_ref) {
+            // The same collection kept the running allocation's image.
+            assert_eq!(images, std::slice::from_ref(&running_ref));
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the finished allocation and its image were never collected: {images:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(std::fs::read_to_string(shared.join("ran")).unwrap(), "ran\n");
+    assert!(!agent.data_dir.join("allocs").join(&finished).exists());
+    let still = until(&client, &running, "still running", |d| !d.done).await;
+    assert_eq!(still.state.client_status, ClientStatus::Running);
+}
