@@ -380,12 +380,11 @@ fn docker_driver_security_opt() {
     });
 }
 
-/// TestDockerDriver_SecurityOpt (seccomp): Docker's default profile refuses a syscall outside
+/// TestDockerDriver_SecurityOptUnconfined: Docker's default profile refuses a syscall outside
 /// it with EPERM (`unshare`, which a user namespace needs no capability for); `cap_add =
-/// ["SYS_ADMIN"]` grants it as Docker's profile does; `seccomp=unconfined` lifts the filter;
-/// `seccomp=/path.json` applies a profile file in Docker's format.
+/// ["SYS_ADMIN"]` grants it as Docker's profile does; `seccomp=unconfined` lifts the filter.
 #[test]
-fn docker_driver_security_opt_seccomp() {
+fn docker_driver_security_opt_unconfined() {
     let node = Node::new("seccomp");
     runtime().block_on(async {
         let driver = node.driver();
@@ -408,7 +407,17 @@ fn docker_driver_security_opt_seccomp() {
         assert_eq!(unconfined, "unshared\nSeccomp:\t0\n");
         let admin = run(&driver, &with("admin", json!({"cap_add": ["SYS_ADMIN"]}))).await.1;
         assert_eq!(admin, "unshared\nSeccomp:\t2\n");
+    });
+}
 
+/// TestDockerDriver_SecurityOptFromFile: `seccomp=/path.json` applies a profile file in
+/// Docker's format (here one that refuses `mkdir` with EACCES and allows the rest); a file
+/// that is not there is refused before anything starts, naming it.
+#[test]
+fn docker_driver_security_opt_from_file() {
+    let node = Node::new("seccomp-file");
+    runtime().block_on(async {
+        let driver = node.driver();
         let profile = node.dir.path().join("no-mkdir.json");
         std::fs::write(
             &profile,
