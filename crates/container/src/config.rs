@@ -1,6 +1,7 @@
 //! A container task's `config` block, and the node's settings for the driver.
 
 use crate::error::ContainerError;
+use crate::seccomp::SeccompChoice;
 use serde::Deserialize;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
@@ -43,7 +44,9 @@ pub struct ContainerConfig {
     /// allows.
     #[serde(default)]
     pub mounts: Vec<MountConfig>,
-    /// Docker's `security_opt`: `no-new-privileges` (the default) or `no-new-privileges:false`.
+    /// Docker's `security_opt`: `no-new-privileges` (the default) or `no-new-privileges:false`;
+    /// `seccomp=unconfined` (no seccomp filter) or `seccomp=/path.json` (a profile file in
+    /// Docker's format on the node) in place of Docker's default profile.
     #[serde(default)]
     pub security_opt: Vec<String>,
 }
@@ -108,17 +111,34 @@ impl ContainerConfig {
             return Err(invalid("work_dir", format!("{dir:?} must be an absolute path")));
         }
         for opt in &parsed.security_opt {
+            if let Some(choice) = SeccompChoice::from_security_opt(opt) {
+                choice.map_err(|reason| invalid("security_opt", reason))?;
+                continue;
+            }
             if !matches!(
                 opt.as_str(),
                 "no-new-privileges" | "no-new-privileges:true" | "no-new-privileges:false"
             ) {
                 return Err(invalid(
                     "security_opt",
-                    format!("{opt:?} is not supported (no-new-privileges[:true|false] is)"),
+                    format!(
+                        "{opt:?} is not supported (no-new-privileges[:true|false] and \
+                         seccomp=unconfined|/path.json are)"
+                    ),
                 ));
             }
         }
         Ok(parsed)
+    }
+
+    /// The seccomp filter `security_opt` chooses (the last `seccomp=` entry; by default
+    /// Docker's profile).
+    pub fn seccomp(&self) -> SeccompChoice {
+        self.security_opt
+            .iter()
+            .filter_map(|opt| SeccompChoice::from_security_opt(opt)?.ok())
+            .next_back()
+            .unwrap_or_default()
     }
 
     /// Whether `no_new_privs` is set: by default, unless `security_opt` turns it off.
@@ -236,7 +256,11 @@ mod tests {
             ),
             (json!({"image": "oci:/x", "work_dir": "tmp"}), "config.work_dir"),
             (
-                json!({"image": "oci:/x", "security_opt": ["seccomp=unconfined"]}),
+                json!({"image": "oci:/x", "security_opt": ["apparmor=unconfined"]}),
+                "config.security_opt",
+            ),
+            (
+                json!({"image": "oci:/x", "security_opt": ["seccomp=relative.json"]}),
                 "config.security_opt",
             ),
         ] {
@@ -250,6 +274,10 @@ mod tests {
         let good =
             parse(json!({"image": "oci:/x", "security_opt": ["no-new-privileges:false"]})).unwrap();
         assert!(!good.no_new_privileges());
+        assert_eq!(good.seccomp(), SeccompChoice::Default);
+        let unconfined =
+            parse(json!({"image": "oci:/x", "security_opt": ["seccomp=unconfined"]})).unwrap();
+        assert_eq!(unconfined.seccomp(), SeccompChoice::Unconfined);
         assert_eq!(good.network_mode, NetworkMode::Host);
     }
 }

@@ -55,6 +55,10 @@ pub struct ContainerDriver {
     waiter: PathBuf,
     cgroups: TaskCgroups,
     containers: Mutex<HashMap<TaskId, Arc<Container>>>,
+    /// Held through a container's destroy: a second destroy (the task's release, and the GC
+    /// of its allocation) waits for the first and then finds the container gone, rather than
+    /// racing it over the mount and the directory.
+    destroying: Mutex<HashMap<TaskId, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// What the driver knows of one container.
@@ -119,6 +123,7 @@ impl ContainerDriver {
             waiter,
             cgroups,
             containers: Mutex::default(),
+            destroying: Mutex::default(),
         })
     }
 
@@ -135,6 +140,37 @@ impl ContainerDriver {
     /// The references of the images the driver's containers run now.
     pub fn images_in_use(&self) -> std::collections::BTreeSet<String> {
         self.containers.lock().values().map(|c| c.image.clone()).collect()
+    }
+
+    /// Deletes (with force: what still runs in them is killed) every container the runtime
+    /// keeps state for under this driver's root, whether a task still records it or not: for
+    /// a node being wiped, where an agent killed mid-destroy may have left one. Their ids.
+    pub async fn delete_all_containers(&self) -> Result<Vec<String>, ContainerError> {
+        let ids = self.runtime.known();
+        for id in &ids {
+            self.runtime.delete(id).await.map_err(|reason| ContainerError::Runtime {
+                runtime: self.runtime.program.display().to_string(),
+                action: "delete",
+                reason,
+            })?;
+        }
+        Ok(ids)
+    }
+
+    /// Destroys (with force) every container of allocation `alloc_id` the driver still holds,
+    /// after any destroy of one already under way: for an allocation about to be collected,
+    /// whose directory must not be removed while a container's root is mounted in it.
+    pub async fn destroy_alloc_containers(&self, alloc_id: &str) -> Result<(), DriverError> {
+        let prefix = format!("{alloc_id}/");
+        let ids: Vec<TaskId> =
+            self.containers.lock().keys().filter(|id| id.0.starts_with(&prefix)).cloned().collect();
+        for id in ids {
+            match self.destroy_task(&id, true).await {
+                Ok(()) | Err(DriverError::TaskNotFound { .. }) => {}
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(())
     }
 
     fn container(&self, id: &TaskId) -> Result<Arc<Container>, DriverError> {
@@ -476,6 +512,8 @@ impl Driver for ContainerDriver {
     }
 
     async fn destroy_task(&self, task_id: &TaskId, force: bool) -> Result<(), DriverError> {
+        let lock = self.destroying.lock().entry(task_id.clone()).or_default().clone();
+        let _destroying = lock.lock().await;
         let container = self.container(task_id)?;
         let info = self.inner.inspect_task(task_id).await?;
         if info.state != RunState::Exited {
@@ -490,6 +528,7 @@ impl Driver for ContainerDriver {
         self.clean_up(&container).await?;
         self.inner.destroy_task(task_id, true).await?;
         self.containers.lock().remove(task_id);
+        self.destroying.lock().remove(task_id);
         Ok(())
     }
 

@@ -11,6 +11,8 @@
 //! - [`config`]: a task's `config` block and the node's options;
 //! - `spec`: the OCI runtime spec, the image's config merged with the task's by Docker's rules,
 //!   with Docker's defaults;
+//! - [`seccomp`]: the container's seccomp filter, Docker's default profile (its
+//!   capability-conditional parts following `cap_add`), a profile file, or none;
 //! - `mount`, `cgroup_path`: the root filesystem (overlayfs) and the task's cgroup as the
 //!   runtime names it;
 //! - [`waiter`]: the task's process under wharf-exec's shim: `runc create`, `runc start`, the
@@ -33,6 +35,7 @@ mod mount;
 mod reference;
 mod registry;
 mod runtime;
+pub mod seccomp;
 pub mod spec;
 mod store;
 mod unpack;
@@ -44,6 +47,7 @@ pub use driver::{CONTAINERS_DIR, ContainerDriver, DRIVER_NAME, is_mounted};
 pub use error::ContainerError;
 pub use fetch::fetch;
 pub use image::StoredImage;
+pub use mount::unmount_all_under;
 pub use reference::{ImageRef, ImageSource, RegistryRef};
 pub use registry::RegistryOptions;
 pub use store::ImageStore;

@@ -71,6 +71,44 @@ pub(crate) fn unmount(target: &Path) -> io::Result<()> {
     }
 }
 
+/// Unmounts every mount at or under `dir` (detached), deepest first and each stacked mount
+/// in turn, so that removing `dir` afterwards neither fails on a busy mount point nor reaches
+/// through a mount into what it shows. The number of unmounts.
+pub fn unmount_all_under(dir: &Path) -> io::Result<usize> {
+    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let mut unmounted = 0;
+    // Every pass takes off the top of every stack; a stack is no deeper than the mounts found.
+    let mut passes = mounts_under(&dir)?.len();
+    loop {
+        let mut points = mounts_under(&dir)?;
+        if points.is_empty() {
+            return Ok(unmounted);
+        }
+        if passes == 0 {
+            let left: Vec<String> = points.iter().map(|p| p.display().to_string()).collect();
+            return Err(io::Error::other(format!("still mounted: {}", left.join(", "))));
+        }
+        passes -= 1;
+        points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+        points.dedup();
+        for point in points {
+            unmount(&point)?;
+            unmounted += 1;
+        }
+    }
+}
+
+/// The mount points at or under `dir`, from `/proc/self/mountinfo`.
+fn mounts_under(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+    Ok(info
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|point| PathBuf::from(unescape(point)))
+        .filter(|point| point.starts_with(dir))
+        .collect())
+}
+
 /// Whether `target` is a mount point now (from `/proc/self/mountinfo`).
 pub(crate) fn is_mounted(target: &Path) -> bool {
     let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else { return false };

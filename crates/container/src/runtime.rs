@@ -56,6 +56,16 @@ impl RuntimeCommand {
         }
     }
 
+    /// The ids of the containers the runtime keeps state for under its root.
+    pub(crate) fn known(&self) -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir(&self.root) else { return Vec::new() };
+        entries
+            .flatten()
+            .filter(|entry| entry.path().join("state.json").is_file())
+            .filter_map(|entry| entry.file_name().into_string().ok())
+            .collect()
+    }
+
     async fn run(&self, args: &[&str], with_root: bool) -> Result<String, String> {
         let mut full: Vec<String> = Vec::new();
         if with_root {

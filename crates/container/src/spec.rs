@@ -9,8 +9,9 @@
 //!   them).
 //! - Working directory and user: the task's, else the image's, else `/` and root. A user
 //!   name is looked up in the image's `/etc/passwd`.
-//! - Defaults as Docker's: its capability set, `no_new_privs`, its masked and read-only
-//!   `/proc` and `/sys` paths, the runtime's minimal `/dev` behind a deny-all device rule,
+//! - Defaults as Docker's: its capability set, `no_new_privs`, its seccomp profile (see
+//!   [`crate::seccomp`]), its masked and read-only `/proc` and `/sys` paths, the runtime's
+//!   minimal `/dev` behind a deny-all device rule,
 //!   private PID, IPC and mount namespaces, and the network and hostname of the node unless
 //!   `network_mode = "none"`.
 
@@ -104,6 +105,7 @@ pub fn build(inputs: &SpecInputs<'_>) -> Result<Spec, ContainerError> {
     let user_text = config.user.clone().or_else(|| image_config.user().clone()).unwrap_or_default();
     let user = resolve_user(rootfs, &user_text)?;
     let capabilities = capabilities(config)?;
+    let seccomp = config.seccomp().filter(&capabilities)?;
 
     let mut process = Process::default();
     process.set_terminal(Some(false));
@@ -160,6 +162,7 @@ pub fn build(inputs: &SpecInputs<'_>) -> Result<Spec, ContainerError> {
     linux.set_cgroups_path(inputs.cgroups_path.as_ref().map(PathBuf::from));
     linux.set_masked_paths(Some(MASKED_PATHS.iter().map(|p| (*p).to_owned()).collect()));
     linux.set_readonly_paths(Some(READONLY_PATHS.iter().map(|p| (*p).to_owned()).collect()));
+    linux.set_seccomp(seccomp);
     spec.set_linux(Some(linux));
     Ok(spec)
 }

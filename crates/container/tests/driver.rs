@@ -380,6 +380,75 @@ fn docker_driver_security_opt() {
     });
 }
 
+/// TestDockerDriver_SecurityOptUnconfined: Docker's default profile refuses a syscall outside
+/// it with EPERM (`unshare`, which a user namespace needs no capability for); `cap_add =
+/// ["SYS_ADMIN"]` grants it as Docker's profile does; `seccomp=unconfined` lifts the filter.
+#[test]
+fn docker_driver_security_opt_unconfined() {
+    let node = Node::new("seccomp");
+    runtime().block_on(async {
+        let driver = node.driver();
+        let script = "unshare -U true 2>&1 && echo unshared; grep Seccomp: /proc/self/status";
+        let with = |name: &str, extra: serde_json::Value| {
+            let mut config = shell(&node, name, script);
+            for (key, value) in extra.as_object().unwrap() {
+                config.driver_config.insert(key.clone(), value.clone());
+            }
+            config
+        };
+        let default = run(&driver, &with("default", json!({}))).await.1;
+        assert!(default.contains("Operation not permitted"), "{default}");
+        assert!(!default.contains("unshared"), "{default}");
+        assert!(default.contains("Seccomp:\t2"), "a filter is installed: {default}");
+        let unconfined =
+            run(&driver, &with("unconfined", json!({"security_opt": ["seccomp=unconfined"]})))
+                .await
+                .1;
+        assert_eq!(unconfined, "unshared\nSeccomp:\t0\n");
+        let admin = run(&driver, &with("admin", json!({"cap_add": ["SYS_ADMIN"]}))).await.1;
+        assert_eq!(admin, "unshared\nSeccomp:\t2\n");
+    });
+}
+
+/// TestDockerDriver_SecurityOptFromFile: `seccomp=/path.json` applies a profile file in
+/// Docker's format (here one that refuses `mkdir` with EACCES and allows the rest); a file
+/// that is not there is refused before anything starts, naming it.
+#[test]
+fn docker_driver_security_opt_from_file() {
+    let node = Node::new("seccomp-file");
+    runtime().block_on(async {
+        let driver = node.driver();
+        let profile = node.dir.path().join("no-mkdir.json");
+        std::fs::write(
+            &profile,
+            r#"{"defaultAction": "SCMP_ACT_ALLOW",
+                "archMap": [{"architecture": "SCMP_ARCH_X86_64",
+                             "subArchitectures": ["SCMP_ARCH_X86", "SCMP_ARCH_X32"]}],
+                "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO",
+                              "errnoRet": 13}]}"#,
+        )
+        .unwrap();
+        let mut from_file =
+            shell(&node, "file", "mkdir /tmp/new 2>&1; unshare -U true && echo unshared");
+        from_file
+            .driver_config
+            .insert("security_opt".into(), json!([format!("seccomp={}", profile.display())]));
+        let out = run(&driver, &from_file).await.1;
+        assert!(out.contains("Permission denied"), "EACCES from the file's rule: {out}");
+        assert!(out.ends_with("unshared\n"), "{out}");
+
+        let mut missing = shell(&node, "missing", "true");
+        missing.driver_config.insert("security_opt".into(), json!(["seccomp=/nonexistent.json"]));
+        match driver.start_task(missing).await {
+            Err(DriverError::InvalidConfig { field, reason }) => {
+                assert_eq!(field, "config.security_opt");
+                assert!(reason.contains("/nonexistent.json"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+    });
+}
+
 /// TestDockerDriver_Mounts: a host directory under an allowed directory is bound in (read-only
 /// if asked); one outside them is refused before anything starts.
 #[test]

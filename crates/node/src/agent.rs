@@ -648,6 +648,7 @@ impl Agent {
             .collect();
         let mut removed = Vec::new();
         for runner in collectable(finished, now, &self.config.gc) {
+            self.destroy_containers(runner.id()).await;
             runner.destroy().await;
             {
                 // Counted under the lock a scrape reads the allocations under, so the
@@ -668,6 +669,18 @@ impl Agent {
             crate::container::collect_images(containers, kept).await;
         }
         removed
+    }
+
+    /// Destroys the containers of a finished allocation before its directory goes: the
+    /// destroy its task's end started may still be unmounting a root in it.
+    async fn destroy_containers(&self, alloc_id: &str) {
+        let Some(containers) = &self.containers else { return };
+        let limit = CONTAINER_DESTROY_TIMEOUT;
+        match tokio::time::timeout(limit, containers.destroy_alloc_containers(alloc_id)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::warn!(%alloc_id, %error, "cannot destroy its containers"),
+            Err(_) => tracing::warn!(%alloc_id, ?limit, "its containers' destroy did not finish"),
+        }
     }
 
     /// Runs [`Agent::gc`] every `gc.interval` until `stop` is raised.
@@ -940,6 +953,10 @@ fn oldest_first(allocs: &BTreeMap<String, Managed>) -> Vec<AllocRunner> {
     managed.sort_by_key(|m| m.order);
     managed.into_iter().map(|m| m.runner.clone()).collect()
 }
+
+/// How long the GC waits for a collected allocation's containers to be destroyed (each runtime
+/// command is bounded on its own; this bounds them together).
+const CONTAINER_DESTROY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How long to wait between checks for things that have no notification (log files).
 pub const POLL_INTERVAL: Duration = Duration::from_millis(200);

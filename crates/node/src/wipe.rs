@@ -6,6 +6,12 @@
 //! whole process group through the driver's forced destroy, and the directory is removed.
 //! Tasks get no kill timeout and poststop tasks do not run: a destroyed machine gets neither.
 //! The node's cgroups go too, with anything still in them.
+//!
+//! Containers are destroyed as the other tasks are (`runc delete --force`, their root
+//! unmounted); then every container the runtime still keeps state for is deleted, whether a
+//! task records it or not (an agent killed mid-destroy leaves one), and every mount left under
+//! the data directory is unmounted, so that removing the directory neither fails on a busy
+//! mount point nor deletes through a mount what it shows.
 
 use crate::agent_file::AgentFile;
 use crate::config::NodeConfig;
@@ -39,7 +45,16 @@ pub async fn wipe(config: &NodeConfig) -> anyhow::Result<Wiped> {
         // The agent is dead, so its cgroups are free to take: every task's, and whatever else
         // is left in them, is killed and removed below.
         let task_cgroups = wipe_cgroups(config);
-        let drivers = crate::probe::handle_readers(config, task_cgroups.clone());
+        let mut drivers = crate::probe::handle_readers(config, task_cgroups.clone());
+        let containers = crate::container::driver(
+            &config.drivers.container,
+            data_dir,
+            config.drivers.raw_exec.shim_path.clone(),
+            &task_cgroups,
+        );
+        if let Some(containers) = &containers {
+            drivers.register(containers.clone());
+        }
         for stored in &snapshot.allocs {
             for handle in crate::probe::task_handles(stored) {
                 let Some(driver) = drivers.get(&handle.driver) else { continue };
@@ -53,9 +68,21 @@ pub async fn wipe(config: &NodeConfig) -> anyhow::Result<Wiped> {
                 }
             }
         }
+        if let Some(containers) = &containers {
+            let deleted =
+                containers.delete_all_containers().await.context("cannot delete containers")?;
+            if !deleted.is_empty() {
+                tracing::info!(containers = ?deleted, "deleted containers no task recorded");
+            }
+        }
         if let Some(cgroups) = task_cgroups.manager() {
             wharf_exec::destroy_cgroups(cgroups).context("cannot remove the node's cgroups")?;
         }
+    }
+    if data_dir.exists() {
+        wharf_container::unmount_all_under(data_dir).with_context(|| {
+            format!("cannot unmount what is mounted under {}", data_dir.display())
+        })?;
     }
     match std::fs::remove_dir_all(data_dir) {
         Ok(()) => {}

@@ -243,6 +243,52 @@ async fn loopback_workers_run_allocations_and_end_with_the_fleet() {
     assert!(left.is_empty(), "left running: {left:?}");
 }
 
+/// A job with `driver = "container"` through the fleet: placed on a loopback worker, whose
+/// agent runs the image under runc; it completes, its output is the container's, and the
+/// fleet's clean stop leaves neither instance files nor a mount behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_job_runs_on_a_loopback_worker_and_completes() {
+    let dir = tempfile::tempdir().unwrap();
+    let archive = dir.path().join("busybox.tar");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/container-image.sh");
+    let made = Command::new("sh").arg(&script).arg(&archive).output().unwrap();
+    assert!(made.status.success(), "{made:?} (the script needs busybox-static and tar)");
+    std::fs::create_dir(dir.path().join("fleet")).unwrap();
+    let fleet = FleetProcess::start(&dir.path().join("fleet"), "[loopback]\ninstances = 1\n");
+    let client = fleet.client();
+    let spec = format!(
+        "[job]\nid = \"boxed\"\ntype = \"batch\"\n[group]\nname = \"g\"\n\
+         [[group.task]]\nname = \"t\"\ndriver = \"container\"\n\
+         config = {{ image = \"docker-archive:{}\", command = \"/bin/sh\", \
+         args = [\"-c\", \"echo in a container; id -u; echo done > /alloc/done\"] }}\n",
+        archive.display()
+    );
+    let alloc = submit(&client, &spec).await.unwrap();
+    let done = until_alloc(&client, &alloc.id, "it ends", FleetAlloc::is_final).await;
+    assert_eq!((done.phase.as_str(), done.attempt), ("ended", 1), "{done:?}");
+    assert!(done.outcome.as_deref().unwrap_or_default().contains("complete"), "{done:?}");
+    let worker = done.worker.clone().expect("placed on a worker");
+    let alloc_dir =
+        fleet.0.data_dir().join(format!("instances/{worker}/data/allocs/{}", done.runner_id));
+    let out = std::fs::read_to_string(alloc_dir.join("t/logs/t.stdout.0")).unwrap();
+    assert_eq!(out, "in a container\n0\n");
+    assert_eq!(std::fs::read_to_string(alloc_dir.join("alloc/done")).unwrap(), "done\n");
+
+    let instances = fleet.0.data_dir().join("instances");
+    let status = fleet.0.terminate(LIMIT).unwrap();
+    assert!(status.success(), "{status:?}");
+    let kept = walkdir_names(&instances);
+    assert!(kept.is_empty(), "instance files left after a clean stop: {kept:?}");
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let root = dir.path().canonicalize().unwrap().display().to_string();
+    let left: Vec<&str> = mounts
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|p| p.starts_with(&root))
+        .collect();
+    assert!(left.is_empty(), "mounts left: {left:?}");
+}
+
 /// `wharf fleet status ID` of batch work whose every attempt failed: the rescheduled attempt
 /// and the last one each say when they ended and how, in the table and in the JSON.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

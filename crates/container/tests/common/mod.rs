@@ -116,7 +116,7 @@ impl LayerBuilder {
 const APPLETS: &[&str] = &[
     "sh", "echo", "cat", "sleep", "id", "pwd", "env", "true", "false", "touch", "ls", "kill", "dd",
     "head", "test", "mkdir", "rm", "grep", "trap", "stat", "hostname", "ip", "readlink", "wc",
-    "tail", "printf", "yes",
+    "tail", "printf", "yes", "unshare",
 ];
 
 /// busybox at /bin/busybox with its applets, /etc/passwd and /etc/group (root, nobody and
