@@ -11,8 +11,9 @@
 //! Allocations keep their last ten task events; a subscriber further behind than that misses
 //! the older ones, as one behind Nomad's event buffer does.
 
-use super::common::{NomadApiError, NomadResult, NomadServer, Shared, now};
+use super::common::{NomadServer, Shared};
 use super::views;
+use crate::nomad_http::{NomadApiError, NomadResult, now};
 use axum::body::{Body, Bytes};
 use axum::extract::{Query, State};
 use axum::http::{StatusCode, header};
