@@ -14,7 +14,7 @@
 //! | `GET /v1/nodes`, `/v1/node/:id`, `/v1/node/:id/allocations` | the workers as nodes, `HTTPAddr` their agents' |
 //! | `GET /v1/evaluation/:id` | the evaluation a registration or stop left |
 //! | `GET /v1/agent/self`, `/v1/status/leader`, `/v1/status/peers` | the fleet as a server, its leader and replicas |
-//! | `/v1/client/...` | forwarded to the agent of the worker that runs the allocation, with that agent's token ([`client`]) |
+//! | `/v1/client/...` | forwarded to the agent of the worker that runs the allocation, with that agent's token (`client`) |
 //!
 //! Every answer carries `X-Nomad-Index`, `X-Nomad-KnownLeader` and `X-Nomad-LastContact`;
 //! reads take `?index=&wait=`, woken by the scheduler's changes. The token is the fleet's,
