@@ -2,7 +2,7 @@
 //! driven by python-nomad's own calls (`nomad/fleet_server.py`): jobs registered, listed and
 //! stopped as fleet work, allocations with their workers' task states, the workers as nodes,
 //! the fleet as a server, and the client node's calls forwarded to the worker that runs the
-//! allocation; each checked for the values the job produced.
+//! allocation, and the event stream; each checked for the values the job produced.
 
 // Real processes on the real clock: these tests start programs and wait in real time.
 #![allow(clippy::disallowed_methods)]
@@ -73,6 +73,7 @@ fn python_nomad_drives_a_fleet() {
         "client.stream_logs.stream",
         "client.allocation.signal_allocation",
         "client.allocation.restart_allocation",
+        "event.stream.get_stream",
         "blocking query",
         "job.deregister_job",
     ];

@@ -10,6 +10,7 @@
 //! time in milliseconds, the latest change the server can show, so it only grows and needs
 //! no counter of its own.
 
+pub(crate) mod events;
 pub(crate) mod jobs;
 pub(crate) mod registry;
 

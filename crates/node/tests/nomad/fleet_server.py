@@ -107,6 +107,12 @@ except nomad_errors.BadRequestNomadException as e:
 assert n.allocations.get_allocations() == []
 ok("vault refused")
 
+# event.stream.get_stream, started before the job exists: its events arrive as the fleet
+# places it.
+stream, stream_exit, events = n.event.stream.get_stream(index=0, topic=["Job:fleetweb", "Allocation"], timeout=LIMIT * 3)
+stream.daemon = True
+stream.start()
+
 # job.register_job: the fleet queues both instances and says the evaluation is complete.
 answer = n.job.register_job("fleetweb", job("fleetweb"))
 assert answer["EvalID"] and answer["JobModifyIndex"] > 0, answer
@@ -218,6 +224,33 @@ eventually(
     ),
 )
 ok("client.allocation.restart_allocation")
+
+# event.stream.get_stream: the registration and the allocations' placing, in index order.
+seen, deadline = [], time.monotonic() + LIMIT
+while time.monotonic() < deadline:
+    try:
+        frame = events.get(timeout=1)
+    except Exception:
+        frame = None
+    if frame:
+        seen.append(frame)
+    kinds = {(e["Topic"], e["Type"]) for f in seen for e in f["Events"]}
+    placed = {
+        e["Key"]
+        for f in seen
+        for e in f["Events"]
+        if e["Topic"] == "Allocation" and e["Payload"]["Allocation"]["JobID"] == "fleetweb"
+    }
+    if ("Job", "JobRegistered") in kinds and {a["ID"] for a in allocs} <= placed:
+        break
+else:
+    raise AssertionError(f"the stream missed events: {seen}")
+indexes = [f["Index"] for f in seen]
+assert indexes == sorted(set(indexes)), indexes
+registered = [e for f in seen for e in f["Events"] if e["Type"] == "JobRegistered"]
+assert registered[0]["Key"] == "fleetweb" and registered[0]["Payload"]["Job"]["ID"] == "fleetweb", registered
+stream_exit.set()
+ok("event.stream.get_stream")
 
 # A blocking query returns when the fleet's work changes: stopping the other allocation.
 head = requests.get(ADDR + "/v1/allocations", headers={"X-Nomad-Token": TOKEN}, timeout=LIMIT)

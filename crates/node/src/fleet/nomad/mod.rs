@@ -14,6 +14,7 @@
 //! | `GET /v1/nodes`, `/v1/node/:id`, `/v1/node/:id/allocations` | the workers as nodes, `HTTPAddr` their agents' |
 //! | `GET /v1/evaluation/:id` | the evaluation a registration or stop left |
 //! | `GET /v1/agent/self`, `/v1/status/leader`, `/v1/status/peers` | the fleet as a server, its leader and replicas |
+//! | `GET /v1/event/stream` (`topic=Allocation`, `topic=Job:<id>`, `index=`) | the work's submissions, starts and ends and the jobs' evaluations, as NDJSON frames with `{}` heartbeats, exactly once from `index` (`events`) |
 //! | `/v1/client/...` | forwarded to the agent of the worker that runs the allocation, with that agent's token (`client`) |
 //!
 //! Every answer carries `X-Nomad-Index`, `X-Nomad-KnownLeader` and `X-Nomad-LastContact`;
@@ -28,6 +29,7 @@
 //! fleet shows what its scheduler and prober know, with no `HTTPAddr` and no task states.
 
 mod client;
+mod events;
 mod jobs;
 mod reads;
 mod server;
@@ -85,6 +87,7 @@ pub fn mount(router: Router, fleet: &Arc<Fleet>) -> Router {
             post(client::allocation).put(client::allocation),
         )
         .route("/v1/client/stats", get(client::host_stats))
+        .route("/v1/event/stream", get(events::stream))
         .route_layer(axum::middleware::from_fn_with_state(
             fleet.clone(),
             super::api::follow_the_leader,
