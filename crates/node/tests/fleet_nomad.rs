@@ -38,8 +38,9 @@ fn python_nomad_drives_a_fleet() {
     let shim = Path::new(WHARF).with_file_name("wharf-shim");
     assert!(shim.exists(), "{} is missing: build the whole workspace", shim.display());
     let dir = tempfile::tempdir().unwrap();
-    let settings =
-        "probe_interval = \"200ms\"\nsync_interval = \"1s\"\n[loopback]\ninstances = 1\n";
+    // Two workers, one allocation each: every call reaches the worker that runs its allocation.
+    let settings = "probe_interval = \"200ms\"\nsync_interval = \"1s\"\nper_worker_limit = 1\n\
+                    [loopback]\ninstances = 2\n";
     let fleet = Fleet::start(Path::new(WHARF), dir.path(), settings, "info", LIMIT).unwrap();
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/nomad/fleet_server.py");
     let address = format!("http://{}", fleet.address().trim_start_matches("http://"));

@@ -138,7 +138,9 @@ allocs = eventually(
 )
 assert sorted(a["Name"] for a in allocs) == ["fleetweb.g[0]", "fleetweb.g[1]"], allocs
 assert all(a["JobID"] == "fleetweb" and a["TaskGroup"] == "g" and a["DesiredStatus"] == "run" for a in allocs), allocs
+# One allocation a worker (the fleet's `per_worker_limit = 1`): each on its own node.
 assert all(a["NodeID"].startswith("loopback-") for a in allocs), allocs
+assert len({a["NodeID"] for a in allocs}) == 2, allocs
 ok("job.get_allocations")
 alloc_id = sorted(allocs, key=lambda a: a["Name"])[0]["ID"]
 other = [a["ID"] for a in allocs if a["ID"] != alloc_id][0]
@@ -172,7 +174,10 @@ assert node["ID"] == alloc["NodeID"] and node["Status"] == "ready", node
 assert node["HTTPAddr"] and "http://" + node["HTTPAddr"] != ADDR, (node["HTTPAddr"], ADDR)
 assert node["Drivers"]["raw_exec"]["Healthy"] is True, node["Drivers"]
 assert node["NodeResources"]["Memory"]["MemoryMB"] > 0, node["NodeResources"]
-assert [s["ID"] for s in n.nodes.get_nodes()] == [node["ID"]]
+nodes = n.nodes.get_nodes()
+assert sorted(s["ID"] for s in nodes) == sorted(a["NodeID"] for a in allocs), nodes
+other_node = n.node.get_node([a["NodeID"] for a in allocs if a["ID"] == other][0])
+assert other_node["HTTPAddr"] and other_node["HTTPAddr"] != node["HTTPAddr"], (other_node, node)
 # The address is the worker agent's own Nomad API: it answers for the allocation, and
 # wants the agent's token, not the fleet's.
 direct = requests.get(f"http://{node['HTTPAddr']}/v1/allocation/{alloc_id}", headers={"X-Nomad-Token": TOKEN}, timeout=LIMIT)
@@ -194,6 +199,9 @@ env = dict(
 assert env["NOMAD_ALLOC_ID"] == alloc_id and env["NOMAD_JOB_ID"] == "fleetweb", env
 assert env["NOMAD_TASK_NAME"] == "web" and env["NOMAD_GROUP_NAME"] == "g", env
 assert env["NOMAD_ALLOC_INDEX"] == "0" and env["NOMAD_ALLOC_NAME"] == "fleetweb.g[0]", env
+# The other allocation's call goes to the other worker.
+other_env = eventually("the other env.txt written", lambda: n.client.cat.read_file(other, "alloc/env.txt"))
+assert f"NOMAD_ALLOC_ID={other}\n" in other_env and "NOMAD_ALLOC_NAME=fleetweb.g[1]\n" in other_env, other_env
 ok("client.cat.read_file")
 
 # client.ls.list_files: Nomad's layout.
