@@ -80,7 +80,7 @@ fn followers_answer(request: &Request) -> bool {
 }
 
 /// On a follower, forwards what only the leader can answer.
-pub(super) async fn follow_the_leader(
+async fn follow_the_leader(
     State(fleet): State<Arc<Fleet>>,
     request: Request,
     next: Next,
@@ -89,11 +89,6 @@ pub(super) async fn follow_the_leader(
         return next.run(request).await;
     }
     forward(&fleet, request).await.unwrap_or_else(IntoResponse::into_response)
-}
-
-/// `request` sent to the leader, and its answer (or why there is none).
-pub(super) async fn to_the_leader(fleet: &Fleet, request: Request) -> Response {
-    forward(fleet, request).await.unwrap_or_else(IntoResponse::into_response)
 }
 
 /// Sends `request` to the leader and returns its answer, naming the leader.

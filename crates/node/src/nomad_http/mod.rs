@@ -127,9 +127,13 @@ pub(crate) async fn query_headers<S: NomadService>(
     with_index_headers(server.index(), response)
 }
 
-/// `response` with Nomad's query headers, at `index`.
+/// `response` with Nomad's query headers, at `index`, unless it has them already (an answer
+/// another server gave, relayed with its own).
 pub(crate) fn with_index_headers(index: u64, mut response: Response) -> Response {
     let headers = response.headers_mut();
+    if headers.contains_key("x-nomad-index") {
+        return response;
+    }
     if let Ok(index) = HeaderValue::from_str(&index.to_string()) {
         headers.insert("x-nomad-index", index);
     }

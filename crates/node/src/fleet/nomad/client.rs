@@ -4,19 +4,14 @@
 //! A Nomad client that reads the node's `HTTPAddr` and goes to the agent itself needs the
 //! agent's token; through the fleet, the fleet's token serves.
 
+use super::relay::relay;
 use super::server::Shared;
 use super::views;
-use crate::client::ClientError;
 use crate::nomad_http::{NomadApiError, NomadResult, Params};
-use axum::body::Body;
 use axum::extract::{Path, Query, Request, State};
-use axum::http::{HeaderName, StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::Response;
 use wharf_fleet::WorkPhase;
-
-/// The headers of the agent's answer passed on: its body's type (the fleet adds Nomad's
-/// query headers with its own index).
-const PASSED_ON: [HeaderName; 1] = [header::CONTENT_TYPE];
 
 /// `GET /v1/client/fs/{ls,stat,cat,readat,stream,logs}/:alloc`.
 pub(super) async fn fs(
@@ -73,8 +68,7 @@ async fn forward_for(
     forward(server, &worker, path(&placement.runner_id()), request).await
 }
 
-/// Sends `request` (its method, query and body) to worker `worker`'s agent at `path`, and
-/// streams the answer back.
+/// Sends `request` to worker `worker`'s agent at `path`, and streams the answer back.
 async fn forward(
     server: &Shared,
     worker: &str,
@@ -90,47 +84,6 @@ async fn forward(
             ),
         )
     })?;
-    let (parts, body) = request.into_parts();
-    let target = match parts.uri.query() {
-        Some(query) => format!("{path}?{query}"),
-        None => path,
-    };
-    let limit = server.fleet.config().max_body_bytes;
-    let bytes = axum::body::to_bytes(body, limit).await.map_err(|_| {
-        NomadApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("the request body is larger than {limit} bytes"),
-        )
-    })?;
-    let content_type = parts
-        .headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("application/json")
-        .to_owned();
-    let answer = client
-        .send(parts.method, target.as_str(), Some((content_type.as_str(), bytes.to_vec())))
-        .await;
-    match answer {
-        Ok(answer) => {
-            let (parts, body) = answer.into_parts();
-            let mut response = Response::new(Body::new(body));
-            *response.status_mut() = parts.status;
-            for name in PASSED_ON {
-                if let Some(value) = parts.headers.get(&name) {
-                    response.headers_mut().insert(name, value.clone());
-                }
-            }
-            Ok(response)
-        }
-        // The agent's refusal, as it said it.
-        Err(ClientError::Api { status, message }) => {
-            let prefix = format!("{status}: ");
-            Err(NomadApiError::new(status, message.strip_prefix(&prefix).unwrap_or(&message)))
-        }
-        Err(error) => Err(NomadApiError::new(
-            StatusCode::BAD_GATEWAY,
-            format!("node {worker}'s agent does not answer: {error}"),
-        )),
-    }
+    let who = format!("node {worker}'s agent");
+    relay(&client, &who, request, Some(path), server.fleet.config().max_body_bytes).await
 }

@@ -31,7 +31,9 @@
 mod client;
 mod events;
 mod jobs;
+mod leader;
 mod reads;
+mod relay;
 mod server;
 mod views;
 
@@ -89,8 +91,8 @@ pub fn mount(router: Router, fleet: &Arc<Fleet>) -> Router {
         .route("/v1/client/stats", get(client::host_stats))
         .route("/v1/event/stream", get(events::stream))
         .route_layer(axum::middleware::from_fn_with_state(
-            fleet.clone(),
-            super::api::follow_the_leader,
+            server.clone(),
+            leader::follow_the_leader,
         ))
         .route_layer(axum::middleware::from_fn_with_state(
             server.clone(),
@@ -116,7 +118,9 @@ async fn divert(State(server): State<Shared>, request: Request, next: Next) -> R
         return refused.into_response();
     }
     if server.fleet.leading().is_none() {
-        return super::api::to_the_leader(&server.fleet, request).await;
+        return leader::to_the_leader(&server, request)
+            .await
+            .unwrap_or_else(IntoResponse::into_response);
     }
     let params = match Query::<Params>::try_from_uri(request.uri()) {
         Ok(Query(params)) => params,
