@@ -193,15 +193,11 @@ pub(super) async fn allocations(
     server.block(&params).await?;
     let record = shared::record_of(&server.registry, &id)?;
     let leading = server.leading()?;
-    let scheduler = leading.scheduler();
-    let mut stubs = Vec::new();
-    for alloc in &record.allocs {
-        if let Some(placement) = scheduler.get(&alloc.id) {
-            let payload = scheduler.payload(&alloc.id).unwrap_or_default();
-            let view = views::allocation(&server, &leading, &placement, &payload).await;
-            stubs.push(shapes::AllocationListStub::from(&view));
-        }
-    }
+    let placements: Vec<wharf_fleet::Placement> =
+        record.allocs.iter().filter_map(|a| leading.scheduler().get(&a.id)).collect();
+    let views = views::allocations(&server, &leading, &placements).await;
+    let mut stubs: Vec<shapes::AllocationListStub> =
+        views.iter().map(shapes::AllocationListStub::from).collect();
     stubs.sort_by(|a, b| b.create_index.cmp(&a.create_index).then_with(|| a.name.cmp(&b.name)));
     Ok(Json(stubs))
 }

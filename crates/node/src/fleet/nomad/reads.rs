@@ -17,12 +17,13 @@ async fn allocations_where(
     keep: impl Fn(&wharf_fleet::Placement) -> bool,
 ) -> NomadResult<Vec<shapes::Allocation>> {
     let leading = server.leading()?;
-    let scheduler = leading.scheduler();
-    let mut allocs = Vec::new();
-    for placement in scheduler.list().iter().filter(|p| p.id.starts_with(prefix) && keep(p)) {
-        let payload = scheduler.payload(&placement.id).unwrap_or_default();
-        allocs.push(views::allocation(server, &leading, placement, &payload).await);
-    }
+    let placements: Vec<wharf_fleet::Placement> = leading
+        .scheduler()
+        .list()
+        .into_iter()
+        .filter(|p| p.id.starts_with(prefix) && keep(p))
+        .collect();
+    let mut allocs = views::allocations(server, &leading, &placements).await;
     allocs.sort_by(|a, b| b.create_index.cmp(&a.create_index).then_with(|| a.id.cmp(&b.id)));
     Ok(allocs)
 }
@@ -56,11 +57,8 @@ pub(super) async fn allocation(
 /// The workers as nodes.
 async fn all_nodes(server: &Shared) -> NomadResult<Vec<shapes::Node>> {
     let leading = server.leading()?;
-    let mut nodes = Vec::new();
-    for view in leading.pool().workers() {
-        nodes.push(views::node(&leading, &view).await);
-    }
-    Ok(nodes)
+    let workers = leading.pool().workers();
+    Ok(futures_util::future::join_all(workers.iter().map(|view| views::node(&leading, view))).await)
 }
 
 /// `GET /v1/nodes` (`?prefix=`): the workers.

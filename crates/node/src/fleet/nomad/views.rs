@@ -199,6 +199,23 @@ pub(super) async fn allocation(
     alloc
 }
 
+/// Every placement of `placements` as Nomad's `Allocation`, its workers' agents asked at
+/// once, so that a list takes one agent's answer time, not the sum of them.
+pub(super) async fn allocations(
+    server: &FleetNomad,
+    leading: &Leading,
+    placements: &[Placement],
+) -> Vec<shapes::Allocation> {
+    let scheduler = leading.scheduler();
+    let payloads: Vec<_> =
+        placements.iter().map(|p| scheduler.payload(&p.id).unwrap_or_default()).collect();
+    let views = placements
+        .iter()
+        .zip(&payloads)
+        .map(|(placement, payload)| allocation(server, leading, placement, payload));
+    futures_util::future::join_all(views).await
+}
+
 /// Worker `view` as Nomad's `Node`: what the prober knows, with its agent's drivers,
 /// attributes and resources where the fleet reaches the agent.
 pub(super) async fn node(leading: &Leading, view: &WorkerView) -> shapes::Node {
