@@ -94,7 +94,8 @@ fn request(
     request_with(address, method, target, &auth, body)
 }
 
-/// One HTTP/1.1 request to `address` with the header lines `headers` (each ending in CRLF).
+/// One HTTP/1.1 request to `address` with the header lines `headers` (each ending in CRLF; a
+/// JSON body's type unless they give one).
 fn request_with(
     address: &str,
     method: &str,
@@ -106,9 +107,14 @@ fn request_with(
     let address = address.trim_start_matches("http://");
     let mut stream = std::net::TcpStream::connect(address).unwrap();
     stream.set_read_timeout(Some(LIMIT)).unwrap();
+    let json = if headers.to_ascii_lowercase().contains("content-type:") {
+        ""
+    } else {
+        "Content-Type: application/json\r\n"
+    };
     write!(
         stream,
-        "{method} {target} HTTP/1.1\r\nHost: {address}\r\n{headers}Content-Type: application/json\r\n\
+        "{method} {target} HTTP/1.1\r\nHost: {address}\r\n{headers}{json}\
          Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
@@ -122,7 +128,8 @@ fn request_with(
 
 /// Nomad's Go client refuses a query answer without `X-Nomad-Index` and
 /// `X-Nomad-LastContact`: every Nomad query on the fleet has them; a missing or wrong token is
-/// Nomad's 403; the fleet's own list stays the fleet's for its own clients; and work the
+/// Nomad's 403; the fleet's own list stays the fleet's for its own clients, and work its own
+/// API took shows as an allocation of a job made from its spec; and work the
 /// fleet cannot place yet is a pending allocation on no node, whose client calls are refused
 /// saying so.
 #[test]
@@ -155,6 +162,21 @@ fn fleet_queries_carry_nomads_headers_and_unplaced_work_is_on_no_node() {
     let bearer = format!("Authorization: Bearer {token}\r\n");
     let (status, _, body) = request_with(&address, "GET", "/v1/allocations", &bearer, "");
     assert_eq!((status, body.as_str()), (200, "[]"));
+    // Work the fleet's own API took shows to Nomad's clients too, with a job made from its spec.
+    let spec = "[job]\nid = \"own\"\ntype = \"batch\"\n[group]\nname = \"g\"\n\
+                [[group.task]]\nname = \"t\"\ndriver = \"raw_exec\"\n\
+                config = { command = \"/bin/true\" }\n";
+    let toml = format!("{bearer}Content-Type: application/toml\r\n");
+    let (status, _, body) = request_with(&address, "POST", "/v1/allocations?id=own-1", &toml, spec);
+    assert_eq!(status, 201, "{body}");
+    let (_, _, body) = request(&address, "GET", "/v1/allocation/own-1", Some(&token), "");
+    let own: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!((&own["JobID"], &own["TaskGroup"]), (&"own".into(), &"g".into()), "{body}");
+    assert_eq!(
+        (&own["Job"]["Type"], &own["Name"]),
+        (&"batch".into(), &"own.g[0]".into()),
+        "{body}"
+    );
     // More memory than any worker has: queued, pending, on no node.
     let job = serde_json::json!({"Job": {"ID": "huge", "Type": "batch", "TaskGroups": [{
         "Name": "g", "Count": 1,

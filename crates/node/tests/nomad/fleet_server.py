@@ -209,6 +209,11 @@ root = {f["Name"]: f for f in n.client.ls.list_files(alloc_id, "/")}
 assert root["alloc"]["IsDir"] and root["web"]["IsDir"], root
 logs = {f["Name"] for f in n.client.ls.list_files(alloc_id, "alloc/logs")}
 assert "web.stdout.0" in logs, logs
+# The worker agent's refusal comes back as it said it: its directory confines the path.
+escape = requests.get(
+    f"{ADDR}/v1/client/fs/cat/{alloc_id}", params={"path": "../../../../etc/passwd"}, headers={"X-Nomad-Token": TOKEN}, timeout=LIMIT
+)
+assert escape.status_code == 403 and "would leave the allocation's directory" in escape.text, (escape.status_code, escape.text)
 ok("client.ls.list_files")
 
 # client.stream_logs.stream: frames, and plain.
