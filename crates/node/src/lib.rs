@@ -36,6 +36,7 @@ pub mod fleet;
 mod images_api;
 pub mod metrics;
 pub mod nomad;
+mod nomad_http;
 pub mod probe;
 pub mod resources;
 pub mod serve;

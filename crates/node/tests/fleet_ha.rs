@@ -304,3 +304,54 @@ async fn a_frozen_leader_loses_its_term_and_follows_when_it_wakes() {
         assert_eq!(replicas.agents_running(id).len(), 1, "{id}");
     }
 }
+
+/// Nomad's API through a follower: each call goes to the leader, which keeps the job and
+/// places its work; the answers come back in Nomad's words (a refusal is text, not the
+/// fleet's JSON), and a client node's call comes back from the worker through both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nomad_calls_to_a_follower_are_answered_by_the_leader() {
+    let replicas = Replicas::start().await;
+    let leader = replicas.leader(None).await;
+    let followers: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    let job = serde_json::json!({"Job": {"ID": "via-follower", "TaskGroups": [{
+        "Name": "g", "Count": 1,
+        "Tasks": [{"Name": "t", "Driver": "raw_exec", "Config": {
+            "command": "/bin/sh", "args": ["-c", "echo hello-via-follower; exec sleep 1000"]}}],
+    }]}});
+    let body = Some(("application/json", job.to_string().into_bytes()));
+    let registered = replicas.client(followers[0]).call(Method::PUT, "/v1/jobs", body).await;
+    let registered: serde_json::Value = serde_json::from_slice(&registered.unwrap()).unwrap();
+    assert!(registered["EvalID"].as_str().is_some_and(|e| !e.is_empty()), "{registered}");
+    let on_leader: serde_json::Value =
+        replicas.client(leader).json(Method::GET, "/v1/job/via-follower", None).await.unwrap();
+    assert_eq!(on_leader["ID"], "via-follower");
+    // Nomad's list (a Nomad parameter), through the other follower.
+    let alloc = replicas
+        .until("the job's allocation running", async || {
+            let path = "/v1/allocations?prefix=";
+            let allocs: Vec<serde_json::Value> =
+                replicas.client(followers[1]).json(Method::GET, path, None).await.ok()?;
+            allocs
+                .into_iter()
+                .find(|a| a["JobID"] == "via-follower" && a["ClientStatus"] == "running")
+        })
+        .await;
+    let id = alloc["ID"].as_str().unwrap().to_owned();
+    let path = format!("/v1/client/fs/logs/{id}?task=t&type=stdout&plain=true");
+    replicas
+        .until("the task's log through a follower", async || {
+            let log = replicas.client(followers[1]).call(Method::GET, &path, None).await.ok()?;
+            String::from_utf8_lossy(&log).contains("hello-via-follower\n").then_some(())
+        })
+        .await;
+    match replicas.client(followers[0]).call(Method::GET, "/v1/job/no-such-job", None).await {
+        Err(ClientError::Api { status, message }) => {
+            assert_eq!((status.as_u16(), message.as_str()), (404, "404 Not Found: job not found"));
+        }
+        other => panic!("a job no one registered: {other:?}"),
+    }
+    let path = "/v1/job/via-follower?purge=true";
+    replicas.client(followers[0]).call(Method::DELETE, path, None).await.unwrap();
+    let gone = replicas.client(leader).call(Method::GET, "/v1/job/via-follower", None).await;
+    assert!(matches!(gone, Err(ClientError::Api { status, .. }) if status == 404), "{gone:?}");
+}

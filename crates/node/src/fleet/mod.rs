@@ -26,6 +26,7 @@ pub mod api;
 pub mod arvados;
 pub mod cli;
 pub mod config;
+pub mod nomad;
 mod wiring;
 
 pub use wiring::{ExecutorLayer, Fleet, InstanceSets, Leading, WrapExecutor};
@@ -52,7 +53,8 @@ pub async fn serve(mut config: FleetConfig) -> anyhow::Result<()> {
         tracing::info!("shutting down the fleet");
         stop.send_replace(true);
     });
-    crate::serve::run_server(listener, api::router(fleet.clone()), stopped).await;
+    let router = nomad::mount(api::router(fleet.clone()), &fleet);
+    crate::serve::run_server(listener, router, stopped).await;
     fleet.shutdown().await;
     Ok(())
 }

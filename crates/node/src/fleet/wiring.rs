@@ -64,6 +64,14 @@ pub struct InstanceSets {
     loopback: Option<Arc<LoopbackInstanceSet>>,
 }
 
+impl InstanceSets {
+    /// The data directory of worker `id`'s agent, where it announces its address and keeps its
+    /// token: known for loopback workers, whose agents run on this host.
+    pub fn agent_data_dir(&self, id: &InstanceId) -> Option<PathBuf> {
+        self.loopback.as_ref().map(|set| set.dir(id).join("data"))
+    }
+}
+
 /// The settings a lead is built from, worked out once from the configuration.
 #[derive(Debug, Clone)]
 struct Plan {

@@ -10,8 +10,9 @@
 //! link, so neither a link a task made nor a FIFO it left can take the agent elsewhere or
 //! hang it.
 
-use super::common::{NomadApiError, NomadResult, Params, Shared, flag, json_body, number};
+use super::common::Shared;
 use crate::agent::POLL_INTERVAL;
+use crate::nomad_http::{NomadApiError, NomadResult, Params, flag, json_body, number};
 use axum::Json;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
@@ -455,7 +456,7 @@ pub(crate) async fn restart(
     body: Body,
 ) -> NomadResult<Json<Value>> {
     let runner = runner(&server, &id)?;
-    let request = json_body(&server, body).await?;
+    let request = json_body(server.agent.config().max_body_bytes, body).await?;
     let task = request
         .get("TaskName")
         .or_else(|| request.get("Task"))
@@ -481,7 +482,7 @@ pub(crate) async fn signal(
     body: Body,
 ) -> NomadResult<Json<Value>> {
     let runner = runner(&server, &id)?;
-    let request = json_body(&server, body).await?;
+    let request = json_body(server.agent.config().max_body_bytes, body).await?;
     let name = request
         .get("Signal")
         .and_then(Value::as_str)
@@ -519,7 +520,7 @@ pub(crate) async fn alloc_stats(
 ) -> NomadResult<Json<Value>> {
     let runner = runner(&server, &id)?;
     let usage = runner.usage().await;
-    let now = wharf_nomad::shapes::nanos(super::common::now());
+    let now = wharf_nomad::shapes::nanos(crate::nomad_http::now());
     let tasks: serde_json::Map<String, Value> = usage
         .tasks
         .iter()
@@ -563,7 +564,7 @@ pub(crate) async fn host_stats(State(server): State<Shared>) -> NomadResult<Json
         "AllocDirStats": null,
         "DeviceStats": [],
         "Uptime": uptime as u64,
-        "Timestamp": wharf_nomad::shapes::nanos(super::common::now()),
+        "Timestamp": wharf_nomad::shapes::nanos(crate::nomad_http::now()),
         "CPUTicksConsumed": 0.0,
     })))
 }

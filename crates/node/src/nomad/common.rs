@@ -1,22 +1,16 @@
-//! What every Nomad route shares: the server's state, errors as Nomad answers them (a status
-//! and a line of text), the token check, the index that blocking queries wait on, and the
-//! query parameters Nomad's clients send everywhere.
+//! What every Nomad route on the agent shares: the server's state, the index that blocking
+//! queries wait on, and the agent's errors as Nomad's ([`crate::nomad_http`] has what the
+//! fleet shares too).
 //!
 //! The index is a time in milliseconds: the latest change of any allocation (its last task
 //! event) or job record. It only grows while nothing is removed, survives an agent restart,
 //! and needs no counter of its own.
 
-use super::registry::Registry;
 use crate::agent::{Agent, AgentError, POLL_INTERVAL};
-use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
-use std::collections::BTreeMap;
+use crate::nomad_http::registry::Registry;
+use crate::nomad_http::{NomadApiError, NomadResult, NomadService, Params, block_until};
+use axum::http::StatusCode;
 use std::sync::Arc;
-use std::time::Duration;
-use wharf_state::Timestamp;
-use wharf_task::{SystemClock, WallClock};
 
 /// The Nomad API's state beside the agent.
 #[derive(Debug)]
@@ -79,40 +73,13 @@ impl NomadServer {
     }
 }
 
-/// The time now, from the system's clock (as the agent's own).
-pub(crate) fn now() -> Timestamp {
-    SystemClock.now()
-}
-
-/// An error as Nomad answers one: a status and a line of text.
-#[derive(Debug)]
-pub(crate) struct NomadApiError {
-    pub(crate) status: StatusCode,
-    pub(crate) message: String,
-}
-
-impl NomadApiError {
-    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> NomadApiError {
-        NomadApiError { status, message: message.into() }
+impl NomadService for NomadServer {
+    fn token(&self) -> Option<&str> {
+        self.agent.config().token.as_deref()
     }
 
-    pub(crate) fn bad_request(message: impl Into<String>) -> NomadApiError {
-        NomadApiError::new(StatusCode::BAD_REQUEST, message)
-    }
-
-    pub(crate) fn not_found(message: impl Into<String>) -> NomadApiError {
-        NomadApiError::new(StatusCode::NOT_FOUND, message)
-    }
-
-    pub(crate) fn internal(message: impl ToString) -> NomadApiError {
-        NomadApiError::new(StatusCode::INTERNAL_SERVER_ERROR, message.to_string())
-    }
-}
-
-impl IntoResponse for NomadApiError {
-    fn into_response(self) -> Response {
-        (self.status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], self.message)
-            .into_response()
+    fn index(&self) -> u64 {
+        NomadServer::index(self)
     }
 }
 
@@ -138,135 +105,7 @@ impl From<wharf_alloc::AllocError> for NomadApiError {
     }
 }
 
-pub(crate) type NomadResult<T> = Result<T, NomadApiError>;
-
-/// The token a Nomad client presents: `X-Nomad-Token`, or wharf's `Authorization: Bearer`.
-pub(crate) fn presented_token(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get("x-nomad-token")
-        .and_then(|v| v.to_str().ok())
-        .or_else(|| {
-            headers
-                .get(header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
-        })
-        .filter(|t| !t.is_empty())
-}
-
-/// Constant-time comparison, so the time taken does not tell how much of a guess was right.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    let mut diff = a.len() ^ b.len();
-    for (i, byte) in a.iter().enumerate() {
-        diff |= usize::from(byte ^ b.get(i % b.len().max(1)).copied().unwrap_or(0));
-    }
-    diff == 0
-}
-
-/// Nomad's answer to a missing or wrong token: 403 and "Permission denied", which its
-/// clients recognise.
-pub(crate) fn check_token(expected: Option<&str>, headers: &HeaderMap) -> NomadResult<()> {
-    let Some(expected) = expected else { return Ok(()) };
-    match presented_token(headers) {
-        Some(token) if same(token.as_bytes(), expected.as_bytes()) => Ok(()),
-        _ => Err(NomadApiError::new(StatusCode::FORBIDDEN, "Permission denied")),
-    }
-}
-
-pub(crate) async fn require_token(
-    State(server): State<Shared>,
-    request: Request,
-    next: Next,
-) -> Response {
-    match check_token(server.agent.config().token.as_deref(), request.headers()) {
-        Ok(()) => next.run(request).await,
-        Err(refused) => refused.into_response(),
-    }
-}
-
-/// Every answer carries the index and says the leader is known, as Nomad's client library
-/// requires of a query's answer.
-pub(crate) async fn query_headers(
-    State(server): State<Shared>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let response = next.run(request).await;
-    with_index_headers(&server, response)
-}
-
-/// `response` with Nomad's query headers.
-pub(crate) fn with_index_headers(server: &NomadServer, mut response: Response) -> Response {
-    let headers = response.headers_mut();
-    if let Ok(index) = HeaderValue::from_str(&server.index().to_string()) {
-        headers.insert("x-nomad-index", index);
-    }
-    headers.insert("x-nomad-knownleader", HeaderValue::from_static("true"));
-    headers.insert("x-nomad-lastcontact", HeaderValue::from_static("0"));
-    response
-}
-
-/// The query parameters; those Nomad's clients send that mean nothing here (`namespace`,
-/// `region`, `stale`, ...) are accepted and left.
-pub(crate) type Params = BTreeMap<String, String>;
-
-/// A boolean parameter: `true`/`false` in any case (Python clients send `True`), or `1`/`0`.
-pub(crate) fn flag(params: &Params, name: &str) -> NomadResult<bool> {
-    match params.get(name).map(|v| v.to_ascii_lowercase()) {
-        None => Ok(false),
-        Some(v) if v.is_empty() || v == "true" || v == "1" => Ok(true),
-        Some(v) if v == "false" || v == "0" => Ok(false),
-        Some(v) => Err(NomadApiError::bad_request(format!("{name}: {v:?} is not true or false"))),
-    }
-}
-
-/// A number parameter.
-pub(crate) fn number(params: &Params, name: &str) -> NomadResult<Option<u64>> {
-    params
-        .get(name)
-        .filter(|v| !v.is_empty())
-        .map(|v| {
-            v.parse::<u64>()
-                .map_err(|_| NomadApiError::bad_request(format!("{name}: {v:?} is not a number")))
-        })
-        .transpose()
-}
-
-/// The longest a blocking query waits, as in Nomad.
-const MAX_WAIT: Duration = Duration::from_secs(600);
-/// How long a blocking query waits without `wait`.
-const DEFAULT_WAIT: Duration = Duration::from_secs(300);
-
-/// A blocking query (`?index=N&wait=D`): returns once the index is past `N` or `D` has passed.
+/// A blocking query on the agent, which has no change signal: the index is polled.
 pub(crate) async fn block(server: &NomadServer, params: &Params) -> NomadResult<()> {
-    let Some(after) = number(params, "index")? else { return Ok(()) };
-    let wait = match params.get("wait").filter(|w| !w.is_empty()) {
-        Some(text) => wharf_state::duration::parse(text)
-            .map_err(|e| NomadApiError::bad_request(format!("wait: {e}")))?,
-        None => DEFAULT_WAIT,
-    };
-    let deadline = tokio::time::Instant::now() + wait.min(MAX_WAIT);
-    while server.index() <= after && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep_until(deadline.min(tokio::time::Instant::now() + POLL_INTERVAL)).await;
-    }
-    Ok(())
-}
-
-/// Reads a JSON body of at most the agent's limit; an empty one is `{}`.
-pub(crate) async fn json_body(
-    server: &NomadServer,
-    body: axum::body::Body,
-) -> NomadResult<serde_json::Value> {
-    let limit = server.agent.config().max_body_bytes;
-    let bytes = axum::body::to_bytes(body, limit).await.map_err(|_| {
-        NomadApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("the request body is larger than {limit} bytes"),
-        )
-    })?;
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Ok(serde_json::json!({}));
-    }
-    serde_json::from_slice(&bytes)
-        .map_err(|e| NomadApiError::bad_request(format!("invalid JSON: {e}")))
+    block_until(params, POLL_INTERVAL, None, || server.index()).await
 }

@@ -1,63 +1,16 @@
-//! `GET /v1/event/stream`: Nomad's event stream, as newline-delimited JSON frames
-//! `{"Index": N, "Events": [...]}` with `{}` heartbeats.
-//!
-//! The events are read from what the agent keeps durably, not from a buffer of its own: an
-//! allocation's task events (topic `Allocation`, type `AllocationUpdated`, one event per
-//! allocation and millisecond) and the jobs' evaluations (topic `Job`, `JobRegistered` or
-//! `JobDeregistered`). An event's index is its time in milliseconds, so the same event has
-//! the same index after an agent restart, and a subscriber that resumes from `index=N` gets
-//! every later event exactly once. A millisecond is published only once it is [`SETTLE`] in
-//! the past, so that no event can still arrive with an index the subscriber has passed.
-//! Allocations keep their last ten task events; a subscriber further behind than that misses
-//! the older ones, as one behind Nomad's event buffer does.
+//! The agent's events for `GET /v1/event/stream` ([`crate::nomad_http::events`]): an
+//! allocation's task events (one `AllocationUpdated` per allocation and millisecond) and the
+//! jobs' evaluations. Allocations keep their last ten task events; a subscriber further
+//! behind than that misses the older ones, as one behind Nomad's event buffer does.
 
-use super::common::{NomadApiError, NomadResult, NomadServer, Shared, now};
+use super::common::{NomadServer, Shared};
 use super::views;
-use axum::body::{Body, Bytes};
+use crate::nomad_http::NomadResult;
+use crate::nomad_http::events::{self as shared, EventSource, Topics};
 use axum::extract::{Query, State};
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use axum::response::Response;
+use serde_json::Value;
 use std::collections::BTreeMap;
-use std::time::Duration;
-
-/// How long after its time an event is published.
-const SETTLE: Duration = Duration::from_secs(1);
-/// How often the stream looks for new events.
-const POLL: Duration = Duration::from_millis(250);
-/// The longest a stream stays silent: then it sends `{}`.
-const HEARTBEAT: Duration = Duration::from_secs(5);
-
-/// Which events a subscriber asked for: `topic=Allocation`, `topic=Job:<id>`, `topic=*`.
-#[derive(Debug, Clone, Default)]
-struct Topics(Vec<(String, String)>);
-
-impl Topics {
-    fn parse(pairs: &[(String, String)]) -> NomadResult<Topics> {
-        let mut topics = Vec::new();
-        for (name, value) in pairs.iter().filter(|(name, _)| name == "topic") {
-            let (topic, key) = value.split_once(':').unwrap_or((value, "*"));
-            if !matches!(topic, "*" | "Allocation" | "Job" | "Node" | "Deployment" | "Evaluation") {
-                return Err(NomadApiError::bad_request(format!("{name}: unknown topic {topic:?}")));
-            }
-            topics.push((topic.to_owned(), key.to_owned()));
-        }
-        Ok(Topics(topics))
-    }
-
-    /// Whether any event of `topic` may be wanted.
-    fn covers(&self, topic: &str) -> bool {
-        self.0.is_empty() || self.0.iter().any(|(t, _)| t == "*" || t == topic)
-    }
-
-    fn wants(&self, topic: &str, keys: &[&str]) -> bool {
-        self.0.is_empty()
-            || self
-                .0
-                .iter()
-                .any(|(t, k)| (t == "*" || t == topic) && (k == "*" || keys.contains(&k.as_str())))
-    }
-}
 
 /// The events with an index in `(after, until]`, by index.
 fn events_between(
@@ -82,52 +35,26 @@ fn events_between(
                 continue;
             }
             let allocation = views::allocation(server, &runner);
-            if !topics.wants("Allocation", &[&allocation.id, &allocation.job_id]) {
-                continue;
-            }
-            let payload = json!({"Allocation": allocation});
             for time in times {
-                frames.entry(time).or_default().push(json!({
-                    "Topic": "Allocation",
-                    "Type": "AllocationUpdated",
-                    "Key": allocation.id,
-                    "Namespace": allocation.namespace,
-                    "FilterKeys": [allocation.job_id],
-                    "Index": time,
-                    "Payload": payload,
-                }));
+                if let Some(event) = shared::allocation_event(topics, &allocation, time) {
+                    frames.entry(time).or_default().push(event);
+                }
             }
         }
     }
-    for record in server.registry.all() {
-        let id = record.job.get("ID").and_then(Value::as_str).unwrap_or_default().to_owned();
-        if !topics.wants("Job", &[&id]) {
-            continue;
-        }
-        for eval in record.evals.iter().filter(|e| e.at.0 > after && e.at.0 <= until) {
-            let kind = if eval.triggered_by == "job-deregister" {
-                "JobDeregistered"
-            } else {
-                "JobRegistered"
-            };
-            frames.entry(eval.at.0).or_default().push(json!({
-                "Topic": "Job",
-                "Type": kind,
-                "Key": id,
-                "Namespace": record.job.get("Namespace").cloned().unwrap_or(json!("default")),
-                "FilterKeys": [eval.id],
-                "Index": eval.at.0,
-                "Payload": {"Job": record.job},
-            }));
-        }
-    }
+    shared::job_events(&server.registry, topics, after, until, &mut frames);
     frames
 }
 
-fn line(value: &Value) -> Bytes {
-    let mut bytes = serde_json::to_vec(value).unwrap_or_default();
-    bytes.push(b'\n');
-    Bytes::from(bytes)
+impl EventSource for NomadServer {
+    async fn events_between(
+        &self,
+        topics: &Topics,
+        after: u64,
+        until: u64,
+    ) -> BTreeMap<u64, Vec<Value>> {
+        events_between(self, topics, after, until)
+    }
 }
 
 /// `GET /v1/event/stream?topic=...&index=N`.
@@ -135,72 +62,5 @@ pub(crate) async fn stream(
     State(server): State<Shared>,
     Query(pairs): Query<Vec<(String, String)>>,
 ) -> NomadResult<Response> {
-    let topics = Topics::parse(&pairs)?;
-    let after = match pairs.iter().find(|(name, _)| name == "index") {
-        Some((_, value)) => value
-            .parse::<u64>()
-            .map_err(|_| NomadApiError::bad_request(format!("index: {value:?} is not a number")))?,
-        None => 0,
-    };
-    let state = (server, topics, after, tokio::time::Instant::now(), Vec::<Bytes>::new());
-    let frames = futures_util::stream::unfold(
-        state,
-        |(server, topics, mut after, mut quiet_since, mut pending)| async move {
-            loop {
-                if !pending.is_empty() {
-                    let next = pending.remove(0);
-                    return Some((
-                        Ok::<_, std::io::Error>(next),
-                        (server, topics, after, tokio::time::Instant::now(), pending),
-                    ));
-                }
-                let settled =
-                    now().0.saturating_sub(u64::try_from(SETTLE.as_millis()).unwrap_or(u64::MAX));
-                if settled > after {
-                    for (index, events) in events_between(&server, &topics, after, settled) {
-                        pending.push(line(&json!({"Index": index, "Events": events})));
-                    }
-                    after = settled;
-                    if !pending.is_empty() {
-                        continue;
-                    }
-                }
-                if quiet_since.elapsed() >= HEARTBEAT {
-                    quiet_since = tokio::time::Instant::now();
-                    return Some((
-                        Ok(Bytes::from_static(b"{}\n")),
-                        (server, topics, after, quiet_since, pending),
-                    ));
-                }
-                tokio::time::sleep(POLL).await;
-            }
-        },
-    );
-    Ok(Response::builder()
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from_stream(frames))
-        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn topics_filter_by_name_and_key() {
-        let pairs = |values: &[&str]| {
-            values.iter().map(|v| ("topic".to_owned(), (*v).to_owned())).collect::<Vec<_>>()
-        };
-        let all = Topics::parse(&[]).unwrap();
-        assert!(all.wants("Job", &["x"]));
-        let jobs = Topics::parse(&pairs(&["Job:web"])).unwrap();
-        assert!(
-            jobs.wants("Job", &["web"])
-                && !jobs.wants("Job", &["db"])
-                && !jobs.wants("Allocation", &["web"])
-        );
-        let allocs = Topics::parse(&pairs(&["Allocation", "Job:*"])).unwrap();
-        assert!(allocs.wants("Allocation", &["a1", "web"]) && allocs.wants("Job", &["db"]));
-        assert!(Topics::parse(&pairs(&["Bogus"])).is_err());
-    }
+    shared::stream(server, &pairs)
 }

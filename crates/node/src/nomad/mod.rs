@@ -35,17 +35,17 @@ mod common;
 mod events;
 mod jobs;
 mod reads;
-mod registry;
 mod views;
 
 use crate::agent::Agent;
+use crate::nomad_http::{self as shared, NomadApiError, Params};
 use axum::Router;
 use axum::extract::{Query, Request, State};
 use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use common::{NomadServer, Params, Shared};
+use common::{NomadServer, Shared};
 use std::sync::Arc;
 
 /// `router` with Nomad's routes added, for `agent`. If the Nomad state cannot be opened (its
@@ -86,41 +86,31 @@ pub fn mount(router: Router<Arc<Agent>>, agent: &Arc<Agent>) -> Router<Arc<Agent
         .route("/v1/client/allocation/{id}/signal", post(client::signal).put(client::signal))
         .route("/v1/client/stats", get(client::host_stats))
         .route("/v1/event/stream", get(events::stream))
-        .route_layer(axum::middleware::from_fn_with_state(server.clone(), common::require_token))
-        .route_layer(axum::middleware::from_fn_with_state(server.clone(), common::query_headers))
+        .route_layer(axum::middleware::from_fn_with_state(server.clone(), shared::require_token))
+        .route_layer(axum::middleware::from_fn_with_state(server.clone(), shared::query_headers))
         .with_state(server.clone());
     router.merge(nomad).layer(axum::middleware::from_fn_with_state(server, divert))
-}
-
-/// Whether a request to a path both APIs have is a Nomad client's.
-fn is_nomad(request: &Request) -> bool {
-    const NOMAD_PARAMS: [&str; 5] = ["index=", "prefix=", "namespace=", "region=", "wait="];
-    request.headers().contains_key("x-nomad-token")
-        || request
-            .uri()
-            .query()
-            .is_some_and(|q| q.split('&').any(|p| NOMAD_PARAMS.iter().any(|n| p.starts_with(n))))
 }
 
 /// Sends a Nomad client's `GET /v1/allocations` to Nomad's list rather than wharf's.
 async fn divert(State(server): State<Shared>, request: Request, next: Next) -> Response {
     if !(request.method() == Method::GET
         && request.uri().path() == "/v1/allocations"
-        && is_nomad(&request))
+        && shared::is_nomad(&request))
     {
         return next.run(request).await;
     }
     if let Err(refused) =
-        common::check_token(server.agent.config().token.as_deref(), request.headers())
+        shared::check_token(server.agent.config().token.as_deref(), request.headers())
     {
         return refused.into_response();
     }
     let params = match Query::<Params>::try_from_uri(request.uri()) {
         Ok(Query(params)) => params,
         Err(rejection) => {
-            return common::NomadApiError::bad_request(rejection.body_text()).into_response();
+            return NomadApiError::bad_request(rejection.body_text()).into_response();
         }
     };
     let response = reads::allocations(State(server.clone()), Query(params)).await.into_response();
-    common::with_index_headers(&server, response)
+    shared::with_index_headers(server.index(), response)
 }

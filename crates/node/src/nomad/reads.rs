@@ -1,7 +1,8 @@
 //! Nomad's reads of allocations, nodes and the agent itself, on the agent.
 
-use super::common::{NomadApiError, NomadResult, Params, Shared, block};
+use super::common::{Shared, block};
 use super::views;
+use crate::nomad_http::{NomadApiError, NomadResult, Params};
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use serde_json::{Value, json};

@@ -2,7 +2,8 @@
 //! placed shows that job; one submitted through wharf's own API shows a job made from its
 //! wharf spec (id, name, type), so Nomad's clients see everything the node runs.
 
-use super::common::{NomadServer, now};
+use super::common::NomadServer;
+use crate::nomad_http::now;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use wharf_alloc::AllocRunner;

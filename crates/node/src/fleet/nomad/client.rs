@@ -1,0 +1,89 @@
+//! The client node's calls (`/v1/client/...`) on the fleet: forwarded to the agent of the
+//! worker that runs the allocation, under the id its attempt runs as there, with that
+//! agent's token, and the answer streamed back as it comes (a followed log is a stream).
+//! A Nomad client that reads the node's `HTTPAddr` and goes to the agent itself needs the
+//! agent's token; through the fleet, the fleet's token serves.
+
+use super::relay::relay;
+use super::server::Shared;
+use super::views;
+use crate::nomad_http::{NomadApiError, NomadResult, Params};
+use axum::extract::{Path, Query, Request, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use wharf_fleet::WorkPhase;
+
+/// `GET /v1/client/fs/{ls,stat,cat,readat,stream,logs}/:alloc`.
+pub(super) async fn fs(
+    State(server): State<Shared>,
+    Path((op, id)): Path<(String, String)>,
+    request: Request,
+) -> NomadResult<Response> {
+    forward_for(&server, &id, request, |runner| format!("/v1/client/fs/{op}/{runner}")).await
+}
+
+/// `/v1/client/allocation/:id/{stats,restart,signal}`.
+pub(super) async fn allocation(
+    State(server): State<Shared>,
+    Path(id): Path<String>,
+    request: Request,
+) -> NomadResult<Response> {
+    let op = request.uri().path().rsplit('/').next().unwrap_or_default().to_owned();
+    forward_for(&server, &id, request, |runner| format!("/v1/client/allocation/{runner}/{op}"))
+        .await
+}
+
+/// `GET /v1/client/stats?node_id=`: the host's usage, from that worker's agent.
+pub(super) async fn host_stats(
+    State(server): State<Shared>,
+    Query(params): Query<Params>,
+    request: Request,
+) -> NomadResult<Response> {
+    let worker = params.get("node_id").filter(|id| !id.is_empty()).ok_or_else(|| {
+        NomadApiError::bad_request("node_id: the fleet has many nodes; name the one to ask")
+    })?;
+    forward(&server, worker, "/v1/client/stats".to_owned(), request).await
+}
+
+/// Forwards `request` about allocation `id` to its worker's agent, at the path `path` makes
+/// of the id its current attempt runs as there.
+async fn forward_for(
+    server: &Shared,
+    id: &str,
+    request: Request,
+    path: impl FnOnce(&str) -> String,
+) -> NomadResult<Response> {
+    let leading = server.leading()?;
+    let placement =
+        leading.scheduler().get(id).ok_or_else(|| NomadApiError::not_found("alloc not found"))?;
+    let worker = match &placement.phase {
+        WorkPhase::Queued | WorkPhase::Cancelled | WorkPhase::Failed { .. } => {
+            return Err(NomadApiError::bad_request(format!(
+                "allocation {id} runs on no node ({})",
+                placement.phase.name()
+            )));
+        }
+        phase => phase.worker().unwrap_or_default().to_owned(),
+    };
+    forward(server, &worker, path(&placement.runner_id()), request).await
+}
+
+/// Sends `request` to worker `worker`'s agent at `path`, and streams the answer back.
+async fn forward(
+    server: &Shared,
+    worker: &str,
+    path: String,
+    request: Request,
+) -> NomadResult<Response> {
+    let leading = server.leading()?;
+    let client = views::agent_client(&leading, worker).ok_or_else(|| {
+        NomadApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            format!(
+                "the fleet does not reach node {worker}'s agent over HTTP; send the call to the agent itself"
+            ),
+        )
+    })?;
+    let who = format!("node {worker}'s agent");
+    relay(&client, &who, request, Some(path), server.fleet.config().max_body_bytes).await
+}

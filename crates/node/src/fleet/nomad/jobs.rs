@@ -1,0 +1,242 @@
+//! Nomad's job endpoints on the fleet: a registered job's group instances become fleet work,
+//! placed by the scheduler; list, read, stop (and purge), the job's allocations, validation,
+//! and the evaluations. The registration's flow and the job's shapes are
+//! [`crate::nomad_http::jobs`]'s; here is how the fleet places and stops.
+
+use super::server::{FleetNomad, Shared, fleet_error};
+use super::views;
+use crate::nomad_http::jobs::{self as shared, Placer};
+use crate::nomad_http::registry::{AllocRecord, JobRecord};
+use crate::nomad_http::{NomadApiError, NomadResult, Params, flag, json_body};
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use serde_json::{Value, json};
+use wharf_fleet::{FleetError, Submission};
+use wharf_nomad::shapes::{self, JobRegisterResponse};
+use wharf_nomad::{NomadJob, translate};
+use wharf_state::Timestamp;
+use wharf_state::resources::Amount;
+
+/// The fleet work that runs `job` (one group's instance), as its own API's submissions are.
+fn submission(id: String, job: &wharf_state::Job) -> NomadResult<Submission> {
+    let payload = serde_json::to_string(&job.to_spec()).map_err(NomadApiError::internal)?;
+    let group =
+        job.groups.first().ok_or_else(|| NomadApiError::bad_request("a group has no tasks"))?;
+    // Cores are counted as cores: their MHz depend on the worker.
+    Ok(Submission {
+        id,
+        payload,
+        needs: Amount::of_group(group, 0),
+        reschedule: job.reschedule_policy(group),
+    })
+}
+
+/// The fleet places on its workers: every group instance is submitted to the scheduler, or
+/// none (a refused submission stops those already submitted).
+impl Placer for FleetNomad {
+    async fn place(
+        &self,
+        nomad: &NomadJob,
+        eval_id: &str,
+        at: Timestamp,
+    ) -> NomadResult<Vec<AllocRecord>> {
+        let scheduler = self.leading()?.scheduler().clone();
+        let mut placed: Vec<AllocRecord> = Vec::new();
+        for group in &nomad.groups {
+            for index in 0..group.count {
+                let id = crate::agent::new_alloc_id();
+                let submitted = match submission(id.clone(), &group.instance(&nomad.name, index)) {
+                    Ok(submission) => scheduler.submit(submission).await.map_err(fleet_error),
+                    Err(error) => Err(error),
+                };
+                if let Err(error) = submitted {
+                    for done in &placed {
+                        if let Err(stop_error) =
+                            scheduler.stop(&done.id, "its job's registration failed").await
+                        {
+                            tracing::warn!(work = %done.id, error = %stop_error, "cannot stop the work of a failed registration");
+                        }
+                    }
+                    return Err(NomadApiError::new(
+                        error.status,
+                        format!("group {:?}: {}", group.name, error.message),
+                    ));
+                }
+                placed.push(AllocRecord {
+                    id,
+                    group: group.name.clone(),
+                    index,
+                    eval_id: eval_id.to_owned(),
+                    created: at,
+                });
+            }
+        }
+        Ok(placed)
+    }
+
+    async fn stop_allocs(&self, record: &JobRecord) -> NomadResult<()> {
+        let scheduler = self.leading()?.scheduler().clone();
+        for alloc in &record.allocs {
+            match scheduler.stop(&alloc.id, "its job was stopped through Nomad's API").await {
+                // Forgotten already: nothing left to stop.
+                Ok(_) | Err(FleetError::UnknownWork(_)) => {}
+                Err(error) => return Err(fleet_error(error)),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `PUT|POST /v1/jobs`.
+pub(super) async fn register(
+    State(server): State<Shared>,
+    body: Body,
+) -> NomadResult<Json<JobRegisterResponse>> {
+    register_as(server, None, body).await
+}
+
+/// `PUT|POST /v1/job/:id`: the body's job must be the one the path names.
+pub(super) async fn register_at(
+    State(server): State<Shared>,
+    Path(id): Path<String>,
+    body: Body,
+) -> NomadResult<Json<JobRegisterResponse>> {
+    register_as(server, Some(id), body).await
+}
+
+async fn register_as(
+    server: Shared,
+    path: Option<String>,
+    body: Body,
+) -> NomadResult<Json<JobRegisterResponse>> {
+    let body = json_body(server.fleet.config().max_body_bytes, body).await?;
+    let job = wharf_nomad::job_of_request(&body)
+        .map_err(|e| NomadApiError::bad_request(e.to_string()))?;
+    let nomad = translate(job).map_err(|e| NomadApiError::bad_request(e.to_string()))?;
+    if let Some(id) = path
+        && id != nomad.id
+    {
+        return Err(NomadApiError::bad_request(format!(
+            "the path names job {id:?}, the body {:?}",
+            nomad.id
+        )));
+    }
+    let _changing = server.changing.lock().await;
+    Ok(Json(shared::register(server.as_ref(), &server.registry, &nomad).await?))
+}
+
+/// The client statuses of a job's allocations the scheduler still has, by group, as its
+/// phases imply (no worker is asked).
+fn statuses(server: &FleetNomad, record: &JobRecord) -> Vec<(String, wharf_state::ClientStatus)> {
+    let Some(leading) = server.fleet.leading() else { return Vec::new() };
+    let scheduler = leading.scheduler();
+    record
+        .allocs
+        .iter()
+        .filter_map(|a| {
+            scheduler.get(&a.id).map(|p| (a.group.clone(), views::client_status(&p.phase)))
+        })
+        .collect()
+}
+
+fn stub(server: &FleetNomad, record: &JobRecord) -> shapes::JobListStub {
+    shared::stub(record, &statuses(server, record))
+}
+
+/// `GET /v1/jobs` (`?prefix=`).
+pub(super) async fn list(
+    State(server): State<Shared>,
+    Query(params): Query<Params>,
+) -> NomadResult<Json<Vec<shapes::JobListStub>>> {
+    server.block(&params).await?;
+    let prefix = params.get("prefix").map_or("", String::as_str);
+    let jobs = server
+        .registry
+        .all()
+        .iter()
+        .filter(|r| shared::job_id(r).starts_with(prefix))
+        .map(|r| stub(&server, r))
+        .collect();
+    Ok(Json(jobs))
+}
+
+/// `GET /v1/job/:id`: the job as registered, with the server's fields filled in.
+pub(super) async fn read(
+    State(server): State<Shared>,
+    Path(id): Path<String>,
+    Query(params): Query<Params>,
+) -> NomadResult<Json<Value>> {
+    server.block(&params).await?;
+    let record = shared::record_of(&server.registry, &id)?;
+    let status = stub(&server, &record).status;
+    Ok(Json(shared::job(&record, &status)))
+}
+
+/// `DELETE /v1/job/:id` (`?purge=true` forgets the job as well).
+pub(super) async fn deregister(
+    State(server): State<Shared>,
+    Path(id): Path<String>,
+    Query(params): Query<Params>,
+) -> NomadResult<Json<JobRegisterResponse>> {
+    let purge = flag(&params, "purge")?;
+    let _changing = server.changing.lock().await;
+    Ok(Json(shared::deregister(server.as_ref(), &server.registry, &id, purge).await?))
+}
+
+/// `GET /v1/job/:id/allocations`.
+pub(super) async fn allocations(
+    State(server): State<Shared>,
+    Path(id): Path<String>,
+    Query(params): Query<Params>,
+) -> NomadResult<Json<Vec<shapes::AllocationListStub>>> {
+    server.block(&params).await?;
+    let record = shared::record_of(&server.registry, &id)?;
+    let leading = server.leading()?;
+    let placements: Vec<wharf_fleet::Placement> =
+        record.allocs.iter().filter_map(|a| leading.scheduler().get(&a.id)).collect();
+    let views = views::allocations(&server, &leading, &placements).await;
+    let mut stubs: Vec<shapes::AllocationListStub> =
+        views.iter().map(shapes::AllocationListStub::from).collect();
+    stubs.sort_by(|a, b| b.create_index.cmp(&a.create_index).then_with(|| a.name.cmp(&b.name)));
+    Ok(Json(stubs))
+}
+
+/// `PUT|POST /v1/validate/job`: the translation's verdict, as Nomad's validation answer (200
+/// with the errors listed). The drivers are the workers' to judge, when a task starts.
+pub(super) async fn validate(
+    State(server): State<Shared>,
+    body: Body,
+) -> NomadResult<Json<shapes::JobValidateResponse>> {
+    let body = json_body(server.fleet.config().max_body_bytes, body).await?;
+    let errors: Vec<String> = match wharf_nomad::job_of_request(&body).and_then(translate) {
+        Err(error) => vec![error.to_string()],
+        Ok(_) => Vec::new(),
+    };
+    Ok(Json(shapes::JobValidateResponse {
+        driver_config_validated: false,
+        error: errors.join("\n"),
+        validation_errors: errors,
+        warnings: String::new(),
+    }))
+}
+
+/// `GET /v1/evaluation/:id`: complete, since the work was queued when the call returned.
+pub(super) async fn evaluation(
+    State(server): State<Shared>,
+    Path(id): Path<String>,
+    Query(params): Query<Params>,
+) -> NomadResult<Json<shapes::Evaluation>> {
+    server.block(&params).await?;
+    Ok(Json(shared::evaluation(&server.registry, &id)?))
+}
+
+/// `PUT|POST /v1/allocation/:id/stop`.
+pub(super) async fn stop_allocation(
+    State(server): State<Shared>,
+    Path(id): Path<String>,
+) -> NomadResult<Json<Value>> {
+    let scheduler = server.leading()?.scheduler().clone();
+    scheduler.stop(&id, "stopped through Nomad's API").await.map_err(fleet_error)?;
+    Ok(Json(json!({"EvalID": crate::agent::new_alloc_id(), "Index": server.index()})))
+}

@@ -1,0 +1,69 @@
+//! A Nomad call sent on to another server of it (the leading replica, a worker's agent) and
+//! its answer brought back as it comes: its status, its body's type, Nomad's query headers,
+//! and its body streamed (a followed log or the event stream never ends). A refusal comes
+//! back as the other server said it, in Nomad's words; one that cannot be reached is a 502.
+
+use crate::client::{Client, ClientError};
+use crate::nomad_http::{NomadApiError, NomadResult};
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{HeaderName, StatusCode, header};
+use axum::response::Response;
+
+/// The headers of an answer passed on.
+const PASSED_ON: [&str; 4] =
+    ["content-type", "x-nomad-index", "x-nomad-knownleader", "x-nomad-lastcontact"];
+
+/// Sends `request` (its method, query, body and body's type) to `client`'s server, at `path`
+/// or the request's own path; `who` names that server in errors. Bodies over `limit` bytes
+/// are refused.
+pub(super) async fn relay(
+    client: &Client,
+    who: &str,
+    request: Request,
+    path: Option<String>,
+    limit: usize,
+) -> NomadResult<Response> {
+    let (parts, body) = request.into_parts();
+    let path = path.unwrap_or_else(|| parts.uri.path().to_owned());
+    let target = match parts.uri.query() {
+        Some(query) => format!("{path}?{query}"),
+        None => path,
+    };
+    let bytes = axum::body::to_bytes(body, limit).await.map_err(|_| {
+        NomadApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the request body is larger than {limit} bytes"),
+        )
+    })?;
+    let content_type = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json")
+        .to_owned();
+    let answer = client
+        .send(parts.method, target.as_str(), Some((content_type.as_str(), bytes.to_vec())))
+        .await;
+    match answer {
+        Ok(answer) => {
+            let (parts, body) = answer.into_parts();
+            let mut response = Response::new(Body::new(body));
+            *response.status_mut() = parts.status;
+            for name in PASSED_ON {
+                if let Some(value) = parts.headers.get(name) {
+                    response.headers_mut().insert(HeaderName::from_static(name), value.clone());
+                }
+            }
+            Ok(response)
+        }
+        Err(ClientError::Api { status, message }) => {
+            let said = format!("{status}: ");
+            Err(NomadApiError::new(status, message.strip_prefix(&said).unwrap_or(&message)))
+        }
+        Err(error) => Err(NomadApiError::new(
+            StatusCode::BAD_GATEWAY,
+            format!("{who} does not answer: {error}"),
+        )),
+    }
+}
