@@ -601,6 +601,7 @@ mod tests {
         let Instances::Ec2(ec2) = config.instances() else { panic!("not ec2: {config:?}") };
         assert_eq!((ec2.region.as_str(), ec2.subnets.len()), ("eu-west-1", 2));
         assert_eq!(ec2.timeout_idle, Duration::from_secs(120));
+        assert_eq!(ec2.spot_price_refresh, Duration::from_secs(600));
         assert_eq!(ec2.instance_type[0].quota_group.as_deref(), Some("standard"));
         for (bad, why) in [
             ("[ec2]\nimage = \"a\"\n", "ec2.instance_type"),
@@ -615,6 +616,10 @@ mod tests {
             (
                 "[ec2]\nimage = \"a\"\n[[ec2.instance_type]]\nname = \"s\"\nprovider_type = \"t\"\nvcpus = 1\nmemory_mb = 1\n",
                 "ec2.host_key",
+            ),
+            (
+                "[ec2]\nimage = \"a\"\nhost_key = \"k k\"\nspot_price_refresh = \"0s\"\n[[ec2.instance_type]]\nname = \"s\"\nprovider_type = \"t\"\nvcpus = 1\nmemory_mb = 1\n",
+                "ec2.spot_price_refresh",
             ),
             ("[loopback]\n[ec2]\nimage = \"a\"\n", "choose one"),
         ] {
