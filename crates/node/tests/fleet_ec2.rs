@@ -4,7 +4,9 @@
 //! (after a crash) finds the instance by its tag and keeps the work; an instance that never
 //! boots is terminated after the boot timeout. And with a network-namespace host (sshd and the
 //! agent) at the instance's private address: the worker boots, is probed, gets the fleet's
-//! binary, runs the work, and is terminated once idle for `timeout_idle`.
+//! binary, runs the work, and is terminated once idle for `timeout_idle`. A preemptible
+//! type's worker is priced at the spot price EC2 reports, or at its configured price where
+//! EC2 does not answer.
 
 #[path = "../../prober/tests/moto/mod.rs"]
 mod moto;
@@ -148,6 +150,99 @@ async fn the_fleet_creates_the_smallest_fitting_ec2_type_finds_it_again_and_ends
             || described.contains("<name>terminated</name>"),
         "{described}"
     );
+}
+
+/// A fleet on EC2 through `proxy` whose one type, "spot", is preemptible and configured at
+/// 0.0104 an hour, asking EC2 for its spot price every 300 ms.
+fn start_spot(dir: &Path, proxy: &Proxy, subnet: &str) -> Fleet {
+    #![allow(clippy::disallowed_methods)] // ssh-keygen makes the fleet's key
+    let key = dir.join("id_ed25519");
+    let made = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(&key)
+        .output()
+        .expect("ssh-keygen (Debian: openssh-client) must be installed");
+    assert!(made.status.success(), "{made:?}");
+    let settings = format!(
+        "probe_interval = \"200ms\"\nsync_interval = \"500ms\"\ncommand_deadline = \"1s\"\n\
+         [runner]\nagent_data_dir = \"/var/lib/wharf\"\n\
+         [ec2]\nendpoint = {:?}\nimage = \"ami-12c6146b\"\nsubnets = [{subnet:?}]\n\
+         identity = {:?}\nhost_key = {:?}\nfleet_tag = \"{}\"\nspot_price_refresh = \"300ms\"\n\
+         [[ec2.instance_type]]\nname = \"spot\"\nprovider_type = \"t3.small\"\nvcpus = 1\nmemory_mb = 1024\nprice = 0.0104\npreemptible = true\n",
+        proxy.url(),
+        key.display().to_string(),
+        std::fs::read_to_string(key.with_extension("pub")).unwrap().trim(),
+        fleet_tag(dir),
+    );
+    Fleet::start_with_env(Path::new(WHARF), dir, &settings, "info", LIMIT, &CREDENTIALS).unwrap()
+}
+
+/// The price of the one worker of the fleet `client` reaches, in wharf's API, Arvados' list
+/// and the price metric; `None` until there is a worker.
+async fn worker_prices(client: &Client) -> Option<(f64, f64, String)> {
+    let workers: Vec<FleetWorker> = client.json(Method::GET, "/v1/workers", None).await.unwrap();
+    let ours = workers.first()?.price_per_hour?;
+    let list: ArvadosInstances =
+        client.json(Method::GET, "/arvados/v1/dispatch/instances", None).await.unwrap();
+    let arvados = list.items.first()?.price;
+    let metrics =
+        String::from_utf8(client.call(Method::GET, "/v1/metrics", None).await.unwrap().to_vec())
+            .unwrap();
+    let metric = metrics
+        .lines()
+        .filter(|l| l.starts_with("wharf_prober_instances_price{") && !l.ends_with("} 0"))
+        .filter_map(|l| l.rsplit(' ').next())
+        .collect::<Vec<_>>()
+        .join(",");
+    Some((ours, arvados, metric))
+}
+
+/// Arvados prices a spot instance at the spot price EC2 reports for its type (its
+/// TestInstancePriceHistory's prices, seen through the fleet): a preemptible type's worker
+/// shows moto's spot price, not the configured one, in wharf's API, Arvados' list and the
+/// metrics; where DescribeSpotPriceHistory fails, the configured price stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preemptible_worker_is_priced_at_the_spot_price_ec2_reports() {
+    let moto = tokio::task::spawn_blocking(Moto::shared).await.unwrap();
+    let answering = Proxy::start(moto.port).await;
+    let failing = Proxy::start(moto.port).await;
+    failing.inject(Fault::new("DescribeSpotPriceHistory", "UnauthorizedOperation", "no prices"));
+    let (priced_dir, fallback_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let priced =
+        start_spot(priced_dir.path(), &answering, &moto.subnet("10.231.0.0/16", "10.231.202.0/24"));
+    let fallback =
+        start_spot(fallback_dir.path(), &failing, &moto.subnet("10.231.0.0/16", "10.231.203.0/24"));
+    let priced_client = Client::new(priced.address(), Some(priced.token().unwrap()));
+    let fallback_client = Client::new(fallback.address(), Some(fallback.token().unwrap()));
+    submit(&priced_client, "spot-work", 500, 256).await;
+    submit(&fallback_client, "spot-work", 500, 256).await;
+
+    // moto's spot price for every type is 0.00001 an hour.
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let prices = worker_prices(&priced_client).await;
+        if prices == Some((0.00001, 0.00001, "0.00001".into())) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never priced at the spot price: {prices:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let spot_run = answering.calls("RunInstances");
+    assert_eq!(spot_run[0].param("InstanceMarketOptions.MarketType"), Some("spot"));
+
+    // Once a second ask has been made, the first one's failure has been taken in.
+    let deadline = Instant::now() + LIMIT;
+    let prices = loop {
+        let prices = worker_prices(&fallback_client).await;
+        if prices.is_some() && failing.calls("DescribeSpotPriceHistory").len() >= 2 {
+            break prices;
+        }
+        assert!(Instant::now() < deadline, "no worker, or EC2 never asked: {prices:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(prices, Some((0.0104, 0.0104, "0.0104".into())));
+    let asked = failing.calls("DescribeSpotPriceHistory");
+    assert_eq!(asked[0].param("Filter.1.Value.1"), Some("t3.small"));
 }
 
 /// Submits work needing `cpu` MHz and `memory` MB to the fleet; returns its id.

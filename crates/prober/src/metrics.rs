@@ -137,7 +137,7 @@ pub(crate) fn render(counters: &Counters, gauges: &Gauges) -> String {
         &mut out,
         "instances_price",
         "gauge",
-        "Hourly price of the instances by category, of their types' configured prices.",
+        "Hourly price of the instances by category, at their types' prices now.",
     );
     for category in Category::ALL {
         let price = gauges.price_by_category.get(&category).copied().unwrap_or(0.0);

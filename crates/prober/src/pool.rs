@@ -30,7 +30,7 @@
 //! [`Pool::probe_now`]); [`Pool::run`] is the same loop on real time.
 
 use crate::ProberError;
-use crate::capacity::{Counts, Holds, InstanceType, Limits, limit};
+use crate::capacity::{Counts, Holds, InstanceType, Limits, Price, limit};
 use crate::clock::{Clock, Moment};
 use crate::config::{Prepared, WorkerConfig};
 use crate::executor::Executor;
@@ -100,7 +100,8 @@ pub struct PoolConfig {
     /// The instance types in service, by name: their provider types, preemptible kinds and
     /// quota groups. A listed instance of another type (one removed from the configuration)
     /// is drained unless it is on hold. Empty: every name is a type in service, its own
-    /// provider type, in no quota group.
+    /// provider type, in no quota group. Their prices are where the pool starts: the cloud's
+    /// own prices ([`Pool::set_price`]) replace them at run time.
     pub instance_types: Vec<InstanceType>,
 }
 
@@ -194,6 +195,10 @@ struct Shared {
     schedule_changed: tokio::sync::Notify,
     stopping: AtomicBool,
     stop: tokio::sync::Notify,
+    /// Prices the cloud reported (a spot market's), by type name: they replace the
+    /// configured ones. Read often (every view of a worker's price), written every few
+    /// minutes.
+    prices: parking_lot::RwLock<HashMap<String, Price>>,
 }
 
 /// Every worker of one instance set. Cheap to clone: clones share the pool.
@@ -266,6 +271,7 @@ impl Pool {
                 schedule_changed: tokio::sync::Notify::new(),
                 stopping: AtomicBool::new(false),
                 stop: tokio::sync::Notify::new(),
+                prices: parking_lot::RwLock::default(),
             }),
         })
     }
@@ -392,20 +398,38 @@ impl Pool {
         self.shared.state.lock().holds.at_capacity(&it, now)
     }
 
-    /// The configured instance types (empty: any type the caller names).
-    pub fn instance_types(&self) -> &[InstanceType] {
-        &self.shared.config.instance_types
+    /// The configured instance types (empty: any type the caller names), each at its price
+    /// now.
+    pub fn instance_types(&self) -> Vec<InstanceType> {
+        let prices = self.shared.prices.read();
+        let types = self.shared.config.instance_types.iter().cloned();
+        types.map(|it| priced(it, &prices)).collect()
     }
 
-    /// The configured type named `name`; without a configured list, a type of that name.
+    /// The configured type named `name`, at its price now; without a configured list, a type
+    /// of that name.
     pub fn instance_type(&self, name: &str) -> InstanceType {
-        self.shared
-            .config
-            .instance_types
-            .iter()
-            .find(|it| it.name == name)
-            .cloned()
-            .unwrap_or_else(|| InstanceType::new(name))
+        let configured = self.shared.config.instance_types.iter().find(|it| it.name == name);
+        match configured {
+            Some(it) => priced(it.clone(), &self.shared.prices.read()),
+            None => InstanceType::new(name),
+        }
+    }
+
+    /// Prices `instance_type` at `price` an hour from now on, in place of its configured
+    /// price (for a spot market's, which moves): in workers' views, the metrics, and the
+    /// price the scheduler gives new placements. `false` (and nothing changes) for a type not
+    /// configured.
+    pub fn set_price(&self, instance_type: &str, price: Price) -> bool {
+        let types = &self.shared.config.instance_types;
+        if !types.iter().any(|it| it.name == instance_type) {
+            return false;
+        }
+        let before = self.shared.prices.write().insert(instance_type.to_owned(), price);
+        if before != Some(price) {
+            info!(instance_type, %price, "instance type priced");
+        }
+        true
     }
 
     /// Starts creating an instance of `instance_type` and returns at once; the cloud call runs
@@ -1131,4 +1155,12 @@ fn random_secret() -> Result<String, ProberError> {
         },
     )?;
     Ok(crate::config::hex(&bytes))
+}
+
+/// `it` at the price the cloud reported for it, if it did.
+fn priced(mut it: InstanceType, prices: &HashMap<String, Price>) -> InstanceType {
+    if let Some(price) = prices.get(&it.name) {
+        it.price = Some(*price);
+    }
+    it
 }

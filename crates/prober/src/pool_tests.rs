@@ -1300,3 +1300,38 @@ fn waiting_for_a_worker_sees_it_reach_the_state_asked_for() {
     let unknown = InstanceId::from("w-none");
     assert_eq!(h.runtime.block_on(h.pool.wait_for_worker(&unknown, |_| true)), None);
 }
+
+/// A price the cloud reports (a spot market's) replaces the configured one wherever the pool
+/// tells a type's price: the type itself, the list of types, and the price metric of the
+/// workers of that type. A type not configured cannot be priced.
+#[test]
+fn a_price_the_cloud_reports_replaces_the_configured_one() {
+    let mut config = pool_config();
+    let hourly = |amount| Price::per_hour(amount).unwrap();
+    config.instance_types = vec![
+        InstanceType { preemptible: true, ..InstanceType::new("spot") }.with_price(hourly(0.0104)),
+        InstanceType::new("on-demand").with_price(hourly(0.0416)),
+    ];
+    let h = harness_with(config);
+    h.create("spot").unwrap();
+    let price_metric = |h: &Harness| {
+        let metrics = h.pool.metrics();
+        let lines = metrics.lines().filter(|l| l.starts_with("wharf_prober_instances_price{"));
+        lines.filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum::<f64>()
+    };
+    assert_eq!(h.pool.instance_type("spot").price, Some(hourly(0.0104)));
+    assert_eq!(price_metric(&h), 0.0104);
+
+    assert!(h.pool.set_price("spot", hourly(0.0031)));
+    assert_eq!(h.pool.instance_type("spot").price, Some(hourly(0.0031)));
+    let prices: Vec<_> =
+        h.pool.instance_types().into_iter().map(|it| (it.name, it.price)).collect();
+    assert_eq!(
+        prices,
+        [("spot".to_owned(), Some(hourly(0.0031))), ("on-demand".to_owned(), Some(hourly(0.0416)))]
+    );
+    assert_eq!(price_metric(&h), 0.0031);
+
+    assert!(!h.pool.set_price("gpu", hourly(1.0)), "a type not configured is not priced");
+    assert_eq!(h.pool.instance_type("gpu").price, None);
+}

@@ -127,6 +127,10 @@ pub struct Ec2Settings {
     /// An idle worker is shut down after this long.
     #[serde(with = "serde_str")]
     pub timeout_idle: Duration,
+    /// How often the spot price of each preemptible type is asked of EC2; until EC2 answers
+    /// one, the type's configured price stands.
+    #[serde(with = "serde_str")]
+    pub spot_price_refresh: Duration,
     /// The kinds of instance to create, the smallest that fits each piece of work.
     pub instance_type: Vec<Ec2TypeSettings>,
 }
@@ -168,6 +172,7 @@ impl Default for Ec2Settings {
             fleet_tag: "wharf".into(),
             max_instances: 8,
             timeout_idle: Duration::from_secs(300),
+            spot_price_refresh: Duration::from_secs(600),
             instance_type: Vec::new(),
         }
     }
@@ -514,6 +519,9 @@ fn check_ec2(ec2: &Ec2Settings) -> Result<(), String> {
                     OpenSSH public key line); it is pinned"
             .into());
     }
+    if ec2.spot_price_refresh.is_zero() {
+        return Err("ec2.spot_price_refresh: must be more than zero".into());
+    }
     if ec2.max_instances == 0 || ec2.fleet_tag.is_empty() {
         return Err("ec2.max_instances, ec2.fleet_tag: must not be 0 or empty".into());
     }
@@ -593,6 +601,7 @@ mod tests {
         let Instances::Ec2(ec2) = config.instances() else { panic!("not ec2: {config:?}") };
         assert_eq!((ec2.region.as_str(), ec2.subnets.len()), ("eu-west-1", 2));
         assert_eq!(ec2.timeout_idle, Duration::from_secs(120));
+        assert_eq!(ec2.spot_price_refresh, Duration::from_secs(600));
         assert_eq!(ec2.instance_type[0].quota_group.as_deref(), Some("standard"));
         for (bad, why) in [
             ("[ec2]\nimage = \"a\"\n", "ec2.instance_type"),
@@ -607,6 +616,10 @@ mod tests {
             (
                 "[ec2]\nimage = \"a\"\n[[ec2.instance_type]]\nname = \"s\"\nprovider_type = \"t\"\nvcpus = 1\nmemory_mb = 1\n",
                 "ec2.host_key",
+            ),
+            (
+                "[ec2]\nimage = \"a\"\nhost_key = \"k k\"\nspot_price_refresh = \"0s\"\n[[ec2.instance_type]]\nname = \"s\"\nprovider_type = \"t\"\nvcpus = 1\nmemory_mb = 1\n",
+                "ec2.spot_price_refresh",
             ),
             ("[loopback]\n[ec2]\nimage = \"a\"\n", "choose one"),
         ] {

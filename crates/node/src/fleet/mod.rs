@@ -27,6 +27,7 @@ pub mod arvados;
 pub mod cli;
 pub mod config;
 pub mod nomad;
+mod spot_prices;
 mod wiring;
 
 pub use wiring::{ExecutorLayer, Fleet, InstanceSets, Leading, WrapExecutor};

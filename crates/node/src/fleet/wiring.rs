@@ -5,6 +5,7 @@
 
 use super::config::StoreBackend;
 use super::config::{Ec2Settings, Ec2TypeSettings, FleetConfig, Instances};
+use super::spot_prices;
 use crate::wipe;
 use anyhow::Context;
 use std::path::{Path, PathBuf};
@@ -62,6 +63,8 @@ pub type Leading = wharf_fleet::Leading<InstanceSets>;
 pub struct InstanceSets {
     static_set: Option<Arc<StaticInstanceSet>>,
     loopback: Option<Arc<LoopbackInstanceSet>>,
+    /// The EC2 set, asked for spot prices beside the pool.
+    ec2: Option<Arc<Ec2InstanceSet>>,
 }
 
 impl InstanceSets {
@@ -173,8 +176,7 @@ impl Fleet {
         let plan = &self.plan;
         let mut pool_config = plan.pool.clone();
         fence_runner_commands(&mut pool_config.worker.runner, term.number());
-        let (instances, mut new_executor, static_set, loopback) =
-            self.instance_set(&mut pool_config).await?;
+        let (instances, mut new_executor, extra) = self.instance_set(&mut pool_config).await?;
         if let Some(layer) = self.executor_layer.clone() {
             let inner = new_executor;
             new_executor =
@@ -184,9 +186,25 @@ impl Fleet {
         let scheduler =
             Scheduler::take_over(pool.clone(), plan.scheduling.clone(), self.store.clone(), term)
                 .await?;
+        let keeper = match (&extra.ec2, self.config.instances()) {
+            (Some(set), Instances::Ec2(settings)) => spot_prices::keeper(
+                pool.clone(),
+                set.clone(),
+                settings.spot_price_refresh,
+                plan.pool.cloud_deadline,
+            ),
+            _ => None,
+        };
+        let keeping = keeper.map(tokio::spawn);
         let running = pool.clone();
-        tokio::spawn(async move { running.run().await });
-        Ok(Leading::new(pool, scheduler, InstanceSets { static_set, loopback }))
+        tokio::spawn(async move {
+            running.run().await;
+            // The pool stopped with the lead: its prices are no one's to keep.
+            if let Some(keeping) = keeping {
+                keeping.abort();
+            }
+        });
+        Ok(Leading::new(pool, scheduler, extra))
     }
 
     /// The instance set of the configured workers, with the executors that reach them. Made
@@ -196,12 +214,7 @@ impl Fleet {
     async fn instance_set(
         &self,
         pool_config: &mut PoolConfig,
-    ) -> anyhow::Result<(
-        Arc<dyn InstanceSet>,
-        NewExecutor,
-        Option<Arc<StaticInstanceSet>>,
-        Option<Arc<LoopbackInstanceSet>>,
-    )> {
+    ) -> anyhow::Result<(Arc<dyn InstanceSet>, NewExecutor, InstanceSets)> {
         match self.config.instances() {
             Instances::Loopback(settings) => {
                 let root =
@@ -237,7 +250,8 @@ impl Fleet {
                     );
                     over_channel(instance, local, channel.as_ref())
                 });
-                Ok((set.clone() as Arc<dyn InstanceSet>, new_executor, None, Some(set)))
+                let extra = InstanceSets { loopback: Some(set.clone()), ..InstanceSets::default() };
+                Ok((set as Arc<dyn InstanceSet>, new_executor, extra))
             }
             Instances::Static(settings) => {
                 // Each host's runner reaches its agent through the agent's data directory, and
@@ -270,15 +284,18 @@ impl Fleet {
                     let ssh = Arc::new(SshExecutor::for_instance(instance, key.clone()));
                     over_channel(instance, ssh, channel.as_ref())
                 });
-                Ok((set.clone() as Arc<dyn InstanceSet>, new_executor, Some(set), None))
+                let extra =
+                    InstanceSets { static_set: Some(set.clone()), ..InstanceSets::default() };
+                Ok((set as Arc<dyn InstanceSet>, new_executor, extra))
             }
             Instances::Ec2(settings) => {
                 let key = self.plan.ssh_key.clone().context("no SSH identity for EC2 workers")?;
-                let set = Ec2InstanceSet::new(self.ec2_config(settings, &key)?)?;
+                let set = Arc::new(Ec2InstanceSet::new(self.ec2_config(settings, &key)?)?);
                 let new_executor: NewExecutor = Arc::new(move |instance: &Instance| {
                     Arc::new(SshExecutor::for_instance(instance, key.clone())) as Arc<dyn Executor>
                 });
-                Ok((Arc::new(set) as Arc<dyn InstanceSet>, new_executor, None, None))
+                let extra = InstanceSets { ec2: Some(set.clone()), ..InstanceSets::default() };
+                Ok((set as Arc<dyn InstanceSet>, new_executor, extra))
             }
         }
     }
