@@ -243,6 +243,70 @@ async fn followers_that_follow_log_no_error() {
     assert_eq!(replicas.leader(None).await, leader, "the leader never changed");
 }
 
+/// A Nomad job registered through the leader, with its allocation once it runs.
+async fn register_nomad_job(replicas: &Replicas, via: usize, id: &str) -> serde_json::Value {
+    let job = serde_json::json!({"Job": {"ID": id, "TaskGroups": [{
+        "Name": "g", "Count": 1,
+        "Tasks": [{"Name": "t", "Driver": "raw_exec", "Config": {
+            "command": "/bin/sleep", "args": ["1000"]}}],
+    }]}});
+    let body = Some(("application/json", job.to_string().into_bytes()));
+    replicas.client(via).call(Method::PUT, "/v1/jobs", body).await.unwrap();
+    job_allocation(replicas, via, id, "running", |status| status == "running").await
+}
+
+/// Job `id`'s one allocation as replica `via` shows it, once its client status is `wanted`.
+async fn job_allocation(
+    replicas: &Replicas,
+    via: usize,
+    id: &str,
+    what: &str,
+    wanted: fn(&str) -> bool,
+) -> serde_json::Value {
+    let path = format!("/v1/job/{id}/allocations");
+    replicas
+        .until(&format!("{id}'s allocation {what} on r{via}"), async || {
+            let allocs: Vec<serde_json::Value> =
+                replicas.client(via).json(Method::GET, &path, None).await.ok()?;
+            assert!(allocs.len() <= 1, "{allocs:?}");
+            allocs.into_iter().find(|a| a["ClientStatus"].as_str().is_some_and(wanted))
+        })
+        .await
+}
+
+/// A Nomad job registered through the leader is kept in the shared store: the next leader
+/// lists it and its allocation, and stops and purges it.
+async fn the_next_leader_serves_the_nomad_job(
+    replicas: &Replicas,
+    next: usize,
+    id: &str,
+    alloc: &serde_json::Value,
+) {
+    let client = replicas.client(next);
+    let job: serde_json::Value =
+        client.json(Method::GET, &format!("/v1/job/{id}"), None).await.unwrap();
+    assert_eq!((job["ID"].as_str(), job["Stop"].as_bool()), (Some(id), Some(false)), "{job}");
+    let jobs: Vec<serde_json::Value> = client.json(Method::GET, "/v1/jobs", None).await.unwrap();
+    assert!(jobs.iter().any(|j| j["ID"] == id), "{jobs:?}");
+    let now = job_allocation(replicas, next, id, "running", |status| status == "running").await;
+    assert_eq!(now["ID"], alloc["ID"], "the same allocation, adopted: {now}");
+
+    client.call(Method::DELETE, &format!("/v1/job/{id}"), None).await.unwrap();
+    let job: serde_json::Value =
+        client.json(Method::GET, &format!("/v1/job/{id}"), None).await.unwrap();
+    assert_eq!(job["Stop"], true, "{job}");
+    let ended = |status: &str| !matches!(status, "pending" | "running");
+    job_allocation(replicas, next, id, "ended", ended).await;
+    client.call(Method::DELETE, &format!("/v1/job/{id}?purge=true"), None).await.unwrap();
+    let gone = client.call(Method::GET, &format!("/v1/job/{id}"), None).await;
+    assert!(matches!(gone, Err(ClientError::Api { status, .. }) if status == 404), "{gone:?}");
+    let jobs: Vec<serde_json::Value> = client.json(Method::GET, "/v1/jobs", None).await.unwrap();
+    assert!(jobs.is_empty(), "{jobs:?}");
+}
+
+/// The leader is killed: another takes over within the lease, adopts the work (the fleet's and
+/// a Nomad job's) without running any of it twice, and serves the Nomad job registered through
+/// the old leader.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_leader_is_replaced_within_its_lease_and_nothing_is_lost_or_run_twice() {
     let mut replicas = Replicas::start().await;
@@ -258,6 +322,7 @@ async fn a_killed_leader_is_replaced_within_its_lease_and_nothing_is_lost_or_run
     assert_eq!((status.role.as_str(), status.store.backend.as_str()), ("follower", "etcd"));
     assert_eq!(status.leader.map(|l| l.name), Some(format!("r{leader}")));
     assert_eq!(status.replicas.len(), 3, "{:?}", status.replicas);
+    let nomad_alloc = register_nomad_job(&replicas, leader, "nomad-kept").await;
 
     let killed = Instant::now();
     replicas.fleets[leader].take().unwrap().kill();
@@ -268,6 +333,9 @@ async fn a_killed_leader_is_replaced_within_its_lease_and_nothing_is_lost_or_run
     replicas.running(next, "after").await;
     runs_on_as_before(&replicas, next, &before).await;
     assert_eq!(replicas.agents_running("after").len(), 1);
+    let nomad_alloc_id = nomad_alloc["ID"].as_str().unwrap();
+    assert_eq!(replicas.agents_running(nomad_alloc_id).len(), 1, "{nomad_alloc}");
+    the_next_leader_serves_the_nomad_job(&replicas, next, "nomad-kept", &nomad_alloc).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

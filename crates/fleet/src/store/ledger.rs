@@ -1,12 +1,17 @@
 //! [`LedgerStore`]: the embedded fleet store, one redb file through wharf-store's `Ledger`.
 
-use super::{Change, FleetStore, Loaded, Replica, Standing, StoreInfo, Term, decode, encode};
+use super::{
+    Change, FleetStore, JobEntry, Loaded, Replica, Standing, StoreInfo, Term, decode, encode,
+};
 use crate::FleetError;
 use parking_lot::Mutex;
 use std::path::Path;
 use tokio::sync::watch;
 use wharf_state::fleet::WorkRecord;
 use wharf_store::{Ledger, LedgerChange, StoreError};
+
+/// The key prefix of a Nomad job's record. A work id has no space, so no work's key starts so.
+const JOB_KEY: &str = "nomad job ";
 
 /// The fleet's records in one redb file (`<data_dir>/fleet.redb`), for a fleet of one process:
 /// the file's lock keeps a second process out, and its terms never lapse. Taking a term
@@ -69,12 +74,29 @@ impl FleetStore for LedgerStore {
         let rows = self.ledger.scan().await.map_err(|e| store_error("load", &e))?;
         let mut loaded = Loaded::default();
         for (key, bytes) in rows {
+            if key.starts_with(JOB_KEY) {
+                continue;
+            }
             match decode(&bytes) {
                 Ok(record) => loaded.records.push(record),
                 Err(why) => loaded.problems.push((key, why)),
             }
         }
         Ok(loaded)
+    }
+
+    async fn load_jobs(&self) -> Result<Vec<JobEntry>, FleetError> {
+        let rows = self.ledger.scan().await.map_err(|e| store_error("load", &e))?;
+        let mut jobs = Vec::new();
+        for (key, bytes) in rows {
+            let Some(id) = key.strip_prefix(JOB_KEY) else { continue };
+            let json = String::from_utf8(bytes).map_err(|e| FleetError::Store {
+                operation: "load",
+                detail: format!("Nomad job {id:?}: {e}"),
+            })?;
+            jobs.push(JobEntry { id: id.to_owned(), json });
+        }
+        Ok(jobs)
     }
 
     async fn load(&self, id: &str) -> Result<Option<WorkRecord>, FleetError> {
@@ -103,6 +125,11 @@ impl FleetStore for LedgerStore {
                     LedgerChange::Put { key: record.placement.id.clone(), value: encode(&record)? }
                 }
                 Change::Delete(id) => LedgerChange::Delete { key: id },
+                Change::PutJob(job) => LedgerChange::Put {
+                    key: format!("{JOB_KEY}{}", job.id),
+                    value: job.json.into_bytes(),
+                },
+                Change::DeleteJob(id) => LedgerChange::Delete { key: format!("{JOB_KEY}{id}") },
             });
         }
         match self.ledger.write(term.number(), writes).await {

@@ -10,7 +10,7 @@
 //! keep-alive that learns its lease expired) and [`MemoryStore::expire`] (the holder does not:
 //! it learns when a write is refused, as a leader frozen past its lease does).
 
-use super::{Change, FleetStore, Loaded, Replica, Standing, StoreInfo, Term};
+use super::{Change, FleetStore, JobEntry, Loaded, Replica, Standing, StoreInfo, Term};
 use crate::FleetError;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -30,6 +30,7 @@ pub struct MemoryStore {
 #[derive(Debug, Default)]
 struct Inner {
     records: BTreeMap<String, WorkRecord>,
+    jobs: BTreeMap<String, String>,
     term: u64,
     leader: Option<(Replica, watch::Sender<Standing>)>,
     /// Replicas whose campaign waits, in the order they began.
@@ -171,6 +172,12 @@ impl FleetStore for MemoryStore {
         Ok(Loaded { records, problems: Vec::new() })
     }
 
+    async fn load_jobs(&self) -> Result<Vec<JobEntry>, FleetError> {
+        let inner = self.inner.lock();
+        let jobs = inner.jobs.iter();
+        Ok(jobs.map(|(id, json)| JobEntry { id: id.clone(), json: json.clone() }).collect())
+    }
+
     async fn load(&self, id: &str) -> Result<Option<WorkRecord>, FleetError> {
         Ok(self.inner.lock().records.get(id).cloned())
     }
@@ -196,6 +203,12 @@ impl FleetStore for MemoryStore {
                 }
                 Change::Delete(id) => {
                     inner.records.remove(&id);
+                }
+                Change::PutJob(job) => {
+                    inner.jobs.insert(job.id, job.json);
+                }
+                Change::DeleteJob(id) => {
+                    inner.jobs.remove(&id);
                 }
             }
         }

@@ -1,7 +1,9 @@
 //! Durable fleet state: [`FleetStore`], the one seam between the scheduler and wherever its
 //! records live, and who may write them.
 //!
-//! A store keeps one [`WorkRecord`] per piece of work and decides who leads: a replica
+//! A store keeps one [`WorkRecord`] per piece of work, and beside the work one [`JobEntry`] per
+//! Nomad job the fleet's Nomad API registered (JSON the store keeps as given, so that a new
+//! leader serves the jobs its predecessor took), and decides who leads: a replica
 //! [`campaign`](FleetStore::campaign)s and gets a [`Term`]; every [`commit`](FleetStore::commit)
 //! names the term it is made under, and the store refuses it ([`FleetError::Fenced`]) once that
 //! term has ended, so a replica that lost its place (its lease expired while it was frozen or
@@ -71,6 +73,16 @@ pub struct StoreInfo {
     pub location: String,
 }
 
+/// A Nomad job's record, kept for the fleet's Nomad API beside the work, under a key of its own:
+/// the store keeps its JSON as given and never reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobEntry {
+    /// The job's id.
+    pub id: String,
+    /// The record, as its keeper wrote it.
+    pub json: String,
+}
+
 /// A change to the records.
 // Changes are made once and moved into a commit; boxing the record would buy nothing.
 #[allow(clippy::large_enum_variant)]
@@ -80,14 +92,19 @@ pub enum Change {
     Put(WorkRecord),
     /// Forget the record with this id.
     Delete(String),
+    /// Store a Nomad job's record, replacing the one with its id.
+    PutJob(JobEntry),
+    /// Forget the Nomad job with this id.
+    DeleteJob(String),
 }
 
 impl Change {
-    /// The id of the record it changes.
+    /// The id of the record it changes (a work's or a job's: they are kept apart).
     pub fn id(&self) -> &str {
         match self {
             Change::Put(record) => &record.placement.id,
-            Change::Delete(id) => id,
+            Change::Delete(id) | Change::DeleteJob(id) => id,
+            Change::PutJob(job) => &job.id,
         }
     }
 }
@@ -232,6 +249,9 @@ pub trait FleetStore: Send + Sync + fmt::Debug + 'static {
 
     /// Every record, for a replica that takes over.
     async fn load_all(&self) -> Result<Loaded, FleetError>;
+
+    /// Every Nomad job's record, for a replica that takes over.
+    async fn load_jobs(&self) -> Result<Vec<JobEntry>, FleetError>;
 
     /// One record.
     async fn load(&self, id: &str) -> Result<Option<WorkRecord>, FleetError>;

@@ -80,7 +80,7 @@ pub(crate) async fn register(
     record.modified = at.max(Timestamp(record.modified.0 + 1));
     record.evals.push(eval.clone());
     let modified = record.modified.0;
-    registry.put(&nomad.id, record).map_err(NomadApiError::internal)?;
+    registry.put(&nomad.id, record).await.map_err(NomadApiError::internal)?;
     Ok(response(eval.id, modified))
 }
 
@@ -100,9 +100,9 @@ pub(crate) async fn deregister(
     record.evals.push(eval.clone());
     let modified = record.modified.0;
     if purge {
-        registry.purge(id, record.modified).map_err(NomadApiError::internal)?;
+        registry.purge(id, record.modified).await.map_err(NomadApiError::internal)?;
     } else {
-        registry.put(id, record).map_err(NomadApiError::internal)?;
+        registry.put(id, record).await.map_err(NomadApiError::internal)?;
     }
     Ok(response(eval.id, modified))
 }

@@ -1,13 +1,15 @@
-//! The Nomad jobs an agent was given: each job as registered, its allocations (which group,
-//! which index) and its evaluations, kept as one JSON file per job under
+//! The Nomad jobs a server was given: each job as registered, its allocations (which group,
+//! which index) and its evaluations. An agent keeps them as one JSON file per job under
 //! `<data_dir>/nomad/jobs/`, written whole (to a temporary file, then renamed) so that a
-//! crash leaves the old record or the new one. The allocations themselves live in the
-//! agent's store like any other; this says only which Nomad job each belongs to.
+//! crash leaves the old record or the new one; a fleet gives them to a [`Keeper`] (its shared
+//! store, so that whichever replica leads has them). The allocations themselves live in the
+//! agent's or the fleet's store like any other; this says only which Nomad job each belongs to.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use wharf_state::Timestamp;
 
 /// One registered job.
@@ -48,10 +50,27 @@ pub(crate) struct EvalRecord {
     pub(crate) at: Timestamp,
 }
 
+/// Where a registry's records are kept other than in files; a write returns once it is
+/// durable.
+#[async_trait::async_trait]
+pub(crate) trait Keeper: Send + Sync + std::fmt::Debug {
+    /// Keeps `record` as job `id`'s.
+    async fn put(&self, id: &str, record: &JobRecord) -> Result<(), String>;
+    /// Forgets job `id`.
+    async fn delete(&self, id: &str) -> Result<(), String>;
+}
+
+#[derive(Debug)]
+enum Keeping {
+    /// One file per job in this directory.
+    Files(PathBuf),
+    Elsewhere(Arc<dyn Keeper>),
+}
+
 /// Every job, read at start and written through.
 #[derive(Debug)]
 pub(crate) struct Registry {
-    dir: PathBuf,
+    keeping: Keeping,
     jobs: parking_lot::Mutex<BTreeMap<String, JobRecord>>,
     /// When a job was last purged: the index must still grow.
     purged: parking_lot::Mutex<Timestamp>,
@@ -83,10 +102,25 @@ impl Registry {
             }
         }
         Ok(Registry {
-            dir,
+            keeping: Keeping::Files(dir),
             jobs: parking_lot::Mutex::new(jobs),
             purged: parking_lot::Mutex::new(Timestamp(0)),
         })
+    }
+
+    /// An empty registry that writes through `keeper`; its owner fills it with
+    /// [`replace`](Registry::replace).
+    pub(crate) fn kept_by(keeper: Arc<dyn Keeper>) -> Registry {
+        Registry {
+            keeping: Keeping::Elsewhere(keeper),
+            jobs: parking_lot::Mutex::default(),
+            purged: parking_lot::Mutex::new(Timestamp(0)),
+        }
+    }
+
+    /// Takes `jobs` as every job there is (read again from where they are kept).
+    pub(crate) fn replace(&self, jobs: BTreeMap<String, JobRecord>) {
+        *self.jobs.lock() = jobs;
     }
 
     pub(crate) fn get(&self, id: &str) -> Option<JobRecord> {
@@ -114,27 +148,39 @@ impl Registry {
     }
 
     /// Writes `record` (durably) and keeps it.
-    pub(crate) fn put(&self, id: &str, record: JobRecord) -> std::io::Result<()> {
-        let path = self.path(id);
-        let temporary = path.with_extension("json.tmp");
-        let bytes = serde_json::to_vec(&record).map_err(std::io::Error::other)?;
-        {
-            use std::io::Write;
-            let mut file = std::fs::File::create(&temporary)?;
-            file.write_all(&bytes)?;
-            file.sync_all()?;
+    pub(crate) async fn put(&self, id: &str, record: JobRecord) -> std::io::Result<()> {
+        match &self.keeping {
+            Keeping::Files(dir) => {
+                let path = path(dir, id);
+                let temporary = path.with_extension("json.tmp");
+                let bytes = serde_json::to_vec(&record).map_err(std::io::Error::other)?;
+                {
+                    use std::io::Write;
+                    let mut file = std::fs::File::create(&temporary)?;
+                    file.write_all(&bytes)?;
+                    file.sync_all()?;
+                }
+                std::fs::rename(&temporary, &path)?;
+            }
+            Keeping::Elsewhere(keeper) => {
+                keeper.put(id, &record).await.map_err(std::io::Error::other)?;
+            }
         }
-        std::fs::rename(&temporary, &path)?;
         self.jobs.lock().insert(id.to_owned(), record);
         Ok(())
     }
 
     /// Forgets job `id`.
-    pub(crate) fn purge(&self, id: &str, now: Timestamp) -> std::io::Result<()> {
-        match std::fs::remove_file(self.path(id)) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
+    pub(crate) async fn purge(&self, id: &str, now: Timestamp) -> std::io::Result<()> {
+        match &self.keeping {
+            Keeping::Files(dir) => match std::fs::remove_file(path(dir, id)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            },
+            Keeping::Elsewhere(keeper) => {
+                keeper.delete(id).await.map_err(std::io::Error::other)?;
+            }
         }
         self.jobs.lock().remove(id);
         let mut purged = self.purged.lock();
@@ -147,20 +193,20 @@ impl Registry {
         let latest = self.jobs.lock().values().map(|j| j.modified).max().unwrap_or(Timestamp(0));
         latest.max(*self.purged.lock())
     }
+}
 
-    /// A job id names a file: its bytes in hex, so that any id Nomad allows is a safe name.
-    fn path(&self, id: &str) -> PathBuf {
-        let name: String = id.bytes().map(|b| format!("{b:02x}")).collect();
-        self.dir.join(format!("{name}.json"))
-    }
+/// A job id names a file in `dir`: its bytes in hex, so that any id Nomad allows is a safe name.
+fn path(dir: &Path, id: &str) -> PathBuf {
+    let name: String = id.bytes().map(|b| format!("{b:02x}")).collect();
+    dir.join(format!("{name}.json"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn records_survive_a_reopen_and_purge_removes_them() {
+    #[tokio::test]
+    async fn records_survive_a_reopen_and_purge_removes_them() {
         let dir = tempfile::tempdir().unwrap();
         let registry = Registry::open(dir.path()).unwrap();
         let record = JobRecord {
@@ -182,12 +228,12 @@ mod tests {
                 at: Timestamp(5),
             }],
         };
-        registry.put("a/../b", record.clone()).unwrap();
+        registry.put("a/../b", record.clone()).await.unwrap();
         let reopened = Registry::open(dir.path()).unwrap();
         assert_eq!(reopened.get("a/../b"), Some(record));
         assert_eq!(reopened.owner_of("x").unwrap().1.group, "g");
         assert_eq!(reopened.eval("e").unwrap().1.triggered_by, "job-register");
-        reopened.purge("a/../b", Timestamp(9)).unwrap();
+        reopened.purge("a/../b", Timestamp(9)).await.unwrap();
         assert_eq!(reopened.last_change(), Timestamp(9));
         assert!(Registry::open(dir.path()).unwrap().all().is_empty());
     }

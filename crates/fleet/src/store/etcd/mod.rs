@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! <prefix>/work/<id>          one record per piece of work (format version + JSON)
+//! <prefix>/nomad-jobs/<id>    one record per Nomad job, as its keeper wrote it
 //! <prefix>/replicas/<name>    each replica's name and API address, on its own lease
 //! <prefix>/leader/...         etcd's election: the leader's key, on its lease
 //! ```
@@ -21,7 +22,7 @@
 mod gateway;
 
 use super::{
-    Change, FleetStore, Loaded, Replica, Standing, StoreInfo, Term, Token, decode, encode,
+    Change, FleetStore, JobEntry, Loaded, Replica, Standing, StoreInfo, Term, Token, decode, encode,
 };
 use crate::FleetError;
 use gateway::{Gateway, GatewayError, Operation};
@@ -145,6 +146,28 @@ impl EtcdStore {
         Ok(lease)
     }
 
+    /// Every key under `<prefix>/<under>` with its value, read a page at a time.
+    async fn scan(&self, under: &str) -> Result<Vec<(String, Vec<u8>)>, FleetError> {
+        const PAGE: i64 = 500;
+        let prefix = self.key(under);
+        let end = prefix_end(&prefix);
+        let mut from = prefix.into_bytes();
+        let mut rows = Vec::new();
+        loop {
+            let answer = self.call("load", self.etcd.range(&from, Some(&end), PAGE)).await?;
+            for kv in &answer.kvs {
+                rows.push((String::from_utf8_lossy(&kv.key.0).into_owned(), kv.value.0.clone()));
+            }
+            match answer.kvs.last() {
+                Some(last) if answer.more => {
+                    from = last.key.0.clone();
+                    from.push(0);
+                }
+                _ => return Ok(rows),
+            }
+        }
+    }
+
     fn decode_replica(bytes: &[u8]) -> Result<Replica, FleetError> {
         serde_json::from_slice(bytes)
             .map_err(|e| etcd_error("read", format!("a replica record: {e}")))
@@ -257,28 +280,26 @@ impl FleetStore for EtcdStore {
     }
 
     async fn load_all(&self) -> Result<Loaded, FleetError> {
-        const PAGE: i64 = 500;
-        let prefix = self.key("work/");
-        let end = prefix_end(&prefix);
-        let mut from = prefix.clone().into_bytes();
         let mut loaded = Loaded::default();
-        loop {
-            let answer = self.call("load", self.etcd.range(&from, Some(&end), PAGE)).await?;
-            for kv in &answer.kvs {
-                let key = String::from_utf8_lossy(&kv.key.0).into_owned();
-                match decode(&kv.value.0) {
-                    Ok(record) => loaded.records.push(record),
-                    Err(why) => loaded.problems.push((key, why)),
-                }
-            }
-            match answer.kvs.last() {
-                Some(last) if answer.more => {
-                    from = last.key.0.clone();
-                    from.push(0);
-                }
-                _ => return Ok(loaded),
+        for (key, value) in self.scan("work/").await? {
+            match decode(&value) {
+                Ok(record) => loaded.records.push(record),
+                Err(why) => loaded.problems.push((key, why)),
             }
         }
+        Ok(loaded)
+    }
+
+    async fn load_jobs(&self) -> Result<Vec<JobEntry>, FleetError> {
+        let prefix = self.key("nomad-jobs/");
+        let mut jobs = Vec::new();
+        for (key, value) in self.scan("nomad-jobs/").await? {
+            let id = key.strip_prefix(&prefix).unwrap_or(&key).to_owned();
+            let json = String::from_utf8(value)
+                .map_err(|e| etcd_error("load", format!("Nomad job {id:?}: {e}")))?;
+            jobs.push(JobEntry { id, json });
+        }
+        Ok(jobs)
     }
 
     async fn load(&self, id: &str) -> Result<Option<WorkRecord>, FleetError> {
@@ -309,10 +330,15 @@ impl FleetStore for EtcdStore {
         }
         let mut operations = Vec::with_capacity(changes.len());
         for change in &changes {
-            let key = self.key(&format!("work/{}", change.id())).into_bytes();
+            let kind = match change {
+                Change::Put(_) | Change::Delete(_) => "work",
+                Change::PutJob(_) | Change::DeleteJob(_) => "nomad-jobs",
+            };
+            let key = self.key(&format!("{kind}/{}", change.id())).into_bytes();
             operations.push(match change {
                 Change::Put(record) => Operation::Put { key, value: encode(record)? },
-                Change::Delete(_) => Operation::Delete { key },
+                Change::PutJob(job) => Operation::Put { key, value: job.json.clone().into_bytes() },
+                Change::Delete(_) | Change::DeleteJob(_) => Operation::Delete { key },
             });
         }
         let applied =

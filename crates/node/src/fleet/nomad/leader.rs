@@ -1,5 +1,5 @@
-//! On a follower replica, every Nomad call goes to the leader, which keeps the job records
-//! and places the work: sent on with the fleet's token (the replicas share it) and its
+//! On a follower replica, every Nomad call goes to the leader, which holds the job records
+//! (read from the fleet's store when its term began) and places the work: sent on with the fleet's token (the replicas share it) and its
 //! answer streamed back in Nomad's words, with the leader's index.
 
 use super::relay::relay;
@@ -18,6 +18,9 @@ pub(super) async fn follow_the_leader(
     next: Next,
 ) -> Response {
     if server.fleet.leading().is_some() {
+        if let Err(unready) = server.synced().await {
+            return unready.into_response();
+        }
         return next.run(request).await;
     }
     to_the_leader(&server, request).await.unwrap_or_else(IntoResponse::into_response)

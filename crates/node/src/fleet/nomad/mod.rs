@@ -20,8 +20,8 @@
 //! Every answer carries `X-Nomad-Index`, `X-Nomad-KnownLeader` and `X-Nomad-LastContact`;
 //! reads take `?index=&wait=`, woken by the scheduler's changes. The token is the fleet's,
 //! as `X-Nomad-Token` or `Authorization: Bearer`; a missing or wrong one is Nomad's 403. A
-//! follower forwards every Nomad call to the leader, which keeps the job records (under
-//! `<data_dir>/nomad/jobs`) and places the work. `GET /v1/allocations` is the fleet's own list
+//! follower forwards every Nomad call to the leader, which places the work and keeps the job
+//! records in the fleet's store (`kept`), so that a replica that takes over serves them. `GET /v1/allocations` is the fleet's own list
 //! too: a request with `X-Nomad-Token` or a Nomad query parameter gets Nomad's answer.
 //!
 //! A worker's agent is reached where the fleet knows its data directory (loopback workers,
@@ -31,6 +31,7 @@
 mod client;
 mod events;
 mod jobs;
+mod kept;
 mod leader;
 mod reads;
 mod relay;
@@ -38,7 +39,6 @@ mod server;
 mod views;
 
 use super::wiring::Fleet;
-use crate::nomad_http::registry::Registry;
 use crate::nomad_http::{self as shared, NomadApiError, NomadService, Params};
 use axum::Router;
 use axum::extract::{Query, Request, State};
@@ -49,18 +49,9 @@ use axum::routing::{get, post};
 use server::{FleetNomad, Shared};
 use std::sync::Arc;
 
-/// `router` (the fleet's own API) with Nomad's routes added. If the job records cannot be
-/// opened (their directory in the data directory), the fleet serves its own API alone and
-/// says why.
+/// `router` (the fleet's own API) with Nomad's routes added.
 pub fn mount(router: Router, fleet: &Arc<Fleet>) -> Router {
-    let registry = match Registry::open(&fleet.config().data_dir) {
-        Ok(registry) => registry,
-        Err(error) => {
-            tracing::error!(%error, "cannot open the Nomad API's job records; serving the fleet's API alone");
-            return router;
-        }
-    };
-    let server: Shared = Arc::new(FleetNomad::new(fleet.clone(), registry));
+    let server: Shared = Arc::new(FleetNomad::new(fleet.clone()));
     let nomad: Router = Router::new()
         .route("/v1/jobs", get(jobs::list).put(jobs::register).post(jobs::register))
         .route(
@@ -121,6 +112,9 @@ async fn divert(State(server): State<Shared>, request: Request, next: Next) -> R
         return leader::to_the_leader(&server, request)
             .await
             .unwrap_or_else(IntoResponse::into_response);
+    }
+    if let Err(unready) = server.synced().await {
+        return unready.into_response();
     }
     let params = match Query::<Params>::try_from_uri(request.uri()) {
         Ok(Query(params)) => params,

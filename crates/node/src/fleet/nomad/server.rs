@@ -1,6 +1,7 @@
 //! The state Nomad's routes on the fleet share: the fleet, the job records, the index
 //! blocking queries wait on, and the fleet's errors as Nomad's.
 
+use super::kept::StoreKeeper;
 use crate::fleet::wiring::{Fleet, Leading};
 use crate::nomad_http::registry::Registry;
 use crate::nomad_http::{self as shared, NomadApiError, NomadResult, NomadService, Params};
@@ -17,7 +18,9 @@ const POLL: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub(crate) struct FleetNomad {
     pub(super) fleet: Arc<Fleet>,
+    /// The job records, as of the term [`kept`](FleetNomad::kept) last read them in.
     pub(super) registry: Registry,
+    kept: Arc<StoreKeeper>,
     /// One registration or stop at a time: each reads the record, places, then writes it.
     pub(super) changing: tokio::sync::Mutex<()>,
 }
@@ -25,8 +28,28 @@ pub(crate) struct FleetNomad {
 pub(super) type Shared = Arc<FleetNomad>;
 
 impl FleetNomad {
-    pub(super) fn new(fleet: Arc<Fleet>, registry: Registry) -> FleetNomad {
-        FleetNomad { fleet, registry, changing: tokio::sync::Mutex::new(()) }
+    /// The Nomad API of `fleet`, its job records in the fleet's store.
+    pub(super) fn new(fleet: Arc<Fleet>) -> FleetNomad {
+        let kept = Arc::new(StoreKeeper::new(fleet.store().clone()));
+        let registry = Registry::kept_by(kept.clone());
+        FleetNomad { fleet, registry, kept, changing: tokio::sync::Mutex::new(()) }
+    }
+
+    /// Makes the job records the store's as of this replica's term, reading them when its
+    /// term began since they were last read (a replica that takes over serves the jobs its
+    /// predecessor registered).
+    pub(super) async fn synced(&self) -> NomadResult<()> {
+        let leading = self.leading()?;
+        let term = leading.scheduler().term();
+        if self.kept.loaded_in(term) {
+            return Ok(());
+        }
+        // Not while a registration or a stop writes under the term before.
+        let _changing = self.changing.lock().await;
+        if self.kept.loaded_in(term) {
+            return Ok(());
+        }
+        self.kept.load(&self.registry, term).await.map_err(fleet_error)
     }
 
     /// What leads here, or a 503 (a follower forwards Nomad's calls, so this is a replica
