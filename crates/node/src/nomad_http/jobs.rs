@@ -46,6 +46,24 @@ fn response(eval_id: String, modified: u64) -> JobRegisterResponse {
 }
 
 /// Registers `nomad` (a register call's job, translated), placing what it asks for.
+/// The job a registration's `body` carries, translated, for `PUT|POST /v1/jobs` (`path`
+/// none) or `PUT|POST /v1/job/:id` (`path` the id, which must be the body's job's).
+pub(crate) fn job_to_register(body: &Value, path: Option<&str>) -> NomadResult<NomadJob> {
+    let job =
+        wharf_nomad::job_of_request(body).map_err(|e| NomadApiError::bad_request(e.to_string()))?;
+    let nomad =
+        wharf_nomad::translate(job).map_err(|e| NomadApiError::bad_request(e.to_string()))?;
+    if let Some(id) = path
+        && id != nomad.id
+    {
+        return Err(NomadApiError::bad_request(format!(
+            "the path names job {id:?}, the body {:?}",
+            nomad.id
+        )));
+    }
+    Ok(nomad)
+}
+
 pub(crate) async fn register(
     placer: &impl Placer,
     registry: &Registry,

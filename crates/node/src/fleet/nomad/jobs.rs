@@ -111,17 +111,7 @@ async fn register_as(
     body: Body,
 ) -> NomadResult<Json<JobRegisterResponse>> {
     let body = json_body(server.fleet.config().max_body_bytes, body).await?;
-    let job = wharf_nomad::job_of_request(&body)
-        .map_err(|e| NomadApiError::bad_request(e.to_string()))?;
-    let nomad = translate(job).map_err(|e| NomadApiError::bad_request(e.to_string()))?;
-    if let Some(id) = path
-        && id != nomad.id
-    {
-        return Err(NomadApiError::bad_request(format!(
-            "the path names job {id:?}, the body {:?}",
-            nomad.id
-        )));
-    }
+    let nomad = shared::job_to_register(&body, path.as_deref())?;
     let _changing = server.changing.lock().await;
     Ok(Json(shared::register(server.as_ref(), &server.registry, &nomad).await?))
 }
