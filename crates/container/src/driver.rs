@@ -145,16 +145,26 @@ impl ContainerDriver {
     /// Deletes (with force: what still runs in them is killed) every container the runtime
     /// keeps state for under this driver's root, whether a task still records it or not: for
     /// a node being wiped, where an agent killed mid-destroy may have left one. Their ids.
+    /// One that cannot be deleted (its state half written by the killed agent, say) does not
+    /// stop the others: the wipe kills what is left through the node's cgroups after. The
+    /// first such failure is returned once every container was tried.
     pub async fn delete_all_containers(&self) -> Result<Vec<String>, ContainerError> {
         let ids = self.runtime.known();
+        let mut failed = None;
         for id in &ids {
-            self.runtime.delete(id).await.map_err(|reason| ContainerError::Runtime {
-                runtime: self.runtime.program.display().to_string(),
-                action: "delete",
-                reason,
-            })?;
+            if let Err(reason) = self.runtime.delete(id).await {
+                tracing::warn!(container = %id, %reason, "cannot delete a container");
+                failed.get_or_insert(ContainerError::Runtime {
+                    runtime: self.runtime.program.display().to_string(),
+                    action: "delete",
+                    reason,
+                });
+            }
         }
-        Ok(ids)
+        match failed {
+            Some(error) => Err(error),
+            None => Ok(ids),
+        }
     }
 
     /// Destroys (with force) every container of allocation `alloc_id` the driver still holds,
