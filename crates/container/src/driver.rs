@@ -221,6 +221,19 @@ impl ContainerDriver {
             }
             host_mounts.push((m.source.clone(), m.target.clone(), m.readonly));
         }
+        // A profile file is a host path the job names, as a mount's source is.
+        if let crate::seccomp::SeccompChoice::File(path) = parsed.seccomp()
+            && !self.options.mount_allowed(&path)
+        {
+            return Err(DriverError::invalid_config(
+                "config.security_opt",
+                format!(
+                    "the seccomp profile {} is not under a directory the node allows for host \
+                     paths (allowed_mount_dirs)",
+                    path.display()
+                ),
+            ));
+        }
         // The group's host volumes, which the node's config declares (so no allow-list here).
         for volume in &config.mounts {
             let target = PathBuf::from(&volume.destination);
