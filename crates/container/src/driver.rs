@@ -89,6 +89,25 @@ struct SavedState {
 }
 
 impl ContainerDriver {
+    /// A destroy, with no other of the same task under way.
+    async fn destroy_one(&self, task_id: &TaskId, force: bool) -> Result<(), DriverError> {
+        let container = self.container(task_id)?;
+        let info = self.inner.inspect_task(task_id).await?;
+        if info.state != RunState::Exited {
+            if !force {
+                return Err(DriverError::other(format!(
+                    "task {task_id} is still running; stop it first, or destroy with force"
+                )));
+            }
+            self.inner.stop_task(task_id, Duration::ZERO, Signal::Kill).await?;
+        }
+        // The runtime's delete first: it leaves the task's cgroup empty for the shim's driver.
+        self.clean_up(&container).await?;
+        self.inner.destroy_task(task_id, true).await?;
+        self.containers.lock().remove(task_id);
+        Ok(())
+    }
+
     /// A driver with the node's `options`, raw_exec's `exec` options (shim, timeouts) and the
     /// node's task cgroups. Opens the image store; checks nothing else yet (what the node
     /// lacks shows in [`Driver::fingerprint`] and fails each start with a clear error).
@@ -536,23 +555,17 @@ impl Driver for ContainerDriver {
 
     async fn destroy_task(&self, task_id: &TaskId, force: bool) -> Result<(), DriverError> {
         let lock = self.destroying.lock().entry(task_id.clone()).or_default().clone();
-        let _destroying = lock.lock().await;
-        let container = self.container(task_id)?;
-        let info = self.inner.inspect_task(task_id).await?;
-        if info.state != RunState::Exited {
-            if !force {
-                return Err(DriverError::other(format!(
-                    "task {task_id} is still running; stop it first, or destroy with force"
-                )));
-            }
-            self.inner.stop_task(task_id, Duration::ZERO, Signal::Kill).await?;
+        let result = {
+            let _destroying = lock.lock().await;
+            self.destroy_one(task_id, force).await
+        };
+        let mut destroying = self.destroying.lock();
+        // However it ended, the entry goes once no other destroy holds it (the map's and ours
+        // are the only references then): unknown ids and failures leave nothing behind.
+        if Arc::strong_count(&lock) <= 2 {
+            destroying.remove(task_id);
         }
-        // The runtime's delete first: it leaves the task's cgroup empty for the shim's driver.
-        self.clean_up(&container).await?;
-        self.inner.destroy_task(task_id, true).await?;
-        self.containers.lock().remove(task_id);
-        self.destroying.lock().remove(task_id);
-        Ok(())
+        result
     }
 
     async fn inspect_task(&self, task_id: &TaskId) -> Result<TaskInfo, DriverError> {
@@ -614,4 +627,26 @@ impl Driver for ContainerDriver {
 /// Whether `path` is a mount point now: for tests and checks that nothing is left.
 pub fn is_mounted(path: &Path) -> bool {
     mount::is_mounted(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Destroys that fail (here: of a task the driver never had) leave no lock behind.
+    #[tokio::test]
+    async fn a_failed_destroy_leaves_no_lock_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let driver = ContainerDriver::new(
+            ContainerOptions::new(dir.path()),
+            RawExecOptions::default(),
+            TaskCgroups::Off { reason: "a unit test".into() },
+        )
+        .unwrap();
+        for n in 0..3 {
+            let id = TaskId::new("a1", "t", n);
+            assert!(driver.destroy_task(&id, true).await.is_err());
+        }
+        assert!(driver.destroying.lock().is_empty());
+    }
 }
