@@ -52,8 +52,8 @@ impl EventSource for NomadServer {
         topics: &Topics,
         after: u64,
         until: u64,
-    ) -> Option<BTreeMap<u64, Vec<Value>>> {
-        Some(events_between(self, topics, after, until))
+    ) -> BTreeMap<u64, Vec<Value>> {
+        events_between(self, topics, after, until)
     }
 }
 
