@@ -89,6 +89,25 @@ struct SavedState {
 }
 
 impl ContainerDriver {
+    /// A destroy, with no other of the same task under way.
+    async fn destroy_one(&self, task_id: &TaskId, force: bool) -> Result<(), DriverError> {
+        let container = self.container(task_id)?;
+        let info = self.inner.inspect_task(task_id).await?;
+        if info.state != RunState::Exited {
+            if !force {
+                return Err(DriverError::other(format!(
+                    "task {task_id} is still running; stop it first, or destroy with force"
+                )));
+            }
+            self.inner.stop_task(task_id, Duration::ZERO, Signal::Kill).await?;
+        }
+        // The runtime's delete first: it leaves the task's cgroup empty for the shim's driver.
+        self.clean_up(&container).await?;
+        self.inner.destroy_task(task_id, true).await?;
+        self.containers.lock().remove(task_id);
+        Ok(())
+    }
+
     /// A driver with the node's `options`, raw_exec's `exec` options (shim, timeouts) and the
     /// node's task cgroups. Opens the image store; checks nothing else yet (what the node
     /// lacks shows in [`Driver::fingerprint`] and fails each start with a clear error).
@@ -145,16 +164,26 @@ impl ContainerDriver {
     /// Deletes (with force: what still runs in them is killed) every container the runtime
     /// keeps state for under this driver's root, whether a task still records it or not: for
     /// a node being wiped, where an agent killed mid-destroy may have left one. Their ids.
+    /// One that cannot be deleted (its state half written by the killed agent, say) does not
+    /// stop the others: the wipe kills what is left through the node's cgroups after. The
+    /// first such failure is returned once every container was tried.
     pub async fn delete_all_containers(&self) -> Result<Vec<String>, ContainerError> {
         let ids = self.runtime.known();
+        let mut failed = None;
         for id in &ids {
-            self.runtime.delete(id).await.map_err(|reason| ContainerError::Runtime {
-                runtime: self.runtime.program.display().to_string(),
-                action: "delete",
-                reason,
-            })?;
+            if let Err(reason) = self.runtime.delete(id).await {
+                tracing::warn!(container = %id, %reason, "cannot delete a container");
+                failed.get_or_insert(ContainerError::Runtime {
+                    runtime: self.runtime.program.display().to_string(),
+                    action: "delete",
+                    reason,
+                });
+            }
         }
-        Ok(ids)
+        match failed {
+            Some(error) => Err(error),
+            None => Ok(ids),
+        }
     }
 
     /// Destroys (with force) every container of allocation `alloc_id` the driver still holds,
@@ -210,6 +239,19 @@ impl ContainerDriver {
                 ));
             }
             host_mounts.push((m.source.clone(), m.target.clone(), m.readonly));
+        }
+        // A profile file is a host path the job names, as a mount's source is.
+        if let crate::seccomp::SeccompChoice::File(path) = parsed.seccomp()
+            && !self.options.mount_allowed(&path)
+        {
+            return Err(DriverError::invalid_config(
+                "config.security_opt",
+                format!(
+                    "the seccomp profile {} is not under a directory the node allows for host \
+                     paths (allowed_mount_dirs)",
+                    path.display()
+                ),
+            ));
         }
         // The group's host volumes, which the node's config declares (so no allow-list here).
         for volume in &config.mounts {
@@ -513,23 +555,17 @@ impl Driver for ContainerDriver {
 
     async fn destroy_task(&self, task_id: &TaskId, force: bool) -> Result<(), DriverError> {
         let lock = self.destroying.lock().entry(task_id.clone()).or_default().clone();
-        let _destroying = lock.lock().await;
-        let container = self.container(task_id)?;
-        let info = self.inner.inspect_task(task_id).await?;
-        if info.state != RunState::Exited {
-            if !force {
-                return Err(DriverError::other(format!(
-                    "task {task_id} is still running; stop it first, or destroy with force"
-                )));
-            }
-            self.inner.stop_task(task_id, Duration::ZERO, Signal::Kill).await?;
+        let result = {
+            let _destroying = lock.lock().await;
+            self.destroy_one(task_id, force).await
+        };
+        let mut destroying = self.destroying.lock();
+        // However it ended, the entry goes once no other destroy holds it (the map's and ours
+        // are the only references then): unknown ids and failures leave nothing behind.
+        if Arc::strong_count(&lock) <= 2 {
+            destroying.remove(task_id);
         }
-        // The runtime's delete first: it leaves the task's cgroup empty for the shim's driver.
-        self.clean_up(&container).await?;
-        self.inner.destroy_task(task_id, true).await?;
-        self.containers.lock().remove(task_id);
-        self.destroying.lock().remove(task_id);
-        Ok(())
+        result
     }
 
     async fn inspect_task(&self, task_id: &TaskId) -> Result<TaskInfo, DriverError> {
@@ -591,4 +627,26 @@ impl Driver for ContainerDriver {
 /// Whether `path` is a mount point now: for tests and checks that nothing is left.
 pub fn is_mounted(path: &Path) -> bool {
     mount::is_mounted(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Destroys that fail (here: of a task the driver never had) leave no lock behind.
+    #[tokio::test]
+    async fn a_failed_destroy_leaves_no_lock_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let driver = ContainerDriver::new(
+            ContainerOptions::new(dir.path()),
+            RawExecOptions::default(),
+            TaskCgroups::Off { reason: "a unit test".into() },
+        )
+        .unwrap();
+        for n in 0..3 {
+            let id = TaskId::new("a1", "t", n);
+            assert!(driver.destroy_task(&id, true).await.is_err());
+        }
+        assert!(driver.destroying.lock().is_empty());
+    }
 }

@@ -71,7 +71,7 @@ pub(crate) fn unmount(target: &Path) -> io::Result<()> {
     }
 }
 
-/// Unmounts every mount at or under `dir` (detached), deepest first and each stacked mount
+/// Unmounts every mount under `dir` (detached; `dir` itself stays), deepest first and each stacked mount
 /// in turn, so that removing `dir` afterwards neither fails on a busy mount point nor reaches
 /// through a mount into what it shows. The number of unmounts.
 pub fn unmount_all_under(dir: &Path) -> io::Result<usize> {
@@ -98,14 +98,16 @@ pub fn unmount_all_under(dir: &Path) -> io::Result<usize> {
     }
 }
 
-/// The mount points at or under `dir`, from `/proc/self/mountinfo`.
+/// The mount points below `dir`, from `/proc/self/mountinfo`. `dir` itself is left out: a
+/// data directory that is a file system of its own (a disk for the agent) stays mounted, so
+/// what is removed after is its contents, not the directory it hides.
 fn mounts_under(dir: &Path) -> io::Result<Vec<PathBuf>> {
     let info = std::fs::read_to_string("/proc/self/mountinfo")?;
     Ok(info
         .lines()
         .filter_map(|line| line.split(' ').nth(4))
         .map(|point| PathBuf::from(unescape(point)))
-        .filter(|point| point.starts_with(dir))
+        .filter(|point| point.starts_with(dir) && point != dir)
         .collect())
 }
 
@@ -123,4 +125,36 @@ fn unescape(field: &str) -> String {
 fn c_path(path: &Path) -> io::Result<CString> {
     CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mount_tmpfs(target: &Path) {
+        let (source, target, kind) = (c"wharf-test", c_path(target).unwrap(), c"tmpfs");
+        // SAFETY: NUL-terminated strings that outlive the call, and no data.
+        let code = unsafe {
+            libc::mount(source.as_ptr(), target.as_ptr(), kind.as_ptr(), 0, std::ptr::null())
+        };
+        assert_eq!(code, 0, "mount tmpfs (the tests run as root): {}", io::Error::last_os_error());
+    }
+
+    /// A data directory that is a file system of its own keeps it: only what is mounted
+    /// below it is taken off.
+    #[test]
+    fn what_is_mounted_below_goes_and_the_directory_itself_stays_mounted() {
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path().join("data");
+        std::fs::create_dir(&dir).unwrap();
+        mount_tmpfs(&dir);
+        let below = dir.join("allocs/a/root");
+        std::fs::create_dir_all(&below).unwrap();
+        mount_tmpfs(&below);
+        mount_tmpfs(&below);
+        assert_eq!(unmount_all_under(&dir).unwrap(), 2, "the stacked mounts below");
+        assert!(!is_mounted(&below));
+        assert!(is_mounted(&dir), "the directory's own file system stays");
+        unmount(&dir).unwrap();
+    }
 }

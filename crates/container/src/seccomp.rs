@@ -179,6 +179,9 @@ fn parse_version(text: &str) -> Option<(u32, u32)> {
     Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
 }
 
+/// The largest profile file read: Docker's own is about 20 KiB.
+const MAX_PROFILE_BYTES: u64 = 1 << 20;
+
 impl Profile {
     /// Reads a profile file in Docker's format.
     pub fn read(path: &Path) -> Result<Profile, ContainerError> {
@@ -186,11 +189,38 @@ impl Profile {
             field: "config.security_opt".into(),
             reason,
         };
-        let text = std::fs::read(path).map_err(|e| {
+        let cannot = |e: std::io::Error| {
             invalid(format!("cannot read the seccomp profile {}: {e}", path.display()))
-        })?;
+        };
+        // The path is the job's: a link, a device or a FIFO is refused (never followed, read
+        // or waited on), and so is a file too large for a profile.
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path)
+            .map_err(cannot)?;
+        if !file.metadata().map_err(cannot)?.is_file() {
+            return Err(cannot(std::io::Error::other("not a regular file")));
+        }
+        let mut text = Vec::new();
+        std::io::Read::read_to_end(
+            &mut std::io::Read::take(file, MAX_PROFILE_BYTES + 1),
+            &mut text,
+        )
+        .map_err(cannot)?;
+        if text.len() as u64 > MAX_PROFILE_BYTES {
+            return Err(cannot(std::io::Error::other("larger than 1 MiB")));
+        }
+        // Where the file goes wrong, not what it holds: it may be a file the job's author
+        // cannot read otherwise.
         serde_json::from_slice(&text).map_err(|e| {
-            invalid(format!("{} is not a seccomp profile in Docker's format: {e}", path.display()))
+            invalid(format!(
+                "{} is not a seccomp profile in Docker's format (line {}, column {})",
+                path.display(),
+                e.line(),
+                e.column()
+            ))
         })
     }
 

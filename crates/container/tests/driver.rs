@@ -411,14 +411,19 @@ fn docker_driver_security_opt_unconfined() {
 }
 
 /// TestDockerDriver_SecurityOptFromFile: `seccomp=/path.json` applies a profile file in
-/// Docker's format (here one that refuses `mkdir` with EACCES and allows the rest); a file
-/// that is not there is refused before anything starts, naming it.
+/// Docker's format (here one that refuses `mkdir` with EACCES and allows the rest), from a
+/// directory the node allows for host paths; a file outside them, a file that is not there,
+/// a FIFO and a link are refused before anything starts, naming it.
 #[test]
 fn docker_driver_security_opt_from_file() {
     let node = Node::new("seccomp-file");
     runtime().block_on(async {
-        let driver = node.driver();
-        let profile = node.dir.path().join("no-mkdir.json");
+        let allowed = node.dir.path().join("profiles");
+        std::fs::create_dir_all(&allowed).unwrap();
+        let mut options = node.options();
+        options.allowed_mount_dirs = vec![allowed.clone()];
+        let driver = node.driver_with(options);
+        let profile = allowed.join("no-mkdir.json");
         std::fs::write(
             &profile,
             r#"{"defaultAction": "SCMP_ACT_ALLOW",
@@ -437,14 +442,28 @@ fn docker_driver_security_opt_from_file() {
         assert!(out.contains("Permission denied"), "EACCES from the file's rule: {out}");
         assert!(out.ends_with("unshared\n"), "{out}");
 
-        let mut missing = shell(&node, "missing", "true");
-        missing.driver_config.insert("security_opt".into(), json!(["seccomp=/nonexistent.json"]));
-        match driver.start_task(missing).await {
-            Err(DriverError::InvalidConfig { field, reason }) => {
-                assert_eq!(field, "config.security_opt");
-                assert!(reason.contains("/nonexistent.json"), "{reason}");
+        let fifo = allowed.join("fifo.json");
+        #[allow(clippy::disallowed_methods)] // mkfifo(1) makes the test's FIFO
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+        assert!(made.success());
+        let link = allowed.join("link.json");
+        std::os::unix::fs::symlink("/etc/shadow", &link).unwrap();
+        let refused = [
+            ("/etc/hostname".to_owned(), "allowed_mount_dirs"),
+            (allowed.join("nonexistent.json").display().to_string(), "nonexistent.json"),
+            (fifo.display().to_string(), "not a regular file"),
+            (link.display().to_string(), "link.json"),
+        ];
+        for (i, (path, phrase)) in refused.into_iter().enumerate() {
+            let mut config = shell(&node, &format!("refused{i}"), "true");
+            config.driver_config.insert("security_opt".into(), json!([format!("seccomp={path}")]));
+            match driver.start_task(config).await {
+                Err(DriverError::InvalidConfig { field, reason }) => {
+                    assert_eq!(field, "config.security_opt", "{path}");
+                    assert!(reason.contains(phrase), "{path}: {reason}");
+                }
+                other => panic!("{path}: {other:?}"),
             }
-            other => panic!("{other:?}"),
         }
     });
 }

@@ -111,6 +111,7 @@ impl MockConfig {
 #[derive(Debug, Clone)]
 pub struct MockDriver {
     name: String,
+    fs_isolation: FsIsolation,
     inner: Arc<Mutex<Inner>>,
     events: broadcast::Sender<DriverEvent>,
 }
@@ -149,9 +150,16 @@ impl MockDriver {
     pub fn named(name: &str) -> MockDriver {
         MockDriver {
             name: name.to_owned(),
+            fs_isolation: FsIsolation::None,
             inner: Arc::default(),
             events: broadcast::channel(256).0,
         }
+    }
+
+    /// The same driver, saying its tasks see the filesystem as `fs_isolation` has it.
+    pub fn with_fs_isolation(mut self, fs_isolation: FsIsolation) -> MockDriver {
+        self.fs_isolation = fs_isolation;
+        self
     }
 
     /// Every command run through [`Driver::exec_task`], in order.
@@ -261,7 +269,7 @@ impl Driver for MockDriver {
             send_signals: true,
             exec: true,
             logs: false,
-            fs_isolation: FsIsolation::None,
+            fs_isolation: self.fs_isolation,
         }
     }
 

@@ -139,6 +139,13 @@ async fn a_polite_task_stops_at_the_signal() {
     let root = tempfile::tempdir().unwrap();
     let driver = driver();
     let handle = driver.start_task(shell(root.path(), "polite", "exec sleep 60")).await.unwrap();
+    // A shell still starting may leave SIGINT to its child; the signal is for `sleep` itself.
+    let comm = format!("/proc/{}/comm", pid_of(&handle, "task_pid"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::read_to_string(&comm).unwrap_or_default().trim() != "sleep" {
+        assert!(Instant::now() < deadline, "the task never became sleep");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let started = Instant::now();
     driver.stop_task(handle.id(), Duration::from_secs(10), Signal::Int).await.unwrap();
     assert!(started.elapsed() < Duration::from_secs(5));

@@ -870,6 +870,10 @@ fn decide_table() {
     let small = Amount { cpu_mhz: 4_000, memory_mb: 4_096, cores: 2 };
     let medium = Amount { cpu_mhz: 8_000, memory_mb: 16_384, cores: 4 };
     let mb = |memory_mb: u64| Amount { cpu_mhz: 0, memory_mb, cores: 0 };
+    let typed = |mut view: WorkerView, instance_type: &str| {
+        view.instance_type = instance_type.into();
+        view
+    };
     let cases = vec![
         Case {
             work: vec![("a", WorkPhase::Queued)],
@@ -929,6 +933,29 @@ fn decide_table() {
             held: &["medium"],
             creates_for_work: &["large"],
             ..case("a type held for capacity is passed over for the next that fits")
+        },
+        Case {
+            work: vec![("a", WorkPhase::Queued)],
+            workers: vec![
+                having(worker_view("w1", Idle, Run, &[]), small),
+                typed(worker_view("w2", Booting, Run, &[]), "large"),
+            ],
+            needs: vec![("a", mb(8_192))],
+            types: vec![("small", small), ("medium", medium), ("large", big)],
+            ..case(
+                "an instance on its way of another type that fits counts for the work (a fallback booting when the hold ended)",
+            )
+        },
+        Case {
+            work: vec![("a", WorkPhase::Queued), ("b", WorkPhase::Queued)],
+            workers: vec![
+                having(worker_view("w1", Idle, Run, &[]), small),
+                typed(worker_view("w2", Booting, Run, &[]), "medium"),
+            ],
+            needs: vec![("a", mb(8_192)), ("b", mb(20_000))],
+            types: vec![("small", small), ("medium", medium), ("large", big)],
+            creates_for_work: &["large"],
+            ..case("the instance on its way goes to the work it fits; the larger work gets its own")
         },
         Case {
             work: vec![("a", WorkPhase::Queued)],

@@ -341,6 +341,28 @@ impl OpenDir {
         Ok(())
     }
 
+    /// Sets the mode of the socket `name` in this directory through a descriptor of the entry
+    /// itself (`O_PATH`, no link followed), so that whoever can write the directory cannot
+    /// turn the change onto another file: anything but a socket there is refused.
+    pub fn set_socket_mode(&self, name: &OsStr, mode: u32) -> Result<(), IsolateError> {
+        let path = self.path.join(name);
+        let name_c = c_string(name).map_err(|errno| refusal(&path, errno))?;
+        let flags = libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+        let fd = wharf_nolibc::sys::openat(self.file.as_raw_fd(), &name_c, flags, 0)
+            .map_err(|errno| refusal(&path, errno))?;
+        // SAFETY: the descriptor was just opened, and nothing else owns it.
+        let entry = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        let meta = entry.metadata().map_err(IsolateError::io(&path))?;
+        if !std::os::unix::fs::FileTypeExt::is_socket(&meta.file_type()) {
+            return Err(IsolateError::io(&path)(std::io::Error::other("not a socket")));
+        }
+        // A descriptor opened with O_PATH takes no fchmod; its /proc link names the same
+        // inode, the entry opened above and not whatever has the name now.
+        let by_descriptor = format!("/proc/self/fd/{}", entry.as_raw_fd());
+        std::fs::set_permissions(by_descriptor, std::fs::Permissions::from_mode(mode))
+            .map_err(IsolateError::io(&path))
+    }
+
     /// Gives the directory to `uid` and `gid`, through its descriptor, unless they own it
     /// already.
     pub fn set_owner(&self, uid: u32, gid: u32) -> Result<(), IsolateError> {
@@ -382,6 +404,24 @@ fn refusal(path: &Path, errno: Errno) -> IsolateError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sockets_mode_is_set_through_the_entry_and_a_link_in_its_place_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = OpenDir::open(dir.path()).unwrap();
+        let socket = std::os::unix::net::UnixDatagram::bind(dir.path().join("s")).unwrap();
+        open.set_socket_mode(OsStr::new("s"), 0o666).unwrap();
+        assert_eq!(mode(&dir.path().join("s")), 0o666);
+        drop(socket);
+        let target = dir.path().join("target");
+        std::fs::write(&target, "x").unwrap();
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::remove_file(dir.path().join("s")).unwrap();
+        std::os::unix::fs::symlink(&target, dir.path().join("s")).unwrap();
+        assert!(open.set_socket_mode(OsStr::new("s"), 0o666).is_err(), "a link is refused");
+        assert!(open.set_socket_mode(OsStr::new("target"), 0o666).is_err(), "a file is refused");
+        assert_eq!(mode(&target), 0o600, "nothing changed through the link");
+    }
 
     fn mode(path: &Path) -> u32 {
         std::fs::symlink_metadata(path).unwrap().mode() & 0o7777

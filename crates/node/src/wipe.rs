@@ -69,10 +69,14 @@ pub async fn wipe(config: &NodeConfig) -> anyhow::Result<Wiped> {
             }
         }
         if let Some(containers) = &containers {
-            let deleted =
-                containers.delete_all_containers().await.context("cannot delete containers")?;
-            if !deleted.is_empty() {
-                tracing::info!(containers = ?deleted, "deleted containers no task recorded");
+            // A container runc cannot delete is no reason to keep the node: what runs in it is
+            // killed with the node's cgroups below, and its mounts go with the directory.
+            match containers.delete_all_containers().await {
+                Ok(deleted) if !deleted.is_empty() => {
+                    tracing::info!(containers = ?deleted, "deleted containers no task recorded");
+                }
+                Ok(_) => {}
+                Err(error) => tracing::warn!(%error, "cannot delete every container; going on"),
             }
         }
         if let Some(cgroups) = task_cgroups.manager() {

@@ -34,10 +34,14 @@ struct Acknowledged {
 enum Acked {
     Submitted(String),
     Stopped(String),
+    /// The request the stream ended on failed: once the agent is killed, as it must; before,
+    /// the agent lost an answer, and the test says which and why.
+    Failed(String),
 }
 
 /// Submits and stops until the agent stops answering; every acknowledgement is sent on
-/// `acks` as it arrives. `running` is what may be stopped.
+/// `acks` as it arrives, and so is the failure that ends the stream. `running` is what may be
+/// stopped.
 async fn stream(
     client: Client,
     mut running: Vec<String>,
@@ -51,7 +55,10 @@ async fn stream(
             let stop = ApiPath::v1(["allocations", &id, "stop"]);
             match client.call(Method::POST, stop, None).await {
                 Ok(_) => Acked::Stopped(id),
-                Err(_) => return,
+                Err(error) => {
+                    let _ = acks.send(Acked::Failed(format!("stopping {id}: {error}")));
+                    return;
+                }
             }
         } else {
             match submit(&client, JOB).await {
@@ -59,7 +66,10 @@ async fn stream(
                     running.push(id.clone());
                     Acked::Submitted(id)
                 }
-                Err(_) => return,
+                Err(error) => {
+                    let _ = acks.send(Acked::Failed(format!("submitting: {error}")));
+                    return;
+                }
             }
         };
         let _ = acks.send(ack);
@@ -93,7 +103,11 @@ async fn check(client: &Client, acknowledged: &Acknowledged, round: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_submissions_and_stops_survive_sigkill() {
     let dir = tempfile::tempdir().unwrap();
-    let mut agent = AgentProcess::start(dir.path(), "[gc]\nmax_allocs = 10000\n");
+    // Room for every allocation the rounds leave running (a submission in flight at the kill
+    // is kept but never acknowledged, so never stopped), whatever this machine's CPU and memory.
+    let config = "[gc]\nmax_allocs = 10000\n\
+        [resources]\ncpu_total_compute = 1000000\nmemory_total_mb = 1000000\n";
+    let mut agent = AgentProcess::start(dir.path(), config);
     let mut rng = Rng(0x5eed_0fa9_e7c0_de01);
     let mut acknowledged = Acknowledged::default();
     for round in 0..ROUNDS {
@@ -111,6 +125,9 @@ async fn acknowledged_submissions_and_stops_survive_sigkill() {
                 .await
                 .unwrap_or_else(|_| panic!("round {round}: the agent stopped answering"))
                 .expect("the stream runs until the agent is killed");
+            if let Acked::Failed(error) = ack {
+                panic!("round {round}: before the kill, {error}");
+            }
             record(&mut acknowledged, ack);
         }
         let (data_dir, config) = agent.kill9();
@@ -140,5 +157,7 @@ fn record(acknowledged: &mut Acknowledged, ack: Acked) {
     match ack {
         Acked::Submitted(id) => acknowledged.submitted.insert(id),
         Acked::Stopped(id) => acknowledged.stopped.insert(id),
+        // After the kill, the request in flight fails.
+        Acked::Failed(_) => false,
     };
 }

@@ -201,6 +201,17 @@ fn fleet_queries_carry_nomads_headers_and_unplaced_work_is_on_no_node() {
     let (status, _, body) = request(&address, "GET", "/v1/client/stats", Some(&token), "");
     assert_eq!(status, 400, "{body}");
     assert!(body.starts_with("node_id:"), "{body}");
+    // What comes from the request never names a path of the fleet's own: an operation the
+    // agent does not serve, a node that is no worker.
+    let (status, _, body) =
+        request(&address, "GET", &format!("/v1/client/fs/..%2Fv1%2Fnode/{id}"), Some(&token), "");
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("no client fs operation"), "{body}");
+    for node in ["..%2F..%2Fetc", "%2Froot", "loopback-999"] {
+        let path = format!("/v1/client/stats?node_id={node}");
+        let (status, _, body) = request(&address, "GET", &path, Some(&token), "");
+        assert_eq!(status, 501, "{node}: {body}");
+    }
     // Stopped while queued: complete, desired stop.
     let (status, _, body) =
         request(&address, "DELETE", "/v1/job/huge?purge=true", Some(&token), "");

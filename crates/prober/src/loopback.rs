@@ -180,6 +180,11 @@ impl LoopbackInstanceSet {
             .map_err(|e| ProberError::Cloud { operation: "destroy", detail: e.to_string() })
     }
 
+    /// Whether `id` is an instance of the set now.
+    pub fn has(&self, id: &InstanceId) -> bool {
+        self.instances.lock().live.contains_key(id)
+    }
+
     /// The directory of instance `id`.
     pub fn dir(&self, id: &InstanceId) -> PathBuf {
         self.config.root.join(&id.0)

@@ -11,9 +11,9 @@
 //! socket is open to any user that reaches it: only that user does.
 
 use crate::error::TaskError;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use tokio::net::UnixDatagram;
+use wharf_isolate::dirs::OpenDir;
 
 /// The variable that tells the task where its notify socket is.
 pub const NOTIFY_SOCKET_ENV: &str = "NOTIFY_SOCKET";
@@ -50,7 +50,14 @@ pub(crate) fn bind(path: &Path) -> Result<UnixDatagram, TaskError> {
         Err(e) => return Err(io(e)),
     }
     let socket = UnixDatagram::bind(path).map_err(io)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(io)?;
+    // The directory may be the task's own (under exec): the mode is set through the bound
+    // entry itself, so a link the task swaps in meanwhile is refused, not followed.
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(io(std::io::Error::other("the notify socket's path has no directory")));
+    };
+    OpenDir::open(dir)
+        .and_then(|dir| dir.set_socket_mode(name, 0o666))
+        .map_err(|e| io(std::io::Error::other(e.to_string())))?;
     Ok(socket)
 }
 

@@ -55,8 +55,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
 use wharf_driver::{
-    Driver, DriverError, ExecResult, ExitResult, LogConfig, LogFrom, LogReader, LogStream,
-    LogTarget, ResourceUsage, TaskConfig, TaskId,
+    Driver, DriverError, ExecResult, ExitResult, FsIsolation, LogConfig, LogFrom, LogReader,
+    LogStream, LogTarget, ResourceUsage, TaskConfig, TaskId,
 };
 use wharf_state::spec::Stage;
 use wharf_state::{Allocation, Signal, Task, TaskEvent, TaskEventKind, TaskState, TaskStatus};
@@ -676,6 +676,20 @@ impl TaskRunner {
             }
         };
         let mut env = env;
+        let own_root = matches!(
+            s.driver.capabilities().fs_isolation,
+            FsIsolation::Image | FsIsolation::Chroot
+        );
+        if s.task.notify_socket && own_root {
+            // The socket's path is the node's: in a root of the task's own it names nothing.
+            let event = self.event(TaskEventKind::SetupFailure {
+                error: "notify_socket: the task runs in a root of its own, where the notify \
+                        socket's path does not exist; wait for it with wait_healthy and a check"
+                    .into(),
+            });
+            self.commit(|state| state.append_event(event.failing())).await;
+            return Err(Outcome::StartFailed { retryable: false });
+        }
         if let Err(error) = self.listen_for_ready() {
             let event = self.event(TaskEventKind::SetupFailure {
                 error: format!("the notify socket: {error}"),

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
+use wharf_driver::FsIsolation;
 use wharf_driver::mock::MockDriver;
 use wharf_state::{
     Allocation, DesiredStatus, TaskEventKind, TaskState, TaskStatus, Timestamp, spec,
@@ -136,6 +137,21 @@ async fn a_task_saying_ready_on_its_notify_socket_is_ready_once_and_persisted() 
     assert_eq!(h.stored().await.ready_at, state.ready_at, "readiness is persisted");
     runner.kill(None).await;
     assert!(!h.socket().exists(), "a dead task's socket is removed");
+}
+
+/// A driver whose task runs in a root of its own (an image) cannot show it the socket's
+/// path: the start fails saying so, rather than leave its waiters to their deadline.
+#[tokio::test(start_paused = true)]
+async fn a_task_in_a_root_of_its_own_cannot_have_a_notify_socket() {
+    let mut h = Harness::new("notify_socket = true");
+    h.driver = MockDriver::new().with_fs_isolation(FsIsolation::Image);
+    let runner = h.runner();
+    start(&runner);
+    h.until(&runner, "failed", |state| state.failed).await;
+    let said = format!("{:?}", runner.state().events);
+    assert!(said.contains("notify_socket: the task runs in a root of its own"), "{said}");
+    assert!(h.driver.started().is_empty(), "never started");
+    assert!(!h.socket().exists());
 }
 
 #[tokio::test(start_paused = true)]

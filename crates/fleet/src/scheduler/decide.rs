@@ -19,7 +19,7 @@ use super::config::{SchedulerConfig, limit};
 use super::judge::AttemptEnd;
 use super::snapshot::Snapshot;
 use crate::placement::{Placer, Slot};
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use tracing::{info, warn};
 use wharf_prober::{IdleBehavior, InstanceId, State, WorkerView};
@@ -382,9 +382,11 @@ impl Books {
 }
 
 /// One instance of the smallest type that fits each piece of work no worker had room for, as
-/// Arvados' scheduler creates for containers it cannot place; less the instances of that type
-/// already on their way (creates in flight, workers not yet booted). Nothing for work that no
-/// type fits, or when no type says what it has.
+/// Arvados' scheduler creates for containers it cannot place, unless an instance already on
+/// its way (a create in flight, a worker not yet booted) fits it: each such instance is
+/// counted for one piece of work, the smallest that fits for the largest work first, whatever
+/// type it was created as. Nothing for work that no type fits, or when no type says what it
+/// has.
 ///
 /// A type the cloud has no capacity for now is passed over for the next one that fits, as
 /// Arvados falls back to a dearer type rather than let the work wait; when every type that
@@ -393,8 +395,29 @@ fn creates_for_work(unplaced: &[Amount], snapshot: &Snapshot) -> Vec<String> {
     if snapshot.types.is_empty() {
         return Vec::new();
     }
-    let mut wanted: BTreeMap<&str, usize> = BTreeMap::new();
-    for needs in unplaced {
+    let has = |name: &str| snapshot.types.iter().find(|(n, _)| n == name).map(|(_, has)| *has);
+    let booting =
+        snapshot.workers.values().filter(|v| matches!(v.state, State::Unknown | State::Booting));
+    let mut coming: Vec<Amount> = booting
+        .filter_map(|v| has(&v.instance_type))
+        .chain(
+            snapshot
+                .creating
+                .iter()
+                .flat_map(|(name, n)| has(name).map(|a| (a, *n)))
+                .flat_map(|(a, n)| std::iter::repeat_n(a, n)),
+        )
+        .collect();
+    // Smallest first, so that the first that fits is the smallest that does.
+    coming.sort_by_key(|has| (has.memory_mb, has.cpu_mhz, has.cores));
+    let mut needs: Vec<&Amount> = unplaced.iter().collect();
+    needs.sort_by_key(|needs| std::cmp::Reverse((needs.memory_mb, needs.cpu_mhz, needs.cores)));
+    let mut creates = Vec::new();
+    for needs in needs {
+        if let Some(at) = coming.iter().position(|has| has.shortfall(needs).is_none()) {
+            coming.remove(at);
+            continue;
+        }
         let mut fitting = snapshot.types.iter().filter(|(_, has)| has.shortfall(needs).is_none());
         let smallest = fitting.next();
         let choice = smallest
@@ -403,20 +426,9 @@ fn creates_for_work(unplaced: &[Amount], snapshot: &Snapshot) -> Vec<String> {
             .find(|(name, _)| !snapshot.held.contains(name))
             .or(smallest);
         if let Some((name, _)) = choice {
-            *wanted.entry(name).or_default() += 1;
+            creates.push(name.clone());
         }
     }
-    let mut creates = Vec::new();
-    for (name, count) in wanted {
-        let coming = snapshot.creating.get(name).copied().unwrap_or(0)
-            + snapshot
-                .workers
-                .values()
-                .filter(|v| {
-                    v.instance_type == name && matches!(v.state, State::Unknown | State::Booting)
-                })
-                .count();
-        creates.extend(std::iter::repeat_n(name.to_owned(), count.saturating_sub(coming)));
-    }
+    creates.sort();
     creates
 }

@@ -71,7 +71,9 @@ impl InstanceSets {
     /// The data directory of worker `id`'s agent, where it announces its address and keeps its
     /// token: known for loopback workers, whose agents run on this host.
     pub fn agent_data_dir(&self, id: &InstanceId) -> Option<PathBuf> {
-        self.loopback.as_ref().map(|set| set.dir(id).join("data"))
+        // Only a listed instance's: the id may come from outside (a query's `node_id`).
+        let set = self.loopback.as_ref().filter(|set| set.has(id))?;
+        Some(set.dir(id).join("data"))
     }
 }
 

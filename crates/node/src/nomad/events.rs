@@ -52,8 +52,8 @@ impl EventSource for NomadServer {
         topics: &Topics,
         after: u64,
         until: u64,
-    ) -> BTreeMap<u64, Vec<Value>> {
-        events_between(self, topics, after, until)
+    ) -> Option<BTreeMap<u64, Vec<Value>>> {
+        Some(events_between(self, topics, after, until))
     }
 }
 

@@ -30,13 +30,15 @@ const HEARTBEAT: Duration = Duration::from_secs(5);
 
 /// Where a server's events come from.
 pub(crate) trait EventSource: Send + Sync + 'static {
-    /// The events `topics` want with an index in `(after, until]`, by index.
+    /// The events `topics` want with an index in `(after, until]`, by index; `None` when the
+    /// server can no longer tell them (a fleet replica that stopped leading): the stream then
+    /// ends, and the subscriber resumes from its last index where they are told.
     fn events_between(
         &self,
         topics: &Topics,
         after: u64,
         until: u64,
-    ) -> impl Future<Output = BTreeMap<u64, Vec<Value>>> + Send;
+    ) -> impl Future<Output = Option<BTreeMap<u64, Vec<Value>>>> + Send;
 }
 
 /// Which events a subscriber asked for: `topic=Allocation`, `topic=Job:<id>`, `topic=*`.
@@ -157,7 +159,8 @@ pub(crate) fn stream<S: EventSource>(
                 let settled =
                     now().0.saturating_sub(u64::try_from(SETTLE.as_millis()).unwrap_or(u64::MAX));
                 if settled > after {
-                    for (index, events) in server.events_between(&topics, after, settled).await {
+                    let events = server.events_between(&topics, after, settled).await?;
+                    for (index, events) in events {
                         pending.push(line(&json!({"Index": index, "Events": events})));
                     }
                     after = settled;
@@ -202,5 +205,37 @@ mod tests {
         let allocs = Topics::parse(&pairs(&["Allocation", "Job:*"])).unwrap();
         assert!(allocs.wants("Allocation", &["a1", "web"]) && allocs.wants("Job", &["db"]));
         assert!(Topics::parse(&pairs(&["Bogus"])).is_err());
+    }
+
+    /// A source that tells its events until it no longer can (a replica that lost its lead).
+    struct Lapsing(std::sync::atomic::AtomicU32);
+
+    impl EventSource for Lapsing {
+        async fn events_between(
+            &self,
+            _: &Topics,
+            _: u64,
+            until: u64,
+        ) -> Option<BTreeMap<u64, Vec<Value>>> {
+            let calls = self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            (calls == 0).then(|| BTreeMap::from([(until, vec![json!({"Topic": "Allocation"})])]))
+        }
+    }
+
+    /// The stream ends once its source can no longer tell the events, rather than go on with
+    /// heartbeats alone: the subscriber then resumes where they are told.
+    #[tokio::test]
+    async fn a_stream_ends_when_its_source_can_no_longer_tell_the_events() {
+        use http_body_util::BodyExt;
+        let source = Arc::new(Lapsing(Default::default()));
+        let response = stream(source, &[("index".to_owned(), "0".to_owned())]).unwrap();
+        let body = tokio::time::timeout(Duration::from_secs(60), response.into_body().collect())
+            .await
+            .expect("the stream ended")
+            .unwrap()
+            .to_bytes();
+        let text = String::from_utf8_lossy(&body);
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(text.contains(r#""Topic":"Allocation""#), "{text}");
     }
 }

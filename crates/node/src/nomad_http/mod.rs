@@ -179,7 +179,7 @@ pub(crate) fn number(params: &Params, name: &str) -> NomadResult<Option<u64>> {
 }
 
 /// The longest a blocking query waits, as in Nomad.
-const MAX_WAIT: Duration = Duration::from_secs(600);
+pub(crate) const MAX_WAIT: Duration = Duration::from_secs(600);
 /// How long a blocking query waits without `wait`.
 const DEFAULT_WAIT: Duration = Duration::from_secs(300);
 

@@ -26,6 +26,9 @@ use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+/// The calls that may be sent twice with the effect of one.
+const IDEMPOTENT: [&str; 3] = ["/v3/kv/range", "/v3/election/leader", "/v3/lease/keepalive"];
+
 /// Why a call to etcd failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum GatewayError {
@@ -111,13 +114,27 @@ impl Gateway {
         for step in 0..self.members.len() {
             let index = (first + step) % self.members.len();
             let member = &self.members[index];
-            let request = Request::builder()
-                .method(Method::POST)
-                .uri(format!("{member}{path}"))
-                .header("content-type", "application/json")
-                .body(Full::new(body.clone()))
-                .map_err(|e| GatewayError::Protocol(e.to_string()))?;
-            let answer = match self.http.request(request).await {
+            let send = || {
+                let request = Request::builder()
+                    .method(Method::POST)
+                    .uri(format!("{member}{path}"))
+                    .header("content-type", "application/json")
+                    .body(Full::new(body.clone()))
+                    .map_err(|e| GatewayError::Protocol(e.to_string()))?;
+                Ok::<_, GatewayError>(self.http.request(request))
+            };
+            let mut sent = send()?.await;
+            // A connection the member reset after the request went out may or may not have
+            // carried it: a read (or a lease's keep-alive) is asked again, once; a write is not,
+            // since it may have been applied.
+            if let Err(error) = &sent
+                && !error.is_connect()
+                && IDEMPOTENT.contains(&path)
+            {
+                tracing::debug!(%member, path, error = %error_chain(error), "asking etcd again");
+                sent = send()?.await;
+            }
+            let answer = match sent {
                 Ok(answer) => answer,
                 Err(error) if error.is_connect() => {
                     failures.push(format!("{member}: {}", error_chain(&error)));

@@ -19,8 +19,15 @@ pub(super) async fn fs(
     Path((op, id)): Path<(String, String)>,
     request: Request,
 ) -> NomadResult<Response> {
+    // The operation becomes part of the agent's path: only the ones it serves pass.
+    if !FS_OPERATIONS.contains(&op.as_str()) {
+        return Err(NomadApiError::not_found(format!("no client fs operation {op:?}")));
+    }
     forward_for(&server, &id, request, |runner| format!("/v1/client/fs/{op}/{runner}")).await
 }
+
+/// What `/v1/client/fs/` serves.
+const FS_OPERATIONS: [&str; 6] = ["ls", "stat", "cat", "readat", "stream", "logs"];
 
 /// `/v1/client/allocation/:id/{stats,restart,signal}`.
 pub(super) async fn allocation(

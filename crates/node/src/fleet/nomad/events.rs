@@ -35,11 +35,11 @@ impl EventSource for FleetNomad {
         topics: &Topics,
         after: u64,
         until: u64,
-    ) -> BTreeMap<u64, Vec<Value>> {
+    ) -> Option<BTreeMap<u64, Vec<Value>>> {
         let mut frames: BTreeMap<u64, Vec<Value>> = BTreeMap::new();
-        if topics.covers("Allocation")
-            && let Some(leading) = self.fleet.leading()
-        {
+        if topics.covers("Allocation") {
+            // A replica that no longer leads cannot tell what the work does.
+            let leading = self.fleet.leading()?;
             let scheduler = leading.scheduler();
             for placement in scheduler.list() {
                 let times = changes_between(&placement, after, until);
@@ -56,7 +56,7 @@ impl EventSource for FleetNomad {
             }
         }
         shared::job_events(&self.registry, topics, after, until, &mut frames);
-        frames
+        Some(frames)
     }
 }
 

@@ -14,6 +14,11 @@ use axum::response::Response;
 const PASSED_ON: [&str; 4] =
     ["content-type", "x-nomad-index", "x-nomad-knownleader", "x-nomad-lastcontact"];
 
+/// The longest the other server may take to start its answer: a blocking query's longest
+/// wait, and some. A streamed body (a followed log, the event stream) goes on past it.
+const ANSWER_LIMIT: std::time::Duration =
+    crate::nomad_http::MAX_WAIT.saturating_add(std::time::Duration::from_secs(30));
+
 /// Sends `request` (its method, query, body and body's type) to `client`'s server, at `path`
 /// or the request's own path; `who` names that server in errors. Bodies over `limit` bytes
 /// are refused.
@@ -42,9 +47,14 @@ pub(super) async fn relay(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("application/json")
         .to_owned();
-    let answer = client
-        .send(parts.method, target.as_str(), Some((content_type.as_str(), bytes.to_vec())))
-        .await;
+    let sent =
+        client.send(parts.method, target.as_str(), Some((content_type.as_str(), bytes.to_vec())));
+    let Ok(answer) = tokio::time::timeout(ANSWER_LIMIT, sent).await else {
+        return Err(NomadApiError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            format!("{who} did not answer within {ANSWER_LIMIT:?}"),
+        ));
+    };
     match answer {
         Ok(answer) => {
             let (parts, body) = answer.into_parts();
