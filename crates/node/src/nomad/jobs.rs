@@ -6,16 +6,15 @@
 use super::common::{NomadServer, Shared, block};
 use super::views;
 use crate::nomad_http::jobs::{self as shared, Placer};
-use crate::nomad_http::registry::{AllocRecord, JobRecord};
-use crate::nomad_http::{NomadApiError, NomadResult, Params, flag, json_body};
+use crate::nomad_http::registry::JobRecord;
+use crate::nomad_http::{NomadResult, Params, flag, json_body};
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 use wharf_nomad::shapes::{self, JobRegisterResponse};
-use wharf_nomad::{NomadJob, translate};
-use wharf_state::Timestamp;
+use wharf_nomad::translate;
 
 /// `PUT|POST /v1/jobs`.
 pub(crate) async fn register(
@@ -45,60 +44,19 @@ async fn register_as(
     Ok(Json(shared::register(server.as_ref(), &server.registry, &nomad).await?))
 }
 
-/// The agent places on itself: every allocation of the job, or none (a failure stops those
-/// already placed).
+/// The agent places on itself.
 impl Placer for NomadServer {
-    async fn place(
-        &self,
-        nomad: &NomadJob,
-        eval_id: &str,
-        at: Timestamp,
-    ) -> NomadResult<Vec<AllocRecord>> {
-        let server = self;
-        let mut placed: Vec<AllocRecord> = Vec::new();
-        for group in &nomad.groups {
-            for index in 0..group.count {
-                let id = crate::agent::new_alloc_id();
-                match server
-                    .agent
-                    .submit_as(group.instance(&nomad.name, index), Some(id.clone()))
-                    .await
-                {
-                    Ok(_) => placed.push(AllocRecord {
-                        id,
-                        group: group.name.clone(),
-                        index,
-                        eval_id: eval_id.to_owned(),
-                        created: at,
-                    }),
-                    Err(error) => {
-                        for done in &placed {
-                            if let Err(stop_error) = server.agent.stop(&done.id).await {
-                                tracing::warn!(alloc_id = %done.id, error = %stop_error, "cannot stop an allocation of a failed registration");
-                            }
-                        }
-                        let error = NomadApiError::from(error);
-                        return Err(NomadApiError::new(
-                            error.status,
-                            format!("group {:?}: {}", group.name, error.message),
-                        ));
-                    }
-                }
-            }
-        }
-        Ok(placed)
+    async fn place_one(&self, id: &str, job: wharf_state::Job) -> NomadResult<()> {
+        self.agent.submit_as(job, Some(id.to_owned())).await?;
+        Ok(())
     }
 
-    async fn stop_allocs(&self, record: &JobRecord) -> NomadResult<()> {
-        let server = self;
-        for alloc in &record.allocs {
-            match server.agent.stop(&alloc.id).await {
-                // Collected already: nothing left to stop.
-                Ok(()) | Err(crate::agent::AgentError::UnknownAlloc(_)) => {}
-                Err(error) => return Err(error.into()),
-            }
+    async fn stop_one(&self, id: &str, _why: &str) -> NomadResult<()> {
+        match self.agent.stop(id).await {
+            // Collected already: nothing left to stop.
+            Ok(()) | Err(crate::agent::AgentError::UnknownAlloc(_)) => Ok(()),
+            Err(error) => Err(error.into()),
         }
-        Ok(())
     }
 }
 

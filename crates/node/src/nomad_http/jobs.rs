@@ -1,11 +1,19 @@
 //! Nomad's job calls as any server answers them, from the [`Registry`] and a [`Placer`] that
-//! places and stops the allocations (the agent on itself, the fleet on its workers):
+//! places and stops one allocation at a time (the agent on itself, the fleet on its workers):
 //! register, stop (and purge), and the job, its list stub and its evaluations in Nomad's
 //! shapes.
 //!
 //! Registering a job that is already registered and unchanged places nothing; a changed job
-//! stops the allocations of the old version, then places the new ones. A placer that cannot
-//! place them all stops those it placed and fails with the reason.
+//! stops the allocations of the old version, then places the new ones. The record naming the
+//! new allocations is durable before the first is placed, so a crash mid-registration leaves
+//! no allocation that no job owns: the record says which were being placed, and registering
+//! the job again stops those and places anew (as Nomad's scheduler takes up an evaluation
+//! the server had written). A placer that cannot place them all has those it placed stopped,
+//! the record is put back as it was, and the call fails with the reason.
+//!
+//! A record keeps the newest [`KEPT_EVALS`] evaluations and, besides the current
+//! registration's allocations, the newest [`KEPT_OLD_ALLOCS`] of earlier ones: a job
+//! registered over and over does not grow without bound.
 
 use super::registry::{AllocRecord, EvalRecord, JobRecord, Registry};
 use super::{NomadApiError, NomadResult, now};
@@ -13,20 +21,21 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use wharf_nomad::NomadJob;
 use wharf_nomad::shapes::{self, JobRegisterResponse};
-use wharf_state::{ClientStatus, Timestamp};
+use wharf_state::{ClientStatus, Job, Timestamp};
 
-/// Places and stops a server's allocations.
+/// The evaluations a job's record keeps.
+pub(crate) const KEPT_EVALS: usize = 64;
+/// The allocations of earlier registrations a job's record keeps.
+pub(crate) const KEPT_OLD_ALLOCS: usize = 256;
+
+/// Places and stops a server's allocations, one at a time.
 pub(crate) trait Placer {
-    /// Places every allocation of `nomad`, or none (those placed are stopped again).
-    async fn place(
-        &self,
-        nomad: &NomadJob,
-        eval_id: &str,
-        at: Timestamp,
-    ) -> NomadResult<Vec<AllocRecord>>;
+    /// Places allocation `id`, which runs `job` (one instance of a group).
+    async fn place_one(&self, id: &str, job: Job) -> NomadResult<()>;
 
-    /// Stops the allocations of `record` that still run.
-    async fn stop_allocs(&self, record: &JobRecord) -> NomadResult<()>;
+    /// Stops allocation `id`, for the reason `why`; one the server no longer has is stopped
+    /// already.
+    async fn stop_one(&self, id: &str, why: &str) -> NomadResult<()>;
 }
 
 /// A new evaluation's id.
@@ -45,7 +54,6 @@ fn response(eval_id: String, modified: u64) -> JobRegisterResponse {
     }
 }
 
-/// Registers `nomad` (a register call's job, translated), placing what it asks for.
 /// The job a registration's `body` carries, translated, for `PUT|POST /v1/jobs` (`path`
 /// none) or `PUT|POST /v1/job/:id` (`path` the id, which must be the body's job's).
 pub(crate) fn job_to_register(body: &Value, path: Option<&str>) -> NomadResult<NomadJob> {
@@ -64,6 +72,12 @@ pub(crate) fn job_to_register(body: &Value, path: Option<&str>) -> NomadResult<N
     Ok(nomad)
 }
 
+/// A modify index after `previous`: now, or just past `previous` if the clock is behind it.
+fn after(previous: Timestamp, at: Timestamp) -> Timestamp {
+    at.max(Timestamp(previous.0 + 1))
+}
+
+/// Registers `nomad` (a register call's job, translated), placing what it asks for.
 pub(crate) async fn register(
     placer: &impl Placer,
     registry: &Registry,
@@ -71,35 +85,129 @@ pub(crate) async fn register(
 ) -> NomadResult<JobRegisterResponse> {
     let at = now();
     let eval = EvalRecord { id: new_id(), triggered_by: "job-register".into(), at };
-    let mut record = match registry.get(&nomad.id) {
-        Some(old) if old.job == nomad.submitted && !old.stopped => old,
-        Some(mut old) => {
-            placer.stop_allocs(&old).await?;
-            old.job = nomad.submitted.clone();
-            old.version += 1;
-            old.stopped = false;
-            let placed = placer.place(nomad, &eval.id, at).await?;
-            old.allocs.extend(placed);
-            old
+    let old = registry.get(&nomad.id);
+    let mut record = match &old {
+        Some(old) if old.job == nomad.submitted && !old.stopped && old.placing.is_empty() => {
+            let mut record = old.clone();
+            record.modified = after(record.modified, at);
+            record.evals.push(eval.clone());
+            prune(&mut record);
+            let modified = record.modified.0;
+            registry.put(&nomad.id, record).await.map_err(NomadApiError::internal)?;
+            return Ok(response(eval.id, modified));
         }
-        None => {
-            let allocs = placer.place(nomad, &eval.id, at).await?;
-            JobRecord {
-                job: nomad.submitted.clone(),
-                version: 0,
-                created: at,
-                modified: at,
-                stopped: false,
-                allocs,
-                evals: Vec::new(),
+        Some(old) => {
+            stop_all(placer, old, "its job was registered again").await?;
+            let mut record = old.clone();
+            // A registration a crash interrupted is taken up again under the same version.
+            if record.job != nomad.submitted || record.stopped {
+                record.version += 1;
             }
+            record.job = nomad.submitted.clone();
+            record.stopped = false;
+            record
         }
+        None => JobRecord {
+            job: nomad.submitted.clone(),
+            version: 0,
+            created: at,
+            modified: at,
+            stopped: false,
+            allocs: Vec::new(),
+            evals: Vec::new(),
+            placing: Vec::new(),
+        },
     };
-    record.modified = at.max(Timestamp(record.modified.0 + 1));
+    let planned = plan(nomad, &eval.id, at);
+    record.allocs.extend(planned.iter().map(|(alloc, _)| alloc.clone()));
+    record.placing = planned.iter().map(|(alloc, _)| alloc.id.clone()).collect();
+    record.modified = after(record.modified, at);
     record.evals.push(eval.clone());
+    prune(&mut record);
+    registry.put(&nomad.id, record.clone()).await.map_err(NomadApiError::internal)?;
+
+    if let Err(error) = place_all(placer, planned).await {
+        // Back to the record as it was (its allocations stopped), at a newer index.
+        let restored = match old {
+            Some(mut old) => {
+                old.modified = after(record.modified, at);
+                registry.put(&nomad.id, old).await
+            }
+            None => registry.purge(&nomad.id, after(record.modified, at)).await,
+        };
+        if let Err(put_error) = restored {
+            tracing::warn!(job = %nomad.id, error = %put_error, "cannot put back the record of a failed registration; registering the job again mends it");
+        }
+        return Err(error);
+    }
+    record.placing.clear();
     let modified = record.modified.0;
     registry.put(&nomad.id, record).await.map_err(NomadApiError::internal)?;
     Ok(response(eval.id, modified))
+}
+
+/// Every allocation `nomad` asks for, with the job it runs: each group's `Count`, in order.
+fn plan(nomad: &NomadJob, eval_id: &str, at: Timestamp) -> Vec<(AllocRecord, Job)> {
+    let mut planned = Vec::new();
+    for group in &nomad.groups {
+        for index in 0..group.count {
+            let alloc = AllocRecord {
+                id: new_id(),
+                group: group.name.clone(),
+                index,
+                eval_id: eval_id.to_owned(),
+                created: at,
+            };
+            planned.push((alloc, group.instance(&nomad.name, index)));
+        }
+    }
+    planned
+}
+
+/// Places every allocation of `planned`, or none: on the first refusal, those placed are
+/// stopped again and the refusal is returned, naming its group.
+async fn place_all(placer: &impl Placer, planned: Vec<(AllocRecord, Job)>) -> NomadResult<()> {
+    let mut placed: Vec<String> = Vec::new();
+    for (alloc, job) in planned {
+        if let Err(error) = placer.place_one(&alloc.id, job).await {
+            for id in &placed {
+                if let Err(stop_error) = placer.stop_one(id, "its job's registration failed").await
+                {
+                    tracing::warn!(alloc_id = %id, error = %stop_error.message, "cannot stop an allocation of a failed registration");
+                }
+            }
+            return Err(NomadApiError::new(
+                error.status,
+                format!("group {:?}: {}", alloc.group, error.message),
+            ));
+        }
+        placed.push(alloc.id);
+    }
+    Ok(())
+}
+
+/// Stops every allocation `record` names.
+async fn stop_all(placer: &impl Placer, record: &JobRecord, why: &str) -> NomadResult<()> {
+    for alloc in &record.allocs {
+        placer.stop_one(&alloc.id, why).await?;
+    }
+    Ok(())
+}
+
+/// Drops the oldest evaluations, and the oldest allocations of earlier registrations, beyond
+/// what a record keeps.
+fn prune(record: &mut JobRecord) {
+    let excess = record.evals.len().saturating_sub(KEPT_EVALS);
+    record.evals.drain(..excess);
+    let Some(current) = record.evals.last().map(|e| e.id.clone()) else { return };
+    let old = record.allocs.iter().filter(|a| a.eval_id != current).count();
+    let mut dropping = old.saturating_sub(KEPT_OLD_ALLOCS);
+    // Oldest first; the current registration's are never dropped.
+    record.allocs.retain(|a| {
+        let drop = dropping > 0 && a.eval_id != current;
+        dropping -= usize::from(drop);
+        !drop
+    });
 }
 
 /// Stops job `id`'s allocations; with `purge`, forgets the job as well.
@@ -110,12 +218,14 @@ pub(crate) async fn deregister(
     purge: bool,
 ) -> NomadResult<JobRegisterResponse> {
     let mut record = record_of(registry, id)?;
-    placer.stop_allocs(&record).await?;
+    stop_all(placer, &record, "its job was stopped through Nomad's API").await?;
     let at = now();
     let eval = EvalRecord { id: new_id(), triggered_by: "job-deregister".into(), at };
     record.stopped = true;
-    record.modified = at.max(Timestamp(record.modified.0 + 1));
+    record.placing.clear();
+    record.modified = after(record.modified, at);
     record.evals.push(eval.clone());
+    prune(&mut record);
     let modified = record.modified.0;
     if purge {
         registry.purge(id, record.modified).await.map_err(NomadApiError::internal)?;
@@ -210,11 +320,16 @@ pub(crate) fn job(record: &JobRecord, status: &str) -> Value {
     job
 }
 
-/// Evaluation `id`: complete, since placing was done when the call that left it returned.
+/// Evaluation `id`: complete, since placing was done when the call that left it returned,
+/// unless a crash cut that call short (pending until the job is registered again).
 pub(crate) fn evaluation(registry: &Registry, id: &str) -> NomadResult<shapes::Evaluation> {
     let (record, eval) =
         registry.eval(id).ok_or_else(|| NomadApiError::not_found("eval not found"))?;
     let index = eval.at.0;
+    // A registration a crash interrupted left its allocations being placed.
+    let unfinished =
+        record.allocs.iter().any(|a| a.eval_id == eval.id && record.placing.contains(&a.id));
+    let status = if unfinished { "pending" } else { "complete" };
     Ok(shapes::Evaluation {
         id: eval.id,
         priority: record.job.get("Priority").and_then(Value::as_u64).unwrap_or(50),
@@ -225,7 +340,7 @@ pub(crate) fn evaluation(registry: &Registry, id: &str) -> NomadResult<shapes::E
         job_modify_index: index,
         node_id: String::new(),
         deployment_id: String::new(),
-        status: "complete".to_owned(),
+        status: status.to_owned(),
         status_description: String::new(),
         next_eval: String::new(),
         previous_eval: String::new(),
@@ -238,4 +353,165 @@ pub(crate) fn evaluation(registry: &Registry, id: &str) -> NomadResult<shapes::E
         create_time: shapes::nanos(eval.at),
         modify_time: shapes::nanos(eval.at),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use parking_lot::Mutex;
+    use std::path::Path;
+    use tokio::sync::Notify;
+
+    /// What a placer was asked.
+    #[derive(Default)]
+    struct Asked {
+        placed: Vec<String>,
+        stopped: Vec<String>,
+    }
+
+    /// A placer that checks, before each placement, that the record naming the allocation
+    /// is already on disk; refuses the placement numbered `refuse_at`; and at `hang_at` says
+    /// so on `reached` and never returns (the server dies there).
+    struct CheckingPlacer<'a> {
+        data_dir: &'a Path,
+        job: &'a str,
+        refuse_at: Option<usize>,
+        hang_at: Option<usize>,
+        reached: Notify,
+        asked: Mutex<Asked>,
+    }
+
+    impl<'a> CheckingPlacer<'a> {
+        fn new(data_dir: &'a Path, job: &'a str) -> CheckingPlacer<'a> {
+            CheckingPlacer {
+                data_dir,
+                job,
+                refuse_at: None,
+                hang_at: None,
+                reached: Notify::new(),
+                asked: Mutex::default(),
+            }
+        }
+    }
+
+    impl Placer for CheckingPlacer<'_> {
+        async fn place_one(&self, id: &str, _job: Job) -> NomadResult<()> {
+            let on_disk = Registry::open(self.data_dir).unwrap().get(self.job);
+            let named = on_disk.is_some_and(|r| r.placing.iter().any(|p| p == id));
+            assert!(named, "allocation {id} is placed before a durable record names it");
+            let count = self.asked.lock().placed.len();
+            if self.hang_at == Some(count) {
+                self.reached.notify_one();
+                std::future::pending::<()>().await;
+            }
+            if self.refuse_at == Some(count) {
+                return Err(NomadApiError::bad_request("no room"));
+            }
+            self.asked.lock().placed.push(id.to_owned());
+            Ok(())
+        }
+
+        async fn stop_one(&self, id: &str, _why: &str) -> NomadResult<()> {
+            self.asked.lock().stopped.push(id.to_owned());
+            Ok(())
+        }
+    }
+
+    fn job(count: u32, command: &str) -> NomadJob {
+        wharf_nomad::translate(&json!({
+            "ID": "web", "Type": "service",
+            "TaskGroups": [{"Name": "g", "Count": count, "Tasks": [
+                {"Name": "t", "Driver": "raw_exec", "Config": {"command": command}}
+            ]}]
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn register_places_each_allocation_once_its_record_is_durable() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = Registry::open(dir.path()).unwrap();
+        let placer = CheckingPlacer::new(dir.path(), "web");
+        register(&placer, &registry, &job(3, "/bin/true")).await.unwrap();
+        let record = Registry::open(dir.path()).unwrap().get("web").unwrap();
+        let ids: Vec<String> = record.allocs.iter().map(|a| a.id.clone()).collect();
+        assert_eq!(ids, placer.asked.lock().placed);
+        assert!(record.placing.is_empty(), "every allocation placed: {record:?}");
+        let eval = evaluation(&registry, &record.evals[0].id).unwrap();
+        assert_eq!(eval.status, "complete");
+    }
+
+    #[tokio::test]
+    async fn a_refused_placement_stops_those_placed_and_puts_the_record_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = Registry::open(dir.path()).unwrap();
+        let mut refusing = CheckingPlacer::new(dir.path(), "web");
+        refusing.refuse_at = Some(1);
+        let error = register(&refusing, &registry, &job(3, "/bin/true")).await.unwrap_err();
+        assert!(error.message.contains("group \"g\": no room"), "{}", error.message);
+        {
+            let asked = refusing.asked.lock();
+            assert_eq!(asked.stopped, asked.placed, "the one placed is stopped again");
+        }
+        assert!(registry.get("web").is_none());
+        assert!(Registry::open(dir.path()).unwrap().get("web").is_none(), "nor on disk");
+
+        // A changed job that cannot be placed leaves the old version's record.
+        register(&CheckingPlacer::new(dir.path(), "web"), &registry, &job(1, "/bin/true"))
+            .await
+            .unwrap();
+        let before = registry.get("web").unwrap();
+        let error = register(&refusing, &registry, &job(2, "/bin/false")).await.unwrap_err();
+        assert!(error.message.contains("no room"), "{}", error.message);
+        let after = Registry::open(dir.path()).unwrap().get("web").unwrap();
+        assert_eq!((&after.job, after.version, &after.allocs), (&before.job, 0, &before.allocs));
+        assert!(after.modified > before.modified, "the index still grows");
+    }
+
+    #[tokio::test]
+    async fn a_registration_cut_short_is_taken_up_by_registering_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = Registry::open(dir.path()).unwrap();
+        let mut dying = CheckingPlacer::new(dir.path(), "web");
+        dying.hang_at = Some(1);
+        let web = job(3, "/bin/true");
+        tokio::select! {
+            _ = register(&dying, &registry, &web) => panic!("the registration returned"),
+            () = dying.reached.notified() => {}
+        }
+        // The server died placing the second of three: its record, as a restart reads it,
+        // names all three as being placed, and its evaluation is pending.
+        let registry = Registry::open(dir.path()).unwrap();
+        let cut_short = registry.get("web").unwrap();
+        assert_eq!(cut_short.placing.len(), 3);
+        let eval_id = cut_short.evals[0].id.clone();
+        assert_eq!(evaluation(&registry, &eval_id).unwrap().status, "pending");
+
+        let placer = CheckingPlacer::new(dir.path(), "web");
+        register(&placer, &registry, &web).await.unwrap();
+        let asked = placer.asked.lock();
+        assert_eq!(asked.stopped, cut_short.placing, "what may have been placed is stopped");
+        assert_eq!(asked.placed.len(), 3, "and placed anew");
+        let record = registry.get("web").unwrap();
+        assert!(record.placing.is_empty());
+        assert_eq!(record.version, 0, "the same job, taken up again");
+        assert_eq!(evaluation(&registry, &eval_id).unwrap().status, "complete");
+    }
+
+    #[tokio::test]
+    async fn a_job_registered_over_and_over_keeps_a_bounded_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = Registry::open(dir.path()).unwrap();
+        let placer = CheckingPlacer::new(dir.path(), "web");
+        let rounds = KEPT_OLD_ALLOCS + 20;
+        for round in 0..rounds {
+            register(&placer, &registry, &job(1, &format!("/bin/true{round}"))).await.unwrap();
+        }
+        let record = registry.get("web").unwrap();
+        assert_eq!(record.version, rounds as u64 - 1);
+        assert_eq!(record.evals.len(), KEPT_EVALS);
+        assert_eq!(record.allocs.len(), KEPT_OLD_ALLOCS + 1);
+        let newest = placer.asked.lock().placed.last().cloned();
+        assert_eq!(record.allocs.last().map(|a| a.id.clone()), newest, "the current one is kept");
+    }
 }

@@ -29,6 +29,12 @@ pub(crate) struct JobRecord {
     pub(crate) allocs: Vec<AllocRecord>,
     /// Its evaluations, oldest first.
     pub(crate) evals: Vec<EvalRecord>,
+    /// The allocations of `allocs` a registration was placing when this record was written:
+    /// written before any of them is placed, cleared once all are. A record that still names
+    /// some was left by a crash mid-registration; registering the job again stops them and
+    /// places anew.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) placing: Vec<String>,
 }
 
 /// One allocation of a job.
@@ -161,6 +167,8 @@ impl Registry {
                     file.sync_all()?;
                 }
                 std::fs::rename(&temporary, &path)?;
+                // The rename is durable once the directory is.
+                std::fs::File::open(dir)?.sync_all()?;
             }
             Keeping::Elsewhere(keeper) => {
                 keeper.put(id, &record).await.map_err(std::io::Error::other)?;
@@ -174,7 +182,7 @@ impl Registry {
     pub(crate) async fn purge(&self, id: &str, now: Timestamp) -> std::io::Result<()> {
         match &self.keeping {
             Keeping::Files(dir) => match std::fs::remove_file(path(dir, id)) {
-                Ok(()) => {}
+                Ok(()) => std::fs::File::open(dir)?.sync_all()?,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(e),
             },
@@ -227,6 +235,7 @@ mod tests {
                 triggered_by: "job-register".into(),
                 at: Timestamp(5),
             }],
+            placing: vec!["x".into()],
         };
         registry.put("a/../b", record.clone()).await.unwrap();
         let reopened = Registry::open(dir.path()).unwrap();

@@ -6,7 +6,7 @@
 use super::server::{FleetNomad, Shared, fleet_error};
 use super::views;
 use crate::nomad_http::jobs::{self as shared, Placer};
-use crate::nomad_http::registry::{AllocRecord, JobRecord};
+use crate::nomad_http::registry::JobRecord;
 use crate::nomad_http::{NomadApiError, NomadResult, Params, flag, json_body};
 use axum::Json;
 use axum::body::Body;
@@ -14,8 +14,7 @@ use axum::extract::{Path, Query, State};
 use serde_json::{Value, json};
 use wharf_fleet::{FleetError, Submission};
 use wharf_nomad::shapes::{self, JobRegisterResponse};
-use wharf_nomad::{NomadJob, translate};
-use wharf_state::Timestamp;
+use wharf_nomad::translate;
 use wharf_state::resources::Amount;
 
 /// The fleet work that runs `job` (one group's instance), as its own API's submissions are.
@@ -32,59 +31,21 @@ fn submission(id: String, job: &wharf_state::Job) -> NomadResult<Submission> {
     })
 }
 
-/// The fleet places on its workers: every group instance is submitted to the scheduler, or
-/// none (a refused submission stops those already submitted).
+/// The fleet places on its workers: each allocation is submitted to the scheduler.
 impl Placer for FleetNomad {
-    async fn place(
-        &self,
-        nomad: &NomadJob,
-        eval_id: &str,
-        at: Timestamp,
-    ) -> NomadResult<Vec<AllocRecord>> {
+    async fn place_one(&self, id: &str, job: wharf_state::Job) -> NomadResult<()> {
         let scheduler = self.leading()?.scheduler().clone();
-        let mut placed: Vec<AllocRecord> = Vec::new();
-        for group in &nomad.groups {
-            for index in 0..group.count {
-                let id = crate::agent::new_alloc_id();
-                let submitted = match submission(id.clone(), &group.instance(&nomad.name, index)) {
-                    Ok(submission) => scheduler.submit(submission).await.map_err(fleet_error),
-                    Err(error) => Err(error),
-                };
-                if let Err(error) = submitted {
-                    for done in &placed {
-                        if let Err(stop_error) =
-                            scheduler.stop(&done.id, "its job's registration failed").await
-                        {
-                            tracing::warn!(work = %done.id, error = %stop_error, "cannot stop the work of a failed registration");
-                        }
-                    }
-                    return Err(NomadApiError::new(
-                        error.status,
-                        format!("group {:?}: {}", group.name, error.message),
-                    ));
-                }
-                placed.push(AllocRecord {
-                    id,
-                    group: group.name.clone(),
-                    index,
-                    eval_id: eval_id.to_owned(),
-                    created: at,
-                });
-            }
-        }
-        Ok(placed)
+        scheduler.submit(submission(id.to_owned(), &job)?).await.map_err(fleet_error)?;
+        Ok(())
     }
 
-    async fn stop_allocs(&self, record: &JobRecord) -> NomadResult<()> {
+    async fn stop_one(&self, id: &str, why: &str) -> NomadResult<()> {
         let scheduler = self.leading()?.scheduler().clone();
-        for alloc in &record.allocs {
-            match scheduler.stop(&alloc.id, "its job was stopped through Nomad's API").await {
-                // Forgotten already: nothing left to stop.
-                Ok(_) | Err(FleetError::UnknownWork(_)) => {}
-                Err(error) => return Err(fleet_error(error)),
-            }
+        match scheduler.stop(id, why).await {
+            // Forgotten already: nothing left to stop.
+            Ok(_) | Err(FleetError::UnknownWork(_)) => Ok(()),
+            Err(error) => Err(fleet_error(error)),
         }
-        Ok(())
     }
 }
 
