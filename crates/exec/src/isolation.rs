@@ -613,9 +613,14 @@ fn bind_mounts(config: &TaskConfig) -> Result<Vec<BindMount>, DriverError> {
     for mount in &config.mounts {
         let field = || format!("volume_mount {:?}: destination", mount.volume);
         let destination = Path::new(&mount.destination);
+        // The destination is named by its canonical path: the task's containment refuses a
+        // link on the way when it mounts, so one that appears after this check is refused.
         let at = if destination.is_absolute() {
-            match std::fs::metadata(destination) {
-                Ok(meta) if meta.is_dir() => destination.to_owned(),
+            match std::fs::metadata(destination).and_then(|meta| {
+                let canonical = std::fs::canonicalize(destination)?;
+                Ok((meta, canonical))
+            }) {
+                Ok((meta, canonical)) if meta.is_dir() => canonical,
                 Ok(_) => {
                     return Err(DriverError::invalid_config(
                         field(),
@@ -647,7 +652,8 @@ fn bind_mounts(config: &TaskConfig) -> Result<Vec<BindMount>, DriverError> {
             if dir.path() == config.task_dir {
                 return Err(DriverError::invalid_config(field(), "must name a directory"));
             }
-            dir.path().to_owned()
+            let relative = dir.path().strip_prefix(&config.task_dir).map_err(DriverError::other)?;
+            std::fs::canonicalize(&config.task_dir).map_err(DriverError::other)?.join(relative)
         };
         binds.push(BindMount {
             source: mount.source.clone(),

@@ -56,7 +56,8 @@ pub struct Containment {
 pub struct BindMount {
     /// The node's directory (absolute).
     pub source: PathBuf,
-    /// Where the task sees it (absolute, an existing directory).
+    /// Where the task sees it: an existing directory, by an absolute path with no symbolic
+    /// link in it (the child refuses one, `ELOOP`, rather than mount through it).
     pub destination: PathBuf,
     /// Writes through the mount fail (`EROFS`).
     pub read_only: bool,
@@ -210,9 +211,11 @@ impl Containment {
                         reason: "the path contains a NUL byte".into(),
                     })
                 };
+                let (parent, name) = split_destination(&mount.destination)?;
                 Ok(PreparedMount {
                     source: c_path(&mount.source)?,
-                    destination: c_path(&mount.destination)?,
+                    parent: c_path(parent)?,
+                    name: c_path(name)?,
                     read_only: mount.read_only,
                 })
             })
@@ -235,6 +238,24 @@ fn reaches_proc(rules: Option<&[Rule]>) -> bool {
     rules.is_none_or(|rules| {
         rules.iter().any(|r| r.path == Path::new("/") || r.path.starts_with("/proc"))
     })
+}
+
+/// A bind's destination (absolute) as its directory relative to `/` and its last component,
+/// which the child opens one beneath the other with no link on the way.
+fn split_destination(destination: &Path) -> Result<(&Path, &Path), IsolateError> {
+    let invalid = |reason: &str| IsolateError::Invalid {
+        what: destination.display().to_string(),
+        reason: reason.into(),
+    };
+    let relative = destination
+        .strip_prefix("/")
+        .map_err(|_| invalid("a bind's destination must be absolute"))?;
+    if relative.components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
+        return Err(invalid("a bind's destination must be a plain path below /, without . or .."));
+    }
+    let name = relative.file_name().ok_or_else(|| invalid("a bind cannot cover /"))?;
+    let parent = relative.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    Ok((parent, Path::new(name)))
 }
 
 /// `bind=<ro|rw>,<source>` (after the `bind=`), then `bind-at=<destination>`: both absolute.
@@ -295,7 +316,10 @@ pub struct Prepared {
 #[derive(Debug)]
 struct PreparedMount {
     source: CString,
-    destination: CString,
+    /// The destination's directory, relative to `/` (`.` for `/` itself).
+    parent: CString,
+    /// The destination's last component.
+    name: CString,
     read_only: bool,
 }
 
@@ -363,7 +387,7 @@ impl Prepared {
         }
         for (index, mount) in self.mounts.iter().enumerate() {
             let step = ContainmentStep::BindMount(u32::try_from(index).unwrap_or(u32::MAX));
-            sys::bind_mount(&mount.source, &mount.destination, mount.read_only)
+            sys::bind_mount(&mount.source, &mount.parent, &mount.name, mount.read_only)
                 .map_err(fail(step))?;
         }
         let ruleset = match &self.landlock {

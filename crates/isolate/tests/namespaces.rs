@@ -5,9 +5,9 @@
 mod common;
 
 use common::{defaults, require_root, run, test_user};
-use wharf_isolate::Containment;
 use wharf_isolate::landlock::Unveil;
 use wharf_isolate::namespace::Namespaces;
+use wharf_isolate::{BindMount, Containment};
 
 fn with(pid: bool, ipc: bool) -> Containment {
     Containment { namespaces: Namespaces { pid, ipc }, ..Containment::default() }
@@ -155,4 +155,53 @@ fn the_tasks_mounts_are_slaves_of_the_hosts() {
     assert!(outcome.ok(), "{outcome:?}");
     assert!(outcome.stdout.contains(" master:"), "not a slave: {outcome:?}");
     assert!(!outcome.stdout.contains(" shared:"), "still shared: {outcome:?}");
+}
+
+/// A bind's destination is opened with no link on its path, and the bind made through that
+/// descriptor: a task that turns a directory of the destination's path into a link (aimed at
+/// a directory of the node) between the node's check and its start gets a refusal (`ELOOP`),
+/// and nothing is mounted where the link points. The same path without the link binds.
+#[test]
+fn a_bind_whose_destination_became_a_link_is_refused_not_followed() {
+    require_root();
+    let scratch = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(scratch.path()).unwrap();
+    let volume = root.join("volume");
+    std::fs::create_dir(&volume).unwrap();
+    std::fs::write(volume.join("file"), "the volume").unwrap();
+    let task_dir = root.join("task");
+    std::fs::create_dir_all(task_dir.join("local/data")).unwrap();
+    let node_dir = root.join("node");
+    std::fs::create_dir_all(node_dir.join("data")).unwrap();
+    std::fs::write(node_dir.join("data/own"), "the node's").unwrap();
+    let containment = |read_only| Containment {
+        mounts: vec![BindMount {
+            source: volume.clone(),
+            destination: task_dir.join("local/data"),
+            read_only,
+        }],
+        ..Containment::default()
+    };
+    let destination = task_dir.join("local/data").display().to_string();
+    let list = |c: &Containment| run(c, &["/usr/bin/ls", &destination], &[]);
+
+    for read_only in [false, true] {
+        let outcome = list(&containment(read_only));
+        assert_eq!(outcome.stdout, "file\n", "bound, read_only {read_only}: {outcome:?}");
+    }
+
+    // The task swaps `local` for a link to the node's directory.
+    std::fs::rename(task_dir.join("local"), task_dir.join("was-local")).unwrap();
+    std::os::unix::fs::symlink(&node_dir, task_dir.join("local")).unwrap();
+    for read_only in [false, true] {
+        let bound = containment(read_only);
+        let outcome = list(&bound);
+        let failure = outcome.failure.as_ref().expect("the bind is refused");
+        assert_eq!(failure.errno, libc::ELOOP, "{outcome:?}");
+        let said = failure.describe(&bound);
+        assert!(said.contains("cannot mount") && said.contains("local/data"), "{said}");
+    }
+    let node_sees: Vec<_> =
+        std::fs::read_dir(node_dir.join("data")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(node_sees, ["own"]);
 }
