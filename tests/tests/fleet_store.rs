@@ -16,7 +16,7 @@ use wharf_fleet::state::fleet::{Placement, WorkPhase, WorkRecord};
 use wharf_fleet::state::reschedule::ReschedulePolicy;
 use wharf_fleet::state::resources::Amount;
 use wharf_fleet::{
-    Change, EtcdConfig, EtcdStore, FleetError, FleetStore, JobEntry, LedgerStore,
+    Change, Entry, EntryKind, EtcdConfig, EtcdStore, FleetError, FleetStore, LedgerStore,
     MAX_CHANGES_PER_COMMIT, MemoryStore, Replica,
 };
 use wharf_tests::etcd::Etcd;
@@ -207,45 +207,57 @@ async fn a_commit_of_too_many_changes_is_refused_whole(backend: Backend) {
     store.resign(&term).await.unwrap();
 }
 
-fn job(id: &str, json: &str) -> JobEntry {
-    JobEntry { id: id.into(), json: json.into() }
+fn job(id: &str, json: &str) -> Entry {
+    Entry { kind: EntryKind::NomadJob, id: id.into(), json: json.into() }
 }
 
-/// Nomad job records round-trip apart from the work: a job and a work of the same id are two
-/// records, loading the work shows no job and the reverse, a commit may change both, and an
-/// ended term writes no job.
-async fn nomad_job_records_round_trip_apart_from_the_work(backend: Backend) {
+/// Kept entries (Nomad job records, the fleet's variables) round-trip apart from the work and
+/// from each other: a job, a variables entry and a work of the same id are three records,
+/// loading one kind shows none of the others, a commit may change all of them, and an ended
+/// term writes no entry.
+async fn kept_entries_round_trip_apart_from_the_work_and_each_other(backend: Backend) {
     let store = backend.open().await;
     let term = within("campaign", store.campaign(&replica("a"))).await.unwrap();
-    assert!(store.load_jobs().await.unwrap().is_empty());
+    for kind in EntryKind::ALL {
+        assert!(store.load_entries(kind).await.unwrap().is_empty());
+    }
     let shared = record("shared", WorkPhase::Queued);
     let (spaced, gone) = (job("a job/with spaces", r#"{"v":1}"#), job("gone", "{}"));
+    let variables =
+        Entry { kind: EntryKind::Variables, id: "shared".into(), json: r#"{"index":3}"#.into() };
     let changes = vec![
         Change::Put(shared.clone()),
-        Change::PutJob(job("shared", r#"{"v":0}"#)),
-        Change::PutJob(spaced.clone()),
-        Change::PutJob(gone),
+        Change::PutEntry(job("shared", r#"{"v":0}"#)),
+        Change::PutEntry(spaced.clone()),
+        Change::PutEntry(gone),
+        Change::PutEntry(variables.clone()),
     ];
     store.commit(&term, changes).await.unwrap();
-    let changes =
-        vec![Change::PutJob(job("shared", r#"{"v":2}"#)), Change::DeleteJob("gone".into())];
+    let changes = vec![
+        Change::PutEntry(job("shared", r#"{"v":2}"#)),
+        Change::DeleteEntry(EntryKind::NomadJob, "gone".into()),
+        Change::DeleteEntry(EntryKind::Variables, "gone".into()),
+    ];
     store.commit(&term, changes).await.unwrap();
     store.resign(&term).await.unwrap();
-    let refused = store.commit(&term, vec![Change::PutJob(job("late", "{}"))]).await;
+    let refused = store.commit(&term, vec![Change::PutEntry(job("late", "{}"))]).await;
     assert!(matches!(refused, Err(FleetError::Fenced { .. })), "{refused:?}");
     drop((store, term));
 
     let store = backend.open().await;
-    let mut jobs = store.load_jobs().await.unwrap();
+    let mut jobs = store.load_entries(EntryKind::NomadJob).await.unwrap();
     jobs.sort_by(|x, y| x.id.cmp(&y.id));
     assert_eq!(jobs, [spaced, job("shared", r#"{"v":2}"#)]);
+    assert_eq!(store.load_entries(EntryKind::Variables).await.unwrap(), [variables]);
     let loaded = store.load_all().await.unwrap();
     assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
     assert_eq!(loaded.records, std::slice::from_ref(&shared));
     assert_eq!(store.load("shared").await.unwrap(), Some(shared));
     let term = within("campaign", store.campaign(&replica("b"))).await.unwrap();
     store.commit(&term, vec![Change::Delete("shared".into())]).await.unwrap();
-    assert_eq!(store.load_jobs().await.unwrap().len(), 2, "the work's delete leaves its job");
+    let jobs = store.load_entries(EntryKind::NomadJob).await.unwrap();
+    assert_eq!(jobs.len(), 2, "the work's delete leaves its job");
+    assert_eq!(store.load_entries(EntryKind::Variables).await.unwrap().len(), 1, "and variables");
     store.resign(&term).await.unwrap();
 }
 
@@ -262,9 +274,9 @@ macro_rules! contract {
     };
 }
 
-contract!(memory: records_round_trip_and_outlive_their_writer, an_ended_term_writes_nothing_and_later_terms_lead, a_commit_of_too_many_changes_is_refused_whole, nomad_job_records_round_trip_apart_from_the_work);
-contract!(ledger: records_round_trip_and_outlive_their_writer, an_ended_term_writes_nothing_and_later_terms_lead, an_unreadable_record_is_reported_not_dropped, a_commit_of_too_many_changes_is_refused_whole, nomad_job_records_round_trip_apart_from_the_work);
-contract!(etcd: records_round_trip_and_outlive_their_writer, an_ended_term_writes_nothing_and_later_terms_lead, an_unreadable_record_is_reported_not_dropped, a_commit_of_too_many_changes_is_refused_whole, nomad_job_records_round_trip_apart_from_the_work);
+contract!(memory: records_round_trip_and_outlive_their_writer, an_ended_term_writes_nothing_and_later_terms_lead, a_commit_of_too_many_changes_is_refused_whole, kept_entries_round_trip_apart_from_the_work_and_each_other);
+contract!(ledger: records_round_trip_and_outlive_their_writer, an_ended_term_writes_nothing_and_later_terms_lead, an_unreadable_record_is_reported_not_dropped, a_commit_of_too_many_changes_is_refused_whole, kept_entries_round_trip_apart_from_the_work_and_each_other);
+contract!(etcd: records_round_trip_and_outlive_their_writer, an_ended_term_writes_nothing_and_later_terms_lead, an_unreadable_record_is_reported_not_dropped, a_commit_of_too_many_changes_is_refused_whole, kept_entries_round_trip_apart_from_the_work_and_each_other);
 
 /// etcd with replicas in earnest: while one leads, another's campaign waits; when the leader
 /// resigns it wins, with a higher term. When a leader's lease lapses (its keep-alive stopped,

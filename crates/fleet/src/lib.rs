@@ -40,8 +40,8 @@ pub use store::LedgerStore;
 #[cfg(feature = "etcd")]
 pub use store::etcd::{EtcdConfig, EtcdStore};
 pub use store::{
-    Change, FleetStore, JobEntry, Loaded, MAX_CHANGES_PER_COMMIT, MemoryStore, Replica, StoreInfo,
-    Term,
+    Change, Entry, EntryKind, FleetStore, Loaded, MAX_CHANGES_PER_COMMIT, MemoryStore, Replica,
+    StoreInfo, Term,
 };
 pub use wharf_state::fleet::{
     Attempt, Placement, RescheduleEvent, WorkPhase, WorkPhaseName, WorkRecord,

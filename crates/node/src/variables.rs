@@ -1,6 +1,8 @@
 //! The node's variables store and what templates read: wiring of wharf-store's
 //! [`VariableFile`] (kept at `<data dir>/variables.json`) and wharf-health's service catalog
 //! into wharf-task's [`TemplateSources`], and the API's `/v1/var/{path}` and `/v1/vars`.
+//! `PUT /v1/vars` takes a fleet's whole set ([`VariableSync`]): the fleet runs `wharf var
+//! sync` on each worker, so that the worker's templates read the fleet's variables.
 //!
 //! Templates re-render when either changes: a variable written here, or a service that comes
 //! or goes in the catalog (forwarded by a small task for as long as the store lives).
@@ -16,7 +18,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use wharf_health::ServiceCatalog;
 use wharf_state::ServiceEntry;
-use wharf_store::{StoreError, Variable, VariableFile};
+use wharf_store::{StoreError, Variable, VariableFile, VariableSync};
 use wharf_task::TemplateSources;
 use wharf_task::template::VariableItems;
 
@@ -77,6 +79,18 @@ impl NodeVariables {
         Ok(variable)
     }
 
+    /// Takes a fleet's whole set, durably, unless it holds that copy or a later one already;
+    /// whether it took it (then the templates wake).
+    pub async fn sync(self: &Arc<Self>, sync: VariableSync) -> Result<bool, StoreError> {
+        let this = self.clone();
+        let synced = tokio::task::spawn_blocking(move || this.file.sync(sync));
+        let taken = synced.await.map_err(|_| StoreError::Closed)??;
+        if taken {
+            self.touch();
+        }
+        Ok(taken)
+    }
+
     /// Removes a variable, durably; whether there was one.
     pub async fn delete(self: &Arc<Self>, path: String) -> Result<bool, StoreError> {
         let this = self.clone();
@@ -111,7 +125,7 @@ impl TemplateSources for NodeVariables {
 pub fn routes<S: Clone + Send + Sync + 'static>(variables: Arc<NodeVariables>) -> Router<S> {
     Router::new()
         .route("/v1/var/{*path}", get(get_var).put(put_var).delete(delete_var))
-        .route("/v1/vars", get(list_vars))
+        .route("/v1/vars", get(list_vars).put(sync_vars))
         .with_state(variables)
 }
 
@@ -160,6 +174,29 @@ async fn delete_var(State(vars): State<Arc<NodeVariables>>, Path(path): Path<Str
     match vars.delete(path.clone()).await {
         Ok(true) => StatusCode::NO_CONTENT.into_response(),
         Ok(false) => error(StatusCode::NOT_FOUND, format!("no variable at {path:?}")),
+        Err(e) => store_error(e),
+    }
+}
+
+/// What a sync answers: whether the copy was taken, and the fleet's index the worker holds.
+#[derive(Debug, Clone, serde::Serialize, Deserialize)]
+pub struct Synced {
+    /// Whether the copy replaced the set (not when it held that copy or a later one).
+    pub taken: bool,
+    /// The fleet's index of the set the worker now holds.
+    pub source_index: Option<u64>,
+}
+
+async fn sync_vars(
+    State(vars): State<Arc<NodeVariables>>,
+    body: Result<Json<VariableSync>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    let sync = match body {
+        Ok(Json(sync)) => sync,
+        Err(rejection) => return error(rejection.status(), rejection.body_text()),
+    };
+    match vars.sync(sync).await {
+        Ok(taken) => Json(Synced { taken, source_index: vars.file.source_index() }).into_response(),
         Err(e) => store_error(e),
     }
 }

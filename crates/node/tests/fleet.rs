@@ -289,6 +289,81 @@ async fn a_container_job_runs_on_a_loopback_worker_and_completes() {
     assert!(left.is_empty(), "mounts left: {left:?}");
 }
 
+/// The fleet's variables reach its workers: a template on a loopback worker renders from a
+/// variable set with `wharf fleet var put` (the worker's own set is replaced by the fleet's)
+/// and renders again when it changes there; the worker's agent keeps the fleet's copy and
+/// refuses an older one; the fleet keeps its variables across a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fleets_variables_reach_its_workers_templates_and_follow_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = FleetProcess::start(dir.path(), "[loopback]\ninstances = 1\n");
+    let client = fleet.client();
+    let stdout = |output: std::process::Output| {
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8(output.stdout).unwrap()
+    };
+    assert_eq!(stdout(fleet.cli(&["var", "put", "app/db", "user=ann"])), "user=ann\n");
+    let refused = fleet.cli(&["var", "put", "../x", "a=b"]);
+    assert!(!refused.status.success(), "{refused:?}");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("../x"), "{refused:?}");
+
+    let script = "while true; do cat local/db.conf > $WHARF_ALLOC_DIR/seen.new; \
+                  mv $WHARF_ALLOC_DIR/seen.new $WHARF_ALLOC_DIR/seen; sleep 0.05; done";
+    let spec = job("tpl", "service", script)
+        + "[[group.task.template]]\n\
+           data = '{{ with nomadVar \"app/db\" }}user={{ .user }}{{ end }}'\n\
+           destination = \"local/db.conf\"\nchange_mode = \"noop\"\n";
+    let alloc = submit(&client, &spec).await.unwrap();
+    let running =
+        until_alloc(&client, &alloc.id, "it runs", |a| a.phase.as_str() == "running").await;
+    let worker = running.worker.clone().expect("placed on a worker");
+    let agent_dir = fleet.0.data_dir().join(format!("instances/{worker}/data"));
+    let seen = agent_dir.join(format!("allocs/{}/alloc/seen", running.runner_id));
+    let read = || std::fs::read_to_string(&seen).unwrap_or_default();
+    let eventually = |what: &str, check: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + LIMIT;
+        while !check() {
+            assert!(Instant::now() < deadline, "never {what}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    eventually("the template rendered the fleet's variable", &|| read() == "user=ann");
+
+    assert_eq!(stdout(fleet.cli(&["var", "put", "app/db", "user=bob"])), "user=bob\n");
+    eventually("the template rendered the change", &|| read() == "user=bob");
+
+    // The worker's agent holds the fleet's set, and refuses a copy older than it.
+    let worker_cli = |args: &[&str], stdin: &str| {
+        use std::io::Write;
+        let mut child = Command::new(WHARF)
+            .arg("--data-dir")
+            .arg(&agent_dir)
+            .args(args)
+            .env_remove("WHARF_TOKEN")
+            .env_remove("WHARF_ADDR")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    assert_eq!(stdout(worker_cli(&["var", "get", "app/db"], "")), "user=bob\n");
+    let stale = r#"{"source_index": 1, "variables": {"stale": {"k": "v"}}}"#;
+    let kept = stdout(worker_cli(&["var", "sync"], stale));
+    assert!(kept.starts_with("kept:"), "{kept}");
+    assert_eq!(stdout(worker_cli(&["var", "list"], "")), "app/db\n");
+
+    let status = fleet.0.terminate(LIMIT).unwrap();
+    assert!(status.success(), "{status:?}");
+    let fleet = FleetProcess::start(dir.path(), "[loopback]\ninstances = 1\n");
+    assert_eq!(stdout(fleet.cli(&["var", "get", "app/db"])), "user=bob\n");
+    assert_eq!(stdout(fleet.cli(&["var", "list"])), "app/db\n");
+    let status = fleet.0.terminate(LIMIT).unwrap();
+    assert!(status.success(), "{status:?}");
+}
+
 /// `wharf fleet status ID` of batch work whose every attempt failed: the rescheduled attempt
 /// and the last one each say when they ended and how, in the table and in the JSON.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

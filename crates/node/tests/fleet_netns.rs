@@ -233,6 +233,16 @@ impl Cluster {
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
+    /// The items of variable `path` as the agent behind `worker` holds it (`name=value`
+    /// lines), or nothing while it has none there.
+    fn agent_variable(&self, worker: &str, path: &str) -> String {
+        let host = self.host(worker);
+        let mut command = host.command(WHARF);
+        command.arg("--data-dir").arg(agent_data_dir(host)).args(["var", "get", path]);
+        let out = command.output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
     /// Waits until the agent behind `worker` says allocation `id` runs: the fleet calls it
     /// running once the start was acknowledged, which may be before the agent started its
     /// task.
@@ -308,6 +318,20 @@ async fn the_fleet_deploys_runs_work_on_its_hosts_and_drains_a_busy_one() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     assert_eq!(deployed, [format!("runner~{}", cluster.wharf_sha256)]);
+
+    // The fleet's variables reach every host's agent, over SSH.
+    let items = serde_json::json!({ "items": { "user": "ann" } });
+    let put: serde_json::Value =
+        cluster.client.json(Method::PUT, "/v1/var/app/db", Some(items)).await.unwrap();
+    assert_eq!(put["items"]["user"], "ann", "{put}");
+    for worker in ["h1", "h2"] {
+        let what = format!("the agent of {worker} holding the fleet's variables");
+        cluster
+            .until(&what, LIMIT, async || {
+                (cluster.agent_variable(worker, "app/db") == "user=ann").then_some(())
+            })
+            .await;
+    }
 
     // Batch work is placed, runs on a host's agent, and ends complete.
     let mut batch = Vec::new();

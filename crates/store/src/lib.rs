@@ -23,7 +23,7 @@ pub use memory::MemoryStore;
 pub use record::DecodeError;
 #[cfg(feature = "redb")]
 pub use redb_store::{RedbStore, SCHEMA_VERSION, StoreOptions, StoreStats};
-pub use variables::{Variable, VariableFile};
+pub use variables::{Variable, VariableFile, VariableSync, check_variable};
 
 /// The attribute that implementations of [`StateStore`] put on their `impl` block.
 pub use async_trait::async_trait;

@@ -7,6 +7,10 @@
 //! mode 0600; one written by a newer wharf is refused. A set of variables is small (they are
 //! configuration, bounded by [`MAX_VARIABLE_BYTES`] each), which a file per change serves
 //! well; the calls are synchronous, for a blocking thread.
+//!
+//! A worker of a fleet takes its variables from the fleet: [`VariableFile::sync`] replaces the
+//! whole set with the fleet's, and keeps the fleet's index of it so that a copy older than the
+//! one held (a push that was overtaken) changes nothing.
 
 use crate::error::StoreError;
 use parking_lot::Mutex;
@@ -38,6 +42,20 @@ struct FileBody {
     version: u64,
     index: u64,
     variables: BTreeMap<String, Variable>,
+    /// The fleet's index of the set last taken from it, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    source_index: Option<u64>,
+}
+
+/// A whole set of variables as a fleet hands it to its workers: each path's items, and the
+/// fleet's index of the set, which grows with every change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VariableSync {
+    /// The fleet's index of this set.
+    pub source_index: u64,
+    /// Every variable: its path and its items.
+    pub variables: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// The variables, in memory and in their file.
@@ -67,6 +85,26 @@ pub fn check_variable_path(path: &str) -> Result<(), String> {
 
 fn invalid(path: &str, reason: String) -> StoreError {
     StoreError::InvalidVariable { path: path.to_owned(), reason }
+}
+
+/// Whether `items` may be the variable at `path`: a valid path, at least one item, item names
+/// that are not empty and hold no `=` or NUL, and no more than [`MAX_VARIABLE_BYTES`] in all.
+pub fn check_variable(path: &str, items: &BTreeMap<String, String>) -> Result<(), StoreError> {
+    check_variable_path(path).map_err(|reason| invalid(path, reason))?;
+    if items.is_empty() {
+        return Err(invalid(path, "a variable needs at least one item".into()));
+    }
+    if let Some(name) = items.keys().find(|name| name.is_empty() || name.contains(['\0', '='])) {
+        return Err(invalid(path, format!("item name {name:?} is empty or holds `=` or NUL")));
+    }
+    let size: usize = items.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if size > MAX_VARIABLE_BYTES {
+        return Err(invalid(
+            path,
+            format!("its items hold {size} bytes, more than the {MAX_VARIABLE_BYTES} allowed"),
+        ));
+    }
+    Ok(())
 }
 
 impl VariableFile {
@@ -121,21 +159,7 @@ impl VariableFile {
 
     /// Sets the variable at `path` to `items`; returns it once the file holds it.
     pub fn put(&self, path: &str, items: BTreeMap<String, String>) -> Result<Variable, StoreError> {
-        check_variable_path(path).map_err(|reason| invalid(path, reason))?;
-        if items.is_empty() {
-            return Err(invalid(path, "a variable needs at least one item".into()));
-        }
-        if let Some(name) = items.keys().find(|name| name.is_empty() || name.contains(['\0', '=']))
-        {
-            return Err(invalid(path, format!("item name {name:?} is empty or holds `=` or NUL")));
-        }
-        let size: usize = items.iter().map(|(k, v)| k.len() + v.len()).sum();
-        if size > MAX_VARIABLE_BYTES {
-            return Err(invalid(
-                path,
-                format!("its items hold {size} bytes, more than the {MAX_VARIABLE_BYTES} allowed"),
-            ));
-        }
+        check_variable(path, &items)?;
         self.change(|body| {
             let variable = Variable { path: path.to_owned(), items, modify_index: body.index };
             body.variables.insert(path.to_owned(), variable.clone());
@@ -151,6 +175,41 @@ impl VariableFile {
         self.change(|body| body.variables.remove(path).is_some())
     }
 
+    /// Replaces the whole set with a fleet's `sync`, unless the set already is that copy or a
+    /// later one (its `source_index` no greater than the one held): then nothing changes and
+    /// the answer is `false`. A variable whose items are unchanged keeps its modify index.
+    /// Every variable is checked first; one that is invalid refuses the whole copy.
+    pub fn sync(&self, sync: VariableSync) -> Result<bool, StoreError> {
+        for (path, items) in &sync.variables {
+            check_variable(path, items)?;
+        }
+        if self.body.lock().source_index.is_some_and(|held| held >= sync.source_index) {
+            return Ok(false);
+        }
+        self.change(|body| {
+            let index = body.index;
+            let old = std::mem::take(&mut body.variables);
+            body.variables = sync
+                .variables
+                .into_iter()
+                .map(|(path, items)| {
+                    let modify_index = match old.get(&path) {
+                        Some(kept) if kept.items == items => kept.modify_index,
+                        _ => index,
+                    };
+                    (path.clone(), Variable { path, items, modify_index })
+                })
+                .collect();
+            body.source_index = Some(sync.source_index);
+        })?;
+        Ok(true)
+    }
+
+    /// The fleet's index of the set last taken from it ([`VariableFile::sync`]), if any.
+    pub fn source_index(&self) -> Option<u64> {
+        self.body.lock().source_index
+    }
+
     /// Applies `change` to a copy of the set, writes it, and keeps it once written.
     fn change<T>(&self, change: impl FnOnce(&mut FileBody) -> T) -> Result<T, StoreError> {
         let mut body = self.body.lock();
@@ -158,6 +217,7 @@ impl VariableFile {
             version: VARIABLES_VERSION,
             index: body.index + 1,
             variables: body.variables.clone(),
+            source_index: body.source_index,
         };
         let result = change(&mut next);
         self.write(&next)?;
@@ -244,5 +304,34 @@ mod tests {
             VariableFile::open(dir.path().join("new.json")),
             Err(StoreError::NewerSchema { .. })
         ));
+    }
+
+    #[test]
+    fn a_fleets_copy_replaces_the_set_once_and_an_older_one_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("variables.json");
+        let vars = VariableFile::open(&path).unwrap();
+        vars.put("local/only", items(&[("x", "1")])).unwrap();
+        vars.put("app/db", items(&[("user", "ann")])).unwrap();
+        let kept_index = vars.get("app/db").unwrap().modify_index;
+        let copy = |index: u64, pairs: &[(&str, &[(&str, &str)])]| VariableSync {
+            source_index: index,
+            variables: pairs.iter().map(|(p, i)| ((*p).to_owned(), items(i))).collect(),
+        };
+        let fleets = copy(5, &[("app/db", &[("user", "ann")]), ("app/web", &[("port", "80")])]);
+        assert!(vars.sync(fleets.clone()).unwrap());
+        let paths: Vec<String> = vars.list("").into_iter().map(|v| v.path).collect();
+        assert_eq!(paths, ["app/db", "app/web"], "the fleet's set, whole");
+        assert_eq!(vars.get("app/db").unwrap().modify_index, kept_index, "unchanged, same index");
+        assert!(!vars.sync(fleets).unwrap(), "the same copy again");
+        assert!(!vars.sync(copy(4, &[("stale", &[("k", "v")])])).unwrap(), "an older copy");
+        assert!(vars.get("stale").is_none());
+        let bad = copy(9, &[("ok", &[("k", "v")]), ("a//b", &[("k", "v")])]);
+        assert!(matches!(vars.sync(bad), Err(StoreError::InvalidVariable { .. })));
+        assert!(vars.get("ok").is_none(), "an invalid copy is refused whole");
+        drop(vars);
+        let vars = VariableFile::open(&path).unwrap();
+        assert_eq!(vars.source_index(), Some(5), "the copy's index is kept with it");
+        assert_eq!(vars.get("app/web").unwrap().items["port"], "80");
     }
 }

@@ -1,7 +1,8 @@
 //! [`LedgerStore`]: the embedded fleet store, one redb file through wharf-store's `Ledger`.
 
 use super::{
-    Change, FleetStore, JobEntry, Loaded, Replica, Standing, StoreInfo, Term, decode, encode,
+    Change, Entry, EntryKind, FleetStore, Loaded, Replica, Standing, StoreInfo, Term, decode,
+    encode,
 };
 use crate::FleetError;
 use parking_lot::Mutex;
@@ -9,9 +10,6 @@ use std::path::Path;
 use tokio::sync::watch;
 use wharf_state::fleet::WorkRecord;
 use wharf_store::{Ledger, LedgerChange, StoreError};
-
-/// The key prefix of a Nomad job's record. A work id has no space, so no work's key starts so.
-const JOB_KEY: &str = "nomad job ";
 
 /// The fleet's records in one redb file (`<data_dir>/fleet.redb`), for a fleet of one process:
 /// the file's lock keeps a second process out, and its terms never lapse. Taking a term
@@ -74,7 +72,7 @@ impl FleetStore for LedgerStore {
         let rows = self.ledger.scan().await.map_err(|e| store_error("load", &e))?;
         let mut loaded = Loaded::default();
         for (key, bytes) in rows {
-            if key.starts_with(JOB_KEY) {
+            if EntryKind::ALL.iter().any(|kind| key.starts_with(kind.ledger_prefix())) {
                 continue;
             }
             match decode(&bytes) {
@@ -85,18 +83,18 @@ impl FleetStore for LedgerStore {
         Ok(loaded)
     }
 
-    async fn load_jobs(&self) -> Result<Vec<JobEntry>, FleetError> {
+    async fn load_entries(&self, kind: EntryKind) -> Result<Vec<Entry>, FleetError> {
         let rows = self.ledger.scan().await.map_err(|e| store_error("load", &e))?;
-        let mut jobs = Vec::new();
+        let mut entries = Vec::new();
         for (key, bytes) in rows {
-            let Some(id) = key.strip_prefix(JOB_KEY) else { continue };
+            let Some(id) = key.strip_prefix(kind.ledger_prefix()) else { continue };
             let json = String::from_utf8(bytes).map_err(|e| FleetError::Store {
                 operation: "load",
-                detail: format!("Nomad job {id:?}: {e}"),
+                detail: format!("{} {id:?}: {e}", kind.describe()),
             })?;
-            jobs.push(JobEntry { id: id.to_owned(), json });
+            entries.push(Entry { kind, id: id.to_owned(), json });
         }
-        Ok(jobs)
+        Ok(entries)
     }
 
     async fn load(&self, id: &str) -> Result<Option<WorkRecord>, FleetError> {
@@ -125,11 +123,13 @@ impl FleetStore for LedgerStore {
                     LedgerChange::Put { key: record.placement.id.clone(), value: encode(&record)? }
                 }
                 Change::Delete(id) => LedgerChange::Delete { key: id },
-                Change::PutJob(job) => LedgerChange::Put {
-                    key: format!("{JOB_KEY}{}", job.id),
-                    value: job.json.into_bytes(),
+                Change::PutEntry(entry) => LedgerChange::Put {
+                    key: format!("{}{}", entry.kind.ledger_prefix(), entry.id),
+                    value: entry.json.into_bytes(),
                 },
-                Change::DeleteJob(id) => LedgerChange::Delete { key: format!("{JOB_KEY}{id}") },
+                Change::DeleteEntry(kind, id) => {
+                    LedgerChange::Delete { key: format!("{}{id}", kind.ledger_prefix()) }
+                }
             });
         }
         match self.ledger.write(term.number(), writes).await {

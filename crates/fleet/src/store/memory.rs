@@ -10,7 +10,7 @@
 //! keep-alive that learns its lease expired) and [`MemoryStore::expire`] (the holder does not:
 //! it learns when a write is refused, as a leader frozen past its lease does).
 
-use super::{Change, FleetStore, JobEntry, Loaded, Replica, Standing, StoreInfo, Term};
+use super::{Change, Entry, EntryKind, FleetStore, Loaded, Replica, Standing, StoreInfo, Term};
 use crate::FleetError;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -30,7 +30,7 @@ pub struct MemoryStore {
 #[derive(Debug, Default)]
 struct Inner {
     records: BTreeMap<String, WorkRecord>,
-    jobs: BTreeMap<String, String>,
+    entries: BTreeMap<(EntryKind, String), String>,
     term: u64,
     leader: Option<(Replica, watch::Sender<Standing>)>,
     /// Replicas whose campaign waits, in the order they began.
@@ -172,10 +172,12 @@ impl FleetStore for MemoryStore {
         Ok(Loaded { records, problems: Vec::new() })
     }
 
-    async fn load_jobs(&self) -> Result<Vec<JobEntry>, FleetError> {
+    async fn load_entries(&self, kind: EntryKind) -> Result<Vec<Entry>, FleetError> {
         let inner = self.inner.lock();
-        let jobs = inner.jobs.iter();
-        Ok(jobs.map(|(id, json)| JobEntry { id: id.clone(), json: json.clone() }).collect())
+        let entries = inner.entries.iter().filter(|((k, _), _)| *k == kind);
+        Ok(entries
+            .map(|((_, id), json)| Entry { kind, id: id.clone(), json: json.clone() })
+            .collect())
     }
 
     async fn load(&self, id: &str) -> Result<Option<WorkRecord>, FleetError> {
@@ -204,11 +206,11 @@ impl FleetStore for MemoryStore {
                 Change::Delete(id) => {
                     inner.records.remove(&id);
                 }
-                Change::PutJob(job) => {
-                    inner.jobs.insert(job.id, job.json);
+                Change::PutEntry(entry) => {
+                    inner.entries.insert((entry.kind, entry.id), entry.json);
                 }
-                Change::DeleteJob(id) => {
-                    inner.jobs.remove(&id);
+                Change::DeleteEntry(kind, id) => {
+                    inner.entries.remove(&(kind, id));
                 }
             }
         }

@@ -1,9 +1,10 @@
 //! Durable fleet state: [`FleetStore`], the one seam between the scheduler and wherever its
 //! records live, and who may write them.
 //!
-//! A store keeps one [`WorkRecord`] per piece of work, and beside the work one [`JobEntry`] per
-//! Nomad job the fleet's Nomad API registered (JSON the store keeps as given, so that a new
-//! leader serves the jobs its predecessor took), and decides who leads: a replica
+//! A store keeps one [`WorkRecord`] per piece of work, and beside the work the [`Entry`]s of the
+//! fleet's servers (each Nomad job the fleet's Nomad API registered, the fleet's variables: JSON
+//! the store keeps as given, so that a new leader serves what its predecessor was given), and
+//! decides who leads: a replica
 //! [`campaign`](FleetStore::campaign)s and gets a [`Term`]; every [`commit`](FleetStore::commit)
 //! names the term it is made under, and the store refuses it ([`FleetError::Fenced`]) once that
 //! term has ended, so a replica that lost its place (its lease expired while it was frozen or
@@ -73,13 +74,53 @@ pub struct StoreInfo {
     pub location: String,
 }
 
-/// A Nomad job's record, kept for the fleet's Nomad API beside the work, under a key of its own:
-/// the store keeps its JSON as given and never reads it.
+/// A kind of entry the fleet's servers keep beside the work, each under keys of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EntryKind {
+    /// A Nomad job's record, for the fleet's Nomad API (its id is the job's).
+    NomadJob,
+    /// The fleet's variables, which it serves to its workers: the whole set in one entry.
+    Variables,
+}
+
+impl EntryKind {
+    /// Every kind.
+    pub const ALL: [EntryKind; 2] = [EntryKind::NomadJob, EntryKind::Variables];
+
+    /// What its keys start with in etcd (`<prefix>/<this>/<id>`).
+    pub(crate) fn etcd_dir(self) -> &'static str {
+        match self {
+            EntryKind::NomadJob => "nomad-jobs",
+            EntryKind::Variables => "variables",
+        }
+    }
+
+    /// What its keys start with in the ledger (work ids hold no space).
+    pub(crate) fn ledger_prefix(self) -> &'static str {
+        match self {
+            EntryKind::NomadJob => "nomad job ",
+            EntryKind::Variables => "variables ",
+        }
+    }
+
+    /// Its name in messages.
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            EntryKind::NomadJob => "Nomad job",
+            EntryKind::Variables => "variables",
+        }
+    }
+}
+
+/// An entry kept beside the work under a key of its own: the store keeps its JSON as given
+/// and never reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JobEntry {
-    /// The job's id.
+pub struct Entry {
+    /// What it is.
+    pub kind: EntryKind,
+    /// Its id among the entries of its kind.
     pub id: String,
-    /// The record, as its keeper wrote it.
+    /// The entry, as its keeper wrote it.
     pub json: String,
 }
 
@@ -92,19 +133,19 @@ pub enum Change {
     Put(WorkRecord),
     /// Forget the record with this id.
     Delete(String),
-    /// Store a Nomad job's record, replacing the one with its id.
-    PutJob(JobEntry),
-    /// Forget the Nomad job with this id.
-    DeleteJob(String),
+    /// Store an entry, replacing the one of its kind with its id.
+    PutEntry(Entry),
+    /// Forget the entry of this kind with this id.
+    DeleteEntry(EntryKind, String),
 }
 
 impl Change {
-    /// The id of the record it changes (a work's or a job's: they are kept apart).
+    /// The id of the record or entry it changes (each kind's ids are kept apart).
     pub fn id(&self) -> &str {
         match self {
             Change::Put(record) => &record.placement.id,
-            Change::Delete(id) | Change::DeleteJob(id) => id,
-            Change::PutJob(job) => &job.id,
+            Change::Delete(id) | Change::DeleteEntry(_, id) => id,
+            Change::PutEntry(entry) => &entry.id,
         }
     }
 }
@@ -250,8 +291,8 @@ pub trait FleetStore: Send + Sync + fmt::Debug + 'static {
     /// Every record, for a replica that takes over.
     async fn load_all(&self) -> Result<Loaded, FleetError>;
 
-    /// Every Nomad job's record, for a replica that takes over.
-    async fn load_jobs(&self) -> Result<Vec<JobEntry>, FleetError>;
+    /// Every entry of `kind`, for a replica that takes over.
+    async fn load_entries(&self, kind: EntryKind) -> Result<Vec<Entry>, FleetError>;
 
     /// One record.
     async fn load(&self, id: &str) -> Result<Option<WorkRecord>, FleetError>;

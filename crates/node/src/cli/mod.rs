@@ -25,7 +25,7 @@ mod probe_channel;
 mod run;
 mod service;
 mod validate;
-mod var;
+pub(crate) mod var;
 mod wipe;
 
 pub use common::{

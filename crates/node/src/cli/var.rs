@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use wharf_store::Variable;
 
 #[derive(Debug, Subcommand)]
-pub(crate) enum VarCommand {
+pub enum VarCommand {
     /// Set a variable's items (all of them: items not named are dropped).
     Put {
         /// Its path, such as app/db.
@@ -37,6 +37,10 @@ pub(crate) enum VarCommand {
         /// Its path.
         path: String,
     },
+    /// Replace every variable with a fleet's set, read as JSON on stdin
+    /// (`{"source_index": N, "variables": {"path": {"name": "value"}}}`), unless the agent
+    /// holds that copy or a later one: what a fleet runs on its workers.
+    Sync,
 }
 
 fn parse_item(text: &str) -> Result<(String, String), String> {
@@ -80,6 +84,25 @@ pub(crate) async fn var(
         }
         VarCommand::Delete { path } => {
             client.call(Method::DELETE, var_path(&path), None).await?;
+        }
+        VarCommand::Sync => {
+            let mut input = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin(), &mut input)?;
+            let sync: wharf_store::VariableSync = serde_json::from_slice(&input)
+                .map_err(|e| anyhow::anyhow!("the variables on stdin: {e}"))?;
+            let body = serde_json::to_value(&sync)?;
+            let synced: crate::variables::Synced =
+                client.json(Method::PUT, ApiPath::v1(["vars"]), Some(body)).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&synced)?);
+            } else if synced.taken {
+                println!("taken: the fleet's variables as of index {}", sync.source_index);
+            } else {
+                println!(
+                    "kept: this node holds the fleet's variables as of index {}",
+                    synced.source_index.unwrap_or_default()
+                );
+            }
         }
     }
     Ok(ExitCode::SUCCESS)

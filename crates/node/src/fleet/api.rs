@@ -11,6 +11,7 @@
 //! | `POST /v1/workers/{id}/{hold,drain,run,kill,probe}` | operator actions (`probe`: now) |
 //! | `GET /v1/metrics` | the pool's and the scheduler's metrics (Prometheus) |
 //! | `GET /v1/status` | this replica, the leader, the replicas and the store |
+//! | `GET\|PUT\|DELETE /v1/var/{path}`, `GET /v1/vars[?prefix=P]` | the variables it serves to its workers ([`super::variables`]) |
 //! | `/arvados/v1/dispatch/instances[/{hold,drain,run,kill}]` | Arvados' management API ([`super::arvados`]) |
 //!
 //! Every call but `/v1/health` requires the fleet's token, as `Authorization: Bearer <token>`:
@@ -53,6 +54,7 @@ pub fn router(fleet: Arc<Fleet>) -> Router {
         .route("/v1/metrics", get(metrics))
         .route("/v1/status", get(fleet_status))
         .merge(super::arvados::routes())
+        .merge(super::variables::routes())
         .route_layer(axum::middleware::from_fn_with_state(fleet.clone(), follow_the_leader))
         .route_layer(axum::middleware::from_fn_with_state(fleet.clone(), require_token));
     Router::new()

@@ -28,6 +28,7 @@ pub mod cli;
 pub mod config;
 pub mod nomad;
 mod spot_prices;
+pub mod variables;
 mod wiring;
 
 pub use wiring::{ExecutorLayer, Fleet, InstanceSets, Leading, WrapExecutor};

@@ -6,6 +6,7 @@
 use super::config::StoreBackend;
 use super::config::{Ec2Settings, Ec2TypeSettings, FleetConfig, Instances};
 use super::spot_prices;
+use super::variables::{FleetVariables, SyncingExecutor};
 use crate::wipe;
 use anyhow::Context;
 use std::path::{Path, PathBuf};
@@ -36,6 +37,8 @@ pub struct Fleet {
     wall_origin: wharf_state::Timestamp,
     /// Wraps every executor the pool gets, if set.
     executor_layer: Option<ExecutorLayer>,
+    /// The variables it serves to its workers.
+    variables: Arc<FleetVariables>,
 }
 
 /// Wraps the executor of each worker (given with its instance): for tests that hold, delay or
@@ -86,6 +89,8 @@ struct Plan {
     scheduling: SchedulerConfig,
     /// The SSH identity of static or EC2 workers, read at start so a bad one fails at once.
     ssh_key: Option<Arc<wharf_prober::ssh::PrivateKey>>,
+    /// What the runner commands add to find a worker's agent (`--address ...`), if anything.
+    agent_args: String,
 }
 
 impl Fleet {
@@ -129,6 +134,7 @@ impl Fleet {
             replica: replica.clone(),
             clock,
             executor_layer,
+            variables: Arc::new(FleetVariables::new(replica.store().clone())),
         });
         let (first, first_lead) = tokio::sync::oneshot::channel();
         let for_build = fleet.clone();
@@ -163,6 +169,11 @@ impl Fleet {
         self.wall_origin.saturating_add(self.clock.now().since_origin())
     }
 
+    /// The variables it serves to its workers.
+    pub fn variables(&self) -> &Arc<FleetVariables> {
+        &self.variables
+    }
+
     /// The store that keeps the fleet's state.
     pub fn store(&self) -> &Arc<dyn FleetStore> {
         &self.store
@@ -184,6 +195,22 @@ impl Fleet {
             new_executor =
                 Arc::new(move |instance: &Instance| (layer.0)(instance, inner(instance)));
         }
+        // Read before the pool runs: its first probes give the workers the set.
+        self.variables.load(&term).await?;
+        let syncing = self.variables.clone();
+        let runner = &pool_config.worker.runner;
+        let (list_args, start_args) = (runner.list_args.clone(), runner.start_args.clone());
+        let agent_args = plan.agent_args.clone();
+        let inner = new_executor;
+        new_executor = Arc::new(move |instance: &Instance| {
+            Arc::new(SyncingExecutor::new(
+                inner(instance),
+                syncing.clone(),
+                list_args.clone(),
+                start_args.clone(),
+                agent_args.clone(),
+            )) as Arc<dyn Executor>
+        });
         let pool = Pool::new(pool_config, self.clock.clone(), instances, new_executor)?;
         let scheduler =
             Scheduler::take_over(pool.clone(), plan.scheduling.clone(), self.store.clone(), term)
@@ -504,7 +531,7 @@ fn plan(config: &FleetConfig, data_dir: &Path) -> anyhow::Result<Plan> {
         worker.runner.directory = directory.clone();
     }
     pool.worker = worker;
-    Ok(Plan { data_dir: data_dir.to_owned(), wharf, pool, scheduling, ssh_key })
+    Ok(Plan { data_dir: data_dir.to_owned(), wharf, pool, scheduling, ssh_key, agent_args: agent })
 }
 
 /// An SSH private key from `path`.

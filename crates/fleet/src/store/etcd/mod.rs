@@ -22,7 +22,8 @@
 mod gateway;
 
 use super::{
-    Change, FleetStore, JobEntry, Loaded, Replica, Standing, StoreInfo, Term, Token, decode, encode,
+    Change, Entry, EntryKind, FleetStore, Loaded, Replica, Standing, StoreInfo, Term, Token,
+    decode, encode,
 };
 use crate::FleetError;
 use gateway::{Gateway, GatewayError, Operation};
@@ -290,16 +291,17 @@ impl FleetStore for EtcdStore {
         Ok(loaded)
     }
 
-    async fn load_jobs(&self) -> Result<Vec<JobEntry>, FleetError> {
-        let prefix = self.key("nomad-jobs/");
-        let mut jobs = Vec::new();
-        for (key, value) in self.scan("nomad-jobs/").await? {
+    async fn load_entries(&self, kind: EntryKind) -> Result<Vec<Entry>, FleetError> {
+        let dir = format!("{}/", kind.etcd_dir());
+        let prefix = self.key(&dir);
+        let mut entries = Vec::new();
+        for (key, value) in self.scan(&dir).await? {
             let id = key.strip_prefix(&prefix).unwrap_or(&key).to_owned();
             let json = String::from_utf8(value)
-                .map_err(|e| etcd_error("load", format!("Nomad job {id:?}: {e}")))?;
-            jobs.push(JobEntry { id, json });
+                .map_err(|e| etcd_error("load", format!("{} {id:?}: {e}", kind.describe())))?;
+            entries.push(Entry { kind, id, json });
         }
-        Ok(jobs)
+        Ok(entries)
     }
 
     async fn load(&self, id: &str) -> Result<Option<WorkRecord>, FleetError> {
@@ -330,15 +332,19 @@ impl FleetStore for EtcdStore {
         }
         let mut operations = Vec::with_capacity(changes.len());
         for change in &changes {
-            let kind = match change {
+            let dir = match change {
                 Change::Put(_) | Change::Delete(_) => "work",
-                Change::PutJob(_) | Change::DeleteJob(_) => "nomad-jobs",
+                Change::PutEntry(Entry { kind, .. }) | Change::DeleteEntry(kind, _) => {
+                    kind.etcd_dir()
+                }
             };
-            let key = self.key(&format!("{kind}/{}", change.id())).into_bytes();
+            let key = self.key(&format!("{dir}/{}", change.id())).into_bytes();
             operations.push(match change {
                 Change::Put(record) => Operation::Put { key, value: encode(record)? },
-                Change::PutJob(job) => Operation::Put { key, value: job.json.clone().into_bytes() },
-                Change::Delete(_) | Change::DeleteJob(_) => Operation::Delete { key },
+                Change::PutEntry(entry) => {
+                    Operation::Put { key, value: entry.json.clone().into_bytes() }
+                }
+                Change::Delete(_) | Change::DeleteEntry(..) => Operation::Delete { key },
             });
         }
         let applied =

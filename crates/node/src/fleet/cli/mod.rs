@@ -90,6 +90,10 @@ pub enum FleetCommand {
         /// The worker.
         worker: String,
     },
+    /// The variables the fleet gives its workers, which their task templates read
+    /// (`nomadVar`, `key`): put, get, list, delete.
+    #[command(subcommand)]
+    Var(crate::cli::var::VarCommand),
 }
 
 /// How `wharf fleet` combines its sources of settings.
@@ -151,5 +155,10 @@ pub async fn run(args: FleetArgs, flags: GlobalFlags<'_>) -> anyhow::Result<Exit
         FleetCommand::Run { worker } => workers::act(&client, &worker, "run").await,
         FleetCommand::Kill { worker } => workers::act(&client, &worker, "kill").await,
         FleetCommand::Probe { worker } => workers::act(&client, &worker, "probe").await,
+        FleetCommand::Var(crate::cli::var::VarCommand::Sync) => anyhow::bail!(
+            "`var sync` gives a worker's agent a fleet's variables; the fleet's own are set \
+             with `wharf fleet var put`"
+        ),
+        FleetCommand::Var(command) => crate::cli::var::var(&client, command, json).await,
     }
 }

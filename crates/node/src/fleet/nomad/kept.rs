@@ -1,4 +1,4 @@
-//! The fleet's Nomad job records in its shared store ([`wharf_fleet::JobEntry`]), so that
+//! The fleet's Nomad job records in its shared store ([`wharf_fleet::Entry`]), so that
 //! whichever replica leads serves the jobs its predecessors registered: read into the registry
 //! when a term begins here, and written under that term, so that a replica that lost its lead
 //! cannot change them.
@@ -6,7 +6,7 @@
 use crate::nomad_http::registry::{JobRecord, Keeper, Registry};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use wharf_fleet::{Change, FleetError, FleetStore, JobEntry, Term};
+use wharf_fleet::{Change, Entry, EntryKind, FleetError, FleetStore, Term};
 
 /// Writes the registry's records to the fleet's store, under the term they were read in.
 #[derive(Debug)]
@@ -30,7 +30,7 @@ impl StoreKeeper {
     /// be read is logged and left out.
     pub(super) async fn load(&self, registry: &Registry, term: &Term) -> Result<(), FleetError> {
         let mut jobs = BTreeMap::new();
-        for entry in self.store.load_jobs().await? {
+        for entry in self.store.load_entries(EntryKind::NomadJob).await? {
             match serde_json::from_str::<JobRecord>(&entry.json) {
                 Ok(record) => {
                     jobs.insert(entry.id, record);
@@ -57,10 +57,11 @@ impl StoreKeeper {
 impl Keeper for StoreKeeper {
     async fn put(&self, id: &str, record: &JobRecord) -> Result<(), String> {
         let json = serde_json::to_string(record).map_err(|e| e.to_string())?;
-        self.commit(Change::PutJob(JobEntry { id: id.to_owned(), json })).await
+        self.commit(Change::PutEntry(Entry { kind: EntryKind::NomadJob, id: id.to_owned(), json }))
+            .await
     }
 
     async fn delete(&self, id: &str) -> Result<(), String> {
-        self.commit(Change::DeleteJob(id.to_owned())).await
+        self.commit(Change::DeleteEntry(EntryKind::NomadJob, id.to_owned())).await
     }
 }
