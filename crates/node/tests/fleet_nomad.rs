@@ -226,3 +226,43 @@ fn fleet_queries_carry_nomads_headers_and_unplaced_work_is_on_no_node() {
     let (status, _, _) = request(&address, "GET", "/v1/job/huge", Some(&token), "");
     assert_eq!(status, 404);
 }
+
+/// A fleet whose data directory holds the job records an earlier fleet kept there (before
+/// they moved to its store) takes them into the store at its first term: the job is served,
+/// and the directory is renamed so that they are taken once.
+#[test]
+fn job_records_an_earlier_fleet_kept_on_disk_are_taken_into_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    // The fleet's data directory, as `Fleet::start` names it.
+    let data_dir = dir.path().join("fleet");
+    let jobs = data_dir.join("nomad/jobs");
+    std::fs::create_dir_all(&jobs).unwrap();
+    let record = serde_json::json!({
+        "job": {"ID": "old", "Name": "old", "Type": "batch", "Namespace": "default",
+                "TaskGroups": [{"Name": "g", "Count": 0, "Tasks": []}]},
+        "version": 2, "created": 1000, "modified": 2000, "stopped": true,
+        "allocs": [], "evals": [{"id": "e1", "triggered_by": "job-register", "at": 1000}],
+    });
+    // The file's name is the job id's bytes in hex.
+    std::fs::write(jobs.join("6f6c64.json"), record.to_string()).unwrap();
+    let settings =
+        "probe_interval = \"200ms\"\nsync_interval = \"1s\"\n[loopback]\ninstances = 1\n";
+    let fleet = Fleet::start(Path::new(WHARF), dir.path(), settings, "info", LIMIT).unwrap();
+    let token = fleet.token().unwrap();
+    let (status, _, body) = request(fleet.address(), "GET", "/v1/job/old", Some(&token), "");
+    assert_eq!(status, 200, "{body}");
+    let job: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (&job["ID"], &job["Version"], &job["Stop"]),
+        (&"old".into(), &2.into(), &true.into())
+    );
+    assert!(!jobs.exists(), "the old records' directory is renamed once taken");
+    assert!(data_dir.join("nomad/jobs.imported/6f6c64.json").exists());
+
+    // Restarted over the same store, the fleet still serves it: from the store.
+    fleet.terminate(LIMIT).unwrap();
+    let fleet = Fleet::start(Path::new(WHARF), dir.path(), settings, "info", LIMIT).unwrap();
+    let (status, _, body) = request(fleet.address(), "GET", "/v1/job/old", Some(&token), "");
+    assert_eq!(status, 200, "{body}");
+    fleet.terminate(LIMIT).unwrap();
+}

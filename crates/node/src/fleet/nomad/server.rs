@@ -49,7 +49,45 @@ impl FleetNomad {
         if self.kept.loaded_in(term) {
             return Ok(());
         }
-        self.kept.load(&self.registry, term).await.map_err(fleet_error)
+        self.kept.load(&self.registry, term).await.map_err(fleet_error)?;
+        self.import_file_records().await;
+        Ok(())
+    }
+
+    /// Takes into the store the job records an earlier fleet kept in its data directory
+    /// (`nomad/jobs`, before they moved to the store), each unless the store has that job
+    /// already; then the directory is renamed `nomad/jobs.imported`, so they are taken once
+    /// (an import a crash cut short goes on at the next term).
+    async fn import_file_records(&self) {
+        let data_dir = &self.fleet.config().data_dir;
+        let dir = data_dir.join("nomad").join("jobs");
+        if !dir.is_dir() {
+            return;
+        }
+        let old = match Registry::open(data_dir) {
+            Ok(old) => old.all(),
+            Err(error) => {
+                return tracing::warn!(dir = %dir.display(), %error, "cannot read the Nomad job records of an earlier fleet");
+            }
+        };
+        for record in old {
+            let id = crate::nomad_http::jobs::job_id(&record);
+            if self.registry.get(&id).is_some() {
+                continue;
+            }
+            if let Err(error) = self.registry.put(&id, record).await {
+                return tracing::warn!(job = %id, %error, "cannot take an earlier fleet's Nomad job record into the store; trying again at the next term");
+            }
+        }
+        let imported = dir.with_file_name("jobs.imported");
+        match std::fs::rename(&dir, &imported) {
+            Ok(()) => {
+                tracing::info!(from = %dir.display(), to = %imported.display(), "took the Nomad job records of an earlier fleet into the store")
+            }
+            Err(error) => {
+                tracing::warn!(dir = %dir.display(), %error, "took the Nomad job records of an earlier fleet into the store, but cannot rename their directory")
+            }
+        }
     }
 
     /// What leads here, or a 503 (a follower forwards Nomad's calls, so this is a replica
