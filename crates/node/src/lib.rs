@@ -24,6 +24,7 @@
 
 pub mod agent;
 pub mod agent_file;
+pub mod agent_relay;
 pub mod agent_token;
 pub mod api;
 pub mod api_token;

@@ -233,6 +233,14 @@ impl Cluster {
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
+    /// The body of a Nomad call on the fleet (its token is accepted there as Nomad's).
+    async fn nomad_get(&self, path: &str) -> String {
+        match self.client.call(Method::GET, path, None).await {
+            Ok(body) => String::from_utf8_lossy(&body).into_owned(),
+            Err(e) => panic!("GET {path}: {e}\n{}", self.context().await),
+        }
+    }
+
     /// The items of variable `path` as the agent behind `worker` holds it (`name=value`
     /// lines), or nothing while it has none there.
     fn agent_variable(&self, worker: &str, path: &str) -> String {
@@ -297,9 +305,11 @@ fn sh_task(name: &str, script: &str) -> String {
     )
 }
 
-/// A service rescheduled 5s after it is lost (Nomad's shortest delay; the default is 30s).
+/// A service rescheduled 5s after it is lost (Nomad's shortest delay; the default is 30s); it
+/// says `up` on its standard output.
 fn service(id: &str) -> String {
-    let group = format!("reschedule = {{ delay = \"5s\" }}\n{}", sh_task("t", "exec sleep 1000"));
+    let group =
+        format!("reschedule = {{ delay = \"5s\" }}\n{}", sh_task("t", "echo up; exec sleep 1000"));
     job(id, "service", &group)
 }
 
@@ -401,6 +411,29 @@ async fn the_fleet_deploys_runs_work_on_its_hosts_and_drains_a_busy_one() {
     let alloc = cluster.wait_running(&waiting).await;
     assert_eq!((alloc.phase.as_str(), alloc.worker.as_deref()), ("running", Some(other)));
     cluster.agent_runs(other, &waiting).await;
+
+    // Nomad's client calls on the fleet reach the agent of the host that runs the allocation,
+    // over SSH alone: its files, its log and its stats.
+    let log = format!("/v1/client/fs/cat/{waiting}?path=alloc/logs/t.stdout.0");
+    cluster
+        .until("the service's output through the fleet", LIMIT, async || {
+            (cluster.nomad_get(&log).await == "up\n").then_some(())
+        })
+        .await;
+    let plain = format!("/v1/client/fs/logs/{waiting}?task=t&type=stdout&plain=true&origin=start");
+    assert_eq!(cluster.nomad_get(&plain).await, "up\n");
+    let listing = cluster.nomad_get(&format!("/v1/client/fs/ls/{waiting}?path=/")).await;
+    let entries: Vec<serde_json::Value> = serde_json::from_str(&listing).unwrap();
+    let names: Vec<&str> = entries.iter().filter_map(|e| e["Name"].as_str()).collect();
+    assert!(names.contains(&"alloc") && names.contains(&"t"), "{listing}");
+    let stats = cluster.nomad_get(&format!("/v1/client/allocation/{waiting}/stats")).await;
+    let stats: serde_json::Value = serde_json::from_str(&stats).unwrap();
+    assert!(stats["Tasks"]["t"].is_object(), "{stats}");
+    let missing = format!("/v1/client/fs/cat/{waiting}?path=alloc/no-such-file");
+    match cluster.client.call(Method::GET, &missing, None).await {
+        Err(wharf_node::client::ClientError::Api { status, .. }) => assert_eq!(status, 404),
+        other => panic!("GET {missing}: {other:?}"),
+    }
 }
 
 /// Submits one service per host (with a per-worker limit of 1, one lands on each) and

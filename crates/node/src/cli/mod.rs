@@ -108,6 +108,11 @@ enum Command {
     /// line, until standard input ends (the prober's probe channel).
     #[command(hide = true)]
     ProbeChannel,
+    /// Make one HTTP call to the agent, read from standard input, and write its answer to
+    /// standard output (`wharf_node::agent_relay`): how a fleet that reaches this worker over
+    /// SSH alone forwards Nomad's client calls to its agent.
+    #[command(hide = true)]
+    AgentRelay,
     /// Kill the agent of --data-dir and every task it ran, and delete the directory: what
     /// destroying the machine would do (the fleet's loopback instances end this way).
     Wipe {
@@ -208,6 +213,17 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Wipe { config } => wipe::wipe(config.as_deref(), flags).await,
         Command::Fleet(args) => crate::fleet::cli::run(args, flags).await,
         Command::ProbeChannel => probe_channel::serve(channel_request).await,
+        Command::AgentRelay => {
+            let limit = crate::config::NodeConfig::default().max_body_bytes;
+            let stdio =
+                probe_channel::Stdio::take(0).and_then(|i| Ok((i, probe_channel::Stdio::take(1)?)));
+            match stdio {
+                Ok((input, output)) => crate::agent_relay::serve(&client, input, output, limit)
+                    .await
+                    .map(|()| ExitCode::SUCCESS),
+                Err(error) => Err(error),
+            }
+        }
         Command::Validate { file } => validate::validate(&file, json),
         Command::Run(args) => run::run(&client, &args, data_dir, json).await,
         Command::Alloc(command) => {

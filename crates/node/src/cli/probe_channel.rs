@@ -196,13 +196,13 @@ async fn start(
 }
 
 /// Standard input or output read and written without blocking, on the runtime's reactor: a
-/// request costs no hand-off to a blocking thread.
-struct Stdio(AsyncFd<File>);
+/// request costs no hand-off to a blocking thread. `wharf agent-relay` streams through it too.
+pub(crate) struct Stdio(AsyncFd<File>);
 
 impl Stdio {
     /// A non-blocking copy of descriptor `fd` (0 or 1), which must be a pipe or a socket (as
     /// sshd and the prober's local sessions give).
-    fn take(fd: i32) -> anyhow::Result<Stdio> {
+    pub(crate) fn take(fd: i32) -> anyhow::Result<Stdio> {
         let which = if fd == 0 { "standard input" } else { "standard output" };
         // SAFETY: dup of a descriptor this process holds; the copy is owned from here on.
         let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
@@ -222,9 +222,8 @@ impl Stdio {
                 .context(format!("cannot make {which} non-blocking"));
         }
         // SAFETY: a `File` owns its descriptor and keeps it open and the same until dropped.
-        let fd = unsafe { AsyncFd::register(file) }.map_err(|e| {
-            anyhow::anyhow!("{which} of the probe channel must be a pipe or a socket: {e}")
-        })?;
+        let fd = unsafe { AsyncFd::register(file) }
+            .map_err(|e| anyhow::anyhow!("{which} must be a pipe or a socket: {e}"))?;
         Ok(Stdio(fd))
     }
 }

@@ -68,9 +68,60 @@ pub struct InstanceSets {
     loopback: Option<Arc<LoopbackInstanceSet>>,
     /// The EC2 set, asked for spot prices beside the pool.
     ec2: Option<Arc<Ec2InstanceSet>>,
+    /// How each worker reached over SSH relays a call to its agent, by worker.
+    relays: Arc<parking_lot::Mutex<std::collections::HashMap<String, AgentRelay>>>,
+}
+
+/// How a call reaches the agent of a worker the fleet reaches over SSH alone: `wharf
+/// agent-relay` run there in a session of the worker's connection ([`crate::agent_relay`]).
+#[derive(Debug, Clone)]
+pub struct AgentRelay {
+    ssh: Arc<SshExecutor>,
+    /// The command, as the runner commands are run there (`[sudo ]RUNNER ARGS agent-relay`).
+    command: String,
+}
+
+impl AgentRelay {
+    /// Starts the command, within `deadline`.
+    pub async fn open(
+        &self,
+        deadline: Duration,
+    ) -> Result<wharf_prober::channel::Session, wharf_prober::ProberError> {
+        use wharf_prober::SessionOpener;
+        self.ssh.open_session(&self.command, deadline).await
+    }
+}
+
+/// Keeps how worker `instance`, reached through `ssh`, relays a call to its agent.
+fn keep_relay(
+    relays: &parking_lot::Mutex<std::collections::HashMap<String, AgentRelay>>,
+    runner: &wharf_prober::Prepared,
+    agent_args: &str,
+    instance: &Instance,
+    ssh: &Arc<SshExecutor>,
+) {
+    match wharf_prober::ChannelConfig::for_runner(runner, instance) {
+        Ok(channel) => {
+            let command = format!(
+                "{} {} {agent_args}agent-relay",
+                channel.program,
+                instance.runner_args.trim()
+            );
+            relays.lock().insert(instance.id.0.clone(), AgentRelay { ssh: ssh.clone(), command });
+        }
+        Err(error) => {
+            tracing::warn!(worker = %instance.id, %error, "no relay to this worker's agent");
+        }
+    }
 }
 
 impl InstanceSets {
+    /// How a call reaches worker `id`'s agent when the fleet reaches the worker over SSH
+    /// alone: known for static and EC2 workers the pool has an executor for.
+    pub fn agent_relay(&self, id: &InstanceId) -> Option<AgentRelay> {
+        self.relays.lock().get(&id.0).cloned()
+    }
+
     /// The data directory of worker `id`'s agent, where it announces its address and keeps its
     /// token: known for loopback workers, whose agents run on this host.
     pub fn agent_data_dir(&self, id: &InstanceId) -> Option<PathBuf> {
@@ -309,21 +360,34 @@ impl Fleet {
                 )?);
                 let key = self.plan.ssh_key.clone().context("no SSH identity for static hosts")?;
                 let channel = self.channel(pool_config)?;
+                let runner = pool_config.worker.clone().prepare()?;
+                let relays = Arc::default();
+                let (kept, agent_args) = (Arc::clone(&relays), self.plan.agent_args.clone());
                 let new_executor: NewExecutor = Arc::new(move |instance: &Instance| {
                     let ssh = Arc::new(SshExecutor::for_instance(instance, key.clone()));
+                    keep_relay(&kept, &runner, &agent_args, instance, &ssh);
                     over_channel(instance, ssh, channel.as_ref())
                 });
-                let extra =
-                    InstanceSets { static_set: Some(set.clone()), ..InstanceSets::default() };
+                let extra = InstanceSets {
+                    static_set: Some(set.clone()),
+                    relays,
+                    ..InstanceSets::default()
+                };
                 Ok((set as Arc<dyn InstanceSet>, new_executor, extra))
             }
             Instances::Ec2(settings) => {
                 let key = self.plan.ssh_key.clone().context("no SSH identity for EC2 workers")?;
                 let set = Arc::new(Ec2InstanceSet::new(self.ec2_config(settings, &key)?)?);
+                let runner = pool_config.worker.clone().prepare()?;
+                let relays = Arc::default();
+                let (kept, agent_args) = (Arc::clone(&relays), self.plan.agent_args.clone());
                 let new_executor: NewExecutor = Arc::new(move |instance: &Instance| {
-                    Arc::new(SshExecutor::for_instance(instance, key.clone())) as Arc<dyn Executor>
+                    let ssh = Arc::new(SshExecutor::for_instance(instance, key.clone()));
+                    keep_relay(&kept, &runner, &agent_args, instance, &ssh);
+                    ssh as Arc<dyn Executor>
                 });
-                let extra = InstanceSets { ec2: Some(set.clone()), ..InstanceSets::default() };
+                let extra =
+                    InstanceSets { ec2: Some(set.clone()), relays, ..InstanceSets::default() };
                 Ok((set as Arc<dyn InstanceSet>, new_executor, extra))
             }
         }

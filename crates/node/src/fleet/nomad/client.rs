@@ -2,9 +2,11 @@
 //! worker that runs the allocation, under the id its attempt runs as there, with that
 //! agent's token, and the answer streamed back as it comes (a followed log is a stream).
 //! A Nomad client that reads the node's `HTTPAddr` and goes to the agent itself needs the
-//! agent's token; through the fleet, the fleet's token serves.
+//! agent's token; through the fleet, the fleet's token serves. A worker reached over SSH
+//! alone (static hosts, EC2) has the call made by `wharf agent-relay` on it
+//! ([`crate::agent_relay`]), in a session of its connection.
 
-use super::relay::relay;
+use super::relay::{relay, relay_over_ssh};
 use super::server::Shared;
 use super::views;
 use crate::nomad_http::{NomadApiError, NomadResult, Params};
@@ -12,6 +14,7 @@ use axum::extract::{Path, Query, Request, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use wharf_fleet::WorkPhase;
+use wharf_prober::InstanceId;
 
 /// `GET /v1/client/fs/{ls,stat,cat,readat,stream,logs}/:alloc`.
 pub(super) async fn fs(
@@ -83,14 +86,17 @@ async fn forward(
     request: Request,
 ) -> NomadResult<Response> {
     let leading = server.leading()?;
-    let client = views::agent_client(&leading, worker).ok_or_else(|| {
-        NomadApiError::new(
-            StatusCode::NOT_IMPLEMENTED,
-            format!(
-                "the fleet does not reach node {worker}'s agent over HTTP; send the call to the agent itself"
-            ),
-        )
-    })?;
     let who = format!("node {worker}'s agent");
-    relay(&client, &who, request, Some(path), server.fleet.config().max_body_bytes).await
+    let limit = server.fleet.config().max_body_bytes;
+    if let Some(client) = views::agent_client(&leading, worker) {
+        return relay(&client, &who, request, Some(path), limit).await;
+    }
+    // A worker reached over SSH alone: the call is made there, by its own runner.
+    match leading.extra().agent_relay(&InstanceId(worker.to_owned())) {
+        Some(agent_relay) => relay_over_ssh(&agent_relay, &who, request, path, limit).await,
+        None => Err(NomadApiError::new(
+            StatusCode::BAD_GATEWAY,
+            format!("the fleet has no way to node {worker}'s agent now"),
+        )),
+    }
 }

@@ -26,7 +26,8 @@
 //!
 //! A worker's agent is reached where the fleet knows its data directory (loopback workers,
 //! on this host): there it announces its address and keeps its token. Of other workers the
-//! fleet shows what its scheduler and prober know, with no `HTTPAddr` and no task states.
+//! fleet shows what its scheduler and prober know, with no `HTTPAddr` and no task states, and
+//! their client calls are relayed over SSH by `wharf agent-relay` on the worker.
 
 mod client;
 mod events;

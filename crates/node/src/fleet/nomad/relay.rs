@@ -11,8 +11,7 @@ use axum::http::{HeaderName, StatusCode, header};
 use axum::response::Response;
 
 /// The headers of an answer passed on.
-const PASSED_ON: [&str; 4] =
-    ["content-type", "x-nomad-index", "x-nomad-knownleader", "x-nomad-lastcontact"];
+const PASSED_ON: [&str; 4] = crate::agent_relay::PASSED_ON;
 
 /// The longest the other server may take to start its answer: a blocking query's longest
 /// wait, and some. A streamed body (a followed log, the event stream) goes on past it.
@@ -76,4 +75,83 @@ pub(super) async fn relay(
             format!("{who} does not answer: {error}"),
         )),
     }
+}
+
+/// Sends `request` (its method, query, body and body's type) to a worker's agent at `path`
+/// through `relay` (`wharf agent-relay` in a session of the worker's SSH connection), and
+/// streams the answer back; `who` names the agent in errors. Bodies over `limit` bytes are
+/// refused.
+pub(super) async fn relay_over_ssh(
+    relay: &crate::fleet::wiring::AgentRelay,
+    who: &str,
+    request: Request,
+    path: String,
+    limit: usize,
+) -> NomadResult<Response> {
+    use crate::agent_relay::{RelayAnswer, RelayCall, read_head};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (parts, body) = request.into_parts();
+    let target = match parts.uri.query() {
+        Some(query) => format!("{path}?{query}"),
+        None => path,
+    };
+    let bytes = axum::body::to_bytes(body, limit).await.map_err(|_| {
+        NomadApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the request body is larger than {limit} bytes"),
+        )
+    })?;
+    let content_type = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json")
+        .to_owned();
+    let unreachable = |why: String| {
+        NomadApiError::new(StatusCode::BAD_GATEWAY, format!("{who} cannot be reached: {why}"))
+    };
+    let call =
+        RelayCall { method: parts.method.to_string(), target, content_type, body_len: bytes.len() };
+    let answered = async {
+        let session = relay.open(ANSWER_LIMIT).await.map_err(|e| unreachable(e.to_string()))?;
+        let (mut input, output, keep) = (session.input, session.output, session.keep);
+        let mut line = serde_json::to_vec(&call).map_err(NomadApiError::internal)?;
+        line.push(b'\n');
+        line.extend_from_slice(&bytes);
+        input.write_all(&line).await.map_err(|e| unreachable(e.to_string()))?;
+        input.flush().await.map_err(|e| unreachable(e.to_string()))?;
+        let mut output = tokio::io::BufReader::new(output);
+        let head: RelayAnswer = read_head(&mut output)
+            .await
+            .map_err(|e| unreachable(format!("its relay said: {e}")))?;
+        Ok::<_, NomadApiError>((head, output, (input, keep)))
+    };
+    let Ok(answered) = tokio::time::timeout(ANSWER_LIMIT, answered).await else {
+        return Err(NomadApiError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            format!("{who} did not answer within {ANSWER_LIMIT:?}"),
+        ));
+    };
+    let (head, output, session) = answered?;
+    // The body as it comes; the session (its input and what keeps it) lives as long.
+    let body = futures_util::stream::unfold(Some((output, session)), |state| async move {
+        let (mut output, session) = state?;
+        let mut buffer = vec![0; 16 * 1024];
+        match output.read(&mut buffer).await {
+            Ok(0) => None,
+            Ok(read) => {
+                buffer.truncate(read);
+                Some((Ok(axum::body::Bytes::from(buffer)), Some((output, session))))
+            }
+            Err(error) => Some((Err(error), None)),
+        }
+    });
+    let mut response = Response::new(Body::from_stream(body));
+    *response.status_mut() = StatusCode::from_u16(head.status).unwrap_or(StatusCode::BAD_GATEWAY);
+    for name in PASSED_ON {
+        if let Some(value) = head.headers.get(name).and_then(|v| v.parse().ok()) {
+            response.headers_mut().insert(HeaderName::from_static(name), value);
+        }
+    }
+    Ok(response)
 }
