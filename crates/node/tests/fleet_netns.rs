@@ -429,6 +429,11 @@ async fn the_fleet_deploys_runs_work_on_its_hosts_and_drains_a_busy_one() {
     let stats = cluster.nomad_get(&format!("/v1/client/allocation/{waiting}/stats")).await;
     let stats: serde_json::Value = serde_json::from_str(&stats).unwrap();
     assert!(stats["Tasks"]["t"].is_object(), "{stats}");
+    // The allocation as Nomad shows it carries its task states, read through the relay too.
+    let shown = cluster.nomad_get(&format!("/v1/allocation/{waiting}")).await;
+    let shown: serde_json::Value = serde_json::from_str(&shown).unwrap();
+    assert_eq!(shown["TaskStates"]["t"]["State"], "running", "{shown}");
+    assert_eq!(shown["ClientStatus"], "running", "{shown}");
     let missing = format!("/v1/client/fs/cat/{waiting}?path=alloc/no-such-file");
     match cluster.client.call(Method::GET, &missing, None).await {
         Err(wharf_node::client::ClientError::Api { status, .. }) => assert_eq!(status, 404),

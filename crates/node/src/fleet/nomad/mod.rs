@@ -25,9 +25,9 @@
 //! too: a request with `X-Nomad-Token` or a Nomad query parameter gets Nomad's answer.
 //!
 //! A worker's agent is reached where the fleet knows its data directory (loopback workers,
-//! on this host): there it announces its address and keeps its token. Of other workers the
-//! fleet shows what its scheduler and prober know, with no `HTTPAddr` and no task states, and
-//! their client calls are relayed over SSH by `wharf agent-relay` on the worker.
+//! on this host): there it announces its address and keeps its token. Other workers' agents
+//! (static hosts, EC2) are read and called through `wharf agent-relay` on the worker, in a
+//! session of its SSH connection; their nodes show no `HTTPAddr`.
 
 mod client;
 mod events;

@@ -77,10 +77,53 @@ pub(super) async fn relay(
     }
 }
 
+/// A worker's agent's answer through its relay: the head, then the body still to be read
+/// (what keeps the session rides along).
+type Relayed = (
+    crate::agent_relay::RelayAnswer,
+    tokio::io::BufReader<std::pin::Pin<Box<dyn tokio::io::AsyncRead + Send>>>,
+    (std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>, Box<dyn Send + Sync>),
+);
+
+/// Makes `call` (with `body`) on a worker's agent through `relay` (`wharf agent-relay` in a
+/// session of the worker's SSH connection) and reads the answer's head; `who` names the agent
+/// in errors.
+async fn call_over_ssh(
+    relay: &crate::fleet::wiring::AgentRelay,
+    who: &str,
+    call: &crate::agent_relay::RelayCall,
+    body: &[u8],
+) -> NomadResult<Relayed> {
+    use crate::agent_relay::read_head;
+    use tokio::io::AsyncWriteExt;
+    let unreachable = |why: String| {
+        NomadApiError::new(StatusCode::BAD_GATEWAY, format!("{who} cannot be reached: {why}"))
+    };
+    let answered = async {
+        let session = relay.open(ANSWER_LIMIT).await.map_err(|e| unreachable(e.to_string()))?;
+        let (mut input, output, keep) = (session.input, session.output, session.keep);
+        let mut line = serde_json::to_vec(call).map_err(NomadApiError::internal)?;
+        line.push(b'\n');
+        line.extend_from_slice(body);
+        input.write_all(&line).await.map_err(|e| unreachable(e.to_string()))?;
+        input.flush().await.map_err(|e| unreachable(e.to_string()))?;
+        let mut output = tokio::io::BufReader::new(output);
+        let head = read_head(&mut output)
+            .await
+            .map_err(|e| unreachable(format!("its relay said: {e}")))?;
+        Ok((head, output, (input, keep)))
+    };
+    tokio::time::timeout(ANSWER_LIMIT, answered).await.unwrap_or_else(|_| {
+        Err(NomadApiError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            format!("{who} did not answer within {ANSWER_LIMIT:?}"),
+        ))
+    })
+}
+
 /// Sends `request` (its method, query, body and body's type) to a worker's agent at `path`
-/// through `relay` (`wharf agent-relay` in a session of the worker's SSH connection), and
-/// streams the answer back; `who` names the agent in errors. Bodies over `limit` bytes are
-/// refused.
+/// through `relay`, and streams the answer back; `who` names the agent in errors. Bodies over
+/// `limit` bytes are refused.
 pub(super) async fn relay_over_ssh(
     relay: &crate::fleet::wiring::AgentRelay,
     who: &str,
@@ -88,8 +131,7 @@ pub(super) async fn relay_over_ssh(
     path: String,
     limit: usize,
 ) -> NomadResult<Response> {
-    use crate::agent_relay::{RelayAnswer, RelayCall, read_head};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncReadExt;
     let (parts, body) = request.into_parts();
     let target = match parts.uri.query() {
         Some(query) => format!("{path}?{query}"),
@@ -107,32 +149,13 @@ pub(super) async fn relay_over_ssh(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("application/json")
         .to_owned();
-    let unreachable = |why: String| {
-        NomadApiError::new(StatusCode::BAD_GATEWAY, format!("{who} cannot be reached: {why}"))
+    let call = crate::agent_relay::RelayCall {
+        method: parts.method.to_string(),
+        target,
+        content_type,
+        body_len: bytes.len(),
     };
-    let call =
-        RelayCall { method: parts.method.to_string(), target, content_type, body_len: bytes.len() };
-    let answered = async {
-        let session = relay.open(ANSWER_LIMIT).await.map_err(|e| unreachable(e.to_string()))?;
-        let (mut input, output, keep) = (session.input, session.output, session.keep);
-        let mut line = serde_json::to_vec(&call).map_err(NomadApiError::internal)?;
-        line.push(b'\n');
-        line.extend_from_slice(&bytes);
-        input.write_all(&line).await.map_err(|e| unreachable(e.to_string()))?;
-        input.flush().await.map_err(|e| unreachable(e.to_string()))?;
-        let mut output = tokio::io::BufReader::new(output);
-        let head: RelayAnswer = read_head(&mut output)
-            .await
-            .map_err(|e| unreachable(format!("its relay said: {e}")))?;
-        Ok::<_, NomadApiError>((head, output, (input, keep)))
-    };
-    let Ok(answered) = tokio::time::timeout(ANSWER_LIMIT, answered).await else {
-        return Err(NomadApiError::new(
-            StatusCode::GATEWAY_TIMEOUT,
-            format!("{who} did not answer within {ANSWER_LIMIT:?}"),
-        ));
-    };
-    let (head, output, session) = answered?;
+    let (head, output, session) = call_over_ssh(relay, who, &call, &bytes).await?;
     // The body as it comes; the session (its input and what keeps it) lives as long.
     let body = futures_util::stream::unfold(Some((output, session)), |state| async move {
         let (mut output, session) = state?;
@@ -154,4 +177,33 @@ pub(super) async fn relay_over_ssh(
         }
     }
     Ok(response)
+}
+
+/// The JSON a worker's agent answers a GET of `path` with, through `relay`: at most `limit`
+/// bytes of it.
+pub(super) async fn read_over_ssh(
+    relay: &crate::fleet::wiring::AgentRelay,
+    who: &str,
+    path: &str,
+    limit: u64,
+) -> NomadResult<Vec<u8>> {
+    use tokio::io::AsyncReadExt;
+    let call = crate::agent_relay::RelayCall {
+        method: "GET".into(),
+        target: path.to_owned(),
+        content_type: "application/json".into(),
+        body_len: 0,
+    };
+    let (head, output, _session) = call_over_ssh(relay, who, &call, &[]).await?;
+    let mut body = Vec::new();
+    let mut output = output.take(limit);
+    tokio::time::timeout(ANSWER_LIMIT, output.read_to_end(&mut body))
+        .await
+        .map_err(|_| NomadApiError::new(StatusCode::GATEWAY_TIMEOUT, format!("{who} stalled")))?
+        .map_err(|e| NomadApiError::new(StatusCode::BAD_GATEWAY, format!("{who}: {e}")))?;
+    if head.status != 200 {
+        let status = StatusCode::from_u16(head.status).unwrap_or(StatusCode::BAD_GATEWAY);
+        return Err(NomadApiError::new(status, String::from_utf8_lossy(&body).into_owned()));
+    }
+    Ok(body)
 }

@@ -19,6 +19,9 @@ use wharf_state::{ClientStatus, Timestamp};
 /// The longest the fleet waits for a worker's agent to answer a read.
 const AGENT_READ: Duration = Duration::from_secs(2);
 
+/// The most a read of a worker's agent through its SSH relay takes in.
+const AGENT_READ_LIMIT: u64 = 4 * 1024 * 1024;
+
 /// A client of worker `worker`'s agent, with that agent's token, where the fleet knows its
 /// data directory.
 pub(super) fn agent_client(leading: &Leading, worker: &str) -> Option<Client> {
@@ -39,7 +42,25 @@ async fn agent_read<T: serde::de::DeserializeOwned>(
     worker: &str,
     path: &str,
 ) -> Option<T> {
-    let client = agent_client(leading, worker)?;
+    let Some(client) = agent_client(leading, worker) else {
+        // A worker reached over SSH alone: read through its relay.
+        let relay = leading.extra().agent_relay(&InstanceId(worker.to_owned()))?;
+        let who = format!("node {worker}'s agent");
+        let read = super::relay::read_over_ssh(&relay, &who, path, AGENT_READ_LIMIT);
+        return match tokio::time::timeout(AGENT_READ, read).await {
+            Ok(Ok(body)) => serde_json::from_slice(&body)
+                .inspect_err(|error| tracing::debug!(%worker, %path, %error, "the worker's agent answered what is not the JSON asked"))
+                .ok(),
+            Ok(Err(error)) => {
+                tracing::debug!(%worker, %path, error = %error.message, "the worker's agent gave no answer");
+                None
+            }
+            Err(_) => {
+                tracing::debug!(%worker, %path, "the worker's agent did not answer in time");
+                None
+            }
+        };
+    };
     match tokio::time::timeout(AGENT_READ, client.json::<T>(Method::GET, path, None)).await {
         Ok(Ok(value)) => Some(value),
         Ok(Err(error)) => {
