@@ -434,6 +434,12 @@ async fn the_fleet_deploys_runs_work_on_its_hosts_and_drains_a_busy_one() {
     let shown: serde_json::Value = serde_json::from_str(&shown).unwrap();
     assert_eq!(shown["TaskStates"]["t"]["State"], "running", "{shown}");
     assert_eq!(shown["ClientStatus"], "running", "{shown}");
+    // Its node's HTTPAddr is the fleet's, which relays the client calls sent there.
+    let node = cluster.nomad_get(&format!("/v1/node/{other}")).await;
+    let node: serde_json::Value = serde_json::from_str(&node).unwrap();
+    let fleet_address = cluster.fleet.address().trim_start_matches("http://");
+    assert_eq!(node["HTTPAddr"], fleet_address, "{node}");
+    assert!(node["Drivers"]["raw_exec"].is_object(), "the agent's drivers: {node}");
     let missing = format!("/v1/client/fs/cat/{waiting}?path=alloc/no-such-file");
     match cluster.client.call(Method::GET, &missing, None).await {
         Err(wharf_node::client::ClientError::Api { status, .. }) => assert_eq!(status, 404),

@@ -79,6 +79,9 @@ pub struct AgentRelay {
     ssh: Arc<SshExecutor>,
     /// The command, as the runner commands are run there (`[sudo ]RUNNER ARGS agent-relay`).
     command: String,
+    /// Where the fleet that relays answers: the node's `HTTPAddr` for Nomad's clients, which
+    /// send the client calls there (the agent listens on the worker's loopback).
+    pub(crate) fleet_address: String,
 }
 
 impl AgentRelay {
@@ -97,6 +100,7 @@ fn keep_relay(
     relays: &parking_lot::Mutex<std::collections::HashMap<String, AgentRelay>>,
     runner: &wharf_prober::Prepared,
     agent_args: &str,
+    fleet_address: &str,
     instance: &Instance,
     ssh: &Arc<SshExecutor>,
 ) {
@@ -107,7 +111,9 @@ fn keep_relay(
                 channel.program,
                 instance.runner_args.trim()
             );
-            relays.lock().insert(instance.id.0.clone(), AgentRelay { ssh: ssh.clone(), command });
+            let relay =
+                AgentRelay { ssh: ssh.clone(), command, fleet_address: fleet_address.to_owned() };
+            relays.lock().insert(instance.id.0.clone(), relay);
         }
         Err(error) => {
             tracing::warn!(worker = %instance.id, %error, "no relay to this worker's agent");
@@ -363,9 +369,10 @@ impl Fleet {
                 let runner = pool_config.worker.clone().prepare()?;
                 let relays = Arc::default();
                 let (kept, agent_args) = (Arc::clone(&relays), self.plan.agent_args.clone());
+                let fleet_address = self.replica().address.clone();
                 let new_executor: NewExecutor = Arc::new(move |instance: &Instance| {
                     let ssh = Arc::new(SshExecutor::for_instance(instance, key.clone()));
-                    keep_relay(&kept, &runner, &agent_args, instance, &ssh);
+                    keep_relay(&kept, &runner, &agent_args, &fleet_address, instance, &ssh);
                     over_channel(instance, ssh, channel.as_ref())
                 });
                 let extra = InstanceSets {
@@ -381,9 +388,10 @@ impl Fleet {
                 let runner = pool_config.worker.clone().prepare()?;
                 let relays = Arc::default();
                 let (kept, agent_args) = (Arc::clone(&relays), self.plan.agent_args.clone());
+                let fleet_address = self.replica().address.clone();
                 let new_executor: NewExecutor = Arc::new(move |instance: &Instance| {
                     let ssh = Arc::new(SshExecutor::for_instance(instance, key.clone()));
-                    keep_relay(&kept, &runner, &agent_args, instance, &ssh);
+                    keep_relay(&kept, &runner, &agent_args, &fleet_address, instance, &ssh);
                     ssh as Arc<dyn Executor>
                 });
                 let extra =

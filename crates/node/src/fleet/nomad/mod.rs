@@ -27,7 +27,7 @@
 //! A worker's agent is reached where the fleet knows its data directory (loopback workers,
 //! on this host): there it announces its address and keeps its token. Other workers' agents
 //! (static hosts, EC2) are read and called through `wharf agent-relay` on the worker, in a
-//! session of its SSH connection; their nodes show no `HTTPAddr`.
+//! session of its SSH connection; their nodes' `HTTPAddr` is the fleet's, which relays.
 
 mod client;
 mod events;

@@ -254,7 +254,13 @@ pub(super) async fn node(leading: &Leading, view: &WorkerView) -> shapes::Node {
         datacenter: "dc1".to_owned(),
         node_class: view.instance_type.clone(),
         node_pool: "default".to_owned(),
-        http_addr: agent_address(leading, &id).unwrap_or_default(),
+        // A worker reached over SSH alone: its client calls go to the fleet, which relays them.
+        http_addr: agent_address(leading, &id)
+            .or_else(|| {
+                let relay = leading.extra().agent_relay(&view.id)?;
+                Some(relay.fleet_address.trim_start_matches("http://").to_owned())
+            })
+            .unwrap_or_default(),
         tls_enabled: false,
         attributes: BTreeMap::new(),
         node_resources: shapes::NodeResources {
