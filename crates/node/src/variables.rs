@@ -7,6 +7,7 @@
 //! Templates re-render when either changes: a variable written here, or a service that comes
 //! or goes in the catalog (forwarded by a small task for as long as the store lives).
 
+use crate::api::ApiError;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -121,30 +122,96 @@ impl TemplateSources for NodeVariables {
     }
 }
 
-/// The API's routes for variables, for the agent's router (which guards them with its token).
-pub fn routes<S: Clone + Send + Sync + 'static>(variables: Arc<NodeVariables>) -> Router<S> {
+/// A set of variables the API serves at `/v1/var/{path}` and `/v1/vars`: the node's, or the
+/// one a fleet gives its workers (`crate::fleet::variables`).
+pub trait VariableService: Send + Sync + 'static {
+    /// The variable at `path`.
+    fn get(&self, path: &str) -> Option<Variable>;
+
+    /// The variables under `prefix`, by path.
+    fn list(&self, prefix: &str) -> Vec<Variable>;
+
+    /// Sets the variable at `path` to `items`, durably.
+    fn put(
+        self: Arc<Self>,
+        path: String,
+        items: BTreeMap<String, String>,
+    ) -> impl Future<Output = Result<Variable, ApiError>> + Send;
+
+    /// Removes the variable at `path`, durably; whether there was one.
+    fn delete(self: Arc<Self>, path: String)
+    -> impl Future<Output = Result<bool, ApiError>> + Send;
+
+    /// Takes a fleet's whole set (`PUT /v1/vars`): a worker's agent does.
+    fn sync(
+        self: Arc<Self>,
+        sync: VariableSync,
+    ) -> impl Future<Output = Result<Synced, ApiError>> + Send;
+}
+
+impl VariableService for NodeVariables {
+    fn get(&self, path: &str) -> Option<Variable> {
+        NodeVariables::get(self, path)
+    }
+
+    fn list(&self, prefix: &str) -> Vec<Variable> {
+        NodeVariables::list(self, prefix)
+    }
+
+    async fn put(
+        self: Arc<Self>,
+        path: String,
+        items: BTreeMap<String, String>,
+    ) -> Result<Variable, ApiError> {
+        NodeVariables::put(&self, path, items).await.map_err(store_error)
+    }
+
+    async fn delete(self: Arc<Self>, path: String) -> Result<bool, ApiError> {
+        NodeVariables::delete(&self, path).await.map_err(store_error)
+    }
+
+    async fn sync(self: Arc<Self>, sync: VariableSync) -> Result<Synced, ApiError> {
+        let taken = NodeVariables::sync(&self, sync).await.map_err(store_error)?;
+        Ok(Synced { taken, source_index: self.file.source_index() })
+    }
+}
+
+/// The API's routes for `variables` (the router they join guards them with its token).
+pub fn routes<S, V>(variables: Arc<V>) -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    V: VariableService,
+{
     Router::new()
-        .route("/v1/var/{*path}", get(get_var).put(put_var).delete(delete_var))
-        .route("/v1/vars", get(list_vars).put(sync_vars))
+        .route("/v1/var/{*path}", get(get_var::<V>).put(put_var::<V>).delete(delete_var::<V>))
+        .route("/v1/vars", get(list_vars::<V>).put(sync_vars::<V>))
         .with_state(variables)
 }
 
-fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    (status, Json(serde_json::json!({ "error": message.into() }))).into_response()
-}
-
-fn store_error(failure: StoreError) -> Response {
+fn store_error(failure: StoreError) -> ApiError {
     let status = match failure {
         StoreError::InvalidVariable { .. } => StatusCode::BAD_REQUEST,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
-    error(status, failure.to_string())
+    ApiError::new(status, failure.to_string())
 }
 
-async fn get_var(State(vars): State<Arc<NodeVariables>>, Path(path): Path<String>) -> Response {
+fn no_variable(path: &str) -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, format!("no variable at {path:?}"))
+}
+
+/// A body or query axum could not take, as the API's error.
+fn rejected(status: StatusCode, text: String) -> Response {
+    ApiError::new(status, text).into_response()
+}
+
+async fn get_var<V: VariableService>(
+    State(vars): State<Arc<V>>,
+    Path(path): Path<String>,
+) -> Response {
     match vars.get(&path) {
         Some(variable) => Json(variable).into_response(),
-        None => error(StatusCode::NOT_FOUND, format!("no variable at {path:?}")),
+        None => no_variable(&path).into_response(),
     }
 }
 
@@ -155,26 +222,29 @@ struct PutBody {
     items: BTreeMap<String, String>,
 }
 
-async fn put_var(
-    State(vars): State<Arc<NodeVariables>>,
+async fn put_var<V: VariableService>(
+    State(vars): State<Arc<V>>,
     Path(path): Path<String>,
     body: Result<Json<PutBody>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
     let body = match body {
         Ok(Json(body)) => body,
-        Err(rejection) => return error(rejection.status(), rejection.body_text()),
+        Err(rejection) => return rejected(rejection.status(), rejection.body_text()),
     };
     match vars.put(path, body.items).await {
         Ok(variable) => Json(variable).into_response(),
-        Err(e) => store_error(e),
+        Err(error) => error.into_response(),
     }
 }
 
-async fn delete_var(State(vars): State<Arc<NodeVariables>>, Path(path): Path<String>) -> Response {
+async fn delete_var<V: VariableService>(
+    State(vars): State<Arc<V>>,
+    Path(path): Path<String>,
+) -> Response {
     match vars.delete(path.clone()).await {
         Ok(true) => StatusCode::NO_CONTENT.into_response(),
-        Ok(false) => error(StatusCode::NOT_FOUND, format!("no variable at {path:?}")),
-        Err(e) => store_error(e),
+        Ok(false) => no_variable(&path).into_response(),
+        Err(error) => error.into_response(),
     }
 }
 
@@ -187,17 +257,16 @@ pub struct Synced {
     pub source_index: Option<u64>,
 }
 
-async fn sync_vars(
-    State(vars): State<Arc<NodeVariables>>,
+async fn sync_vars<V: VariableService>(
+    State(vars): State<Arc<V>>,
     body: Result<Json<VariableSync>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
-    let sync = match body {
-        Ok(Json(sync)) => sync,
-        Err(rejection) => return error(rejection.status(), rejection.body_text()),
-    };
-    match vars.sync(sync).await {
-        Ok(taken) => Json(Synced { taken, source_index: vars.file.source_index() }).into_response(),
-        Err(e) => store_error(e),
+    match body {
+        Ok(Json(sync)) => match vars.sync(sync).await {
+            Ok(synced) => Json(synced).into_response(),
+            Err(error) => error.into_response(),
+        },
+        Err(rejection) => rejected(rejection.status(), rejection.body_text()),
     }
 }
 
@@ -209,12 +278,12 @@ struct ListQuery {
     prefix: String,
 }
 
-async fn list_vars(
-    State(vars): State<Arc<NodeVariables>>,
+async fn list_vars<V: VariableService>(
+    State(vars): State<Arc<V>>,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     match query {
         Ok(Query(query)) => Json(vars.list(&query.prefix)).into_response(),
-        Err(rejection) => error(rejection.status(), rejection.body_text()),
+        Err(rejection) => rejected(rejection.status(), rejection.body_text()),
     }
 }

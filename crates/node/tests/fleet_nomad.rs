@@ -210,7 +210,8 @@ fn fleet_queries_carry_nomads_headers_and_unplaced_work_is_on_no_node() {
     for node in ["..%2F..%2Fetc", "%2Froot", "loopback-999"] {
         let path = format!("/v1/client/stats?node_id={node}");
         let (status, _, body) = request(&address, "GET", &path, Some(&token), "");
-        assert_eq!(status, 501, "{node}: {body}");
+        assert_eq!(status, 404, "{node}: {body}");
+        assert!(body.contains("not found"), "{node}: {body}");
     }
     // Stopped while queued: complete, desired stop.
     let (status, _, body) =

@@ -54,7 +54,7 @@ pub fn router(fleet: Arc<Fleet>) -> Router {
         .route("/v1/metrics", get(metrics))
         .route("/v1/status", get(fleet_status))
         .merge(super::arvados::routes())
-        .merge(super::variables::routes())
+        .merge(crate::variables::routes(fleet.variables().clone()))
         .route_layer(axum::middleware::from_fn_with_state(fleet.clone(), follow_the_leader))
         .route_layer(axum::middleware::from_fn_with_state(fleet.clone(), require_token));
     Router::new()

@@ -12,14 +12,8 @@
 //! with every change and is kept with it, so a worker refuses a copy older than its own (a
 //! push a former leader sent late).
 
-use super::wiring::Fleet;
 use crate::api::ApiError;
-use crate::api::extract::{Path, Query};
-use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -260,66 +254,34 @@ impl Executor for SyncingExecutor {
     }
 }
 
-/// The fleet's routes for its variables (the leader answers; the router guards them).
-pub fn routes() -> Router<Arc<Fleet>> {
-    Router::new()
-        .route("/v1/var/{*path}", get(get_var).put(put_var).delete(delete_var))
-        .route("/v1/vars", get(list_vars))
-}
-
-async fn get_var(State(fleet): State<Arc<Fleet>>, Path(path): Path<String>) -> Response {
-    match fleet.variables().get(&path) {
-        Some(variable) => Json(variable).into_response(),
-        None => {
-            ApiError::new(StatusCode::NOT_FOUND, format!("no variable at {path:?}")).into_response()
-        }
+impl crate::variables::VariableService for FleetVariables {
+    fn get(&self, path: &str) -> Option<Variable> {
+        FleetVariables::get(self, path)
     }
-}
 
-/// The body of a PUT: the items.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PutBody {
-    items: BTreeMap<String, String>,
-}
-
-async fn put_var(
-    State(fleet): State<Arc<Fleet>>,
-    Path(path): Path<String>,
-    body: Result<Json<PutBody>, axum::extract::rejection::JsonRejection>,
-) -> Response {
-    let body = match body {
-        Ok(Json(body)) => body,
-        Err(rejection) => {
-            return ApiError::new(rejection.status(), rejection.body_text()).into_response();
-        }
-    };
-    match fleet.variables().put(&path, body.items).await {
-        Ok(variable) => Json(variable).into_response(),
-        Err(error) => error.into_response(),
+    fn list(&self, prefix: &str) -> Vec<Variable> {
+        FleetVariables::list(self, prefix)
     }
-}
 
-async fn delete_var(State(fleet): State<Arc<Fleet>>, Path(path): Path<String>) -> Response {
-    match fleet.variables().delete(&path).await {
-        Ok(true) => StatusCode::NO_CONTENT.into_response(),
-        Ok(false) => {
-            ApiError::new(StatusCode::NOT_FOUND, format!("no variable at {path:?}")).into_response()
-        }
-        Err(error) => error.into_response(),
+    async fn put(
+        self: Arc<Self>,
+        path: String,
+        items: BTreeMap<String, String>,
+    ) -> Result<Variable, ApiError> {
+        FleetVariables::put(&self, &path, items).await
     }
-}
 
-/// The query of a list.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ListQuery {
-    #[serde(default)]
-    prefix: String,
-}
+    async fn delete(self: Arc<Self>, path: String) -> Result<bool, ApiError> {
+        FleetVariables::delete(&self, &path).await
+    }
 
-async fn list_vars(State(fleet): State<Arc<Fleet>>, Query(query): Query<ListQuery>) -> Response {
-    Json(fleet.variables().list(&query.prefix)).into_response()
+    async fn sync(self: Arc<Self>, _: VariableSync) -> Result<crate::variables::Synced, ApiError> {
+        Err(ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "a fleet's variables are set one at a time (PUT /v1/var/PATH); a whole set is what \
+             a fleet gives its workers' agents",
+        ))
+    }
 }
 
 #[cfg(test)]

@@ -92,8 +92,12 @@ async fn forward(
         return relay(&client, &who, request, Some(path), limit).await;
     }
     // A worker reached over SSH alone: the call is made there, by its own runner.
-    match leading.extra().agent_relay(&InstanceId(worker.to_owned())) {
+    let id = InstanceId(worker.to_owned());
+    match leading.extra().agent_relay(&id) {
         Some(agent_relay) => relay_over_ssh(&agent_relay, &who, request, path, limit).await,
+        None if leading.pool().workers().iter().all(|w| w.id != id) => {
+            Err(NomadApiError::not_found(format!("node {worker} not found")))
+        }
         None => Err(NomadApiError::new(
             StatusCode::BAD_GATEWAY,
             format!("the fleet has no way to node {worker}'s agent now"),

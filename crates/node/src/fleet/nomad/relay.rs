@@ -18,6 +18,40 @@ const PASSED_ON: [&str; 4] = crate::agent_relay::PASSED_ON;
 const ANSWER_LIMIT: std::time::Duration =
     crate::nomad_http::MAX_WAIT.saturating_add(std::time::Duration::from_secs(30));
 
+/// A call to send on: its method, its target (path and query), its body's type and its body.
+struct Call {
+    method: axum::http::Method,
+    target: String,
+    content_type: String,
+    body: Vec<u8>,
+}
+
+impl Call {
+    /// `request` sent on to `path` (or its own path), with its query; a body over `limit`
+    /// bytes is refused.
+    async fn of(request: Request, path: Option<String>, limit: usize) -> NomadResult<Call> {
+        let (parts, body) = request.into_parts();
+        let path = path.unwrap_or_else(|| parts.uri.path().to_owned());
+        let target = match parts.uri.query() {
+            Some(query) => format!("{path}?{query}"),
+            None => path,
+        };
+        let body = axum::body::to_bytes(body, limit).await.map_err(|_| {
+            NomadApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the request body is larger than {limit} bytes"),
+            )
+        })?;
+        let content_type = parts
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("application/json")
+            .to_owned();
+        Ok(Call { method: parts.method, target, content_type, body: body.to_vec() })
+    }
+}
+
 /// Sends `request` (its method, query, body and body's type) to `client`'s server, at `path`
 /// or the request's own path; `who` names that server in errors. Bodies over `limit` bytes
 /// are refused.
@@ -28,26 +62,9 @@ pub(super) async fn relay(
     path: Option<String>,
     limit: usize,
 ) -> NomadResult<Response> {
-    let (parts, body) = request.into_parts();
-    let path = path.unwrap_or_else(|| parts.uri.path().to_owned());
-    let target = match parts.uri.query() {
-        Some(query) => format!("{path}?{query}"),
-        None => path,
-    };
-    let bytes = axum::body::to_bytes(body, limit).await.map_err(|_| {
-        NomadApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("the request body is larger than {limit} bytes"),
-        )
-    })?;
-    let content_type = parts
-        .headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("application/json")
-        .to_owned();
+    let call = Call::of(request, path, limit).await?;
     let sent =
-        client.send(parts.method, target.as_str(), Some((content_type.as_str(), bytes.to_vec())));
+        client.send(call.method, call.target.as_str(), Some((&call.content_type, call.body)));
     let Ok(answer) = tokio::time::timeout(ANSWER_LIMIT, sent).await else {
         return Err(NomadApiError::new(
             StatusCode::GATEWAY_TIMEOUT,
@@ -132,30 +149,14 @@ pub(super) async fn relay_over_ssh(
     limit: usize,
 ) -> NomadResult<Response> {
     use tokio::io::AsyncReadExt;
-    let (parts, body) = request.into_parts();
-    let target = match parts.uri.query() {
-        Some(query) => format!("{path}?{query}"),
-        None => path,
+    let call = Call::of(request, Some(path), limit).await?;
+    let relayed = crate::agent_relay::RelayCall {
+        method: call.method.to_string(),
+        target: call.target,
+        content_type: call.content_type,
+        body_len: call.body.len(),
     };
-    let bytes = axum::body::to_bytes(body, limit).await.map_err(|_| {
-        NomadApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("the request body is larger than {limit} bytes"),
-        )
-    })?;
-    let content_type = parts
-        .headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("application/json")
-        .to_owned();
-    let call = crate::agent_relay::RelayCall {
-        method: parts.method.to_string(),
-        target,
-        content_type,
-        body_len: bytes.len(),
-    };
-    let (head, output, session) = call_over_ssh(relay, who, &call, &bytes).await?;
+    let (head, output, session) = call_over_ssh(relay, who, &relayed, &call.body).await?;
     // The body as it comes; the session (its input and what keeps it) lives as long.
     let body = futures_util::stream::unfold(Some((output, session)), |state| async move {
         let (mut output, session) = state?;
