@@ -613,8 +613,10 @@ fn bind_mounts(config: &TaskConfig) -> Result<Vec<BindMount>, DriverError> {
     for mount in &config.mounts {
         let field = || format!("volume_mount {:?}: destination", mount.volume);
         let destination = Path::new(&mount.destination);
-        // The destination is named by its canonical path: the task's containment refuses a
-        // link on the way when it mounts, so one that appears after this check is refused.
+        // The destination is named by its canonical path (a link already there is followed
+        // now, as the node's configuration or the task directory had it): the task's
+        // containment refuses a link on the way when it mounts, so one that appears after this
+        // check is refused rather than followed.
         let at = if destination.is_absolute() {
             match std::fs::metadata(destination).and_then(|meta| {
                 let canonical = std::fs::canonicalize(destination)?;

@@ -69,8 +69,22 @@ async fn write_head(
     output.flush().await
 }
 
+/// Writes an answer of the relay's own: `status`, with `message` as its body.
+async fn answer_text(
+    output: &mut (impl AsyncWrite + Unpin),
+    status: u16,
+    message: &str,
+) -> std::io::Result<()> {
+    let headers = [("content-type".to_owned(), "text/plain; charset=utf-8".to_owned())];
+    write_head(output, &RelayAnswer { status, headers: headers.into() }).await?;
+    output.write_all(message.as_bytes()).await?;
+    output.flush().await
+}
+
 /// Reads one call from `input`, makes it with `client`, and writes the answer to `output`,
-/// its body as it comes. Bodies over `limit` bytes are refused.
+/// its body as it comes, until it ends or `input` does (the fleet closed the session: a
+/// followed log is not followed for no one). A call this cannot make (a body over `limit`
+/// bytes, no method, a target that is not a path) is answered with the reason.
 pub async fn serve(
     client: &Client,
     input: impl AsyncRead + Unpin,
@@ -80,33 +94,33 @@ pub async fn serve(
     let mut input = BufReader::new(input);
     let call: RelayCall = read_head(&mut input).await?;
     if call.body_len > limit {
-        anyhow::bail!("the call's body has {} bytes, more than the {limit} allowed", call.body_len);
+        let said =
+            format!("the request body has {} bytes, more than the {limit} allowed", call.body_len);
+        return Ok(answer_text(&mut output, 413, &said).await?);
     }
     let mut body = vec![0; call.body_len];
     input.read_exact(&mut body).await?;
-    let method = Method::from_bytes(call.method.as_bytes())
-        .map_err(|_| anyhow::anyhow!("{:?} is not an HTTP method", call.method))?;
-    let text = |status: u16, message: String| {
-        let headers = [("content-type".to_owned(), "text/plain; charset=utf-8".to_owned())];
-        (RelayAnswer { status, headers: headers.into() }, message)
+    let Ok(method) = Method::from_bytes(call.method.as_bytes()) else {
+        let said = format!("{:?} is not an HTTP method", call.method);
+        return Ok(answer_text(&mut output, 400, &said).await?);
     };
+    // The agent's address is put in front of it: only a path keeps the call on this host.
+    if !call.target.starts_with('/') {
+        let said = format!("{:?} is not a path", call.target);
+        return Ok(answer_text(&mut output, 400, &said).await?);
+    }
     let answer =
         client.send(method, call.target.as_str(), Some((call.content_type.as_str(), body))).await;
     let answer = match answer {
         Ok(answer) => answer,
         Err(ClientError::Api { status, message }) => {
             let said = format!("{status}: ");
-            let (head, body) =
-                text(status.as_u16(), message.strip_prefix(&said).unwrap_or(&message).to_owned());
-            write_head(&mut output, &head).await?;
-            output.write_all(body.as_bytes()).await?;
-            return Ok(output.flush().await?);
+            let message = message.strip_prefix(&said).unwrap_or(&message);
+            return Ok(answer_text(&mut output, status.as_u16(), message).await?);
         }
         Err(error) => {
-            let (head, body) = text(502, format!("the agent does not answer: {error}"));
-            write_head(&mut output, &head).await?;
-            output.write_all(body.as_bytes()).await?;
-            return Ok(output.flush().await?);
+            let said = format!("the agent does not answer: {error}");
+            return Ok(answer_text(&mut output, 502, &said).await?);
         }
     };
     let (parts, mut body) = answer.into_parts();
@@ -118,11 +132,63 @@ pub async fn serve(
         })
         .collect();
     write_head(&mut output, &RelayAnswer { status: parts.status.as_u16(), headers }).await?;
-    while let Some(frame) = http_body_util::BodyExt::frame(&mut body).await {
-        if let Ok(data) = frame?.into_data() {
-            output.write_all(&data).await?;
-            output.flush().await?;
+    let streamed = async {
+        while let Some(frame) = http_body_util::BodyExt::frame(&mut body).await {
+            if let Ok(data) = frame?.into_data() {
+                output.write_all(&data).await?;
+                output.flush().await?;
+            }
         }
+        anyhow::Ok(())
+    };
+    let closed = async {
+        let mut rest = [0u8; 256];
+        while matches!(input.read(&mut rest).await, Ok(read) if read > 0) {}
+    };
+    tokio::select! {
+        streamed = streamed => streamed,
+        () = closed => Ok(()),
     }
-    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the relay answers a call it cannot make, without reaching any agent.
+    async fn answered(call: &str) -> (RelayAnswer, String) {
+        let client = Client::new("127.0.0.1:9", None);
+        let mut output = Vec::new();
+        serve(&client, call.as_bytes(), &mut output, 16).await.unwrap();
+        let mut reader = BufReader::new(output.as_slice());
+        let head: RelayAnswer = read_head(&mut reader).await.unwrap();
+        let mut body = String::new();
+        reader.read_to_string(&mut body).await.unwrap();
+        (head, body)
+    }
+
+    #[tokio::test]
+    async fn a_call_the_relay_cannot_make_is_answered_with_the_reason() {
+        let call = |method: &str, target: &str, body_len: usize| {
+            let call = RelayCall {
+                method: method.into(),
+                target: target.into(),
+                content_type: "application/json".into(),
+                body_len,
+            };
+            format!("{}\n{}", serde_json::to_string(&call).unwrap(), "x".repeat(body_len.min(16)))
+        };
+        let (head, body) = answered(&call("GET", "/v1/x", 17)).await;
+        assert_eq!(head.status, 413, "{body}");
+        assert!(body.contains("17 bytes"), "{body}");
+        let (head, body) = answered(&call("G T", "/v1/x", 0)).await;
+        assert_eq!(head.status, 400, "{body}");
+        let (head, body) = answered(&call("GET", "@elsewhere/v1/x", 0)).await;
+        assert_eq!((head.status, body.contains("not a path")), (400, true), "{body}");
+        let (head, body) = answered(&call("GET", "/v1/x", 0)).await;
+        assert_eq!(head.status, 502, "no agent at 127.0.0.1:9: {body}");
+        let client = Client::new("127.0.0.1:9", None);
+        let error = serve(&client, &b"not json\n"[..], Vec::new(), 16).await.unwrap_err();
+        assert!(error.to_string().contains("expected"), "{error}");
+    }
 }

@@ -125,6 +125,11 @@ impl TemplateSources for NodeVariables {
 /// A set of variables the API serves at `/v1/var/{path}` and `/v1/vars`: the node's, or the
 /// one a fleet gives its workers (`crate::fleet::variables`).
 pub trait VariableService: Send + Sync + 'static {
+    /// Why the variables cannot be served now, if they cannot: every call answers it.
+    fn unavailable(&self) -> Option<ApiError> {
+        None
+    }
+
     /// The variable at `path`.
     fn get(&self, path: &str) -> Option<Variable>;
 
@@ -209,6 +214,9 @@ async fn get_var<V: VariableService>(
     State(vars): State<Arc<V>>,
     Path(path): Path<String>,
 ) -> Response {
+    if let Some(refused) = vars.unavailable() {
+        return refused.into_response();
+    }
     match vars.get(&path) {
         Some(variable) => Json(variable).into_response(),
         None => no_variable(&path).into_response(),
@@ -227,6 +235,9 @@ async fn put_var<V: VariableService>(
     Path(path): Path<String>,
     body: Result<Json<PutBody>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
+    if let Some(refused) = vars.unavailable() {
+        return refused.into_response();
+    }
     let body = match body {
         Ok(Json(body)) => body,
         Err(rejection) => return rejected(rejection.status(), rejection.body_text()),
@@ -241,6 +252,9 @@ async fn delete_var<V: VariableService>(
     State(vars): State<Arc<V>>,
     Path(path): Path<String>,
 ) -> Response {
+    if let Some(refused) = vars.unavailable() {
+        return refused.into_response();
+    }
     match vars.delete(path.clone()).await {
         Ok(true) => StatusCode::NO_CONTENT.into_response(),
         Ok(false) => no_variable(&path).into_response(),
@@ -282,6 +296,9 @@ async fn list_vars<V: VariableService>(
     State(vars): State<Arc<V>>,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
+    if let Some(refused) = vars.unavailable() {
+        return refused.into_response();
+    }
     match query {
         Ok(Query(query)) => Json(vars.list(&query.prefix)).into_response(),
         Err(rejection) => rejected(rejection.status(), rejection.body_text()),

@@ -350,15 +350,27 @@ async fn the_fleets_variables_reach_its_workers_templates_and_follow_changes() {
         child.wait_with_output().unwrap()
     };
     assert_eq!(stdout(worker_cli(&["var", "get", "app/db"], "")), "user=bob\n");
-    let stale = r#"{"source_index": 1, "variables": {"stale": {"k": "v"}}}"#;
-    let kept = stdout(worker_cli(&["var", "sync"], stale));
+    let generation = {
+        let file = std::fs::read_to_string(agent_dir.join("variables.json")).unwrap();
+        let file: serde_json::Value = serde_json::from_str(&file).unwrap();
+        file["source_generation"].as_str().unwrap().to_owned()
+    };
+    let stale = format!(
+        r#"{{"source_index": 1, "generation": "{generation}", "variables": {{"stale": {{"k": "v"}}}}}}"#
+    );
+    let kept = stdout(worker_cli(&["var", "sync"], &stale));
     assert!(kept.starts_with("kept:"), "{kept}");
+    assert_eq!(stdout(worker_cli(&["var", "list"], "")), "app/db\n");
+    // A variable set on the worker alone goes with the fleet's next copy.
+    stdout(worker_cli(&["var", "put", "local/only", "x=1"], ""));
+    assert_eq!(stdout(fleet.cli(&["var", "put", "app/db", "user=cy"])), "user=cy\n");
+    eventually("the template rendered the fleet's next copy", &|| read() == "user=cy");
     assert_eq!(stdout(worker_cli(&["var", "list"], "")), "app/db\n");
 
     let status = fleet.0.terminate(LIMIT).unwrap();
     assert!(status.success(), "{status:?}");
     let fleet = FleetProcess::start(dir.path(), "[loopback]\ninstances = 1\n");
-    assert_eq!(stdout(fleet.cli(&["var", "get", "app/db"])), "user=bob\n");
+    assert_eq!(stdout(fleet.cli(&["var", "get", "app/db"])), "user=cy\n");
     assert_eq!(stdout(fleet.cli(&["var", "list"])), "app/db\n");
     let status = fleet.0.terminate(LIMIT).unwrap();
     assert!(status.success(), "{status:?}");

@@ -45,6 +45,9 @@ struct FileBody {
     /// The fleet's index of the set last taken from it, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     source_index: Option<u64>,
+    /// The generation of the fleet's set that index counts in.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    source_generation: String,
 }
 
 /// A whole set of variables as a fleet hands it to its workers: each path's items, and the
@@ -54,6 +57,10 @@ struct FileBody {
 pub struct VariableSync {
     /// The fleet's index of this set.
     pub source_index: u64,
+    /// Names the set's history: a fleet whose store was replaced starts a new generation,
+    /// whose indexes count again from 1, and a worker takes its copies whatever it held.
+    #[serde(default)]
+    pub generation: String,
     /// Every variable: its path and its items.
     pub variables: BTreeMap<String, BTreeMap<String, String>>,
 }
@@ -183,10 +190,15 @@ impl VariableFile {
         for (path, items) in &sync.variables {
             check_variable(path, items)?;
         }
-        if self.body.lock().source_index.is_some_and(|held| held >= sync.source_index) {
+        // Checked under the same lock as the write: of two copies that arrive together, the
+        // older cannot land last.
+        let mut body = self.body.lock();
+        let held = body.source_generation == sync.generation
+            && body.source_index.is_some_and(|held| held >= sync.source_index);
+        if held {
             return Ok(false);
         }
-        self.change(|body| {
+        self.apply(&mut body, |body| {
             let index = body.index;
             let old = std::mem::take(&mut body.variables);
             body.variables = sync
@@ -201,6 +213,7 @@ impl VariableFile {
                 })
                 .collect();
             body.source_index = Some(sync.source_index);
+            body.source_generation = sync.generation;
         })?;
         Ok(true)
     }
@@ -213,11 +226,21 @@ impl VariableFile {
     /// Applies `change` to a copy of the set, writes it, and keeps it once written.
     fn change<T>(&self, change: impl FnOnce(&mut FileBody) -> T) -> Result<T, StoreError> {
         let mut body = self.body.lock();
+        self.apply(&mut body, change)
+    }
+
+    /// [`VariableFile::change`], with the set's lock held by the caller.
+    fn apply<T>(
+        &self,
+        body: &mut FileBody,
+        change: impl FnOnce(&mut FileBody) -> T,
+    ) -> Result<T, StoreError> {
         let mut next = FileBody {
             version: VARIABLES_VERSION,
             index: body.index + 1,
             variables: body.variables.clone(),
             source_index: body.source_index,
+            source_generation: body.source_generation.clone(),
         };
         let result = change(&mut next);
         self.write(&next)?;
@@ -316,6 +339,7 @@ mod tests {
         let kept_index = vars.get("app/db").unwrap().modify_index;
         let copy = |index: u64, pairs: &[(&str, &[(&str, &str)])]| VariableSync {
             source_index: index,
+            generation: "first".into(),
             variables: pairs.iter().map(|(p, i)| ((*p).to_owned(), items(i))).collect(),
         };
         let fleets = copy(5, &[("app/db", &[("user", "ann")]), ("app/web", &[("port", "80")])]);
@@ -333,5 +357,10 @@ mod tests {
         let vars = VariableFile::open(&path).unwrap();
         assert_eq!(vars.source_index(), Some(5), "the copy's index is kept with it");
         assert_eq!(vars.get("app/web").unwrap().items["port"], "80");
+        // A fleet whose store was replaced counts again from 1, in a generation of its own.
+        let renewed =
+            VariableSync { generation: "second".into(), ..copy(1, &[("new", &[("k", "v")])]) };
+        assert!(vars.sync(renewed).unwrap(), "a new generation is taken whatever its index");
+        assert_eq!(vars.list("").len(), 1);
     }
 }

@@ -17,7 +17,6 @@ use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use wharf_fleet::{Change, Entry, EntryKind, FleetError, FleetStore, Term};
 use wharf_prober::{Executor, Output, ProberError};
@@ -29,19 +28,37 @@ const SET_ID: &str = "set";
 /// The most the whole set may hold, encoded: well under what one etcd value may be.
 pub const MAX_SET_BYTES: usize = 1024 * 1024;
 
-/// The set as kept: its index and its variables.
+/// The version of the set's layout in the store.
+const SET_VERSION: u64 = 1;
+
+/// The set as kept: its layout's version, its generation and index, and its variables.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 struct Set {
+    #[serde(default)]
+    version: u64,
+    /// Made with the set's first variable: a set begun anew (its store replaced) is another
+    /// generation, which workers take whatever index they hold.
+    #[serde(default)]
+    generation: String,
     index: u64,
     variables: BTreeMap<String, Variable>,
+}
+
+/// What the fleet holds: the term the set was read in, and the set, or why it could not be
+/// read (then the variables are not served and no worker is given any, rather than the set
+/// be overwritten).
+#[derive(Debug, Default)]
+struct Held {
+    term: Option<Term>,
+    set: Set,
+    unreadable: Option<String>,
 }
 
 /// The fleet's variables, as of the term they were last read in.
 #[derive(Debug)]
 pub struct FleetVariables {
     store: Arc<dyn FleetStore>,
-    /// The term the set was read in (none before the first read), and the set.
-    held: parking_lot::RwLock<(Option<Term>, Set)>,
+    held: parking_lot::RwLock<Held>,
     /// One change at a time: each reads the set, writes the next.
     changing: tokio::sync::Mutex<()>,
 }
@@ -57,36 +74,50 @@ impl FleetVariables {
     }
 
     /// Reads the set from the store, as `term`'s: a replica that takes the lead serves (and
-    /// hands its workers) the variables its predecessors set.
+    /// hands its workers) the variables its predecessors set. A store that cannot be read
+    /// fails the lead; a set that cannot be understood is reported, not served, and kept.
     pub async fn load(&self, term: &Term) -> Result<(), FleetError> {
         let _changing = self.changing.lock().await;
         let entries = self.store.load_entries(EntryKind::Variables).await?;
-        let set = match entries.iter().find(|e| e.id == SET_ID) {
-            Some(entry) => serde_json::from_str(&entry.json).map_err(|e| FleetError::Store {
-                operation: "load",
-                detail: format!("the fleet's variables: {e}"),
-            })?,
-            None => Set::default(),
+        let read = match entries.iter().find(|e| e.id == SET_ID) {
+            Some(entry) => match serde_json::from_str::<Set>(&entry.json) {
+                Ok(set) if set.version > SET_VERSION => Err(format!(
+                    "the fleet's variables are of layout {}, newer than this wharf's ({SET_VERSION})",
+                    set.version
+                )),
+                Ok(set) => Ok(set),
+                Err(e) => Err(format!("the fleet's variables in its store cannot be read: {e}")),
+            },
+            None => Ok(Set::default()),
         };
-        tracing::info!(
-            variables = set.variables.len(),
-            index = set.index,
-            term = term.number(),
-            "variables loaded"
-        );
-        *self.held.write() = (Some(term.clone()), set);
+        let held = match read {
+            Ok(set) => {
+                tracing::info!(
+                    variables = set.variables.len(),
+                    index = set.index,
+                    term = term.number(),
+                    "variables loaded"
+                );
+                Held { term: Some(term.clone()), set, unreadable: None }
+            }
+            Err(why) => {
+                tracing::error!(%why, "the fleet's variables are not served");
+                Held { term: Some(term.clone()), set: Set::default(), unreadable: Some(why) }
+            }
+        };
+        *self.held.write() = held;
         Ok(())
     }
 
     /// The variable at `path`.
     pub fn get(&self, path: &str) -> Option<Variable> {
-        self.held.read().1.variables.get(path).cloned()
+        self.held.read().set.variables.get(path).cloned()
     }
 
     /// The variables under `prefix`, by path.
     pub fn list(&self, prefix: &str) -> Vec<Variable> {
         let held = self.held.read();
-        held.1
+        held.set
             .variables
             .range(prefix.to_owned()..)
             .take_while(|(p, _)| p.starts_with(prefix))
@@ -94,12 +125,25 @@ impl FleetVariables {
             .collect()
     }
 
+    /// Why the variables cannot be served now, if they cannot.
+    pub fn unavailable(&self) -> Option<ApiError> {
+        let held = self.held.read();
+        let why = held.unreadable.as_ref()?;
+        Some(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why.clone()))
+    }
+
     /// The whole set as workers take it; `None` while the fleet has never had a variable.
     pub fn copy(&self) -> Option<VariableSync> {
         let held = self.held.read();
-        (held.1.index > 0).then(|| VariableSync {
-            source_index: held.1.index,
-            variables: held.1.variables.iter().map(|(p, v)| (p.clone(), v.items.clone())).collect(),
+        (held.set.index > 0 && held.unreadable.is_none()).then(|| VariableSync {
+            source_index: held.set.index,
+            generation: held.set.generation.clone(),
+            variables: held
+                .set
+                .variables
+                .iter()
+                .map(|(p, v)| (p.clone(), v.items.clone()))
+                .collect(),
         })
     }
 
@@ -111,6 +155,10 @@ impl FleetVariables {
     ) -> Result<Variable, ApiError> {
         wharf_store::check_variable(path, &items)
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        if let Some(same) = self.get(path).filter(|v| v.items == items) {
+            // Nothing to write, nor to give the workers again.
+            return Ok(same);
+        }
         let path = path.to_owned();
         self.change(move |set| {
             let variable = Variable { path: path.clone(), items, modify_index: set.index };
@@ -131,13 +179,23 @@ impl FleetVariables {
     /// Applies `change` to the next set (its index one more), writes it, keeps it once written.
     async fn change<T>(&self, change: impl FnOnce(&mut Set) -> T) -> Result<T, ApiError> {
         let _changing = self.changing.lock().await;
-        let (term, mut next) = self.held.read().clone();
+        if let Some(refused) = self.unavailable() {
+            return Err(refused);
+        }
+        let (term, mut next) = {
+            let held = self.held.read();
+            (held.term.clone(), held.set.clone())
+        };
         let term = term.ok_or_else(|| {
             ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "the fleet's variables are not loaded yet; try again",
             )
         })?;
+        if next.generation.is_empty() {
+            next.generation = crate::agent::new_alloc_id();
+        }
+        next.version = SET_VERSION;
         next.index += 1;
         let result = change(&mut next);
         let json = serde_json::to_string(&next)
@@ -156,7 +214,7 @@ impl FleetVariables {
             };
             ApiError::new(status, format!("cannot keep the fleet's variables: {e}"))
         })?;
-        self.held.write().1 = next;
+        self.held.write().set = next;
         Ok(result)
     }
 }
@@ -165,6 +223,8 @@ impl FleetVariables {
 /// probes and starts there, whenever the worker's copy is older than the fleet's.
 #[derive(Debug)]
 pub struct SyncingExecutor {
+    /// The worker, for errors.
+    worker: String,
     inner: Arc<dyn Executor>,
     variables: Arc<FleetVariables>,
     /// The run probe's arguments and the start's, as the pool sends them (fenced): how a
@@ -173,13 +233,16 @@ pub struct SyncingExecutor {
     start_args: String,
     /// What the runner needs to find the worker's agent (`--address ...`), if anything.
     agent_args: String,
-    /// The fleet's index of the set this worker was last given (0: never).
-    given: AtomicU64,
+    /// The generation and index of the set this worker was last given (index 0: never).
+    given: parking_lot::Mutex<(String, u64)>,
+    /// The address the worker was last reached at: given the set again when it changes.
+    address: parking_lot::Mutex<Option<String>>,
 }
 
 impl SyncingExecutor {
-    /// Wraps `inner`, the executor of one worker.
+    /// Wraps `inner`, the executor of worker `instance`.
     pub fn new(
+        instance: &wharf_prober::Instance,
         inner: Arc<dyn Executor>,
         variables: Arc<FleetVariables>,
         list_args: String,
@@ -187,44 +250,54 @@ impl SyncingExecutor {
         agent_args: String,
     ) -> SyncingExecutor {
         SyncingExecutor {
+            worker: instance.id.0.clone(),
+            address: parking_lot::Mutex::new(instance.address.clone()),
             inner,
             variables,
             list_args,
             start_args,
             agent_args,
-            given: AtomicU64::new(0),
+            given: parking_lot::Mutex::default(),
         }
     }
 
-    /// The runner's path in `command`, if it is a run probe or a start.
-    fn runner_of<'a>(&self, command: &'a str) -> Option<&'a str> {
-        let probe = command.strip_suffix(self.list_args.as_str()).map(str::trim_end);
-        let start = || command.find(&format!(" {}", self.start_args)).map(|at| &command[..at]);
-        probe.or_else(start).filter(|runner| !runner.is_empty())
-    }
-
-    /// Gives the worker the fleet's set, if it has not been given this one; a failure is
-    /// logged and tried again before the next command.
-    async fn give(&self, runner: &str, deadline: Duration) {
-        let Some(copy) = self.variables.copy() else { return };
-        if self.given.load(Ordering::Acquire) >= copy.source_index {
-            return;
-        }
-        let stdin = match serde_json::to_vec(&copy) {
-            Ok(stdin) => stdin,
-            Err(error) => return tracing::warn!(%error, "cannot encode the fleet's variables"),
+    /// The runner's path in `command`, if it is a run probe or a start, and whether it is
+    /// a start.
+    fn runner_of<'a>(&self, command: &'a str) -> Option<(&'a str, bool)> {
+        let probe = command.strip_suffix(self.list_args.as_str()).map(|r| (r.trim_end(), false));
+        let start = || {
+            let at = command.find(&format!(" {}", self.start_args))?;
+            Some((&command[..at], true))
         };
+        probe.or_else(start).filter(|(runner, _)| !runner.is_empty())
+    }
+
+    /// Gives the worker the fleet's set, if it has not been given this one; why it could not
+    /// otherwise (it is tried again before the next command).
+    async fn give(&self, runner: &str, deadline: Duration) -> Result<(), String> {
+        let Some(copy) = self.variables.copy() else { return Ok(()) };
+        {
+            let given = self.given.lock();
+            if given.0 == copy.generation && given.1 >= copy.source_index {
+                return Ok(());
+            }
+        }
+        let stdin = serde_json::to_vec(&copy).map_err(|e| e.to_string())?;
         let command = format!("{runner} {}var sync", self.agent_args);
         match self.inner.execute(&command, &stdin, deadline).await {
             Ok(output) if output.status == Some(0) => {
-                self.given.fetch_max(copy.source_index, Ordering::AcqRel);
+                let mut given = self.given.lock();
+                if given.0 != copy.generation || given.1 < copy.source_index {
+                    *given = (copy.generation, copy.source_index);
+                }
+                Ok(())
             }
-            Ok(output) => tracing::warn!(
-                status = output.status,
-                stderr = %String::from_utf8_lossy(&output.stderr).trim(),
-                "a worker refused the fleet's variables"
-            ),
-            Err(error) => tracing::warn!(%error, "cannot give a worker the fleet's variables"),
+            Ok(output) => Err(format!(
+                "`var sync` exited with {:?}: {}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr).trim()
+            )),
+            Err(error) => Err(error.to_string()),
         }
     }
 }
@@ -237,8 +310,17 @@ impl Executor for SyncingExecutor {
         stdin: &[u8],
         deadline: Duration,
     ) -> Result<Output, ProberError> {
-        if let Some(runner) = self.runner_of(command) {
-            self.give(runner, deadline).await;
+        if let Some((runner, starts)) = self.runner_of(command)
+            && let Err(why) = self.give(runner, deadline).await
+        {
+            tracing::warn!(worker = %self.worker, %why, "cannot give a worker the fleet's variables");
+            // Work does not start where its templates would not see the fleet's set.
+            if starts {
+                return Err(ProberError::Exec {
+                    worker: self.worker.clone(),
+                    detail: format!("cannot give the worker the fleet's variables: {why}"),
+                });
+            }
         }
         self.inner.execute(command, stdin, deadline).await
     }
@@ -248,13 +330,22 @@ impl Executor for SyncingExecutor {
     }
 
     fn retarget(&self, instance: &wharf_prober::Instance) {
-        // Another machine may answer now: give it the set again.
-        self.given.store(0, Ordering::Release);
+        // Another machine may answer at a new address: give it the set again.
+        let mut address = self.address.lock();
+        if *address != instance.address {
+            address.clone_from(&instance.address);
+            *self.given.lock() = (String::new(), 0);
+        }
+        drop(address);
         self.inner.retarget(instance);
     }
 }
 
 impl crate::variables::VariableService for FleetVariables {
+    fn unavailable(&self) -> Option<ApiError> {
+        FleetVariables::unavailable(self)
+    }
+
     fn get(&self, path: &str) -> Option<Variable> {
         FleetVariables::get(self, path)
     }
@@ -287,6 +378,7 @@ impl crate::variables::VariableService for FleetVariables {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
     use wharf_fleet::{MemoryStore, Replica};
 
     /// Records every command with its stdin; a `var sync` exits with `sync_status`.
@@ -327,7 +419,9 @@ mod tests {
         let variables = Arc::new(FleetVariables::new(store.clone()));
         variables.load(&term).await.unwrap();
         let recording = Arc::new(Recording::default());
+        let instance = wharf_prober::Instance::new("w1", "10.0.0.1:22");
         let executor = SyncingExecutor::new(
+            &instance,
             recording.clone(),
             variables.clone(),
             "--fleet-term 3 alloc list --probe".into(),
@@ -355,15 +449,28 @@ mod tests {
         executor.execute(probe, b"", deadline).await.unwrap();
         assert_eq!(ran(), [probe], "given once");
 
-        // A worker that refuses it is given it again before the next command.
+        // A worker that refuses it does not start work, and is given it again before the
+        // next command.
         variables.put("app/db", items("bob")).await.unwrap();
         recording.sync_status.store(1, Ordering::Relaxed);
-        executor.execute(start, b"spec", deadline).await.unwrap();
-        assert_eq!(ran(), [sync, start]);
+        let refused = executor.execute(start, b"spec", deadline).await.unwrap_err();
+        assert!(refused.to_string().contains("variables"), "{refused}");
+        assert_eq!(ran(), [sync], "the start was not sent");
+        executor.execute(probe, b"", deadline).await.unwrap();
+        assert_eq!(ran(), [sync, probe], "a probe goes on");
         recording.sync_status.store(0, Ordering::Relaxed);
         executor.execute(start, b"spec", deadline).await.unwrap();
         executor.execute(probe, b"", deadline).await.unwrap();
         assert_eq!(ran(), [sync, start, probe]);
+
+        // The same address again (the pool's periodic retarget): nothing to give; another
+        // address: given again.
+        executor.retarget(&instance);
+        executor.execute(probe, b"", deadline).await.unwrap();
+        assert_eq!(ran(), [probe]);
+        executor.retarget(&wharf_prober::Instance::new("w1", "10.0.0.2:22"));
+        executor.execute(probe, b"", deadline).await.unwrap();
+        assert_eq!(ran(), [sync, probe]);
 
         // What a later leader reads is the set as written.
         let reread = FleetVariables::new(store.clone());

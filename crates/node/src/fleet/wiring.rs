@@ -69,14 +69,18 @@ pub struct InstanceSets {
     /// The EC2 set, asked for spot prices beside the pool.
     ec2: Option<Arc<Ec2InstanceSet>>,
     /// How each worker reached over SSH relays a call to its agent, by worker.
-    relays: Arc<parking_lot::Mutex<std::collections::HashMap<String, AgentRelay>>>,
+    relays: Arc<Relays>,
 }
 
 /// How a call reaches the agent of a worker the fleet reaches over SSH alone: `wharf
 /// agent-relay` run there in a session of the worker's connection ([`crate::agent_relay`]).
 #[derive(Debug, Clone)]
 pub struct AgentRelay {
-    ssh: Arc<SshExecutor>,
+    /// The worker.
+    worker: String,
+    /// The worker's connection, as long as the pool keeps the worker's executor (a worker
+    /// gone takes it with it).
+    ssh: std::sync::Weak<SshExecutor>,
     /// The command, as the runner commands are run there (`[sudo ]RUNNER ARGS agent-relay`).
     command: String,
     /// Where the fleet that relays answers: the node's `HTTPAddr` for Nomad's clients, which
@@ -91,13 +95,19 @@ impl AgentRelay {
         deadline: Duration,
     ) -> Result<wharf_prober::channel::Session, wharf_prober::ProberError> {
         use wharf_prober::SessionOpener;
-        self.ssh.open_session(&self.command, deadline).await
+        let Some(ssh) = self.ssh.upgrade() else {
+            return Err(wharf_prober::ProberError::UnknownWorker(self.worker.clone()));
+        };
+        ssh.open_session(&self.command, deadline).await
     }
 }
 
+/// How each worker reached over SSH relays a call to its agent, by worker.
+type Relays = parking_lot::Mutex<std::collections::HashMap<String, AgentRelay>>;
+
 /// Keeps how worker `instance`, reached through `ssh`, relays a call to its agent.
 fn keep_relay(
-    relays: &parking_lot::Mutex<std::collections::HashMap<String, AgentRelay>>,
+    relays: &Relays,
     runner: &wharf_prober::Prepared,
     agent_args: &str,
     fleet_address: &str,
@@ -111,9 +121,13 @@ fn keep_relay(
                 channel.program,
                 instance.runner_args.trim()
             );
-            let relay =
-                AgentRelay { ssh: ssh.clone(), command, fleet_address: fleet_address.to_owned() };
-            relays.lock().insert(instance.id.0.clone(), relay);
+            let ssh = Arc::downgrade(ssh);
+            let worker = instance.id.0.clone();
+            let fleet_address = fleet_address.to_owned();
+            let relay = AgentRelay { worker, ssh, command, fleet_address };
+            let mut relays = relays.lock();
+            relays.retain(|_, kept| kept.ssh.strong_count() > 0);
+            relays.insert(instance.id.0.clone(), relay);
         }
         Err(error) => {
             tracing::warn!(worker = %instance.id, %error, "no relay to this worker's agent");
@@ -125,7 +139,8 @@ impl InstanceSets {
     /// How a call reaches worker `id`'s agent when the fleet reaches the worker over SSH
     /// alone: known for static and EC2 workers the pool has an executor for.
     pub fn agent_relay(&self, id: &InstanceId) -> Option<AgentRelay> {
-        self.relays.lock().get(&id.0).cloned()
+        let relays = self.relays.lock();
+        relays.get(&id.0).filter(|relay| relay.ssh.strong_count() > 0).cloned()
     }
 
     /// The data directory of worker `id`'s agent, where it announces its address and keeps its
@@ -261,6 +276,7 @@ impl Fleet {
         let inner = new_executor;
         new_executor = Arc::new(move |instance: &Instance| {
             Arc::new(SyncingExecutor::new(
+                instance,
                 inner(instance),
                 syncing.clone(),
                 list_args.clone(),

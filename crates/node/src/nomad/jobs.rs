@@ -7,7 +7,7 @@ use super::common::{NomadServer, Shared, block};
 use super::views;
 use crate::nomad_http::jobs::{self as shared, Placer};
 use crate::nomad_http::registry::JobRecord;
-use crate::nomad_http::{NomadResult, Params, flag, json_body};
+use crate::nomad_http::{NomadApiError, NomadResult, Params, flag, json_body};
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
@@ -40,8 +40,12 @@ async fn register_as(
 ) -> NomadResult<Json<JobRegisterResponse>> {
     let body = json_body(server.agent.config().max_body_bytes, body).await?;
     let nomad = shared::job_to_register(&body, path.as_deref())?;
-    let _changing = server.changing.lock().await;
-    Ok(Json(shared::register(server.as_ref(), &server.registry, &nomad).await?))
+    // A task of its own: a client that hangs up mid-registration does not cut it short.
+    let registering = tokio::spawn(async move {
+        let _changing = server.changing.lock().await;
+        shared::register(server.as_ref(), &server.registry, &nomad).await
+    });
+    Ok(Json(registering.await.map_err(NomadApiError::internal)??))
 }
 
 /// The agent places on itself.

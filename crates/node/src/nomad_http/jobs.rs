@@ -97,7 +97,10 @@ pub(crate) async fn register(
             return Ok(response(eval.id, modified));
         }
         Some(old) => {
-            stop_all(placer, old, "its job was registered again").await?;
+            if let Err(error) = stop_all(placer, old, "its job was registered again").await {
+                restore(registry, &nomad.id, old.clone(), old.modified).await;
+                return Err(error);
+            }
             let mut record = old.clone();
             // A registration a crash interrupted is taken up again under the same version.
             if record.job != nomad.submitted || record.stopped {
@@ -127,16 +130,15 @@ pub(crate) async fn register(
     registry.put(&nomad.id, record.clone()).await.map_err(NomadApiError::internal)?;
 
     if let Err(error) = place_all(placer, planned).await {
-        // Back to the record as it was (its allocations stopped), at a newer index.
-        let restored = match old {
-            Some(mut old) => {
-                old.modified = after(record.modified, at);
-                registry.put(&nomad.id, old).await
+        match old {
+            Some(old) => restore(registry, &nomad.id, old, record.modified).await,
+            None => {
+                if let Err(purge_error) =
+                    registry.purge(&nomad.id, after(record.modified, at)).await
+                {
+                    tracing::warn!(job = %nomad.id, error = %purge_error, "cannot forget the record of a failed registration; registering the job again mends it");
+                }
             }
-            None => registry.purge(&nomad.id, after(record.modified, at)).await,
-        };
-        if let Err(put_error) = restored {
-            tracing::warn!(job = %nomad.id, error = %put_error, "cannot put back the record of a failed registration; registering the job again mends it");
         }
         return Err(error);
     }
@@ -144,6 +146,31 @@ pub(crate) async fn register(
     let modified = record.modified.0;
     registry.put(&nomad.id, record).await.map_err(NomadApiError::internal)?;
     Ok(response(eval.id, modified))
+}
+
+/// Puts `old` back as job `id`'s record after a registration that stopped (or may have
+/// stopped) its allocations and then failed, at an index after `modified`. Its current
+/// allocations are marked as being placed, so that registering the job again, even as it
+/// was, places them anew (a stopped job's were stopped already).
+async fn restore(registry: &Registry, id: &str, mut old: JobRecord, modified: Timestamp) {
+    if !old.stopped {
+        let current = current_eval(&old).map(str::to_owned);
+        old.placing = old
+            .allocs
+            .iter()
+            .filter(|a| Some(a.eval_id.as_str()) == current.as_deref())
+            .map(|a| a.id.clone())
+            .collect();
+    }
+    old.modified = after(modified, now());
+    if let Err(error) = registry.put(id, old).await {
+        tracing::warn!(job = %id, %error, "cannot put back the record of a failed registration; registering the job again mends it");
+    }
+}
+
+/// The evaluation that placed the job's current allocations: the latest that placed any.
+fn current_eval(record: &JobRecord) -> Option<&str> {
+    record.allocs.last().map(|a| a.eval_id.as_str())
 }
 
 /// Every allocation `nomad` asks for, with the job it runs: each group's `Count`, in order.
@@ -170,6 +197,8 @@ async fn place_all(placer: &impl Placer, planned: Vec<(AllocRecord, Job)>) -> No
     let mut placed: Vec<String> = Vec::new();
     for (alloc, job) in planned {
         if let Err(error) = placer.place_one(&alloc.id, job).await {
+            // The refused one too: a refusal may come after the placement took.
+            placed.push(alloc.id.clone());
             for id in &placed {
                 if let Err(stop_error) = placer.stop_one(id, "its job's registration failed").await
                 {
@@ -195,16 +224,21 @@ async fn stop_all(placer: &impl Placer, record: &JobRecord, why: &str) -> NomadR
 }
 
 /// Drops the oldest evaluations, and the oldest allocations of earlier registrations, beyond
-/// what a record keeps.
+/// what a record keeps. The current allocations (those of the latest registration that
+/// placed any) are never dropped, nor are any being placed.
 fn prune(record: &mut JobRecord) {
     let excess = record.evals.len().saturating_sub(KEPT_EVALS);
     record.evals.drain(..excess);
-    let Some(current) = record.evals.last().map(|e| e.id.clone()) else { return };
-    let old = record.allocs.iter().filter(|a| a.eval_id != current).count();
+    let Some(current) = current_eval(record).map(str::to_owned) else { return };
+    let droppable = |a: &AllocRecord| a.eval_id != current && !record.placing.contains(&a.id);
+    let old = record.allocs.iter().filter(|a| droppable(a)).count();
     let mut dropping = old.saturating_sub(KEPT_OLD_ALLOCS);
-    // Oldest first; the current registration's are never dropped.
-    record.allocs.retain(|a| {
-        let drop = dropping > 0 && a.eval_id != current;
+    let droppable: Vec<bool> = record.allocs.iter().map(droppable).collect();
+    // Oldest first.
+    let mut index = 0;
+    record.allocs.retain(|_| {
+        let drop = dropping > 0 && droppable[index];
+        index += 1;
         dropping -= usize::from(drop);
         !drop
     });
@@ -451,7 +485,9 @@ mod tests {
         assert!(error.message.contains("group \"g\": no room"), "{}", error.message);
         {
             let asked = refusing.asked.lock();
-            assert_eq!(asked.stopped, asked.placed, "the one placed is stopped again");
+            assert_eq!(asked.placed.len(), 1);
+            assert_eq!(asked.stopped.len(), 2, "the one placed and the one refused are stopped");
+            assert_eq!(asked.stopped[0], asked.placed[0]);
         }
         assert!(registry.get("web").is_none());
         assert!(Registry::open(dir.path()).unwrap().get("web").is_none(), "nor on disk");
@@ -466,6 +502,14 @@ mod tests {
         let after = Registry::open(dir.path()).unwrap().get("web").unwrap();
         assert_eq!((&after.job, after.version, &after.allocs), (&before.job, 0, &before.allocs));
         assert!(after.modified > before.modified, "the index still grows");
+        // Its allocations were stopped for the new version: registering it again as it was
+        // places them anew.
+        let ids: Vec<String> = before.allocs.iter().map(|a| a.id.clone()).collect();
+        assert_eq!(after.placing, ids, "marked to be placed again");
+        let placer = CheckingPlacer::new(dir.path(), "web");
+        register(&placer, &registry, &job(1, "/bin/true")).await.unwrap();
+        assert_eq!(placer.asked.lock().placed.len(), 1, "placed anew");
+        assert!(registry.get("web").unwrap().placing.is_empty());
     }
 
     #[tokio::test]

@@ -73,8 +73,12 @@ async fn register_as(
 ) -> NomadResult<Json<JobRegisterResponse>> {
     let body = json_body(server.fleet.config().max_body_bytes, body).await?;
     let nomad = shared::job_to_register(&body, path.as_deref())?;
-    let _changing = server.changing.lock().await;
-    Ok(Json(shared::register(server.as_ref(), &server.registry, &nomad).await?))
+    // A task of its own: a client that hangs up mid-registration does not cut it short.
+    let registering = tokio::spawn(async move {
+        let _changing = server.changing.lock().await;
+        shared::register(server.as_ref(), &server.registry, &nomad).await
+    });
+    Ok(Json(registering.await.map_err(NomadApiError::internal)??))
 }
 
 /// The client statuses of a job's allocations the scheduler still has, by group, as its

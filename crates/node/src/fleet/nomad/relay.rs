@@ -197,11 +197,15 @@ pub(super) async fn read_over_ssh(
     };
     let (head, output, _session) = call_over_ssh(relay, who, &call, &[]).await?;
     let mut body = Vec::new();
-    let mut output = output.take(limit);
+    let mut output = output.take(limit.saturating_add(1));
     tokio::time::timeout(ANSWER_LIMIT, output.read_to_end(&mut body))
         .await
         .map_err(|_| NomadApiError::new(StatusCode::GATEWAY_TIMEOUT, format!("{who} stalled")))?
         .map_err(|e| NomadApiError::new(StatusCode::BAD_GATEWAY, format!("{who}: {e}")))?;
+    if body.len() as u64 > limit {
+        let said = format!("{who} answered {path} with more than {limit} bytes");
+        return Err(NomadApiError::new(StatusCode::BAD_GATEWAY, said));
+    }
     if head.status != 200 {
         let status = StatusCode::from_u16(head.status).unwrap_or(StatusCode::BAD_GATEWAY);
         return Err(NomadApiError::new(status, String::from_utf8_lossy(&body).into_owned()));

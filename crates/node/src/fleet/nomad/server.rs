@@ -72,6 +72,10 @@ impl FleetNomad {
         };
         for record in old {
             let id = crate::nomad_http::jobs::job_id(&record);
+            if id.is_empty() {
+                tracing::warn!(dir = %dir.display(), "an earlier fleet's Nomad job record names no job; leaving it");
+                continue;
+            }
             if self.registry.get(&id).is_some() {
                 continue;
             }
