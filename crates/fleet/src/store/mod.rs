@@ -88,6 +88,7 @@ impl EntryKind {
     pub const ALL: [EntryKind; 2] = [EntryKind::NomadJob, EntryKind::Variables];
 
     /// What its keys start with in etcd (`<prefix>/<this>/<id>`).
+    #[cfg(feature = "etcd")]
     pub(crate) fn etcd_dir(self) -> &'static str {
         match self {
             EntryKind::NomadJob => "nomad-jobs",
@@ -96,6 +97,7 @@ impl EntryKind {
     }
 
     /// What its keys start with in the ledger (work ids hold no space).
+    #[cfg(feature = "redb")]
     pub(crate) fn ledger_prefix(self) -> &'static str {
         match self {
             EntryKind::NomadJob => "nomad job ",
@@ -104,6 +106,7 @@ impl EntryKind {
     }
 
     /// Its name in messages.
+    #[cfg(any(feature = "etcd", feature = "redb"))]
     pub(crate) fn describe(self) -> &'static str {
         match self {
             EntryKind::NomadJob => "Nomad job",
