@@ -7,7 +7,6 @@
 //! Templates re-render when either changes: a variable written here, or a service that comes
 //! or goes in the catalog (forwarded by a small task for as long as the store lives).
 
-use crate::api::ApiError;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -122,11 +121,34 @@ impl TemplateSources for NodeVariables {
     }
 }
 
+/// Why a variables call is refused: its status and the message the API answers with (as
+/// `{"error": "..."}`, as every error of the API is).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VariableError {
+    /// The status.
+    pub status: StatusCode,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl VariableError {
+    /// A refusal with `status`, saying `message`.
+    pub fn new(status: StatusCode, message: impl Into<String>) -> VariableError {
+        VariableError { status, message: message.into() }
+    }
+}
+
+impl IntoResponse for VariableError {
+    fn into_response(self) -> Response {
+        (self.status, Json(serde_json::json!({ "error": self.message }))).into_response()
+    }
+}
+
 /// A set of variables the API serves at `/v1/var/{path}` and `/v1/vars`: the node's, or the
 /// one a fleet gives its workers (`crate::fleet::variables`).
 pub trait VariableService: Send + Sync + 'static {
     /// Why the variables cannot be served now, if they cannot: every call answers it.
-    fn unavailable(&self) -> Option<ApiError> {
+    fn unavailable(&self) -> Option<VariableError> {
         None
     }
 
@@ -141,17 +163,19 @@ pub trait VariableService: Send + Sync + 'static {
         self: Arc<Self>,
         path: String,
         items: BTreeMap<String, String>,
-    ) -> impl Future<Output = Result<Variable, ApiError>> + Send;
+    ) -> impl Future<Output = Result<Variable, VariableError>> + Send;
 
     /// Removes the variable at `path`, durably; whether there was one.
-    fn delete(self: Arc<Self>, path: String)
-    -> impl Future<Output = Result<bool, ApiError>> + Send;
+    fn delete(
+        self: Arc<Self>,
+        path: String,
+    ) -> impl Future<Output = Result<bool, VariableError>> + Send;
 
     /// Takes a fleet's whole set (`PUT /v1/vars`): a worker's agent does.
     fn sync(
         self: Arc<Self>,
         sync: VariableSync,
-    ) -> impl Future<Output = Result<Synced, ApiError>> + Send;
+    ) -> impl Future<Output = Result<Synced, VariableError>> + Send;
 }
 
 impl VariableService for NodeVariables {
@@ -167,15 +191,15 @@ impl VariableService for NodeVariables {
         self: Arc<Self>,
         path: String,
         items: BTreeMap<String, String>,
-    ) -> Result<Variable, ApiError> {
+    ) -> Result<Variable, VariableError> {
         NodeVariables::put(&self, path, items).await.map_err(store_error)
     }
 
-    async fn delete(self: Arc<Self>, path: String) -> Result<bool, ApiError> {
+    async fn delete(self: Arc<Self>, path: String) -> Result<bool, VariableError> {
         NodeVariables::delete(&self, path).await.map_err(store_error)
     }
 
-    async fn sync(self: Arc<Self>, sync: VariableSync) -> Result<Synced, ApiError> {
+    async fn sync(self: Arc<Self>, sync: VariableSync) -> Result<Synced, VariableError> {
         let taken = NodeVariables::sync(&self, sync).await.map_err(store_error)?;
         Ok(Synced { taken, source_index: self.file.source_index() })
     }
@@ -193,21 +217,21 @@ where
         .with_state(variables)
 }
 
-fn store_error(failure: StoreError) -> ApiError {
+fn store_error(failure: StoreError) -> VariableError {
     let status = match failure {
         StoreError::InvalidVariable { .. } => StatusCode::BAD_REQUEST,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
-    ApiError::new(status, failure.to_string())
+    VariableError::new(status, failure.to_string())
 }
 
-fn no_variable(path: &str) -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, format!("no variable at {path:?}"))
+fn no_variable(path: &str) -> VariableError {
+    VariableError::new(StatusCode::NOT_FOUND, format!("no variable at {path:?}"))
 }
 
 /// A body or query axum could not take, as the API's error.
 fn rejected(status: StatusCode, text: String) -> Response {
-    ApiError::new(status, text).into_response()
+    VariableError::new(status, text).into_response()
 }
 
 async fn get_var<V: VariableService>(

@@ -12,7 +12,7 @@
 //! with every change and is kept with it, so a worker refuses a copy older than its own (a
 //! push a former leader sent late).
 
-use crate::api::ApiError;
+use crate::variables::VariableError;
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -126,10 +126,10 @@ impl FleetVariables {
     }
 
     /// Why the variables cannot be served now, if they cannot.
-    pub fn unavailable(&self) -> Option<ApiError> {
+    pub fn unavailable(&self) -> Option<VariableError> {
         let held = self.held.read();
         let why = held.unreadable.as_ref()?;
-        Some(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, why.clone()))
+        Some(VariableError::new(StatusCode::SERVICE_UNAVAILABLE, why.clone()))
     }
 
     /// The whole set as workers take it; `None` while the fleet has never had a variable.
@@ -152,9 +152,9 @@ impl FleetVariables {
         &self,
         path: &str,
         items: BTreeMap<String, String>,
-    ) -> Result<Variable, ApiError> {
+    ) -> Result<Variable, VariableError> {
         wharf_store::check_variable(path, &items)
-            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+            .map_err(|e| VariableError::new(StatusCode::BAD_REQUEST, e.to_string()))?;
         if let Some(same) = self.get(path).filter(|v| v.items == items) {
             // Nothing to write, nor to give the workers again.
             return Ok(same);
@@ -169,7 +169,7 @@ impl FleetVariables {
     }
 
     /// Removes the variable at `path`, durably; whether there was one.
-    pub async fn delete(&self, path: &str) -> Result<bool, ApiError> {
+    pub async fn delete(&self, path: &str) -> Result<bool, VariableError> {
         if self.get(path).is_none() {
             return Ok(false);
         }
@@ -177,7 +177,7 @@ impl FleetVariables {
     }
 
     /// Applies `change` to the next set (its index one more), writes it, keeps it once written.
-    async fn change<T>(&self, change: impl FnOnce(&mut Set) -> T) -> Result<T, ApiError> {
+    async fn change<T>(&self, change: impl FnOnce(&mut Set) -> T) -> Result<T, VariableError> {
         let _changing = self.changing.lock().await;
         if let Some(refused) = self.unavailable() {
             return Err(refused);
@@ -187,7 +187,7 @@ impl FleetVariables {
             (held.term.clone(), held.set.clone())
         };
         let term = term.ok_or_else(|| {
-            ApiError::new(
+            VariableError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "the fleet's variables are not loaded yet; try again",
             )
@@ -199,12 +199,15 @@ impl FleetVariables {
         next.index += 1;
         let result = change(&mut next);
         let json = serde_json::to_string(&next)
-            .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+            .map_err(|e| VariableError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
         if json.len() > MAX_SET_BYTES {
-            return Err(ApiError::bad_request(format!(
-                "the fleet's variables would hold {} bytes, more than the {MAX_SET_BYTES} allowed",
-                json.len()
-            )));
+            return Err(VariableError::new(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "the fleet's variables would hold {} bytes, more than the {MAX_SET_BYTES} allowed",
+                    json.len()
+                ),
+            ));
         }
         let entry = Entry { kind: EntryKind::Variables, id: SET_ID.to_owned(), json };
         self.store.commit(&term, vec![Change::PutEntry(entry)]).await.map_err(|e| {
@@ -212,7 +215,7 @@ impl FleetVariables {
                 FleetError::Fenced { .. } => StatusCode::SERVICE_UNAVAILABLE,
                 _ => StatusCode::INTERNAL_SERVER_ERROR,
             };
-            ApiError::new(status, format!("cannot keep the fleet's variables: {e}"))
+            VariableError::new(status, format!("cannot keep the fleet's variables: {e}"))
         })?;
         self.held.write().set = next;
         Ok(result)
@@ -342,7 +345,7 @@ impl Executor for SyncingExecutor {
 }
 
 impl crate::variables::VariableService for FleetVariables {
-    fn unavailable(&self) -> Option<ApiError> {
+    fn unavailable(&self) -> Option<VariableError> {
         FleetVariables::unavailable(self)
     }
 
@@ -358,16 +361,19 @@ impl crate::variables::VariableService for FleetVariables {
         self: Arc<Self>,
         path: String,
         items: BTreeMap<String, String>,
-    ) -> Result<Variable, ApiError> {
+    ) -> Result<Variable, VariableError> {
         FleetVariables::put(&self, &path, items).await
     }
 
-    async fn delete(self: Arc<Self>, path: String) -> Result<bool, ApiError> {
+    async fn delete(self: Arc<Self>, path: String) -> Result<bool, VariableError> {
         FleetVariables::delete(&self, &path).await
     }
 
-    async fn sync(self: Arc<Self>, _: VariableSync) -> Result<crate::variables::Synced, ApiError> {
-        Err(ApiError::new(
+    async fn sync(
+        self: Arc<Self>,
+        _: VariableSync,
+    ) -> Result<crate::variables::Synced, VariableError> {
+        Err(VariableError::new(
             StatusCode::METHOD_NOT_ALLOWED,
             "a fleet's variables are set one at a time (PUT /v1/var/PATH); a whole set is what \
              a fleet gives its workers' agents",
