@@ -86,7 +86,15 @@ pub struct AgentRelay {
     /// Where the fleet that relays answers: the node's `HTTPAddr` for Nomad's clients, which
     /// send the client calls there (the agent listens on the worker's loopback).
     pub(crate) fleet_address: String,
+    /// The relays open on this worker at once: bounded, so that reads and client calls
+    /// share the worker's one connection with the pool's probes, well within sshd's
+    /// sessions per connection (`MaxSessions`, 10 by default), and a flood of calls waits
+    /// rather than make the connection drop.
+    open_now: Arc<tokio::sync::Semaphore>,
 }
+
+/// The relays open at once on one worker, at most.
+const RELAYS_PER_WORKER: usize = 4;
 
 impl AgentRelay {
     /// Starts the command, within `deadline`.
@@ -98,7 +106,17 @@ impl AgentRelay {
         let Some(ssh) = self.ssh.upgrade() else {
             return Err(wharf_prober::ProberError::UnknownWorker(self.worker.clone()));
         };
-        ssh.open_session(&self.command, deadline).await
+        let waited = tokio::time::timeout(deadline, self.open_now.clone().acquire_owned()).await;
+        let Ok(Ok(permit)) = waited else {
+            return Err(wharf_prober::ProberError::Timeout {
+                worker: self.worker.clone(),
+                what: format!("a turn among the {RELAYS_PER_WORKER} relays open at once"),
+                deadline,
+            });
+        };
+        let session = ssh.open_session(&self.command, deadline).await?;
+        // The turn is held as long as the session.
+        Ok(wharf_prober::channel::Session { keep: Box::new((session.keep, permit)), ..session })
     }
 }
 
@@ -124,7 +142,8 @@ fn keep_relay(
             let ssh = Arc::downgrade(ssh);
             let worker = instance.id.0.clone();
             let fleet_address = fleet_address.to_owned();
-            let relay = AgentRelay { worker, ssh, command, fleet_address };
+            let open_now = Arc::new(tokio::sync::Semaphore::new(RELAYS_PER_WORKER));
+            let relay = AgentRelay { worker, ssh, command, fleet_address, open_now };
             let mut relays = relays.lock();
             relays.retain(|_, kept| kept.ssh.strong_count() > 0);
             relays.insert(instance.id.0.clone(), relay);
