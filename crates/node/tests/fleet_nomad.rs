@@ -250,6 +250,17 @@ fn job_records_an_earlier_fleet_kept_on_disk_are_taken_into_the_store() {
         "probe_interval = \"200ms\"\nsync_interval = \"1s\"\n[loopback]\ninstances = 1\n";
     let fleet = Fleet::start(Path::new(WHARF), dir.path(), settings, "info", LIMIT).unwrap();
     let token = fleet.token().unwrap();
+    // The worker is up before the fleet is stopped: a stop while its agent still starts
+    // could leave that agent behind.
+    let worker_ready = || {
+        let (_, _, body) = request(fleet.address(), "GET", "/v1/nodes", Some(&token), "");
+        body.contains("\"Status\":\"ready\"")
+    };
+    let deadline = std::time::Instant::now() + LIMIT;
+    while !worker_ready() {
+        assert!(std::time::Instant::now() < deadline, "the loopback worker never came up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let (status, _, body) = request(fleet.address(), "GET", "/v1/job/old", Some(&token), "");
     assert_eq!(status, 200, "{body}");
     let job: serde_json::Value = serde_json::from_str(&body).unwrap();
