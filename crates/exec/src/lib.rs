@@ -18,6 +18,8 @@
 //! - `sys`: the system calls, and all of the crate's `unsafe` code but the calls into it that
 //!   carry a safety contract (the shim's entry point closes inherited descriptors);
 //! - `output`: reading a task's output back (`Driver::task_logs`);
+//! - [`housekeeping`]: what is freed after a task has ended, on one thread of the lowest
+//!   priority, so that it never competes with tasks' starts and stops;
 //! - `task_cgroups`: [`TaskCgroups`], the node's cgroups as the drivers use them: a cgroup per
 //!   task with its limits, kills by cgroup (this crate sends the signals, wharf-isolate writes
 //!   the cgroup files), stats and OOM kills from it, and the sweep of orphaned cgroups.
@@ -51,6 +53,7 @@ pub mod config;
 mod error;
 mod exec;
 mod handle;
+pub mod housekeeping;
 mod isolated;
 mod isolation;
 mod launch;

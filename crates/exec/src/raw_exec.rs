@@ -19,6 +19,7 @@
 use crate::config::{RawExecConfig, check_env, resolve_command, resolve_work_dir};
 use crate::error::ExecError;
 use crate::handle::{CgroupState, DRIVER_STATE_VERSION, ShimState};
+use crate::housekeeping;
 use crate::isolation::{EXEC_DRIVER_NAME, ExecConfig, Isolation};
 use crate::launch::{self, Watch};
 use crate::protocol::{SHIM_LOG, SHIM_NAME, ShimArgs, StartReport, StartStep};
@@ -797,20 +798,28 @@ impl Driver for RawExecDriver {
             // Another destroy of the same run took it first, and frees it.
             return Ok(());
         }
-        if let (Some(cgroups), Some(cgroup)) = (self.cgroups.manager(), &task.cgroup) {
-            task_cgroups::discard(cgroups.clone(), cgroup.clone()).await;
-        }
-        let run_dir = &task.state.run_dir;
-        match std::fs::remove_dir_all(run_dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => tracing::warn!(
-                alloc_id = %task.alloc_id,
-                task = %task.name,
-                run_dir = %run_dir.display(),
-                error = %e,
-                "cannot remove the run directory"
-            ),
+        // The task has ended: what is left is housekeeping (see `housekeeping`).
+        let cgroup = self.cgroups.manager().cloned().zip(task.cgroup.clone());
+        let run_dir = task.state.run_dir.clone();
+        let (alloc_id, name) = (task.alloc_id.clone(), task.name.clone());
+        let freed = housekeeping::run(move || {
+            if let Some((cgroups, cgroup)) = cgroup
+                && let Err(error) = task_cgroups::discard_now(&cgroups, &cgroup)
+            {
+                let cgroup = cgroup.name();
+                tracing::warn!(%alloc_id, task = %name, %cgroup, %error, "cannot remove the task's cgroup");
+            }
+            match std::fs::remove_dir_all(&run_dir) {
+                Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+                    let run_dir = run_dir.display();
+                    tracing::warn!(%alloc_id, task = %name, %run_dir, %error, "cannot remove the run directory");
+                }
+                _ => {}
+            }
+        })
+        .await;
+        if freed.is_none() {
+            tracing::warn!(alloc_id = %task.alloc_id, task = %task.name, "freeing the task failed");
         }
         Ok(())
     }

@@ -221,6 +221,16 @@ pub(crate) fn boot_id() -> io::Result<String> {
     Ok(fs::read_to_string("/proc/sys/kernel/random/boot_id")?.trim().to_owned())
 }
 
+/// Lowers the calling thread's priority to nice 19 (Linux's `setpriority` on a thread id
+/// applies to that thread alone).
+pub(crate) fn lower_own_priority() -> io::Result<()> {
+    // SAFETY: gettid cannot fail and touches no memory.
+    let tid = unsafe { libc::gettid() };
+    // SAFETY: setpriority takes plain integers.
+    let result = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19) };
+    if result == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
 /// This process's id.
 pub(crate) fn getpid() -> i32 {
     // SAFETY: getpid cannot fail and touches no memory.

@@ -227,6 +227,9 @@ pub struct Agent {
 /// How many ready-made allocation and task directories the agent keeps.
 const SPARE_DIRS: usize = 4;
 
+/// How long a shutting-down agent waits for ended tasks to be freed.
+const HOUSEKEEPING_LIMIT: Duration = Duration::from_secs(10);
+
 impl Agent {
     /// Opens the store, builds the drivers and restores every allocation (in parallel), then
     /// starts them running. Ready to serve when it returns.
@@ -703,6 +706,11 @@ impl Agent {
             stopping.spawn(async move { runner.shutdown().await });
         }
         while stopping.join_next().await.is_some() {}
+        // Ended tasks' cgroups and run directories, still queued, are freed before the agent
+        // exits; past the limit they are its successor's sweep's.
+        if !wharf_exec::housekeeping::finish(HOUSEKEEPING_LIMIT).await {
+            tracing::warn!(limit = ?HOUSEKEEPING_LIMIT, "ended tasks not all freed; the next start sweeps them");
+        }
         tracing::info!("agent shut down; tasks left running");
     }
 

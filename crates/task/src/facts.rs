@@ -47,6 +47,9 @@ pub(crate) struct RunnerFacts {
     /// What the runner keeps across agent restarts: the driver handle of the task that runs,
     /// hook state, the run counter, whether the run is complete.
     pub(crate) local: LocalState,
+    /// The local state changed since it was last written (a released handle): the next
+    /// commit writes it too.
+    pub(crate) local_unwritten: bool,
     /// What a restore left for the run loop to act on first.
     pub(crate) restored: Restored,
     /// The environment of the last run, once its handle (which holds it while the task runs)
@@ -99,6 +102,7 @@ impl RunnerFacts {
             alloc,
             task: TaskState::new(),
             received_unrecorded: true,
+            local_unwritten: false,
             local: LocalState::default(),
             restored: Restored::Nothing,
             last_env: BTreeMap::new(),

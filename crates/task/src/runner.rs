@@ -629,7 +629,7 @@ impl TaskRunner {
                 Outcome::RestartRequested { failure: request.failure }
             }
         };
-        self.release(&task_id).await;
+        self.release(&task_id);
         RunEnded::Outcome(outcome)
     }
 
@@ -1003,14 +1003,19 @@ impl TaskRunner {
         }
     }
 
-    /// Forgets a run that has ended: the driver frees it, the handle is cleared, and the state
-    /// is written with it (including what a stop noted).
-    async fn release(&self, task_id: &TaskId) {
+    /// Forgets a run that has ended: the driver frees it and the handle is cleared.
+    ///
+    /// Not written here: every way out of a run commits next (the restart, the failure, or the
+    /// death the run loop records), and that one commit writes the cleared handle and what a
+    /// stop noted with it. A crash before it leaves the handle of a task that has ended, as a
+    /// crash just after the task's exit does, and a restore finds it ended the same way.
+    fn release(&self, task_id: &TaskId) {
         let s = &self.shared;
         s.facts.update(|facts| {
             if let Some(handle) = facts.local.handle.take() {
                 facts.last_env = handle.config.env;
             }
+            facts.local_unwritten = true;
         });
         // What the driver frees now (a cgroup, a run directory) is housekeeping for a run that
         // has ended: the task's death is recorded without waiting for it. An agent that stops
@@ -1024,7 +1029,6 @@ impl TaskRunner {
                 tracing::debug!(%alloc_id, %task, %error, "driver could not free the task");
             }
         });
-        self.persist_local().await;
     }
 
     /// The task is dead: record it, then wait for an allocation-wide restart, a kill (the alloc
@@ -1322,9 +1326,11 @@ impl TaskRunner {
         // The state after the change and the local state, taken in one look.
         let (alloc_id, state, local) = s.facts.update(|facts| {
             self.apply(facts, change);
+            let with_local = std::mem::take(&mut facts.local_unwritten) || with_local;
             let local = with_local.then(|| facts.local.encode());
             (facts.alloc.id.clone(), facts.task.clone(), local)
         });
+        let wrote_local = local.is_some();
         let batch =
             WriteBatch::new().put_task_state(&alloc_id, &s.task.name, &state).and_then(|batch| {
                 let Some(local) = local else { return Ok(batch) };
@@ -1340,6 +1346,9 @@ impl TaskRunner {
         };
         if let Err(error) = result {
             // The state stays current in memory; the next successful write persists it.
+            if wrote_local {
+                s.facts.update(|facts| facts.local_unwritten = true);
+            }
             tracing::error!(alloc_id = %alloc_id, task = %s.task.name, %error, "persisting task state failed");
         }
         s.state_changed.notify_one();

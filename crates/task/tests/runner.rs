@@ -450,6 +450,42 @@ async fn a_kill_before_the_gate_opens_never_starts_the_task() {
     assert_eq!(titles(&state), ["Received", "Sibling Task Failed"]);
 }
 
+/// The handle a stop clears, and what the stop noted, are written by the commit that records
+/// the death: a stop costs the store two writes (the death, then the run's completion after
+/// the stop hooks), not three.
+#[tokio::test(start_paused = true)]
+async fn a_stop_writes_the_released_handle_with_the_death() {
+    let h = Harness::new("service", "config = { run_for = \"1h\" }");
+    let runner = h.start();
+    h.until(&runner, "running", running).await;
+    let before = h.store.write_count();
+    runner.kill(None).await;
+    assert_eq!(h.store.write_count() - before, 2, "the death with the handle, then completion");
+    let stored = h.stored_task().await.unwrap();
+    let state = stored.state.unwrap();
+    assert!(dead(&state));
+    assert_eq!(titles(&state)[3..], ["Killing", "Terminated", "Killed"]);
+    let local = wharf_task::local_state::LocalState::decode(&stored.local_state.unwrap()).unwrap();
+    assert!(local.handle.is_none(), "the released handle is written with the death");
+    assert!(local.run_complete);
+}
+
+/// A run that ends and is restarted: the restart's commit writes the released handle.
+#[tokio::test(start_paused = true)]
+async fn a_restart_writes_the_released_handle_with_the_restart() {
+    let h = Harness::new(
+        "service",
+        "config = { run_for = \"1s\", exit_code = 1 }\nrestart = { delay = \"1m\", attempts = 5, interval = \"1h\" }",
+    );
+    let runner = h.start();
+    h.until(&runner, "restarting", |s| s.restarts == 1).await;
+    let stored = h.stored_task().await.unwrap();
+    assert_eq!(titles(&stored.state.unwrap()).last(), Some(&"Restarting"));
+    let local = wharf_task::local_state::LocalState::decode(&stored.local_state.unwrap()).unwrap();
+    assert!(local.handle.is_none(), "the ended run's handle is not kept across the delay");
+    runner.kill(None).await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_kill_during_the_restart_delay_ends_it_at_once() {
     let h = Harness::new(
