@@ -222,10 +222,30 @@ pub struct Agent {
     variables: Arc<crate::variables::NodeVariables>,
     /// The container driver (also in `drivers`), for its image store.
     containers: Option<Arc<wharf_container::ContainerDriver>>,
+    /// When a driver was last seen healthy, for [`Agent::broken`].
+    healthy_driver_seen: HealthySeen,
 }
 
 /// How many ready-made allocation and task directories the agent keeps.
 const SPARE_DIRS: usize = 4;
+
+/// How long a driver seen healthy counts as healthy for the run probe's `broken` line.
+const DRIVER_HEALTH_FRESH: Duration = Duration::from_secs(5);
+
+/// When a driver was last seen healthy.
+#[derive(Debug, Default)]
+struct HealthySeen(parking_lot::Mutex<Option<tokio::time::Instant>>);
+
+impl HealthySeen {
+    /// Whether a driver was seen healthy less than [`DRIVER_HEALTH_FRESH`] before `now`.
+    fn fresh(&self, now: tokio::time::Instant) -> bool {
+        self.0.lock().is_some_and(|seen| now.saturating_duration_since(seen) < DRIVER_HEALTH_FRESH)
+    }
+
+    fn saw(&self, now: tokio::time::Instant) {
+        *self.0.lock() = Some(now);
+    }
+}
 
 /// How long a shutting-down agent waits for ended tasks to be freed.
 const HOUSEKEEPING_LIMIT: Duration = Duration::from_secs(10);
@@ -283,6 +303,7 @@ impl Agent {
             variables,
             drivers: build_drivers(&config, &cgroups, containers.clone()),
             containers,
+            healthy_driver_seen: Default::default(),
             store,
             allocs: RwLock::new(BTreeMap::new()),
             claimed: Default::default(),
@@ -747,13 +768,26 @@ impl Agent {
                 self.config.data_dir.display()
             ));
         }
-        let mut healthy = false;
+        (!self.has_healthy_driver().await).then(|| "no healthy driver".to_owned())
+    }
+
+    /// Whether a driver is healthy, as a probe asks many times a second. A fingerprint can
+    /// cost milliseconds (the container driver's runs its runtime and makes an overlay mount),
+    /// so a healthy driver seen within [`DRIVER_HEALTH_FRESH`] answers; a node without one
+    /// looks again at every probe, and is back as soon as a driver is.
+    async fn has_healthy_driver(&self) -> bool {
+        if self.healthy_driver_seen.fresh(tokio::time::Instant::now()) {
+            return true;
+        }
         for name in self.drivers.names() {
-            if let Some(driver) = self.drivers.get(name) {
-                healthy |= driver.fingerprint().await.health == Health::Healthy;
+            if let Some(driver) = self.drivers.get(name)
+                && driver.fingerprint().await.health == Health::Healthy
+            {
+                self.healthy_driver_seen.saw(tokio::time::Instant::now());
+                return true;
             }
         }
-        (!healthy).then(|| "no healthy driver".to_owned())
+        false
     }
 
     /// What the node has, keeps, gives and has left, and its drivers' health (`GET /v1/node`).
@@ -975,6 +1009,19 @@ mod tests {
 
     /// An allocation's name and how many minutes ago it ended.
     type Ended = (&'static str, u64);
+
+    /// A healthy driver answers the run probe's health question for a while, then is asked
+    /// again; nothing seen is never fresh.
+    #[test]
+    fn a_healthy_driver_is_fresh_for_a_while_then_asked_again() {
+        let seen = HealthySeen::default();
+        let now = tokio::time::Instant::now();
+        assert!(!seen.fresh(now));
+        seen.saw(now);
+        assert!(seen.fresh(now));
+        assert!(seen.fresh(now + DRIVER_HEALTH_FRESH - Duration::from_millis(1)));
+        assert!(!seen.fresh(now + DRIVER_HEALTH_FRESH));
+    }
 
     /// Which finished allocations one collection removes, with at most two kept and none
     /// kept more than an hour; each row lists `(name, minutes ago it ended)`.

@@ -296,3 +296,29 @@ fn a_start_over_the_channel_runs_the_work_exactly_once() {
     }
     assert_eq!(std::fs::read_to_string(&runs).unwrap(), "ran\n");
 }
+
+/// The channel answers a probe line it has seen before without parsing it again, yet follows
+/// the agent when it restarts (on another port): a client kept for the old agent would find
+/// no one and answer from the store the new agent holds, `broken`.
+#[test]
+fn a_probe_line_seen_before_follows_an_agent_that_restarted() {
+    let sshd = sshd();
+    let dir = tempfile::tempdir().unwrap();
+    let first = AgentProcess::start_with_its_own_token(dir.path(), "");
+    let runtime = rt();
+    let plain: Arc<dyn Executor> = ssh(&sshd);
+    let channel = channel(&sshd, &first);
+    let list = command(&first, "alloc list --probe");
+    let probe = |executor: &dyn Executor| runtime.block_on(executor.execute(&list, b"", DEADLINE));
+    assert_eq!(probe(channel.as_ref()).unwrap(), Output::exited(0, ""));
+    assert_eq!(probe(channel.as_ref()).unwrap(), Output::exited(0, ""), "the same line again");
+    let (data_dir, config) = first.kill9();
+    let agent = AgentProcess::launch(data_dir, config);
+    let start = command(&agent, "run --detach - --id after-restart");
+    let started =
+        runtime.block_on(plain.execute(&start, sleeper("after-restart").as_bytes(), DEADLINE));
+    assert_eq!(started.unwrap(), Output::exited(0, "after-restart\n"));
+    assert_eq!(probe(channel.as_ref()).unwrap(), Output::exited(0, "after-restart\n"));
+    let stats = channel.stats();
+    assert_eq!((stats.answered, stats.fell_back), (3, 0), "{stats:?}");
+}

@@ -106,15 +106,29 @@ pub(crate) async fn serve(parse: Parse) -> anyhow::Result<ExitCode> {
 #[derive(Default)]
 struct Clients {
     kept: Mutex<HashMap<ClientKey, (Option<SystemTime>, Client)>>,
+    /// Probe command lines already parsed, by their words: a prober sends the same line at
+    /// every probe, and building the command line's parser costs more than the rest of the
+    /// answer.
+    probes: Mutex<HashMap<Vec<String>, ProbeLine>>,
 }
 
 type ClientKey = (Option<String>, Option<PathBuf>, Option<String>);
 
+/// What a parsed `alloc list --probe` line asks, without parsing it again.
+#[derive(Clone)]
+struct ProbeLine {
+    key: ClientKey,
+    fleet_term: Option<u64>,
+    config: Option<PathBuf>,
+}
+
+/// Probe lines kept at most; a new fleet term is a new line, so the set is cleared when full.
+const KEPT_PROBE_LINES: usize = 64;
+
 impl Clients {
     fn client(&self, asked: &mut Asked) -> Client {
         let key = (asked.address.clone(), asked.data_dir.clone(), asked.token.clone());
-        let announced = |dir: &Path| std::fs::metadata(AgentFile::path(dir)).ok()?.modified().ok();
-        let stamp = asked.data_dir.as_deref().and_then(announced);
+        let stamp = announced(asked.data_dir.as_deref());
         let new_client =
             std::mem::replace(&mut asked.new_client, Box::new(|| Client::new("", None)));
         let mut kept = self.kept.lock();
@@ -128,29 +142,81 @@ impl Clients {
         };
         client.with_fleet_term(asked.fleet_term)
     }
+
+    /// The client kept for `key`, if the agent has not announced itself anew since.
+    fn kept(&self, key: &ClientKey) -> Option<Client> {
+        let stamp = announced(key.1.as_deref());
+        match self.kept.lock().get(key) {
+            Some((kept_stamp, client)) if *kept_stamp == stamp => Some(client.clone()),
+            _ => None,
+        }
+    }
+
+    /// A probe line seen before, with its agent's client still good.
+    fn known_probe(&self, words: &[String]) -> Option<(ProbeLine, Client)> {
+        let line = self.probes.lock().get(words).cloned()?;
+        let client = self.kept(&line.key)?.with_fleet_term(line.fleet_term);
+        Some((line, client))
+    }
+
+    fn remember_probe(&self, words: Vec<String>, asked: &Asked, config: Option<PathBuf>) {
+        let key = (asked.address.clone(), asked.data_dir.clone(), asked.token.clone());
+        let mut probes = self.probes.lock();
+        if probes.len() >= KEPT_PROBE_LINES {
+            probes.clear();
+        }
+        probes.insert(words, ProbeLine { key, fleet_term: asked.fleet_term, config });
+    }
+}
+
+/// When the agent of `data_dir` last announced itself (its agent file's time).
+fn announced(data_dir: Option<&Path>) -> Option<SystemTime> {
+    std::fs::metadata(AgentFile::path(data_dir?)).ok()?.modified().ok()
 }
 
 /// What the command line of `request` would print and exit with, or `unsupported`.
 async fn answer(clients: &Clients, parse: Parse, request: Request) -> Answer {
     let Some(words) = wire::words(&request.args) else { return Answer::Unsupported };
+    if let Some((line, client)) = clients.known_probe(&words) {
+        let data_dir = line.key.1;
+        let work = probe(client, line.config, data_dir);
+        return exited(tokio::time::timeout(request.deadline, work).await, request.deadline);
+    }
     // Not served, or not a valid command line: usage errors are the command's to print.
-    let Some(mut asked) = parse(words) else { return Answer::Unsupported };
+    let Some(mut asked) = parse(words.clone()) else { return Answer::Unsupported };
     let client = clients.client(&mut asked);
+    if let Wanted::ProbeList { config } = &asked.wanted {
+        clients.remember_probe(words, &asked, config.clone());
+    }
     let Asked { data_dir, json, wanted, .. } = asked;
     let ran = match wanted {
         Wanted::ProbeList { config } => {
-            let work = async move {
-                let config = node_config(config.as_deref(), data_dir.as_deref())?;
-                let lines = crate::probe::lines(&client, &config).await?;
-                Ok(lines.iter().map(|line| format!("{line}\n")).collect::<String>())
-            };
-            tokio::time::timeout(request.deadline, work).await
+            tokio::time::timeout(request.deadline, probe(client, config, data_dir)).await
         }
         Wanted::Start(args) => {
             let work = start(client, args, request.stdin, json);
             tokio::time::timeout(request.deadline, work).await
         }
     };
+    exited(ran, request.deadline)
+}
+
+/// `alloc list --probe`: what it prints.
+async fn probe(
+    client: Client,
+    config: Option<PathBuf>,
+    data_dir: Option<PathBuf>,
+) -> anyhow::Result<String> {
+    let config = node_config(config.as_deref(), data_dir.as_deref())?;
+    let lines = crate::probe::lines(&client, &config).await?;
+    Ok(lines.iter().map(|line| format!("{line}\n")).collect::<String>())
+}
+
+/// The answer for a command that ran (or was cut at `deadline`), as its exit says.
+fn exited(
+    ran: Result<anyhow::Result<String>, tokio::time::error::Elapsed>,
+    deadline: std::time::Duration,
+) -> Answer {
     Answer::Exit(match ran {
         Ok(Ok(stdout)) => Output::exited(0, stdout),
         Ok(Err(error)) => Output {
@@ -160,8 +226,7 @@ async fn answer(clients: &Clients, parse: Parse, request: Request) -> Answer {
         },
         Err(_) => Output {
             stdout: Vec::new(),
-            stderr: format!("wharf: the request did not finish within {:?}\n", request.deadline)
-                .into_bytes(),
+            stderr: format!("wharf: the request did not finish within {deadline:?}\n").into_bytes(),
             status: Some(TIMED_OUT),
         },
     })
