@@ -119,10 +119,11 @@ mod tests {
     async fn finish_waits_for_what_was_queued_before_it() {
         let (release, blocked) = std::sync::mpsc::channel::<()>();
         let (ran, done) = tokio::sync::oneshot::channel();
-        tokio::spawn(run(move || {
+        // Queued now, before `finish` queues its own job behind it.
+        let _blocked = enqueue(move || {
             let _ = blocked.recv();
             let _ = ran.send(());
-        }));
+        });
         // The job above holds the queue: nothing after it is done.
         assert!(!finish(Duration::from_millis(50)).await);
         release.send(()).unwrap();
