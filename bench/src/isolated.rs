@@ -3,6 +3,7 @@
 //! a cgroup with its memory and CPU limits, private PID and IPC namespaces with its own
 //! `/proc`, the node's default Landlock rules, `no_new_privs`), beside raw_exec starting the
 //! same task in a cgroup with the same limits, measured in turns so both see the same load.
+//! Both start the driver's own static shim, which takes every containment step `exec` asks for.
 //!
 //! Needs root and writable cgroups, as the driver does; without them the scenario fails,
 //! saying so.
@@ -23,7 +24,6 @@ use wharf_state::spec::Resources;
 const FULL_STARTS: usize = 1_000;
 
 pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
-    let shim = crate::exec::std_shim()?;
     let options = CgroupOptions {
         parent: CgroupParent::Absolute(format!("wharf-bench-{}", std::process::id())),
         pids_max: Some(1024),
@@ -44,7 +44,7 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
         // Workload users reach their directories by absolute paths.
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
         crate::exec::settle();
-        let raw_options = RawExecOptions { shim_path: Some(shim.clone()), ..Default::default() };
+        let raw_options = RawExecOptions::default();
         let exec = ExecDriver::new(raw_options.clone(), ExecOptions::new(root.join("users")))
             .with_cgroups(TaskCgroups::On(cgroups.clone()));
         let raw = RawExecDriver::new(raw_options).with_cgroups(TaskCgroups::On(cgroups.clone()));
@@ -85,7 +85,7 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
             better: Better::Lower,
             samples: added,
             baseline: None,
-            target: None,
+            target: Some(Target::parse("≤ 0.1 ms")?),
         },
         Row {
             name: "exec (isolated) with limits: start-to-running latency, p99".into(),

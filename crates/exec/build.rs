@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The shim's modules, beside `static_main.rs`.
-const MODULES: [&str; 4] = ["args", "life", "logs", "text"];
+const MODULES: [&str; 5] = ["args", "contain", "life", "logs", "text"];
 
 fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));

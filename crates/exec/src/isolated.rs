@@ -44,6 +44,12 @@ impl ExecDriver {
     pub fn task_cgroups(&self) -> &TaskCgroups {
         self.inner.task_cgroups()
     }
+
+    /// The shim program this driver starts: by default raw_exec's static shim, which takes
+    /// every containment step too.
+    pub fn shim_path(&self) -> &std::path::Path {
+        self.inner.shim_path()
+    }
 }
 
 #[async_trait::async_trait]

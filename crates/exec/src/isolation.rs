@@ -206,6 +206,8 @@ pub(crate) struct Isolation {
     /// Opened on first use, and again after a failure (a journal that could not be opened is
     /// reported by the fingerprint and each start until it can be).
     pool: parking_lot::Mutex<Option<Arc<UserPool>>>,
+    /// The node's default rules as this host has them ([`Isolation::default_rules`]).
+    default_rules: parking_lot::Mutex<Option<Arc<Vec<Rule>>>>,
 }
 
 /// What a start needs from the isolation: the containment, and the environment to add.
@@ -218,7 +220,12 @@ pub(crate) struct Contained {
 
 impl Isolation {
     pub(crate) fn new(options: ExecOptions) -> Isolation {
-        Isolation { options, binaries: node_binaries(None), pool: parking_lot::Mutex::new(None) }
+        Isolation {
+            options,
+            binaries: node_binaries(None),
+            pool: parking_lot::Mutex::new(None),
+            default_rules: parking_lot::Mutex::new(None),
+        }
     }
 
     /// The same isolation, for a driver that starts tasks under the shim at `shim`.
@@ -261,6 +268,37 @@ impl Isolation {
         Ok(opened)
     }
 
+    /// The Landlock rules of the node's default paths ([`landlock::default_unveils`]) that
+    /// this host has, each by the path it resolves to (one rule where `/bin` is a link to
+    /// `/usr/bin`) and cut to a file's rights where it is a file: a task's process then makes
+    /// one call per rule, where a path it would look up and find missing, or find a file,
+    /// costs it two. Looked up once, and again at every fingerprint, so a path that appears
+    /// later reaches tasks started after the next one. A path that goes away in between is
+    /// skipped at the start (the rules say `if_exists`).
+    fn default_rules(&self) -> Arc<Vec<Rule>> {
+        let mut cached = self.default_rules.lock();
+        cached
+            .get_or_insert_with(|| {
+                let mut rules: Vec<Rule> = Vec::new();
+                for unveil in landlock::default_unveils() {
+                    let Ok(path) = std::fs::canonicalize(&unveil.path) else { continue };
+                    let mut access = unveil.mode.access();
+                    if !path.is_dir() {
+                        access = access.intersection(Access::FILE);
+                    }
+                    match rules.iter_mut().find(|rule| rule.path == path) {
+                        Some(rule) => rule.access = rule.access.union(access),
+                        None if access != Access::NONE => {
+                            rules.push(Rule { path, access, if_exists: true });
+                        }
+                        None => {}
+                    }
+                }
+                Arc::new(rules)
+            })
+            .clone()
+    }
+
     /// What this node offers the driver now.
     fn probe(&self) -> Probe {
         Probe {
@@ -295,6 +333,8 @@ impl Isolation {
             format!("{}-{}", options.users.min(), options.users.max()),
         );
         let probe = self.probe();
+        // The host's paths may have changed since the last look.
+        self.default_rules.lock().take();
         if let Ok(abi) = &probe.landlock {
             attributes.insert("driver.exec.landlock_abi".into(), abi.to_string());
         }
@@ -352,7 +392,7 @@ impl Isolation {
 
         let mut rules = Vec::new();
         if self.options.unveil_defaults {
-            rules.extend(landlock::default_unveils().iter().map(|u| u.rule(true)));
+            rules.extend(self.default_rules().iter().cloned());
         }
         rules.extend(self.options.unveil_paths.iter().map(|u| u.rule(false)));
         rules.push(Rule::new(&config.task_dir, Mode::ALL.access().without(Access::REMOVE_DIR)));
@@ -571,16 +611,20 @@ fn path_forms(path: &Path) -> Vec<PathBuf> {
     forms
 }
 
-/// The programs the node runs as root: this executable, and the shim (`shim`, or the
-/// `wharf-shim` beside this executable). An in-memory shim (`/proc/self/fd/...`) is no file a
-/// task could reach.
+/// The programs the node runs as root: this executable, the shim (`shim`), and the
+/// `wharf-shim` beside this executable, which a driver may start. An in-memory shim
+/// (`/proc/self/fd/...`) is no file a task could reach.
 fn node_binaries(shim: Option<&Path>) -> Vec<PathBuf> {
     let exe = std::env::current_exe().ok();
     let beside = exe.as_ref().and_then(|exe| Some(exe.parent()?.join(SHIM_NAME)));
-    exe.into_iter()
-        .chain(shim.map(Path::to_owned).or(beside))
+    let mut binaries: Vec<PathBuf> = exe
+        .into_iter()
+        .chain(shim.map(Path::to_owned))
+        .chain(beside)
         .filter(|path| !path.starts_with("/proc/self"))
-        .collect()
+        .collect();
+    binaries.dedup();
+    binaries
 }
 
 /// Refuses a working directory the task could not use: one outside every path its rules give
@@ -709,6 +753,29 @@ mod tests {
 
     /// exec2's `Test_doFingerprint_*`: not root, a missing kernel feature, then what breaks
     /// on this node, each named.
+    /// The default rules are this host's paths, once each as they resolve, each with a file's
+    /// rights where it is a file; a path missing here has no rule (a task's process would
+    /// only look for it in vain).
+    #[test]
+    fn the_default_rules_are_the_hosts_paths_cut_to_their_kind() {
+        let isolation = Isolation::new(ExecOptions::new("/nonexistent/users"));
+        let rules = isolation.default_rules();
+        let defaults = landlock::default_unveils();
+        let mut present: Vec<PathBuf> =
+            defaults.iter().filter_map(|u| std::fs::canonicalize(&u.path).ok()).collect();
+        present.sort();
+        present.dedup();
+        assert_eq!(rules.len(), present.len(), "{rules:?}");
+        for rule in rules.iter() {
+            assert!(rule.if_exists, "{rule:?}");
+            let dir = rule.path.is_dir();
+            let file_only = rule.access.intersection(Access::FILE) == rule.access;
+            assert!(dir || file_only, "{rule:?}");
+            assert!(!dir || rule.access.intersection(Access::READ_DIR) != Access::NONE, "{rule:?}");
+        }
+        assert!(Arc::ptr_eq(&rules, &isolation.default_rules()), "looked up once");
+    }
+
     #[test]
     fn the_fingerprint_names_what_is_missing() {
         let ready = Probe {

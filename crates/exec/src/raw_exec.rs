@@ -216,11 +216,6 @@ impl RawExecDriver {
 
     /// The same driver, containing each task as `isolation` says: the `exec` driver.
     pub(crate) fn with_isolation(mut self, isolation: Isolation) -> RawExecDriver {
-        // The static shim joins cgroups only: the isolated driver's tasks need the shim
-        // built with std, which takes every containment step.
-        if self.options.shim_path.is_none() {
-            self.shim = default_shim_path();
-        }
         self.isolation = Some(isolation.with_shim(&self.shim));
         self
     }
@@ -452,7 +447,7 @@ fn failure_message(step: StartStep, errno: i32, message: String, args: &ShimArgs
     match step {
         StartStep::Spawn => format!("{message} {}: {error}", args.program.display()),
         StartStep::WorkDir => format!("{message} {}: {error}", args.work_dir.display()),
-        StartStep::Setup if errno != 0 => format!("{message}: {error}"),
+        StartStep::Setup | StartStep::Confine if errno != 0 => format!("{message}: {error}"),
         StartStep::Setup | StartStep::Confine => message,
     }
 }

@@ -346,6 +346,38 @@ async fn a_task_reads_the_parts_of_proc_it_unveils() {
     assert!(stdout.contains("NoNewPrivs:\t1"), "{stdout}");
 }
 
+/// Both builds of the shim take the same containment steps (one code, in module
+/// `shim::contain`): the driver's own static shim, the default, and the `wharf-shim` program.
+/// The same task sees the same thing under either: a workload user, `no_new_privs`, its own
+/// PID and IPC namespaces and `/proc`, Landlock's refusal outside what it may reach.
+#[tokio::test]
+async fn a_task_is_contained_alike_under_either_shim() {
+    let scratch = CgroupScratch::new(Some(64));
+    let root = searchable_tempdir();
+    let script = "echo pid=$$; id -u; grep -E '^NoNewPrivs' /proc/self/status; \
+                  readlink /proc/self/ns/ipc /proc/1/ns/ipc | uniq | wc -l; \
+                  cat /etc/passwd >/dev/null 2>&1 || echo passwd refused";
+    let mut seen = Vec::new();
+    for (n, driver) in [
+        (21, scratch.exec_driver(exec_options(root.path(), 21))),
+        (22, scratch.exec_driver_with_std_shim(exec_options(root.path(), 22))),
+    ] {
+        let shim = driver.shim_path();
+        assert_eq!(shim.starts_with("/proc/self/fd"), n == 21, "{}", shim.display());
+        let config = unveiled(shell(root.path(), &format!("shim{n}"), script), &["r:/proc"]);
+        let (exit, stdout, stderr) = run(&driver, config).await;
+        assert_eq!(exit, ExitResult::code(0), "{stderr}");
+        let mut lines = stdout.lines();
+        assert_eq!(lines.next(), Some("pid=1"), "{stdout}");
+        let uid: u32 = lines.next().unwrap().parse().unwrap();
+        assert!(exec_options(root.path(), n).users.contains(uid), "{uid}");
+        seen.push(lines.map(str::to_owned).collect::<Vec<_>>());
+    }
+    // pid 1 is the task itself here: its IPC namespace is the one it runs in.
+    assert_eq!(seen[0], ["NoNewPrivs:\t1", "1", "passwd refused"]);
+    assert_eq!(seen[0], seen[1]);
+}
+
 /// exec2's "pid namespace": the task is pid 1 of its own namespace, unless it asks for the
 /// host's.
 #[tokio::test]
@@ -492,7 +524,8 @@ async fn unveil_entries_that_reach_the_node_are_refused_when_checked_and_at_star
     std::fs::create_dir(&data_dir).unwrap();
     let mut options = exec_options(root.path(), 17);
     options.data_dir = Some(data_dir.clone());
-    let driver = scratch.exec_driver(options.clone());
+    // The shim program is the one a node runs as root that a task could find on disk.
+    let driver = scratch.exec_driver_with_std_shim(options.clone());
     let check = |unveil: &str, pid_mode: &str| {
         let config = serde_json::json!({"command": "env", "unveil": ["r:/etc", unveil], "pid_mode": pid_mode});
         driver.validate_config(config.as_object().unwrap())
@@ -526,7 +559,7 @@ async fn unveil_entries_that_reach_the_node_are_refused_when_checked_and_at_star
     }
 
     options.unveil_paths = vec![Unveil::parse(&format!("r:{}", root.path().display())).unwrap()];
-    let node = scratch.exec_driver(options);
+    let node = scratch.exec_driver_with_std_shim(options);
     let fingerprint = node.fingerprint().await;
     assert_eq!(fingerprint.health, Health::Unhealthy, "{fingerprint:?}");
     assert!(fingerprint.description.contains("the node's data directory"), "{fingerprint:?}");

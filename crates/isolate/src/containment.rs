@@ -211,11 +211,9 @@ impl Containment {
                         reason: "the path contains a NUL byte".into(),
                     })
                 };
-                let (parent, name) = split_destination(&mount.destination)?;
                 Ok(PreparedMount {
                     source: c_path(&mount.source)?,
-                    parent: c_path(parent)?,
-                    name: c_path(name)?,
+                    beneath_root: c_path(beneath_root(&mount.destination)?)?,
                     read_only: mount.read_only,
                 })
             })
@@ -240,9 +238,9 @@ fn reaches_proc(rules: Option<&[Rule]>) -> bool {
     })
 }
 
-/// A bind's destination (absolute) as its directory relative to `/` and its last component,
-/// which the child opens one beneath the other with no link on the way.
-fn split_destination(destination: &Path) -> Result<(&Path, &Path), IsolateError> {
+/// A bind's destination (absolute) relative to `/`, which the child opens beneath `/` with no
+/// link on the way.
+fn beneath_root(destination: &Path) -> Result<&Path, IsolateError> {
     let invalid = |reason: &str| IsolateError::Invalid {
         what: destination.display().to_string(),
         reason: reason.into(),
@@ -253,9 +251,10 @@ fn split_destination(destination: &Path) -> Result<(&Path, &Path), IsolateError>
     if relative.components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
         return Err(invalid("a bind's destination must be a plain path below /, without . or .."));
     }
-    let name = relative.file_name().ok_or_else(|| invalid("a bind cannot cover /"))?;
-    let parent = relative.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    Ok((parent, Path::new(name)))
+    if relative.file_name().is_none() {
+        return Err(invalid("a bind cannot cover /"));
+    }
+    Ok(relative)
 }
 
 /// `bind=<ro|rw>,<source>` (after the `bind=`), then `bind-at=<destination>`: both absolute.
@@ -316,10 +315,8 @@ pub struct Prepared {
 #[derive(Debug)]
 struct PreparedMount {
     source: CString,
-    /// The destination's directory, relative to `/` (`.` for `/` itself).
-    parent: CString,
-    /// The destination's last component.
-    name: CString,
+    /// The destination, relative to `/`.
+    beneath_root: CString,
     read_only: bool,
 }
 
@@ -387,7 +384,7 @@ impl Prepared {
         }
         for (index, mount) in self.mounts.iter().enumerate() {
             let step = ContainmentStep::BindMount(u32::try_from(index).unwrap_or(u32::MAX));
-            sys::bind_mount(&mount.source, &mount.parent, &mount.name, mount.read_only)
+            sys::bind_mount(&mount.source, &mount.beneath_root, mount.read_only)
                 .map_err(fail(step))?;
         }
         let ruleset = match &self.landlock {

@@ -156,163 +156,26 @@ pub(crate) fn unshare(flags: libc::c_int) -> io::Result<()> {
     check(unsafe { libc::unshare(flags) }.into()).map(drop)
 }
 
-/// Makes every mount in this mount namespace a slave of its peer in the parent namespace:
-/// mounts made here stay here, unmounts on the host still reach here (so a private namespace
-/// never keeps a host file system busy).
+/// Makes every mount in this mount namespace a slave of its peer in the parent namespace
+/// ([`wharf_nolibc::contain::make_mounts_slave`]).
 pub(crate) fn make_mounts_slave() -> io::Result<()> {
-    // SAFETY: all strings are NUL-terminated literals; the null type and data are allowed for
-    // a propagation change.
-    check(
-        unsafe {
-            libc::mount(
-                std::ptr::null(),
-                c"/".as_ptr(),
-                std::ptr::null(),
-                libc::MS_REC | libc::MS_SLAVE,
-                std::ptr::null(),
-            )
-        }
-        .into(),
-    )
-    .map(drop)
+    wharf_nolibc::contain::make_mounts_slave().map_err(errno)
 }
 
-/// A descriptor the child opened, closed when dropped (no allocation either way).
-struct ChildFd(i32);
-
-impl Drop for ChildFd {
-    fn drop(&mut self) {
-        wharf_nolibc::sys::close(self.0);
-    }
+/// Binds the directory `source` at `destination` (relative to `/`), through a descriptor
+/// opened with no symbolic link on the way, read-only if asked
+/// ([`wharf_nolibc::contain::bind_mount`]). Allocates nothing.
+pub(crate) fn bind_mount(source: &CStr, destination: &CStr, read_only: bool) -> io::Result<()> {
+    wharf_nolibc::contain::bind_mount(source, destination, read_only).map_err(errno)
 }
 
-/// Opens the directory `path` beneath the directory `dir` as a handle only (`O_PATH`), with
-/// no symbolic link on the way (`ELOOP`).
-fn open_dir_beneath(dir: i32, path: &CStr) -> io::Result<ChildFd> {
-    use wharf_nolibc::sys::{O_CLOEXEC, O_DIRECTORY, O_PATH};
-    wharf_nolibc::open_beneath(dir, path, O_PATH | O_DIRECTORY | O_CLOEXEC, 0)
-        .map(ChildFd)
-        .map_err(|errno| io::Error::from_raw_os_error(errno.0))
-}
-
-/// `/proc/self/fd/<fd>`, NUL-terminated, in a buffer of its own: the path through which a
-/// call reaches exactly what the descriptor names, whatever its path names meanwhile.
-struct ProcFdPath([u8; 32]);
-
-impl ProcFdPath {
-    fn of(fd: &ChildFd) -> ProcFdPath {
-        const PREFIX: &[u8] = b"/proc/self/fd/";
-        let mut path = [0u8; 32];
-        path[..PREFIX.len()].copy_from_slice(PREFIX);
-        let mut digits = [0u8; 10];
-        let mut count = 0;
-        let mut n = fd.0.unsigned_abs();
-        loop {
-            digits[count] = b'0' + (n % 10) as u8;
-            count += 1;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        for (at, digit) in digits[..count].iter().rev().enumerate() {
-            path[PREFIX.len() + at] = *digit;
-        }
-        ProcFdPath(path)
-    }
-
-    fn as_c_str(&self) -> &CStr {
-        // The buffer always holds a NUL after the digits (it is longer than any such path).
-        CStr::from_bytes_until_nul(&self.0).unwrap_or(c"/proc/self/fd/")
-    }
-}
-
-/// Binds the directory `source` at the directory `name` of `parent` (`parent` relative to
-/// `/`: the destination's canonical path split at its last component), not its submounts (a
-/// read-only bind would leave them writable); then, if `read_only`, remounts the bind
-/// read-only, keeping the `nosuid`, `nodev` and `noexec` the source's mount has.
-///
-/// The destination is opened with no symbolic link anywhere on its path, and the bind is made
-/// through that descriptor: a task that can write where the destination is (its own
-/// directory) cannot turn a component into a link between the node's check and the mount,
-/// and so aim the mount elsewhere. The remount opens the name again, which now crosses into
-/// the bind. Allocates nothing.
-pub(crate) fn bind_mount(
-    source: &CStr,
-    parent: &CStr,
-    name: &CStr,
-    read_only: bool,
-) -> io::Result<()> {
-    use wharf_nolibc::sys::{O_CLOEXEC, O_DIRECTORY, O_PATH};
-    let root = wharf_nolibc::sys::open(c"/", O_PATH | O_DIRECTORY | O_CLOEXEC, 0)
-        .map(ChildFd)
-        .map_err(|errno| io::Error::from_raw_os_error(errno.0))?;
-    let parent = open_dir_beneath(root.0, parent)?;
-    let target = open_dir_beneath(parent.0, name)?;
-    let target_path = ProcFdPath::of(&target);
-    // SAFETY: NUL-terminated strings that outlive the call; a bind takes no type or data.
-    let bound = unsafe {
-        libc::mount(
-            source.as_ptr(),
-            target_path.as_c_str().as_ptr(),
-            std::ptr::null(),
-            libc::MS_BIND,
-            std::ptr::null(),
-        )
-    };
-    check(bound.into())?;
-    if !read_only {
-        return Ok(());
-    }
-    let bind = open_dir_beneath(parent.0, name)?;
-    let bind_path = ProcFdPath::of(&bind);
-    // SAFETY: statvfs is plain old data, for which all zeroes is a valid value.
-    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: a NUL-terminated path and a struct statvfs fills; it keeps no pointer.
-    check(unsafe { libc::statvfs(bind_path.as_c_str().as_ptr(), &mut stat) }.into())?;
-    let mut flags = libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY;
-    for (kept, flag) in [
-        (libc::ST_NOSUID, libc::MS_NOSUID),
-        (libc::ST_NODEV, libc::MS_NODEV),
-        (libc::ST_NOEXEC, libc::MS_NOEXEC),
-    ] {
-        if stat.f_flag & kept != 0 {
-            flags |= flag;
-        }
-    }
-    // SAFETY: as above; a remount of a bind changes only its flags, and one of anything but a
-    // mount's root fails (EINVAL).
-    check(
-        unsafe {
-            libc::mount(
-                std::ptr::null(),
-                bind_path.as_c_str().as_ptr(),
-                std::ptr::null(),
-                flags,
-                std::ptr::null(),
-            )
-        }
-        .into(),
-    )
-    .map(drop)
-}
-
-/// Mounts a new procfs on `/proc`, which shows the processes of the caller's PID namespace.
+/// Mounts a new procfs on `/proc` ([`wharf_nolibc::contain::mount_proc`]).
 pub(crate) fn mount_proc() -> io::Result<()> {
-    // SAFETY: all strings are NUL-terminated literals; procfs takes no data.
-    check(
-        unsafe {
-            libc::mount(
-                c"proc".as_ptr(),
-                c"/proc".as_ptr(),
-                c"proc".as_ptr(),
-                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                std::ptr::null(),
-            )
-        }
-        .into(),
-    )
-    .map(drop)
+    wharf_nolibc::contain::mount_proc().map_err(errno)
+}
+
+fn errno(e: wharf_nolibc::sys::Errno) -> io::Error {
+    io::Error::from_raw_os_error(e.0)
 }
 
 /// `flock(fd, op)`, retried on `EINTR`.

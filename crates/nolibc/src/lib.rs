@@ -7,7 +7,9 @@
 //! - [`join_cgroup`]: how a process joins a cgroup with one write and no allocation, between
 //!   the clone and the exec of a task;
 //! - [`open_beneath`]: how root opens a path in a directory a task can write, following no
-//!   link the task may have put there.
+//!   link the task may have put there;
+//! - [`contain`]: the mounts and Landlock rules a task's process makes between its clone and
+//!   its exec.
 //!
 //! Everything uses `core` alone and allocates nothing, so it works in a program with no C
 //! library and no allocator (wharf-exec's static shim) as well as in an ordinary std program
@@ -30,6 +32,7 @@ extern crate std;
 /// as a module of another crate.
 pub const LIB_RS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/lib.rs");
 
+pub mod contain;
 pub mod sys;
 
 use core::ffi::CStr;

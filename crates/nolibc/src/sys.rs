@@ -47,6 +47,12 @@ pub const ENAMETOOLONG: i32 = 36;
 pub const ENOSYS: i32 = 38;
 /// Too many levels of symbolic links (also: a link met where none may be followed).
 pub const ELOOP: i32 = 40;
+/// Operation not permitted.
+pub const EPERM: i32 = 1;
+/// Permission denied.
+pub const EACCES: i32 = 13;
+/// Too many open files.
+pub const EMFILE: i32 = 24;
 
 // `open` flags.
 /// Read only.
@@ -131,6 +137,12 @@ mod nr {
     pub(super) const DUP3: usize = 292;
     pub(super) const PIPE2: usize = 293;
     pub(super) const RENAMEAT2: usize = 316;
+    pub(super) const SETGROUPS: usize = 116;
+    pub(super) const SETRESUID: usize = 117;
+    pub(super) const SETRESGID: usize = 119;
+    pub(super) const FSTATFS: usize = 138;
+    pub(super) const MOUNT: usize = 165;
+    pub(super) const UNSHARE: usize = 272;
 }
 
 #[cfg(target_arch = "aarch64")]
@@ -166,6 +178,12 @@ mod nr {
     pub(super) const MUNMAP: usize = 215;
     pub(super) const MMAP: usize = 222;
     pub(super) const MPROTECT: usize = 226;
+    pub(super) const SETGROUPS: usize = 159;
+    pub(super) const SETRESUID: usize = 147;
+    pub(super) const SETRESGID: usize = 149;
+    pub(super) const FSTATFS: usize = 44;
+    pub(super) const MOUNT: usize = 40;
+    pub(super) const UNSHARE: usize = 97;
 }
 
 // The same number on every architecture.
@@ -173,6 +191,9 @@ const CLOSE_RANGE: usize = 436;
 const PIDFD_OPEN: usize = 434;
 const PIDFD_SEND_SIGNAL: usize = 424;
 const OPENAT2: usize = 437;
+const LANDLOCK_CREATE_RULESET: usize = 444;
+const LANDLOCK_ADD_RULE: usize = 445;
+const LANDLOCK_RESTRICT_SELF: usize = 446;
 
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 compile_error!("wharf-nolibc's system calls are written for x86_64 and aarch64");
@@ -712,4 +733,138 @@ pub unsafe fn clone_vfork(
         );
     }
     check(ret).map(|pid| pid as i32)
+}
+
+// Namespaces, mounts, users and Landlock: what a task's process does to itself between its
+// clone and its exec (module `contain` puts them together).
+
+/// `unshare` flag: a mount namespace.
+pub const CLONE_NEWNS: i32 = 0x0002_0000;
+/// `unshare` flag: an IPC namespace.
+pub const CLONE_NEWIPC: i32 = 0x0800_0000;
+/// `unshare` flag: a PID namespace (for the caller's next children).
+pub const CLONE_NEWPID: i32 = 0x2000_0000;
+
+/// Moves this process into new namespaces (for a PID namespace: its next children).
+#[inline]
+pub fn unshare(flags: i32) -> Result<()> {
+    // SAFETY: plain integers.
+    unsafe { call(nr::UNSHARE, [a(flags), 0, 0, 0, 0, 0]) }.map(drop)
+}
+
+/// `mount` flag: read-only.
+pub const MS_RDONLY: u64 = 1;
+/// `mount` flag: setuid and setgid bits ignored.
+pub const MS_NOSUID: u64 = 2;
+/// `mount` flag: device files refused.
+pub const MS_NODEV: u64 = 4;
+/// `mount` flag: programs refused.
+pub const MS_NOEXEC: u64 = 8;
+/// `mount` flag: change an existing mount's flags.
+pub const MS_REMOUNT: u64 = 32;
+/// `mount` flag: a bind mount.
+pub const MS_BIND: u64 = 4096;
+/// `mount` flag: recursively.
+pub const MS_REC: u64 = 16384;
+/// `mount` flag: receive the peer's mount events, send none.
+pub const MS_SLAVE: u64 = 1 << 19;
+
+/// `mount(2)`; a `None` is a null pointer.
+#[inline]
+pub fn mount(
+    source: Option<&CStr>,
+    target: &CStr,
+    fs_type: Option<&CStr>,
+    flags: u64,
+) -> Result<()> {
+    let pointer = |s: Option<&CStr>| s.map_or(0, |s| s.as_ptr() as usize);
+    let args = [pointer(source), target.as_ptr() as usize, pointer(fs_type), flags as usize, 0, 0];
+    // SAFETY: NUL-terminated strings or null; no data.
+    unsafe { call(nr::MOUNT, args) }.map(drop)
+}
+
+/// The flags of the file system `fd` lies on (`statfs`'s `f_flags`: `ST_RDONLY` is 1,
+/// `ST_NOSUID` 2, `ST_NODEV` 4, `ST_NOEXEC` 8, as the `MS_` flags of the same names).
+#[inline]
+pub fn fs_flags(fd: i32) -> Result<u64> {
+    // `struct statfs` on 64-bit Linux: eleven 8-byte words (`f_flags` the last), four spare.
+    let mut stat = [0u64; 15];
+    // SAFETY: `stat` has room for a `struct statfs`.
+    unsafe { call(nr::FSTATFS, [a(fd), stat.as_mut_ptr() as usize, 0, 0, 0, 0]) }?;
+    Ok(stat[10])
+}
+
+/// Drops every supplementary group.
+#[inline]
+pub fn clear_groups() -> Result<()> {
+    // SAFETY: a count of 0 with a null list reads no memory.
+    unsafe { call(nr::SETGROUPS, [0; 6]) }.map(drop)
+}
+
+/// Sets the real, effective and saved group ids.
+#[inline]
+pub fn set_gid(gid: u32) -> Result<()> {
+    let gid = gid as usize;
+    // SAFETY: plain integers.
+    unsafe { call(nr::SETRESGID, [gid, gid, gid, 0, 0, 0]) }.map(drop)
+}
+
+/// Sets the real, effective and saved user ids; from root to another user this also empties
+/// the capability sets.
+#[inline]
+pub fn set_uid(uid: u32) -> Result<()> {
+    let uid = uid as usize;
+    // SAFETY: plain integers.
+    unsafe { call(nr::SETRESUID, [uid, uid, uid, 0, 0, 0]) }.map(drop)
+}
+
+/// Sets `no_new_privs`: no `execve` from now on grants privileges.
+#[inline]
+pub fn set_no_new_privs() -> Result<()> {
+    const PR_SET_NO_NEW_PRIVS: usize = 38;
+    // SAFETY: plain integers.
+    unsafe { call(nr::PRCTL, [PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0, 0]) }.map(drop)
+}
+
+/// The Landlock ABI version the kernel offers (`ENOSYS`: not built in; `EOPNOTSUPP`: not
+/// enabled at boot).
+#[inline]
+pub fn landlock_abi() -> Result<u32> {
+    const CREATE_RULESET_VERSION: usize = 1;
+    // SAFETY: a null attribute of size 0 with the VERSION flag reads no memory.
+    unsafe { call(LANDLOCK_CREATE_RULESET, [0, 0, CREATE_RULESET_VERSION, 0, 0, 0]) }
+        .map(|v| v as u32)
+}
+
+/// A new Landlock ruleset (close-on-exec) that handles the file rights `handled_fs` and the
+/// scopes `scoped` (ABI 6).
+#[inline]
+pub fn landlock_create_ruleset(handled_fs: u64, scoped: u64) -> Result<i32> {
+    // `struct landlock_ruleset_attr`: handled_access_fs, handled_access_net, scoped.
+    let attr = [handled_fs, 0, scoped];
+    let size = core::mem::size_of_val(&attr);
+    // SAFETY: `attr` is the kernel's struct, `size` bytes, live across the call.
+    unsafe { call(LANDLOCK_CREATE_RULESET, [attr.as_ptr() as usize, size, 0, 0, 0, 0]) }
+        .map(|fd| fd as i32)
+}
+
+/// Allows `allowed` beneath the file or directory `parent` (an `O_PATH` descriptor).
+#[inline]
+pub fn landlock_add_path_rule(ruleset: i32, parent: i32, allowed: u64) -> Result<()> {
+    const RULE_PATH_BENEATH: usize = 1;
+    // `struct landlock_path_beneath_attr`, packed: allowed_access, then parent_fd.
+    let mut attr = [0u8; 12];
+    attr[..8].copy_from_slice(&allowed.to_ne_bytes());
+    attr[8..].copy_from_slice(&parent.to_ne_bytes());
+    let args = [a(ruleset), RULE_PATH_BENEATH, attr.as_ptr() as usize, 0, 0, 0];
+    // SAFETY: `attr` is the kernel's packed struct, live across the call.
+    unsafe { call(LANDLOCK_ADD_RULE, args) }.map(drop)
+}
+
+/// Enforces `ruleset` on this thread and everything it starts from now on (needs
+/// `no_new_privs` or `CAP_SYS_ADMIN`).
+#[inline]
+pub fn landlock_restrict_self(ruleset: i32) -> Result<()> {
+    // SAFETY: plain integers.
+    unsafe { call(LANDLOCK_RESTRICT_SELF, [a(ruleset), 0, 0, 0, 0, 0]) }.map(drop)
 }

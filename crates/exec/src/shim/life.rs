@@ -3,6 +3,7 @@
 //! [`super::run_if_invoked`] runs inside a std program.
 
 use super::args::Args;
+use super::contain::{Failure, Plan};
 use super::logs::RotatingLog;
 use super::text::{Argv, Line, Lossy, parse_u64};
 use core::cell::Cell;
@@ -20,24 +21,6 @@ const EXIT_TEMP: &CStr = c"exit.tmp";
 pub(crate) const SHIM_LOG: &CStr = c"shim.log";
 /// The first word of an exit record.
 pub(crate) const EXIT_RECORD_VERSION: &str = "wharf-exit-1";
-
-/// What the task's process does to itself between its clone and its exec (join its cgroup,
-/// and under the isolated driver its user, Landlock, namespaces).
-pub(crate) trait Confine {
-    /// In the shim, just before the clone (a PID namespace is made here).
-    fn before_clone(&self) -> Result<(), Errno>;
-    /// In the task's process: system calls only, no allocation (it shares the shim's memory).
-    fn apply(&self) -> Result<(), ConfineFailure>;
-    /// What a failure of [`Confine::apply`] means, for people.
-    fn describe(&self, failure: ConfineFailure, out: &mut dyn Write);
-}
-
-/// A failed containment step: what failed, in the [`Confine`]'s own code, and the error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ConfineFailure {
-    pub(crate) code: [u8; 12],
-    pub(crate) errno: i32,
-}
 
 /// Where a start failed (the words of the start report).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,7 +83,7 @@ pub(crate) unsafe fn run(
     args: &Args<'_>,
     argv: &Argv<'_>,
     envp: *const *const u8,
-    confine: &dyn Confine,
+    confine: &Plan<'_>,
 ) -> u8 {
     let mut diag = Diag { run_dir: args.run_dir, fd: -1 };
     // SAFETY: the caller's promise; a supervise call owns the output buffer.
@@ -230,7 +213,7 @@ unsafe fn supervise<'a>(
     args: &Args<'a>,
     argv: &Argv<'_>,
     envp: *const *const u8,
-    confine: &dyn Confine,
+    confine: &Plan<'_>,
     diag: &mut Diag<'a>,
 ) -> Result<(), Line<256>> {
     let fail = |step: StartStep, errno: Errno, what: &str| {
@@ -347,9 +330,9 @@ unsafe fn supervise<'a>(
 /// Reports that the task could not be contained; the note for `shim.log`.
 #[cold]
 #[inline(never)]
-fn confine_failed(confine: &dyn Confine, failure: ConfineFailure) -> Line<256> {
+fn confine_failed(confine: &Plan<'_>, failure: Failure) -> Line<256> {
     let mut message = Line::<1024>::new();
-    confine.describe(failure, &mut message);
+    let _ = confine.describe(failure, &mut message);
     report_failure(StartStep::Confine, failure.errno, format_args!("{}", Lossy(message.bytes())));
     let mut line = Line::new();
     let _ = write!(line, "start failed: {}", Lossy(message.bytes()));
@@ -360,7 +343,7 @@ fn confine_failed(confine: &dyn Confine, failure: ConfineFailure) -> Line<256> {
 #[derive(Debug, Clone, Copy)]
 enum ChildFailure {
     Setup(Errno),
-    Confine(ConfineFailure),
+    Confine(Failure),
     Exec(Errno),
 }
 
@@ -370,7 +353,7 @@ struct ChildArgs<'a> {
     argv: *const *const u8,
     envp: *const *const u8,
     stdio: [i32; 3],
-    confine: &'a dyn Confine,
+    confine: &'a Plan<'a>,
     /// Written by the child if it fails.
     failure: Cell<Option<ChildFailure>>,
 }
@@ -388,7 +371,7 @@ unsafe fn spawn(
     argv: &Argv<'_>,
     envp: *const *const u8,
     stdio: [i32; 3],
-    confine: &dyn Confine,
+    confine: &Plan<'_>,
 ) -> Result<i32, ChildFailure> {
     confine.before_clone().map_err(ChildFailure::Setup)?;
     let child = ChildArgs {
@@ -699,69 +682,4 @@ fn record_exit(dir: i32, status: WaitStatus) -> Result<(), Errno> {
     let result = sys::fsync(synced);
     sys::close(synced);
     result
-}
-
-/// The static shim's containment: joining the task's cgroups (`cgroup=<path>` arguments, the
-/// files of `TaskCgroup::join_files`) and nothing else.
-#[derive(Debug)]
-pub(crate) struct JoinCgroups<'a> {
-    argv: &'a Argv<'a>,
-    range: core::ops::Range<usize>,
-}
-
-impl<'a> JoinCgroups<'a> {
-    const PREFIX: &'static [u8] = b"cgroup=";
-
-    /// The containment of `range` in `argv`; the error is the first argument that asks for
-    /// more than a cgroup.
-    pub(crate) fn new(
-        argv: &'a Argv<'a>,
-        range: core::ops::Range<usize>,
-    ) -> Result<JoinCgroups<'a>, &'a CStr> {
-        for index in range.clone() {
-            let arg = argv.get(index).unwrap_or(c"");
-            if !arg.to_bytes().starts_with(Self::PREFIX) {
-                return Err(arg);
-            }
-        }
-        Ok(JoinCgroups { argv, range })
-    }
-
-    /// The paths of the files to join through, in order.
-    fn paths(&self) -> impl Iterator<Item = &'a CStr> + use<'a> {
-        let argv = self.argv;
-        self.range.clone().filter_map(move |index| {
-            let arg = argv.get(index)?.to_bytes_with_nul();
-            CStr::from_bytes_with_nul(&arg[Self::PREFIX.len()..]).ok()
-        })
-    }
-}
-
-impl Confine for JoinCgroups<'_> {
-    fn before_clone(&self) -> Result<(), Errno> {
-        Ok(())
-    }
-
-    fn apply(&self) -> Result<(), ConfineFailure> {
-        for (index, procs) in (0u32..).zip(self.paths()) {
-            if let Err(e) = wharf_nolibc::join_cgroup(procs) {
-                let mut code = [0; 12];
-                code[..4].copy_from_slice(&index.to_le_bytes());
-                return Err(ConfineFailure { code, errno: e.0 });
-            }
-        }
-        Ok(())
-    }
-
-    fn describe(&self, failure: ConfineFailure, out: &mut dyn Write) {
-        let index = u32::from_le_bytes([
-            failure.code[0],
-            failure.code[1],
-            failure.code[2],
-            failure.code[3],
-        ]);
-        let path = self.paths().nth(index as usize).map_or(&b""[..], CStr::to_bytes);
-        let _ =
-            write!(out, "cannot join the task's cgroup ({}): errno {}", Lossy(path), failure.errno);
-    }
 }

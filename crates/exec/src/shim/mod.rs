@@ -31,22 +31,22 @@
 //!
 //! ## Two builds of one shim
 //!
-//! The shim's code (modules `life`, `args`, `logs`, `text`) uses `core` alone, with system
-//! calls from [`wharf_nolibc`]: no allocator, no C library. The build script compiles
+//! The shim's code (modules `life`, `args`, `contain`, `logs`, `text`) uses `core` alone, with
+//! system calls from [`wharf_nolibc`]: no allocator, no C library. The build script compiles
 //! it into a static program of its own (`static_main.rs`: no dynamic loader, no relocations,
-//! no C start-up), which this crate carries ([`STATIC_SHIM`]) and the raw_exec driver starts
-//! by default from a sealed in-memory file: a start then costs two program starts that load
-//! nothing, and a running shim holds a few pages of its own. That build joins the task's
-//! cgroup and takes no other containment step.
+//! no C start-up), which this crate carries ([`STATIC_SHIM`]) and both drivers, raw_exec and
+//! the isolated `exec`, start by default from a sealed in-memory file: a start then costs two
+//! program starts that load nothing, and a running shim holds a few pages of its own.
 //!
 //! The same code also runs inside a std program: the `wharf-shim` binary of this crate, and
-//! any program that embeds the shim through [`run_if_invoked`]. That build applies every
-//! containment step of [`wharf_isolate::Prepared`], so the isolated `exec` driver starts it
-//! (by default `wharf-shim` beside the current executable).
+//! any program that embeds the shim through [`run_if_invoked`], for a machine where the static
+//! build cannot be had. Both builds take every containment step (module `contain`: cgroups,
+//! namespaces, mounts, Landlock, the workload user, `no_new_privs`) with the same code.
 
 // With no allocator, an error's text is a fixed buffer on the stack.
 #[allow(clippy::result_large_err)]
 mod args;
+mod contain;
 #[allow(clippy::result_large_err)]
 mod life;
 mod logs;
@@ -59,15 +59,13 @@ pub(crate) use life::{EXIT_RECORD_VERSION, StartStep};
 
 use crate::sys;
 use args::Args;
-use life::{Confine, ConfineFailure};
+use contain::Plan;
 use std::ffi::{CString, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::OnceLock;
 use text::{Argv, Lossy};
-use wharf_isolate::{Containment, ContainmentFailure, Prepared};
-use wharf_nolibc::sys::Errno;
 
 /// The static shim (see the module docs), built by this crate's build script; empty on an
 /// architecture it is not built for.
@@ -103,9 +101,9 @@ pub(crate) fn static_shim() -> Option<PathBuf> {
 /// `RawExecDriver::with_shim(std::env::current_exe()?)` (or
 /// [`RawExecOptions::shim_path`](crate::RawExecOptions::shim_path)). The driver starts a shim
 /// with a first argument that names the shim protocol, `wharf-shim-2`; with any other
-/// command line this returns at once and the program goes on as usual. (The raw_exec driver
-/// needs none of this by default: it carries a static shim of its own. The isolated `exec`
-/// driver does, since that static shim takes no containment step beyond the cgroup.)
+/// command line this returns at once and the program goes on as usual. (Neither driver needs
+/// this by default: they carry a static shim of their own, which takes every containment
+/// step.)
 ///
 /// Started as the shim, the process must have one thread: the shim closes every descriptor it
 /// inherited beyond stdin, stdout and stderr, and another thread (an async runtime's, for one)
@@ -207,63 +205,20 @@ unsafe fn run() -> u8 {
         let run_dir = CString::new(run_dir.as_os_str().as_bytes()).unwrap_or_default();
         life::Diag { run_dir: &run_dir, fd: -1 }.note(format_args!("panicked: {info}"));
     }));
-    // Joining cgroups needs nothing of std; the other steps are wharf-isolate's.
-    if let Ok(cgroups) = life::JoinCgroups::new(&argv, args.containment.clone()) {
-        // SAFETY: this thread is the only one and runs nothing else; `argv` holds `args`.
-        return unsafe { life::run(&args, &argv, envp.as_ptr(), &cgroups) };
-    }
-    let mut containment_args = args
-        .containment
-        .clone()
-        .filter_map(|index| argv.get(index))
-        .map(|arg| OsString::from_vec(arg.to_bytes().to_vec()))
-        .chain(std::iter::once(OsString::from("end")));
-    let confine = match Containment::parse_args(&mut containment_args).map(|c| {
-        let prepared = c.prepare();
-        (c, prepared)
-    }) {
-        Ok((containment, Ok(prepared))) => StdConfine { containment, prepared },
-        Ok((_, Err(e))) => {
-            life::report_failure(StartStep::Confine, 0, format_args!("{e}"));
-            return 1;
-        }
-        Err(message) => {
-            life::report_failure(StartStep::Setup, 0, format_args!("{message}"));
+    let confine = match Plan::parse(&argv, args.containment.clone()) {
+        Ok(confine) => confine,
+        Err(arg) => {
+            let arg = Lossy(arg.to_bytes());
+            life::report_failure(
+                StartStep::Setup,
+                0,
+                format_args!("bad containment argument {arg}"),
+            );
             return 2;
         }
     };
     // SAFETY: this thread is the only one and runs nothing else; `argv` holds `args`.
     unsafe { life::run(&args, &argv, envp.as_ptr(), &confine) }
-}
-
-/// Every containment step, by wharf-isolate's [`Prepared`].
-struct StdConfine {
-    containment: Containment,
-    prepared: Prepared,
-}
-
-impl Confine for StdConfine {
-    fn before_clone(&self) -> Result<(), Errno> {
-        self.prepared.before_fork().map_err(|e| match e {
-            wharf_isolate::IsolateError::Sys { source, .. } => {
-                Errno(source.raw_os_error().unwrap_or(0))
-            }
-            _ => Errno(0),
-        })
-    }
-
-    fn apply(&self) -> Result<(), ConfineFailure> {
-        self.prepared
-            .apply()
-            .map_err(|failure| ConfineFailure { code: failure.encode(), errno: failure.errno })
-    }
-
-    fn describe(&self, failure: ConfineFailure, out: &mut dyn std::fmt::Write) {
-        let _ = match ContainmentFailure::decode(&failure.code) {
-            Some(failure) => out.write_str(&failure.describe(&self.containment)),
-            None => out.write_str("a containment step failed"),
-        };
-    }
 }
 
 #[cfg(test)]
@@ -287,16 +242,5 @@ pub(crate) mod tests {
     fn both_sides_name_the_run_files_alike() {
         assert_eq!(life::EXIT_FILE.to_str(), Ok(crate::protocol::EXIT_FILE));
         assert_eq!(life::SHIM_LOG.to_str(), Ok(crate::protocol::SHIM_LOG));
-    }
-
-    #[test]
-    fn the_static_shim_takes_cgroups_and_nothing_else() {
-        let owned =
-            OwnedArgv::new(&["cgroup=/a/cgroup.procs".into(), "cgroup=/b/cgroup.procs".into()]);
-        let argv = owned.argv();
-        assert!(life::JoinCgroups::new(&argv, 0..2).is_ok());
-        let owned = OwnedArgv::new(&["cgroup=/a/cgroup.procs".into(), "pid-ns".into()]);
-        let argv = owned.argv();
-        assert_eq!(life::JoinCgroups::new(&argv, 0..2).unwrap_err(), c"pid-ns");
     }
 }

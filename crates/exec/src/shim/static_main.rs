@@ -17,7 +17,8 @@
 include!(concat!(env!("WHARF_SHIM_OUT_DIR"), "/modules.rs"));
 
 use core::ffi::CStr;
-use life::{JoinCgroups, StartStep};
+use contain::Plan;
+use life::StartStep;
 use wharf_nolibc::sys;
 use text::{Argv, Lossy};
 
@@ -80,17 +81,14 @@ unsafe extern "C" fn start(stack: *const usize) -> ! {
     };
     // SAFETY: one thread, and this is written once before anything reads it.
     unsafe { RUN_DIR = Some(args.run_dir) };
-    let confine = match JoinCgroups::new(&argv, args.containment.clone()) {
+    let confine = match Plan::parse(&argv, args.containment.clone()) {
         Ok(confine) => confine,
         Err(arg) => {
             let arg = Lossy(arg.to_bytes());
             life::report_failure(
-                StartStep::Confine,
+                StartStep::Setup,
                 0,
-                format_args!(
-                    "the static shim joins cgroups only, and was asked for {arg}: start the \
-                     task under the wharf-shim program"
-                ),
+                format_args!("bad containment argument {arg}"),
             );
             sys::exit(2);
         }

@@ -215,12 +215,29 @@ pub fn cgroup_lines(pid: i32) -> Option<Vec<String>> {
 }
 
 impl CgroupScratch {
-    /// An `exec` driver whose tasks get cgroups from this manager.
+    /// An `exec` driver whose tasks get cgroups from this manager, under the driver's own
+    /// (static) shim.
     pub fn exec_driver(&self, options: wharf_exec::ExecOptions) -> wharf_exec::ExecDriver {
+        self.exec_driver_on(options, wharf_exec::RawExecOptions::default())
+    }
+
+    /// The same under the `wharf-shim` program, the shim built with std.
+    pub fn exec_driver_with_std_shim(
+        &self,
+        options: wharf_exec::ExecOptions,
+    ) -> wharf_exec::ExecDriver {
         let raw = wharf_exec::RawExecOptions {
             shim_path: Some(SHIM.into()),
             ..wharf_exec::RawExecOptions::default()
         };
+        self.exec_driver_on(options, raw)
+    }
+
+    fn exec_driver_on(
+        &self,
+        options: wharf_exec::ExecOptions,
+        raw: wharf_exec::RawExecOptions,
+    ) -> wharf_exec::ExecDriver {
         wharf_exec::ExecDriver::new(raw, options)
             .with_cgroups(wharf_exec::TaskCgroups::On(self.cgroups().clone()))
     }
