@@ -42,12 +42,17 @@ fn enqueue<T: Send + 'static>(
 /// shuts down does last, so that a clean stop leaves nothing for its successor's sweep.
 /// Returns whether the queue was done in time.
 pub async fn finish(limit: std::time::Duration) -> bool {
+    // Nothing was ever queued: there is nothing to wait for, and no thread to start.
+    if QUEUE.get().is_none() {
+        return true;
+    }
     tokio::time::timeout(limit, run(|| ())).await.is_ok()
 }
 
+static QUEUE: OnceLock<Option<mpsc::Sender<Job>>> = OnceLock::new();
+
 /// The queue of the housekeeping thread, started with the first job.
 fn queue() -> Option<&'static mpsc::Sender<Job>> {
-    static QUEUE: OnceLock<Option<mpsc::Sender<Job>>> = OnceLock::new();
     QUEUE
         .get_or_init(|| {
             let (queue, jobs) = mpsc::channel::<Job>();

@@ -53,6 +53,13 @@ pub(crate) struct Asked {
     pub(crate) new_client: Box<dyn FnOnce() -> Client + Send>,
 }
 
+impl Asked {
+    /// Which agent's client the request uses: its `--address`, `--data-dir` and `--token`.
+    fn client_key(&self) -> ClientKey {
+        (self.address.clone(), self.data_dir.clone(), self.token.clone())
+    }
+}
+
 /// What a served request asks.
 pub(crate) enum Wanted {
     /// `alloc list --probe [--config FILE]`.
@@ -127,19 +134,15 @@ const KEPT_PROBE_LINES: usize = 64;
 
 impl Clients {
     fn client(&self, asked: &mut Asked) -> Client {
-        let key = (asked.address.clone(), asked.data_dir.clone(), asked.token.clone());
-        let stamp = announced(asked.data_dir.as_deref());
-        let new_client =
-            std::mem::replace(&mut asked.new_client, Box::new(|| Client::new("", None)));
-        let mut kept = self.kept.lock();
-        let client = match kept.get(&key) {
-            Some((kept_stamp, client)) if *kept_stamp == stamp => client.clone(),
-            _ => {
-                let client = new_client();
-                kept.insert(key, (stamp, client.clone()));
-                client
-            }
-        };
+        let key = asked.client_key();
+        let client = self.kept(&key).unwrap_or_else(|| {
+            let new_client =
+                std::mem::replace(&mut asked.new_client, Box::new(|| Client::new("", None)));
+            let client = new_client();
+            let stamp = announced(key.1.as_deref());
+            self.kept.lock().insert(key, (stamp, client.clone()));
+            client
+        });
         client.with_fleet_term(asked.fleet_term)
     }
 
@@ -160,7 +163,7 @@ impl Clients {
     }
 
     fn remember_probe(&self, words: Vec<String>, asked: &Asked, config: Option<PathBuf>) {
-        let key = (asked.address.clone(), asked.data_dir.clone(), asked.token.clone());
+        let key = asked.client_key();
         let mut probes = self.probes.lock();
         if probes.len() >= KEPT_PROBE_LINES {
             probes.clear();
