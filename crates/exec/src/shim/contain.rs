@@ -466,6 +466,55 @@ mod tests {
         }
     }
 
+    /// A task with more rules than it may open descriptors still gets every one: the rules'
+    /// descriptors are closed when they run out, and the ruleset is enforced.
+    #[test]
+    fn more_rules_than_descriptors_are_all_applied() {
+        let mut args: Vec<OsString> = vec!["landlock".into()];
+        // Read and list everything, write nothing.
+        args.extend((0..64).map(|_| OsString::from("rule=d,must-exist,/")));
+        let owned = OwnedArgv::new(&args);
+        let argv = owned.argv();
+        let plan = Plan::parse(&argv, 0..argv.len()).unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        let new_file = std::ffi::CString::new(
+            scratch.path().join("new").into_os_string().into_encoded_bytes(),
+        )
+        .unwrap();
+        // SAFETY: the child makes system calls only (`apply` allocates nothing) and exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: dup, close, setrlimit, open and _exit with valid arguments.
+            let code = unsafe {
+                // Room for eight more descriptors: the ruleset and seven rules at a time.
+                let lowest_free = libc::dup(0);
+                libc::close(lowest_free);
+                let room = (lowest_free + 8) as libc::rlim_t;
+                let limit = libc::rlimit { rlim_cur: room, rlim_max: room };
+                if lowest_free < 0 || libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                    3
+                } else if plan.apply().is_err() {
+                    1
+                } else if libc::open(new_file.as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o600) >= 0
+                {
+                    2
+                } else {
+                    0
+                }
+            };
+            // SAFETY: ends the child without running anything of the parent's.
+            unsafe { libc::_exit(code) };
+        }
+        assert!(pid > 0, "fork failed");
+        let mut status = 0;
+        // SAFETY: our own child; `status` is writable.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status), "{status:#x}");
+        let code = libc::WEXITSTATUS(status);
+        assert_eq!(code, 0, "1: apply failed, 2: the write was allowed, 3: setrlimit failed");
+        assert!(!scratch.path().join("new").exists());
+    }
+
     #[test]
     fn failures_name_their_argument() {
         let containment = sample();
