@@ -443,34 +443,10 @@ fn fail(step: ContainmentStep) -> impl Fn(io::Error) -> ContainmentFailure {
     move |error| ContainmentFailure { step, errno: error.raw_os_error().unwrap_or(0) }
 }
 
-/// The step of [`Prepared::apply`] that failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ContainmentStep {
-    /// Joining the task's cgroup in the hierarchy of this index in [`Containment::cgroup`].
-    JoinCgroup(u32),
-    /// Making the private namespaces.
-    Namespaces,
-    /// Making the task's mounts slaves of the host's.
-    MountSlave,
-    /// Mounting the task's `/proc`.
-    MountProc,
-    /// Binding the host volume with this index in [`Containment::mounts`].
-    BindMount(u32),
-    /// Creating the Landlock ruleset.
-    LandlockRuleset,
-    /// Adding the Landlock rule with this index in [`Containment::landlock`].
-    LandlockRule(u32),
-    /// Dropping supplementary groups.
-    Groups,
-    /// Switching to the workload user's gid.
-    Gid,
-    /// Switching to the workload user's uid.
-    Uid,
-    /// Setting `no_new_privs`.
-    NoNewPrivs,
-    /// Enforcing the Landlock ruleset.
-    LandlockRestrict,
-}
+/// The step of [`Prepared::apply`] that failed (the indexes are of [`Containment::cgroup`],
+/// [`Containment::mounts`] and [`Containment::landlock`]). One type with the static shim's,
+/// which takes the same steps.
+pub use wharf_nolibc::contain::Step as ContainmentStep;
 
 /// A failed step of [`Prepared::apply`] and its error number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,6 +7,36 @@ use crate::open_beneath;
 use crate::sys::{self, Errno};
 use core::ffi::CStr;
 
+/// A step of a task's containment, in the order a task's process takes them, for saying which
+/// one failed (wharf-isolate's `ContainmentStep` is this type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Joining the task's cgroup in the hierarchy of this index.
+    JoinCgroup(u32),
+    /// Making the private namespaces.
+    Namespaces,
+    /// Making the task's mounts slaves of the host's.
+    MountSlave,
+    /// Mounting the task's `/proc`.
+    MountProc,
+    /// Binding the host volume of this index.
+    BindMount(u32),
+    /// Creating the Landlock ruleset.
+    LandlockRuleset,
+    /// Adding the Landlock rule of this index.
+    LandlockRule(u32),
+    /// Dropping supplementary groups.
+    Groups,
+    /// Switching to the workload user's gid.
+    Gid,
+    /// Switching to the workload user's uid.
+    Uid,
+    /// Setting `no_new_privs`.
+    NoNewPrivs,
+    /// Enforcing the Landlock ruleset.
+    LandlockRestrict,
+}
+
 /// Makes every mount of this (new) mount namespace a slave of its peer on the host: mounts
 /// made here stay here, and an unmount on the host still reaches here, so a task never keeps a
 /// host file system busy.

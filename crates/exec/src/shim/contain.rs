@@ -13,10 +13,11 @@
 //! every capability), `no_new_privs`, and last the ruleset enforced. The PID namespace is made
 //! by the shim just before the clone, so the task is its pid 1.
 
+use super::life::{StartStep, report_failure};
 use super::text::{Argv, Lossy};
 use core::ffi::CStr;
 use core::fmt::{self, Write};
-use wharf_nolibc::contain as steps;
+use wharf_nolibc::contain::{self as steps, Step};
 use wharf_nolibc::sys::{self, Errno};
 
 /// A containment on the command line: the arguments of `range` in `argv`, checked.
@@ -33,26 +34,6 @@ pub(crate) struct Plan<'a> {
     /// gets a `/proc` of its own with a PID namespace.
     reaches_proc: bool,
     mounts: bool,
-}
-
-/// The step of [`Plan::apply`] that failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Step {
-    /// Joining the cgroup of this index (in the order of the `cgroup=` arguments).
-    JoinCgroup(u32),
-    Namespaces,
-    MountSlave,
-    MountProc,
-    /// Binding the host volume of this index.
-    BindMount(u32),
-    LandlockRuleset,
-    /// Adding the Landlock rule of this index.
-    LandlockRule(u32),
-    Groups,
-    Gid,
-    Uid,
-    NoNewPrivs,
-    LandlockRestrict,
 }
 
 /// A failed step and its error number.
@@ -129,6 +110,18 @@ impl<'a> Plan<'a> {
         }
         plan.reaches_proc = !plan.landlock || any_rule_reaches_proc;
         Ok(plan)
+    }
+
+    /// [`Plan::parse`], reporting a bad argument to the driver as a failed start.
+    pub(crate) fn read_or_report(
+        argv: &'a Argv<'a>,
+        range: core::ops::Range<usize>,
+    ) -> Option<Plan<'a>> {
+        let bad = |arg: &CStr| {
+            let arg = Lossy(arg.to_bytes());
+            report_failure(StartStep::Setup, 0, format_args!("bad containment argument {arg}"));
+        };
+        Plan::parse(argv, range).map_err(bad).ok()
     }
 
     fn args(&self) -> impl Iterator<Item = &'a CStr> + use<'a> {

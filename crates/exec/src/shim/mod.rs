@@ -205,17 +205,8 @@ unsafe fn run() -> u8 {
         let run_dir = CString::new(run_dir.as_os_str().as_bytes()).unwrap_or_default();
         life::Diag { run_dir: &run_dir, fd: -1 }.note(format_args!("panicked: {info}"));
     }));
-    let confine = match Plan::parse(&argv, args.containment.clone()) {
-        Ok(confine) => confine,
-        Err(arg) => {
-            let arg = Lossy(arg.to_bytes());
-            life::report_failure(
-                StartStep::Setup,
-                0,
-                format_args!("bad containment argument {arg}"),
-            );
-            return 2;
-        }
+    let Some(confine) = Plan::read_or_report(&argv, args.containment.clone()) else {
+        return 2;
     };
     // SAFETY: this thread is the only one and runs nothing else; `argv` holds `args`.
     unsafe { life::run(&args, &argv, envp.as_ptr(), &confine) }

@@ -81,17 +81,8 @@ unsafe extern "C" fn start(stack: *const usize) -> ! {
     };
     // SAFETY: one thread, and this is written once before anything reads it.
     unsafe { RUN_DIR = Some(args.run_dir) };
-    let confine = match Plan::parse(&argv, args.containment.clone()) {
-        Ok(confine) => confine,
-        Err(arg) => {
-            let arg = Lossy(arg.to_bytes());
-            life::report_failure(
-                StartStep::Setup,
-                0,
-                format_args!("bad containment argument {arg}"),
-            );
-            sys::exit(2);
-        }
+    let Some(confine) = Plan::read_or_report(&argv, args.containment.clone()) else {
+        sys::exit(2);
     };
     // SAFETY: one thread, which runs nothing else; the kernel's arrays hold `args`.
     let code = unsafe { life::run(&args, &argv, envp, &confine) };
