@@ -99,7 +99,8 @@ impl<'a> Plan<'a> {
                     parse_bind(arg, at).ok_or(arg)?;
                     plan.mounts = true;
                 }
-                _ if bytes.starts_with(RULE) => {
+                // A rule without Landlock would leave the task less contained than asked.
+                _ if bytes.starts_with(RULE) && plan.landlock => {
                     let rule = parse_rule(arg).ok_or(arg)?;
                     let path = rule.path.to_bytes();
                     any_rule_reaches_proc |=
@@ -446,10 +447,11 @@ mod tests {
             (&["bind=ro,/a", "bind-at=/b/../c"], "bind=ro,/a"),
             (&["bind=ro,/a", "bind-at=/"], "bind=ro,/a"),
             (&["bind=ro,a", "bind-at=/b"], "bind=ro,a"),
-            (&["rule=3,if-exists,relative"], "rule=3,if-exists,relative"),
-            (&["rule=10000,if-exists,/a"], "rule=10000,if-exists,/a"),
-            (&["rule=3,maybe,/a"], "rule=3,maybe,/a"),
-            (&["rule=,must-exist,/a"], "rule=,must-exist,/a"),
+            (&["landlock", "rule=3,if-exists,relative"], "rule=3,if-exists,relative"),
+            (&["landlock", "rule=10000,if-exists,/a"], "rule=10000,if-exists,/a"),
+            (&["landlock", "rule=3,maybe,/a"], "rule=3,maybe,/a"),
+            (&["landlock", "rule=,must-exist,/a"], "rule=,must-exist,/a"),
+            (&["rule=3,must-exist,/a", "landlock"], "rule=3,must-exist,/a"),
         ] {
             let args: Vec<OsString> = args.iter().map(OsString::from).collect();
             let owned = OwnedArgv::new(&args);
