@@ -13,7 +13,6 @@
 //! every capability), `no_new_privs`, and last the ruleset enforced. The PID namespace is made
 //! by the shim just before the clone, so the task is its pid 1.
 
-use super::life::{StartStep, report_failure};
 use super::text::{Argv, Lossy};
 use core::ffi::CStr;
 use core::fmt::{self, Write};
@@ -111,18 +110,6 @@ impl<'a> Plan<'a> {
         }
         plan.reaches_proc = !plan.landlock || any_rule_reaches_proc;
         Ok(plan)
-    }
-
-    /// [`Plan::parse`], reporting a bad argument to the driver as a failed start.
-    pub(crate) fn read_or_report(
-        argv: &'a Argv<'a>,
-        range: core::ops::Range<usize>,
-    ) -> Option<Plan<'a>> {
-        let bad = |arg: &CStr| {
-            let arg = Lossy(arg.to_bytes());
-            report_failure(StartStep::Setup, 0, format_args!("bad containment argument {arg}"));
-        };
-        Plan::parse(argv, range).map_err(bad).ok()
     }
 
     fn args(&self) -> impl Iterator<Item = &'a CStr> + use<'a> {

@@ -61,6 +61,19 @@ pub(crate) fn report_failure(step: StartStep, errno: i32, message: fmt::Argument
     let _ = sys::write_all(1, line.bytes());
 }
 
+/// The containment of `range` in `argv` ([`Plan::parse`]), or `None` after reporting the bad
+/// argument to the driver as a failed start.
+pub(crate) fn read_containment<'a>(
+    argv: &'a Argv<'a>,
+    range: core::ops::Range<usize>,
+) -> Option<Plan<'a>> {
+    let bad = |arg: &CStr| {
+        let arg = Lossy(arg.to_bytes());
+        report_failure(StartStep::Setup, 0, format_args!("bad containment argument {arg}"));
+    };
+    Plan::parse(argv, range).map_err(bad).ok()
+}
+
 /// The buffer the output is copied through. It costs private memory only once output flows:
 /// a task that writes nothing leaves it untouched.
 #[repr(C, align(16))]

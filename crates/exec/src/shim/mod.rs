@@ -59,7 +59,6 @@ pub(crate) use life::{EXIT_RECORD_VERSION, StartStep};
 
 use crate::sys;
 use args::Args;
-use contain::Plan;
 use std::ffi::{CString, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::PathBuf;
@@ -205,7 +204,7 @@ unsafe fn run() -> u8 {
         let run_dir = CString::new(run_dir.as_os_str().as_bytes()).unwrap_or_default();
         life::Diag { run_dir: &run_dir, fd: -1 }.note(format_args!("panicked: {info}"));
     }));
-    let Some(confine) = Plan::read_or_report(&argv, args.containment.clone()) else {
+    let Some(confine) = life::read_containment(&argv, args.containment.clone()) else {
         return 2;
     };
     // SAFETY: this thread is the only one and runs nothing else; `argv` holds `args`.

@@ -17,7 +17,6 @@
 include!(concat!(env!("WHARF_SHIM_OUT_DIR"), "/modules.rs"));
 
 use core::ffi::CStr;
-use contain::Plan;
 use life::StartStep;
 use wharf_nolibc::sys;
 use text::{Argv, Lossy};
@@ -81,7 +80,7 @@ unsafe extern "C" fn start(stack: *const usize) -> ! {
     };
     // SAFETY: one thread, and this is written once before anything reads it.
     unsafe { RUN_DIR = Some(args.run_dir) };
-    let Some(confine) = Plan::read_or_report(&argv, args.containment.clone()) else {
+    let Some(confine) = life::read_containment(&argv, args.containment.clone()) else {
         sys::exit(2);
     };
     // SAFETY: one thread, which runs nothing else; the kernel's arrays hold `args`.
