@@ -206,8 +206,9 @@ pub(crate) struct Isolation {
     /// Opened on first use, and again after a failure (a journal that could not be opened is
     /// reported by the fingerprint and each start until it can be).
     pool: parking_lot::Mutex<Option<Arc<UserPool>>>,
-    /// The node's default rules as this host has them ([`Isolation::default_rules`]).
-    default_rules: parking_lot::Mutex<Option<Arc<Vec<Rule>>>>,
+    /// The node's default rules as this host has them, and when they were looked up
+    /// ([`Isolation::default_rules`]).
+    default_rules: parking_lot::Mutex<Option<(tokio::time::Instant, Arc<Vec<Rule>>)>>,
 }
 
 /// What a start needs from the isolation: the containment, and the environment to add.
@@ -272,31 +273,38 @@ impl Isolation {
     /// this host has, each by the path it resolves to (one rule where `/bin` is a link to
     /// `/usr/bin`) and cut to a file's rights where it is a file: a task's process then makes
     /// one call per rule, where a path it would look up and find missing, or find a file,
-    /// costs it two. Looked up once, and again at every fingerprint, so a path that appears
-    /// later reaches tasks started after the next one. A path that goes away in between is
-    /// skipped at the start (the rules say `if_exists`).
+    /// costs it two. Looked up again at every fingerprint and once the last look is
+    /// [`DEFAULT_RULES_FRESH`] old, so a path that appears later reaches the tasks started
+    /// after that. A path that goes away in between is skipped at the start (the rules say
+    /// `if_exists`).
     fn default_rules(&self) -> Arc<Vec<Rule>> {
+        let now = tokio::time::Instant::now();
         let mut cached = self.default_rules.lock();
-        cached
-            .get_or_insert_with(|| {
-                let mut rules: Vec<Rule> = Vec::new();
-                for unveil in landlock::default_unveils() {
-                    let Ok(path) = std::fs::canonicalize(&unveil.path) else { continue };
-                    let mut access = unveil.mode.access();
-                    if !path.is_dir() {
-                        access = access.intersection(Access::FILE);
-                    }
-                    match rules.iter_mut().find(|rule| rule.path == path) {
-                        Some(rule) => rule.access = rule.access.union(access),
-                        None if access != Access::NONE => {
-                            rules.push(Rule { path, access, if_exists: true });
-                        }
-                        None => {}
-                    }
+        if let Some((looked, rules)) = &*cached
+            && now.duration_since(*looked) < DEFAULT_RULES_FRESH
+        {
+            return rules.clone();
+        }
+        let rules = {
+            let mut rules: Vec<Rule> = Vec::new();
+            for unveil in landlock::default_unveils() {
+                let Ok(path) = std::fs::canonicalize(&unveil.path) else { continue };
+                let mut access = unveil.mode.access();
+                if !path.is_dir() {
+                    access = access.intersection(Access::FILE);
                 }
-                Arc::new(rules)
-            })
-            .clone()
+                match rules.iter_mut().find(|rule| rule.path == path) {
+                    Some(rule) => rule.access = rule.access.union(access),
+                    None if access != Access::NONE => {
+                        rules.push(Rule { path, access, if_exists: true });
+                    }
+                    None => {}
+                }
+            }
+            Arc::new(rules)
+        };
+        *cached = Some((now, rules.clone()));
+        rules
     }
 
     /// What this node offers the driver now.
@@ -482,6 +490,9 @@ impl Isolation {
         Ok(subdirs.iter().map(|dir| dir.path().to_owned()).collect())
     }
 }
+
+/// How long the node's default rules are used before the host's paths are looked up again.
+const DEFAULT_RULES_FRESH: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The most entries of a task directory looked at, at a start, for what to hand to its user:
 /// as many as an artifact may unpack.
@@ -774,6 +785,19 @@ mod tests {
             assert!(!dir || rule.access.intersection(Access::READ_DIR) != Access::NONE, "{rule:?}");
         }
         assert!(Arc::ptr_eq(&rules, &isolation.default_rules()), "looked up once");
+    }
+
+    /// The default rules are used for a while, then looked up again.
+    #[tokio::test(start_paused = true)]
+    async fn the_default_rules_are_looked_up_again_once_stale() {
+        let isolation = Isolation::new(ExecOptions::new("/nonexistent/users"));
+        let first = isolation.default_rules();
+        tokio::time::advance(DEFAULT_RULES_FRESH / 2).await;
+        assert!(Arc::ptr_eq(&first, &isolation.default_rules()), "still fresh");
+        tokio::time::advance(DEFAULT_RULES_FRESH).await;
+        let again = isolation.default_rules();
+        assert!(!Arc::ptr_eq(&first, &again), "looked up again");
+        assert_eq!(first, again, "the same host, the same rules");
     }
 
     #[test]
