@@ -15,55 +15,21 @@ fn check(ret: libc::c_long) -> io::Result<libc::c_long> {
     if ret == -1 { Err(io::Error::last_os_error()) } else { Ok(ret) }
 }
 
-/// `struct landlock_ruleset_attr` of `<linux/landlock.h>`. A kernel older than the struct
-/// accepts it whole as long as the fields it does not know are zero.
-#[repr(C)]
-struct RulesetAttr {
-    handled_access_fs: u64,
-    handled_access_net: u64,
-    scoped: u64,
-}
-
-/// `struct landlock_path_beneath_attr`, which the kernel declares packed.
-#[repr(C, packed)]
-struct PathBeneathAttr {
-    allowed_access: u64,
-    parent_fd: i32,
-}
-
-/// `LANDLOCK_CREATE_RULESET_VERSION`: ask for the ABI version instead of a ruleset.
-const CREATE_RULESET_VERSION: u32 = 1 << 0;
-/// `LANDLOCK_RULE_PATH_BENEATH`.
-const RULE_PATH_BENEATH: libc::c_int = 1;
+// The containment calls are wharf-nolibc's (the static shim makes the same ones), here with
+// `io::Error`s and owned descriptors.
 
 /// The Landlock ABI version the kernel offers. `ENOSYS`: not built in; `EOPNOTSUPP`: built in
 /// but not enabled at boot.
 pub(crate) fn landlock_abi() -> io::Result<u32> {
-    // SAFETY: with a null attribute, size 0 and the VERSION flag the call reads no memory and
-    // only returns a number.
-    let ret = check(unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<RulesetAttr>(),
-            0usize,
-            CREATE_RULESET_VERSION,
-        )
-    })?;
-    Ok(u32::try_from(ret).unwrap_or(0))
+    wharf_nolibc::sys::landlock_abi().map_err(errno)
 }
 
 /// A new Landlock ruleset that handles (denies unless a rule allows) `handled_fs`, and
 /// confines signals and abstract unix sockets as `scoped` says.
 pub(crate) fn landlock_create_ruleset(handled_fs: u64, scoped: u64) -> io::Result<OwnedFd> {
-    let attr = RulesetAttr { handled_access_fs: handled_fs, handled_access_net: 0, scoped };
-    let size = std::mem::size_of::<RulesetAttr>();
-    // SAFETY: `attr` is a valid, initialised struct of `size` bytes for the call.
-    let fd = check(unsafe {
-        libc::syscall(libc::SYS_landlock_create_ruleset, &attr as *const RulesetAttr, size, 0u32)
-    })?;
-    // SAFETY: the kernel just returned `fd` as a new descriptor (close-on-exec) that nothing
-    // else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
+    let fd = wharf_nolibc::sys::landlock_create_ruleset(handled_fs, scoped).map_err(errno)?;
+    // SAFETY: the kernel just returned `fd` as a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// Allows `allowed` beneath the file or directory `parent` (an `O_PATH` descriptor).
@@ -72,27 +38,15 @@ pub(crate) fn landlock_add_path_rule(
     parent: BorrowedFd<'_>,
     allowed: u64,
 ) -> io::Result<()> {
-    let attr = PathBeneathAttr { allowed_access: allowed, parent_fd: parent.as_raw_fd() };
-    // SAFETY: `attr` is a valid struct for the call and both descriptors are open (borrowed).
-    check(unsafe {
-        libc::syscall(
-            libc::SYS_landlock_add_rule,
-            ruleset.as_raw_fd(),
-            RULE_PATH_BENEATH,
-            &attr as *const PathBeneathAttr,
-            0u32,
-        )
-    })
-    .map(drop)
+    wharf_nolibc::sys::landlock_add_path_rule(ruleset.as_raw_fd(), parent.as_raw_fd(), allowed)
+        .map_err(errno)
 }
 
 /// Enforces `ruleset` on this thread (the whole process, when it is single-threaded, as a
 /// child between fork and exec is) and on everything it starts from now on. Needs
 /// `no_new_privs` or `CAP_SYS_ADMIN`.
 pub(crate) fn landlock_restrict_self(ruleset: BorrowedFd<'_>) -> io::Result<()> {
-    // SAFETY: the call takes a descriptor and flags; it touches no memory of ours.
-    check(unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32) })
-        .map(drop)
+    wharf_nolibc::sys::landlock_restrict_self(ruleset.as_raw_fd()).map_err(errno)
 }
 
 /// An `O_PATH` descriptor for `path` (close-on-exec): names a file without opening it, for
@@ -117,8 +71,7 @@ pub(crate) fn is_dir(fd: BorrowedFd<'_>) -> io::Result<bool> {
 /// Sets `no_new_privs`: from now on no `execve` can grant privileges (setuid and setgid bits,
 /// file capabilities are ignored). Inherited by every child and kept across `execve`.
 pub(crate) fn set_no_new_privs() -> io::Result<()> {
-    // SAFETY: PR_SET_NO_NEW_PRIVS takes integers and touches no memory.
-    check(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) }.into()).map(drop)
+    wharf_nolibc::sys::set_no_new_privs().map_err(errno)
 }
 
 /// Whether `no_new_privs` is set on this thread.
@@ -131,22 +84,18 @@ pub(crate) fn no_new_privs() -> io::Result<bool> {
 /// (glibc's wrapper would signal every thread), which is right in a child between fork and
 /// exec: it has one thread.
 pub(crate) fn clear_groups() -> io::Result<()> {
-    // SAFETY: a count of 0 with a null list reads no memory.
-    check(unsafe { libc::syscall(libc::SYS_setgroups, 0usize, std::ptr::null::<libc::gid_t>()) })
-        .map(drop)
+    wharf_nolibc::sys::clear_groups().map_err(errno)
 }
 
 /// Sets the real, effective and saved group ids (this thread only, as [`clear_groups`]).
 pub(crate) fn set_gid(gid: u32) -> io::Result<()> {
-    // SAFETY: setresgid takes integers and touches no memory.
-    check(unsafe { libc::syscall(libc::SYS_setresgid, gid, gid, gid) }).map(drop)
+    wharf_nolibc::sys::set_gid(gid).map_err(errno)
 }
 
 /// Sets the real, effective and saved user ids (this thread only, as [`clear_groups`]). From
 /// root to another user this also empties the capability sets.
 pub(crate) fn set_uid(uid: u32) -> io::Result<()> {
-    // SAFETY: setresuid takes integers and touches no memory.
-    check(unsafe { libc::syscall(libc::SYS_setresuid, uid, uid, uid) }).map(drop)
+    wharf_nolibc::sys::set_uid(uid).map_err(errno)
 }
 
 /// `unshare(flags)`: moves this process into new namespaces (for a PID namespace: its next
