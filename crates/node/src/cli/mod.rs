@@ -125,7 +125,14 @@ enum Command {
 /// Runs the command line and returns the process's exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse().normalized();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    // The servers (the agent, the fleet) spread their work over the cores; every other
+    // command, the probe channel among them, is one client's sequence of calls, which a
+    // single thread runs without handing each wake-up to another thread.
+    let mut builder = match cli.command {
+        Command::Agent(_) | Command::Fleet(_) => tokio::runtime::Builder::new_multi_thread(),
+        _ => tokio::runtime::Builder::new_current_thread(),
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => return fail(EXIT_AGENT, &format!("cannot start the async runtime: {e}")),
     };
@@ -172,9 +179,14 @@ fn client_for(address: Option<&str>, data_dir: Option<&Path>, token: Option<Stri
 /// A probe channel's request, parsed as the command line it stands for, if the channel serves
 /// it (`probe_channel`).
 fn channel_request(words: Vec<String>) -> Option<probe_channel::Asked> {
+    use clap::{CommandFactory, FromArgMatches};
     use probe_channel::Wanted;
-    let cli = Cli::try_parse_from(std::iter::once("wharf".to_owned()).chain(words)).ok()?;
-    let cli = cli.normalized();
+    // Built once: building the parser costs more than parsing a request with it.
+    static PARSER: std::sync::LazyLock<parking_lot::Mutex<clap::Command>> =
+        std::sync::LazyLock::new(|| parking_lot::Mutex::new(Cli::command()));
+    let words = std::iter::once("wharf".to_owned()).chain(words);
+    let matches = PARSER.lock().try_get_matches_from_mut(words).ok()?;
+    let cli = Cli::from_arg_matches(&matches).ok()?.normalized();
     let wanted = match cli.command {
         Command::Alloc(alloc::AllocCommand::List { probe: true, config }) => {
             Wanted::ProbeList { config }
@@ -236,4 +248,35 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Image(command) => image::image(&client, command, json).await,
     };
     result.unwrap_or_else(|error| fail(exit_code(&error), &describe(&error)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::channel_request;
+    use super::probe_channel::Wanted;
+
+    fn words(line: &str) -> Vec<String> {
+        line.split_whitespace().map(str::to_owned).collect()
+    }
+
+    /// The channel parses every request with one parser built once: a request it refuses
+    /// leaves nothing behind for the next, and each request's flags are its own.
+    #[test]
+    fn channel_requests_are_parsed_one_by_one_with_one_parser() {
+        let first = channel_request(words("--data-dir /d1 --fleet-term 3 run --detach - --id a1"))
+            .expect("a detached start is served");
+        assert_eq!((first.data_dir.as_deref(), first.fleet_term), (Some("/d1".as_ref()), Some(3)));
+        assert!(matches!(&first.wanted, Wanted::Start(args) if args.id.as_deref() == Some("a1")));
+
+        assert!(channel_request(words("run --detach - --bogus")).is_none(), "a usage error");
+        assert!(channel_request(words("alloc list")).is_none(), "not a probe: not served");
+
+        let second = channel_request(words("--json run --detach - --id b2")).unwrap();
+        assert_eq!((second.data_dir, second.fleet_term, second.json), (None, None, true));
+        assert!(matches!(&second.wanted, Wanted::Start(args) if args.id.as_deref() == Some("b2")));
+
+        let probe = channel_request(words("--data-dir /d2 alloc list --probe")).unwrap();
+        assert!(matches!(probe.wanted, Wanted::ProbeList { config: None }));
+        assert_eq!(probe.data_dir.as_deref(), Some("/d2".as_ref()));
+    }
 }
