@@ -1589,3 +1589,54 @@ fn many_decisions_at_once_fit_in_the_stores_commits() {
     assert!(h.scheduler.acting(), "the take-over's writes were refused");
     assert_eq!(h.placement("w399").phase, running("h1"), "a start in flight counts as running");
 }
+
+/// With the loop running and nothing queued ahead, a submission is placed in the commit that
+/// records it: when `submit` returns, the store already holds it placed, and its start is on
+/// its way without a step of the loop. Work that finds no room waits in the queue, in order,
+/// for the loop's steps.
+#[test]
+fn a_lone_submission_is_placed_in_the_commit_that_records_it() {
+    let h = harness(&["h1"], config(1));
+    let scheduler = h.scheduler.clone();
+    let looping = h.runtime.spawn(async move { scheduler.run().await });
+    h.runtime.block_on(async {
+        for _ in 0..1000 {
+            if h.scheduler.looping() {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        panic!("the loop never started");
+    });
+    let stored_phase = |id: &str| {
+        let loaded = h.runtime.block_on(h.store.load_all()).unwrap();
+        loaded.records.into_iter().find(|r| r.placement.id == id).unwrap().placement.phase
+    };
+
+    h.submit("a");
+    let placed = stored_phase("a");
+    assert!(
+        matches!(&placed, WorkPhase::Starting { worker } | WorkPhase::Running { worker } if worker == "h1"),
+        "placed in the submission's own commit: {placed:?}"
+    );
+    h.runtime.block_on(async {
+        for _ in 0..1000 {
+            if h.phase("a") == running("h1") {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        panic!("a never started: {:?}", h.phase("a"));
+    });
+    assert_eq!(h.running_on("h1"), ["a"]);
+
+    // h1 is full: b waits, and so does c behind it, each recorded as queued.
+    h.submit("b");
+    h.submit("c");
+    assert_eq!((stored_phase("b"), stored_phase("c")), (WorkPhase::Queued, WorkPhase::Queued));
+    assert_eq!(h.running_on("h1"), ["a"]);
+
+    h.scheduler.stop_running();
+    h.runtime.block_on(looping).unwrap();
+    assert!(!h.scheduler.looping());
+}

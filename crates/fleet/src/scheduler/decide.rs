@@ -56,6 +56,21 @@ impl Books {
         decisions
     }
 
+    /// Places the queue on the workers' free slots and prices what it placed, and nothing
+    /// else: the step a submission takes at once when no work waits ahead of it (see
+    /// `Scheduler::submit`). Judging work, reconciling it with the workers and creating
+    /// workers stay with the full step, [`Books::decide`].
+    pub(crate) fn place(&mut self, snapshot: &Snapshot, config: &SchedulerConfig) -> Decisions {
+        let mut decisions = Decisions::default();
+        if !snapshot.loaded {
+            return decisions;
+        }
+        let slots = self.slots(&snapshot.workers, snapshot.now);
+        self.place_queued(slots, snapshot.now, config, &mut decisions);
+        self.price_attempts(snapshot, &mut decisions);
+        decisions
+    }
+
     /// Work believed running: still listed, gone with its worker, or ended.
     fn judge_running(
         &mut self,

@@ -45,7 +45,11 @@
 //! come out, with the books updated, and are tested as a table. So are the decisions after a
 //! start's result and an outcome's answer. [`Scheduler::step`] takes the snapshot, decides
 //! under one short lock and carries the decisions out, so tests also drive it step by step on
-//! a fake clock with scripted workers; [`Scheduler::run`] is the same on real time.
+//! a fake clock with scripted workers; [`Scheduler::run`] is the same on real time. While
+//! `run` drives the scheduler, a submission with nothing queued ahead of it is placed as it is
+//! recorded (`Books::place`: the free slots, nothing else), so its record and its start's
+//! decision share one commit and the start leaves without waiting for the loop; the rest of a
+//! step (judging, reconciling, creating workers) stays with the loop.
 //!
 //! Inside, this module is the I/O shell; the rest is pure or on its own:
 //! - `books`: the `Books` (work, queue, backoffs, counters), and what a start's result
@@ -139,6 +143,9 @@ struct Shared {
     wake: tokio::sync::Notify,
     changed: watch::Sender<u64>,
     stopping: AtomicBool,
+    /// Whether [`Scheduler::run`] drives the scheduler; then a submission with no work queued
+    /// ahead of it is placed as it is recorded.
+    looping: AtomicBool,
 }
 
 /// Places work on a [`Pool`]'s workers. Cheap to clone: clones share the scheduler.
@@ -194,6 +201,7 @@ impl Scheduler {
                 wake: tokio::sync::Notify::new(),
                 changed: watch::Sender::new(0),
                 stopping: AtomicBool::new(false),
+                looping: AtomicBool::new(false),
             }),
         })
     }
@@ -275,7 +283,8 @@ impl Scheduler {
         self.shared.term.holds() && !matches!(*self.shared.durable.borrow(), Durable::Failed(_))
     }
 
-    /// Queues `submission`, and returns once its record is durable. The id must be printable
+    /// Queues `submission`, and returns once its record is durable; with the loop running and
+    /// nothing queued, already placed in that same record. The id must be printable
     /// ASCII without spaces (the runner-list grammar carries it), without `__`, and new.
     pub async fn submit(&self, submission: Submission) -> Result<Placement, FleetError> {
         let id = submission.id.clone();
@@ -296,7 +305,13 @@ impl Scheduler {
             return Err(FleetError::NotLeading { detail: "this scheduler's term is over".into() });
         }
         let now = self.now();
-        let (placement, sequence) = {
+        // With the loop running and nothing queued, the submission is placed in the step that
+        // records it: its record and its start share a commit, and the start leaves without
+        // waiting for the loop to wake. The tests' own steps keep placing in `step`.
+        let place_now = self.shared.looping.load(Ordering::Acquire)
+            && self.shared.inner.lock().queue.is_empty();
+        let snapshot = place_now.then(|| Snapshot::of(&self.shared.pool, now));
+        let (placement, placed, sequence) = {
             let mut books = self.shared.inner.lock();
             if books.entries.contains_key(&id) {
                 return Err(refuse("that id is taken".into()));
@@ -310,11 +325,27 @@ impl Scheduler {
             books.queue.push_back(id.clone());
             books.counters.submitted += 1;
             books.touch(&id);
-            (placement, self.journal(&mut books))
+            let placed = match &snapshot {
+                Some(snapshot) if books.queue.len() == 1 => {
+                    Some(books.place(snapshot, &self.shared.config))
+                }
+                _ => None,
+            };
+            (placement, placed, self.journal(&mut books))
         };
         self.durable(sequence).await?;
         info!(work = %id, "work queued");
-        self.shared.wake.notify_one();
+        let started = placed.as_ref().is_some_and(|d| !d.launches.is_empty() && !d.more);
+        if let Some(decisions) = placed {
+            self.carry_out(decisions, sequence, |future| {
+                tokio::spawn(future);
+            });
+        }
+        if !started {
+            // Placed nowhere, or not tried: the loop's full step decides, says why the work
+            // waits, and creates a worker for it if one is wanted.
+            self.shared.wake.notify_one();
+        }
         self.notify();
         Ok(self.get(&id).unwrap_or(placement))
     }
@@ -435,6 +466,7 @@ impl Scheduler {
     pub async fn run(&self) {
         let mut pool_changes = self.shared.pool.subscribe();
         let mut durable = self.shared.durable.clone();
+        self.shared.looping.store(true, Ordering::Release);
         while !self.shared.stopping.load(Ordering::Acquire) && self.acting() {
             let (decisions, sequence) = self.decide();
             if decisions.more {
@@ -451,12 +483,19 @@ impl Scheduler {
                 _ = durable.wait_for(|d| matches!(d, Durable::Failed(_))) => {}
             }
         }
+        self.shared.looping.store(false, Ordering::Release);
         if !self.acting() {
             warn!(
                 term = self.shared.term.number(),
                 "the scheduler stops: its term is over or its writes fail"
             );
         }
+    }
+
+    /// Whether [`Scheduler::run`] drives this scheduler now.
+    #[cfg(test)]
+    pub(crate) fn looping(&self) -> bool {
+        self.shared.looping.load(Ordering::Acquire)
     }
 
     /// Makes [`Scheduler::run`] return.
