@@ -114,8 +114,8 @@ pub(crate) async fn serve(parse: Parse) -> anyhow::Result<ExitCode> {
 struct Clients {
     kept: Mutex<HashMap<ClientKey, (Option<SystemTime>, Client)>>,
     /// Probe command lines already parsed, by their words: a prober sends the same line at
-    /// every probe, and building the command line's parser costs more than the rest of the
-    /// answer.
+    /// every probe, and a lookup of its words costs less than parsing them again (with the
+    /// parser `cli` builds once) and making the request's client key.
     probes: Mutex<HashMap<Vec<String>, ProbeLine>>,
 }
 
