@@ -115,6 +115,11 @@ pub struct Cgroups {
 
 impl Cgroups {
     /// Finds this host's hierarchy and sets up the parent: the start of an agent.
+    ///
+    /// Open it before the agent starts any process. On cgroup v2, a parent below the agent's
+    /// own cgroup needs that cgroup emptied, so every process in it moves to a leaf `agent`:
+    /// a child between its fork and its join of a task cgroup is among them, and could be
+    /// moved out of the cgroup it has just joined.
     pub fn open(options: CgroupOptions) -> Result<Cgroups, IsolateError> {
         let read = |path: &str| std::fs::read_to_string(path).map_err(IsolateError::io(path));
         Cgroups::open_with(&read("/proc/self/mountinfo")?, &read("/proc/self/cgroup")?, options)

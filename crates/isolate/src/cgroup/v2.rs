@@ -246,7 +246,8 @@ pub(crate) fn agent_cgroup(cgroup: &Path, mount: &Path) -> PathBuf {
 }
 
 /// Moves every process of the cgroup `dir` into its leaf [`AGENT_LEAF`] (made if needed). A
-/// process that exits meanwhile is skipped.
+/// process that exits meanwhile is skipped. The kernel moves a process from wherever it is by
+/// then, so this runs before the agent starts any (see [`super::Cgroups::open`]).
 fn evacuate(dir: &Path) -> Result<(), IsolateError> {
     let leaf = dir.join(AGENT_LEAF);
     match std::fs::create_dir(&leaf) {

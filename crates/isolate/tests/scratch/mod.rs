@@ -7,6 +7,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{PoisonError, RwLock};
 use std::time::Duration;
 use wharf_isolate::cgroup::{Limits, NodeCpu};
 use wharf_isolate::{
@@ -30,7 +31,19 @@ impl Scratch {
     /// one opens the same parent.
     pub fn restart(&mut self) {
         self.cgroups = None;
-        self.cgroups = Some(Cgroups::open(self.options()).unwrap());
+        self.cgroups = Some(self.open().unwrap());
+    }
+
+    /// Opens a manager on the parent. One below this process's own cgroup may move every
+    /// process of that cgroup to a leaf (cgroup v2), which an agent does before it starts any:
+    /// here other tests start theirs at any time, so the two never overlap.
+    fn open(&self) -> Result<Cgroups, IsolateError> {
+        if self.under_own {
+            let _no_starts = STARTS.write().unwrap_or_else(PoisonError::into_inner);
+            Cgroups::open(self.options())
+        } else {
+            Cgroups::open(self.options())
+        }
     }
 
     fn options(&self) -> CgroupOptions {
@@ -61,7 +74,7 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         // A restart that failed left no manager: a new one cleans up, once the lock is free.
         if self.cgroups.is_none() {
-            self.cgroups = Cgroups::open(self.options()).ok();
+            self.cgroups = self.open().ok();
         }
         if let Some(cgroups) = &self.cgroups
             && let Err(error) = cgroups.destroy_all(&mut sigkill)
@@ -117,7 +130,7 @@ fn open_scratch(under_own: bool) -> Scratch {
         NEXT.fetch_add(1, Ordering::Relaxed)
     );
     let mut scratch = Scratch { cgroups: None, name, under_own };
-    scratch.cgroups = Some(Cgroups::open(scratch.options()).unwrap_or_else(|e| {
+    scratch.cgroups = Some(scratch.open().unwrap_or_else(|e| {
         panic!(
             "these tests need writable cgroups (run as root on a host with cgroup v1 or v2): {e}"
         )
@@ -129,8 +142,14 @@ pub fn limits(scratch: &Scratch, memory: u32, hard_limit: Option<u64>) -> Limits
     scratch.limits(&Resources { cpu: 500, memory, memory_max: None, cores: 0 }, hard_limit)
 }
 
+/// Held (shared) by a process start from its fork until it has joined its cgroup, and
+/// (exclusively) by the opening of a manager below this process's own cgroup, whose move of
+/// that cgroup's processes would take a child out of the cgroup it has just joined.
+static STARTS: RwLock<()> = RwLock::new(());
+
 /// Starts `sh -c script` inside `cgroup`, joined between fork and exec as the shim does it.
 pub fn spawn_in(cgroup: &TaskCgroup, script: &str) -> Child {
+    let _starting = STARTS.read().unwrap_or_else(PoisonError::into_inner);
     let containment = Containment { cgroup: cgroup.join_files(), ..Containment::default() };
     let prepared = containment.prepare().unwrap();
     let mut command = Command::new("/bin/sh");
