@@ -209,6 +209,9 @@ pub(crate) struct Isolation {
     /// The node's default rules as this host has them, and when they were looked up
     /// ([`Isolation::default_rules`]).
     default_rules: parking_lot::Mutex<Option<(tokio::time::Instant, Arc<Vec<Rule>>)>>,
+    /// A directory found, with every one above it, to let workload users through, and when
+    /// ([`Isolation::check_passable`]): the tasks' directories share it.
+    passable: parking_lot::Mutex<Option<(tokio::time::Instant, PathBuf)>>,
 }
 
 /// What a start needs from the isolation: the containment, and the environment to add.
@@ -226,6 +229,7 @@ impl Isolation {
             binaries: node_binaries(None),
             pool: parking_lot::Mutex::new(None),
             default_rules: parking_lot::Mutex::new(None),
+            passable: parking_lot::Mutex::new(None),
         }
     }
 
@@ -343,6 +347,7 @@ impl Isolation {
         let probe = self.probe();
         // The host's paths may have changed since the last look.
         self.default_rules.lock().take();
+        self.passable.lock().take();
         if let Ok(abi) = &probe.landlock {
             attributes.insert("driver.exec.landlock_abi".into(), abi.to_string());
         }
@@ -443,24 +448,7 @@ impl Isolation {
     /// directory to all of the allocation's tasks; returns the subdirectories the task may
     /// manage in full.
     fn prepare_dirs(&self, config: &TaskConfig, user: Ugid) -> Result<Vec<PathBuf>, IsolateError> {
-        let io = |path: &Path| {
-            let path = path.to_owned();
-            move |source| IsolateError::Io { path, source }
-        };
-        // The task reaches its directories by absolute paths, as its workload user: every
-        // directory above them must let others through.
-        for dir in config.task_dir.ancestors().skip(1) {
-            let mode = std::fs::metadata(dir).map_err(io(dir))?.permissions().mode();
-            if mode & 0o001 == 0 {
-                return Err(IsolateError::Io {
-                    path: dir.to_owned(),
-                    source: std::io::Error::other(format!(
-                        "workload users cannot pass through it (mode {:o}); make it 0711 or 0755",
-                        mode & 0o7777
-                    )),
-                });
-            }
-        }
+        self.check_passable(&config.task_dir)?;
         let logs =
             std::path::absolute(&config.logs.dir).unwrap_or_else(|_| config.logs.dir.clone());
         // The task may write in its directory and in the allocation's: everything below them
@@ -488,6 +476,45 @@ impl Isolation {
             }
         }
         Ok(subdirs.iter().map(|dir| dir.path().to_owned()).collect())
+    }
+}
+
+impl Isolation {
+    /// The task reaches its directories by absolute paths, as its workload user: every
+    /// directory above `task_dir` must let others through. The directory above its
+    /// allocation's, which all tasks share, is looked at again once [`DEFAULT_RULES_FRESH`]
+    /// has passed (a task that meets a directory closed since then fails to start, by the
+    /// kernel's word rather than this one's).
+    fn check_passable(&self, task_dir: &Path) -> Result<(), IsolateError> {
+        let now = tokio::time::Instant::now();
+        let known = self
+            .passable
+            .lock()
+            .clone()
+            .filter(|(looked, _)| now.duration_since(*looked) < DEFAULT_RULES_FRESH)
+            .map(|(_, dir)| dir);
+        for dir in task_dir.ancestors().skip(1) {
+            if known.as_deref() == Some(dir) {
+                return Ok(());
+            }
+            let mode = std::fs::metadata(dir)
+                .map_err(|source| IsolateError::Io { path: dir.to_owned(), source })?
+                .permissions()
+                .mode();
+            if mode & 0o001 == 0 {
+                return Err(IsolateError::Io {
+                    path: dir.to_owned(),
+                    source: std::io::Error::other(format!(
+                        "workload users cannot pass through it (mode {:o}); make it 0711 or 0755",
+                        mode & 0o7777
+                    )),
+                });
+            }
+        }
+        if let Some(shared) = task_dir.ancestors().nth(2) {
+            *self.passable.lock() = Some((now, shared.to_owned()));
+        }
+        Ok(())
     }
 }
 
@@ -1033,5 +1060,42 @@ mod tests {
             .unwrap();
         let error = prepare(options, &[]).unwrap_err().to_string();
         assert!(error.contains("workload users cannot pass through it (mode 700)"), "{error}");
+    }
+
+    /// The directories above the allocations' are looked at once for all of them (until
+    /// they are stale); an allocation's own directory at each of its tasks' starts.
+    #[test]
+    fn each_start_looks_at_its_allocations_directory_and_the_ones_above_once() {
+        assert!(users::running_as_root(), "this test changes owners: run it as root");
+        let root = tempfile::tempdir().unwrap();
+        let first = task_config(root.path(), json!({"command": "env"}));
+        let exec = ExecConfig::parse(&first.driver_config).unwrap();
+        let isolation = Isolation::new(ExecOptions::new(root.path().join("workload-users")));
+        isolation.prepare(&first, &exec).unwrap();
+        assert_eq!(
+            isolation.passable.lock().as_ref().map(|(_, dir)| dir.clone()),
+            Some(root.path().to_owned())
+        );
+
+        let a2 = root.path().join("a2");
+        for dir in ["alloc", "web/local", "web/logs"] {
+            std::fs::create_dir_all(a2.join(dir)).unwrap();
+        }
+        let second = TaskConfig {
+            id: wharf_driver::TaskId::new("a2", "web", 1),
+            alloc_id: "a2".into(),
+            alloc_dir: a2.join("alloc"),
+            logs: wharf_driver::LogConfig { dir: a2.join("web/logs"), ..first.logs.clone() },
+            task_dir: a2.join("web"),
+            ..first.clone()
+        };
+        let mode = |path: &Path, mode: u32| {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+        };
+        mode(&a2, 0o700);
+        let error = isolation.prepare(&second, &exec).unwrap_err().to_string();
+        assert!(error.contains("a2: workload users cannot pass through it"), "{error}");
+        mode(&a2, 0o755);
+        isolation.prepare(&second, &exec).unwrap();
     }
 }

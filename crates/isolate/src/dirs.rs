@@ -286,12 +286,8 @@ impl OpenDir {
                     continue;
                 };
                 // SAFETY: the descriptor was just opened, and nothing else owns it.
-                let entry = unsafe { OwnedFd::from_raw_fd(fd) };
-                let Ok(meta) =
-                    File::from(entry.try_clone().map_err(IsolateError::io(&path))?).metadata()
-                else {
-                    continue;
-                };
+                let entry = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+                let Ok(meta) = entry.metadata() else { continue };
                 let root_made =
                     meta.uid() == 0 && (meta.is_dir() || (meta.is_file() && meta.nlink() == 1));
                 if root_made {
