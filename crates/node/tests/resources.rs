@@ -17,6 +17,7 @@ use common::*;
 use hyper::Method;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use wharf_node::api::AllocSummary;
 use wharf_node::client::{ApiPath, Client, ClientError};
 use wharf_node::usage::{AllocStats, NodeStatus};
@@ -28,7 +29,21 @@ struct CgroupParent {
     /// `name` is below the agent's own cgroup (which it inherits from the test), not below
     /// each hierarchy's root.
     under_own: bool,
+    /// Held until the parent is cleaned up, after the test's agents have gone.
+    _turn: Turn,
 }
+
+/// On cgroup v2, an agent whose parent is below its own cgroup moves every process of that
+/// cgroup (this test binary's, which every test's agent and shims share until then) to a
+/// leaf, as an agent does before it starts any task: a task another test's shim has just
+/// forked, and which has just joined its cgroup, would go with them. So the tests with such
+/// a parent run alone, and the others together.
+enum Turn {
+    Together { _shared: RwLockReadGuard<'static, ()> },
+    Alone { _exclusive: RwLockWriteGuard<'static, ()> },
+}
+
+static TURNS: RwLock<()> = RwLock::new(());
 
 impl CgroupParent {
     fn new() -> CgroupParent {
@@ -38,14 +53,17 @@ impl CgroupParent {
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
-        CgroupParent { name, under_own: false }
+        let turn = Turn::Together { _shared: TURNS.read().unwrap_or_else(PoisonError::into_inner) };
+        CgroupParent { name, under_own: false, _turn: turn }
     }
 
     /// The parent an agent with `data_dir` has by default: `wharf/<data dir>` below its own
     /// cgroup.
     fn default_for(data_dir: &Path) -> CgroupParent {
         let name = format!("wharf/{}", wharf_node::resources::node_cgroup_name(data_dir));
-        CgroupParent { name, under_own: true }
+        let turn =
+            Turn::Alone { _exclusive: TURNS.write().unwrap_or_else(PoisonError::into_inner) };
+        CgroupParent { name, under_own: true, _turn: turn }
     }
 
     /// The agent config lines that put its tasks' cgroups here.
