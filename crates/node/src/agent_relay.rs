@@ -191,4 +191,38 @@ mod tests {
         let error = serve(&client, &b"not json\n"[..], Vec::new(), 16).await.unwrap_err();
         assert!(error.to_string().contains("expected"), "{error}");
     }
+
+    /// A first line is read up to [`MAX_HEAD`] bytes and no further: one that is longer, or
+    /// that the peer cut short, is refused with the bound named, and what follows it is left
+    /// unread.
+    #[tokio::test]
+    async fn a_first_line_longer_than_the_bound_or_cut_short_is_refused() {
+        let call = RelayCall {
+            method: "GET".into(),
+            target: format!("/v1/{}", "x".repeat(MAX_HEAD as usize)),
+            content_type: String::new(),
+            body_len: 0,
+        };
+        let mut long = serde_json::to_vec(&call).unwrap();
+        long.extend_from_slice(b"\nafter");
+        let mut reader = BufReader::new(long.as_slice());
+        let error = read_head::<RelayCall>(&mut reader).await.unwrap_err().to_string();
+        assert!(error.contains(&format!("longer than {MAX_HEAD} bytes")), "{error}");
+        let mut rest = Vec::new();
+        reader.read_to_end(&mut rest).await.unwrap();
+        assert_eq!(rest.len(), long.len() - MAX_HEAD as usize, "read past the bound");
+
+        let cut = br#"{"method":"GET","target":"/v1/x""#;
+        let error = read_head::<RelayCall>(&mut BufReader::new(&cut[..])).await.unwrap_err();
+        assert!(error.to_string().contains("cut short"), "{error}");
+
+        // A line of exactly the bound, its newline included, is read.
+        let mut exact = serde_json::to_vec(&RelayCall { target: "/v1/".into(), ..call }).unwrap();
+        let pad = MAX_HEAD as usize - exact.len() - 1;
+        exact.splice(exact.len() - 1..exact.len() - 1, std::iter::repeat_n(b' ', pad));
+        exact.push(b'\n');
+        assert_eq!(exact.len() as u64, MAX_HEAD);
+        let head: RelayCall = read_head(&mut BufReader::new(exact.as_slice())).await.unwrap();
+        assert_eq!(head.target, "/v1/");
+    }
 }
