@@ -477,9 +477,7 @@ impl Isolation {
         }
         Ok(subdirs.iter().map(|dir| dir.path().to_owned()).collect())
     }
-}
 
-impl Isolation {
     /// The task reaches its directories by absolute paths, as its workload user: every
     /// directory above `task_dir` must let others through. The directory above its
     /// allocation's, which all tasks share, is looked at again once [`DEFAULT_RULES_FRESH`]
