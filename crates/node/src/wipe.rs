@@ -2,8 +2,10 @@
 //!
 //! The fleet's loopback instances are agents on this host, each with its own data directory.
 //! Destroying one must leave nothing behind, as destroying a cloud instance does: the agent is
-//! killed (SIGKILL, so it cannot restart anything), every task it recorded is killed with its
-//! whole process group through the driver's forced destroy, and the directory is removed.
+//! killed (SIGKILL, so it cannot restart anything; one that has not yet announced itself in
+//! its agent file, as on a machine destroyed while it starts, is found by its command line),
+//! every task it recorded is killed with its whole process group through the driver's forced
+//! destroy, and the directory is removed.
 //! Tasks get no kill timeout and poststop tasks do not run: a destroyed machine gets neither.
 //! The node's cgroups go too, with anything still in them.
 //!
@@ -16,6 +18,8 @@
 use crate::agent_file::AgentFile;
 use crate::config::NodeConfig;
 use anyhow::Context;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use wharf_store::{RedbStore, StateStore};
 
@@ -32,11 +36,19 @@ pub struct Wiped {
 pub async fn wipe(config: &NodeConfig) -> anyhow::Result<Wiped> {
     let data_dir = &config.data_dir;
     let mut wiped = Wiped::default();
+    let is_agent = |cmdline: &str| cmdline.split(' ').any(|word| word == "agent");
     if let Some(file) = AgentFile::read(data_dir).map_err(anyhow::Error::msg)? {
-        let is_agent = |cmdline: &str| cmdline.split(' ').any(|word| word == "agent");
         wiped.agent_killed =
             wharf_exec::process::kill_if(file.pid, is_agent, Duration::from_secs(10))
                 .with_context(|| format!("cannot kill the agent (pid {})", file.pid))?;
+    }
+    // An agent that has not announced itself yet (a machine destroyed right after it was
+    // made) is not in the agent file: it would take the store, or make the directory again
+    // once it is removed, and outlive the wipe.
+    for pid in starting_agents(data_dir) {
+        let killed = wharf_exec::process::kill_if(pid, is_agent, Duration::from_secs(10))
+            .with_context(|| format!("cannot kill the starting agent (pid {pid})"))?;
+        wiped.agent_killed |= killed;
     }
     let store_path = config.store_path();
     if store_path.exists() {
@@ -94,6 +106,53 @@ pub async fn wipe(config: &NodeConfig) -> anyhow::Result<Wiped> {
         Err(e) => return Err(e).with_context(|| format!("cannot remove {}", data_dir.display())),
     }
     Ok(wiped)
+}
+
+/// The processes started as the agent of `data_dir`: `agent` among their arguments, and the
+/// directory given by `--data-dir` or, without it, by `WHARF_DATA_DIR` (relative to their
+/// working directory). An agent configured through `--config` alone is found by its agent
+/// file only.
+fn starting_agents(data_dir: &Path) -> Vec<u32> {
+    let wanted = data_dir.canonicalize().unwrap_or_else(|_| data_dir.to_owned());
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let own = std::process::id();
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| *pid != own)
+        .filter(|pid| agent_data_dir(*pid).is_some_and(|dir| dir == wanted))
+        .collect()
+}
+
+/// The data directory of process `pid`, if it was started as an agent.
+fn agent_data_dir(pid: u32) -> Option<PathBuf> {
+    let proc = PathBuf::from(format!("/proc/{pid}"));
+    let cmdline = std::fs::read(proc.join("cmdline")).ok()?;
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    if !args.contains(&&b"agent"[..]) {
+        return None;
+    }
+    let flag =
+        args.iter().enumerate().find_map(|(at, arg)| match arg.strip_prefix(b"--data-dir") {
+            Some(b"") => args.get(at + 1).copied(),
+            Some(rest) => rest.strip_prefix(b"="),
+            None => None,
+        });
+    let environ;
+    let given = match flag {
+        Some(dir) => dir,
+        None => {
+            environ = std::fs::read(proc.join("environ")).ok()?;
+            environ.split(|b| *b == 0).find_map(|var| var.strip_prefix(b"WHARF_DATA_DIR="))?
+        }
+    };
+    let given = Path::new(std::ffi::OsStr::from_bytes(given));
+    let dir = if given.is_absolute() {
+        given.to_owned()
+    } else {
+        std::fs::read_link(proc.join("cwd")).ok()?.join(given)
+    };
+    Some(dir.canonicalize().unwrap_or(dir))
 }
 
 /// The node's cgroups, as its agent had them (the node's configuration with the data

@@ -564,3 +564,35 @@ async fn a_dispatcher_names_allocations_finds_agents_by_data_dir_and_wipes_nodes
     assert!(probe.status.success(), "{probe:?}");
     assert_eq!(String::from_utf8_lossy(&probe.stdout), "");
 }
+
+/// A machine destroyed right after it was made: its agent has not announced itself in its
+/// data directory yet (here it is held just before it becomes the agent, as `setsid` is in the
+/// fleet's loopback instances), so the agent file does not name it. The wipe finds it by its
+/// command line and kills it, and leaves the agent of another directory alone.
+#[test]
+fn a_wipe_kills_an_agent_that_has_not_announced_itself_yet() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let about_to_start = |data_dir: &Path| {
+        std::fs::create_dir_all(data_dir).unwrap();
+        Command::new("sh")
+            .args(["-c", "kill -STOP $$; exec \"$@\"", "sh", WHARF, "--data-dir"])
+            .arg(data_dir)
+            .args(["agent", "--address", "127.0.0.1:0"])
+            .spawn()
+            .unwrap()
+    };
+    let data_dir = dir.path().join("data");
+    let mut starting = about_to_start(&data_dir);
+    let mut other = about_to_start(&dir.path().join("other"));
+    assert!(!data_dir.join("agent.json").exists());
+
+    let wipe = cli_in(&data_dir, &["wipe"], "");
+    assert!(wipe.status.success(), "{wipe:?}");
+    assert!(String::from_utf8_lossy(&wipe.stdout).contains("agent killed"), "{wipe:?}");
+    assert_eq!(starting.wait().unwrap().signal(), Some(libc::SIGKILL));
+    assert!(!data_dir.exists());
+    assert_eq!(other.try_wait().unwrap(), None, "the other directory's agent was killed");
+    other.kill().unwrap();
+    other.wait().unwrap();
+}
