@@ -12,9 +12,7 @@ use wharf_isolate::cgroup::cgroup_name;
 /// tasks get no cgroup (the runtime then makes its own). Where the hierarchies of a v1 host
 /// place the parent differently, the first hierarchy's place is used and the log says so.
 pub(crate) fn cgroups_path(cgroups: &TaskCgroups, task_id: &str) -> Option<String> {
-    let manager = cgroups.manager()?;
-    let relatives: Vec<PathBuf> =
-        manager.parents().iter().filter_map(|parent| from_hierarchy_root(parent)).collect();
+    let relatives = parent_relatives(cgroups);
     let first = relatives.first()?;
     if relatives.iter().any(|r| r != first) {
         tracing::warn!(
@@ -23,6 +21,54 @@ pub(crate) fn cgroups_path(cgroups: &TaskCgroups, task_id: &str) -> Option<Strin
         );
     }
     Some(format!("/{}/{}", first.display(), cgroup_name(task_id)))
+}
+
+/// The node's parent in each hierarchy, from that hierarchy's root.
+fn parent_relatives(cgroups: &TaskCgroups) -> Vec<PathBuf> {
+    let Some(manager) = cgroups.manager() else { return Vec::new() };
+    manager.parents().iter().filter_map(|parent| from_hierarchy_root(parent)).collect()
+}
+
+/// Removes the parent the runtime made in the hierarchies whose parent is not the node's own
+/// (on a v1 host: blkio, devices, `name=systemd`, the hybrid's empty cgroup2, ...): the
+/// runtime makes the container's path in every
+/// hierarchy mounted and removes only the container's own cgroup, so without this each node
+/// would leave an empty directory in each of them. Where another of the node's containers
+/// still has its cgroup there, the kernel refuses, and the directory stays for the last one.
+pub(crate) fn remove_runtime_parents(cgroups: &TaskCgroups) {
+    // The runtime's parent is the first hierarchy's (see `cgroups_path`).
+    let (Some(manager), Some(parent)) =
+        (cgroups.manager(), parent_relatives(cgroups).into_iter().next())
+    else {
+        return;
+    };
+    let Ok(mountinfo) = std::fs::read_to_string("/proc/self/mountinfo") else { return };
+    let node_parents = manager.parents();
+    for mount in cgroup_mounts(&mountinfo) {
+        let dir = mount.join(&parent);
+        if node_parents.contains(&dir.as_path()) {
+            continue;
+        }
+        match std::fs::remove_dir(&dir) {
+            Ok(()) => tracing::debug!(dir = %dir.display(), "removed the runtime's cgroup parent"),
+            Err(error) => {
+                tracing::trace!(dir = %dir.display(), %error, "runtime's cgroup parent kept")
+            }
+        }
+    }
+}
+
+/// The mount points of the cgroup hierarchies (v1 and v2) in `mountinfo`.
+fn cgroup_mounts(mountinfo: &str) -> Vec<PathBuf> {
+    mountinfo
+        .lines()
+        .filter_map(|line| {
+            let (mount, fs) = line.split_once(" - ")?;
+            let cgroup = matches!(fs.split(' ').next(), Some("cgroup" | "cgroup2"));
+            cgroup.then(|| mount.split(' ').nth(4))?
+        })
+        .map(PathBuf::from)
+        .collect()
 }
 
 /// `dir`'s path below the root of its cgroup hierarchy: the mount point is the highest
@@ -37,4 +83,22 @@ fn from_hierarchy_root(dir: &Path) -> Option<PathBuf> {
         root = parent;
     }
     dir.strip_prefix(root).ok().map(Path::to_path_buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cgroup_mounts_are_those_of_both_versions() {
+        let mountinfo = "\
+25 30 0:22 / /sys/fs/cgroup ro,nosuid shared:9 - tmpfs tmpfs ro,mode=755
+26 25 0:23 / /sys/fs/cgroup/unified rw,nosuid shared:10 - cgroup2 cgroup2 rw
+27 25 0:24 / /sys/fs/cgroup/systemd rw,nosuid shared:11 - cgroup cgroup rw,name=systemd
+31 25 0:28 / /sys/fs/cgroup/blkio rw,nosuid shared:15 - cgroup cgroup rw,blkio
+40 30 8:1 / /mnt/cgroup rw shared:1 - ext4 /dev/sda1 rw
+";
+        let mounts = ["unified", "systemd", "blkio"].map(|h| Path::new("/sys/fs/cgroup").join(h));
+        assert_eq!(cgroup_mounts(mountinfo), mounts);
+    }
 }

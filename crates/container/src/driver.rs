@@ -15,7 +15,7 @@
 //! <data_dir>/runtime/                        the runtime's state (`--root`)
 //! ```
 
-use crate::cgroup_path::cgroups_path;
+use crate::cgroup_path::{cgroups_path, remove_runtime_parents};
 use crate::config::{ContainerConfig, ContainerOptions};
 use crate::error::ContainerError;
 use crate::mount;
@@ -353,6 +353,7 @@ impl ContainerDriver {
             action: "delete",
             reason,
         })?;
+        remove_runtime_parents(&self.cgroups);
         match std::fs::remove_dir_all(&container.dir) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),

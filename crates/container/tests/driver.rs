@@ -670,6 +670,15 @@ fn docker_driver_destroy_task_leaves_nothing() {
         for parent in node.cgroups.parents() {
             assert!(!parent.join(&cgroup).exists(), "cgroup left in {}", parent.display());
         }
+        // Nor the parent the runtime made in the hierarchies that are not the node's (v1's
+        // blkio, devices, ...), once the node's last container is gone.
+        let mounted = std::fs::read_dir("/sys/fs/cgroup").unwrap().flatten().map(|e| e.path());
+        for hierarchy in mounted.filter(|path| path.is_dir()) {
+            let made = hierarchy.join(node.parent.trim_start_matches('/'));
+            if !node.cgroups.parents().contains(&made.as_path()) {
+                assert!(!made.exists(), "{} left", made.display());
+            }
+        }
         assert!(matches!(
             driver.inspect_task(handle.id()).await,
             Err(DriverError::TaskNotFound { .. })
