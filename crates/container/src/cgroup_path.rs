@@ -31,10 +31,11 @@ fn parent_relatives(cgroups: &TaskCgroups) -> Vec<PathBuf> {
 
 /// Removes the parent the runtime made in the hierarchies whose parent is not the node's own
 /// (on a v1 host: blkio, devices, `name=systemd`, the hybrid's empty cgroup2, ...): the
-/// runtime makes the container's path in every
-/// hierarchy mounted and removes only the container's own cgroup, so without this each node
-/// would leave an empty directory in each of them. Where another of the node's containers
-/// still has its cgroup there, the kernel refuses, and the directory stays for the last one.
+/// runtime makes the container's path in every hierarchy mounted and removes only the
+/// container's own cgroup, so without this each node would leave an empty directory in each
+/// of them. Where another of the node's containers still has its cgroup there, the kernel
+/// refuses, and the directory stays for the last one. The caller keeps any container from
+/// being made meanwhile (the runtime makes the parent, then the container's cgroup in it).
 pub(crate) fn remove_runtime_parents(cgroups: &TaskCgroups) {
     // The runtime's parent is the first hierarchy's (see `cgroups_path`).
     let (Some(manager), Some(parent)) =
@@ -43,11 +44,14 @@ pub(crate) fn remove_runtime_parents(cgroups: &TaskCgroups) {
         return;
     };
     let Ok(mountinfo) = std::fs::read_to_string("/proc/self/mountinfo") else { return };
-    let node_parents = manager.parents();
+    // The node's own parents by identity: a hierarchy mounted twice shows one under two names.
+    let identity = |path: &Path| std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()));
+    let node_parents: Vec<_> = manager.parents().into_iter().filter_map(identity).collect();
     for mount in cgroup_mounts(&mountinfo) {
         let dir = mount.join(&parent);
-        if node_parents.contains(&dir.as_path()) {
-            continue;
+        match identity(&dir) {
+            Some(id) if !node_parents.contains(&id) => {}
+            _ => continue,
         }
         match std::fs::remove_dir(&dir) {
             Ok(()) => tracing::debug!(dir = %dir.display(), "removed the runtime's cgroup parent"),
@@ -58,14 +62,17 @@ pub(crate) fn remove_runtime_parents(cgroups: &TaskCgroups) {
     }
 }
 
-/// The mount points of the cgroup hierarchies (v1 and v2) in `mountinfo`.
+/// The mount points of the cgroup hierarchies (v1 and v2) in `mountinfo`, each mounted from
+/// its root (a mount of a cgroup below it names other paths the same way).
 fn cgroup_mounts(mountinfo: &str) -> Vec<PathBuf> {
     mountinfo
         .lines()
         .filter_map(|line| {
             let (mount, fs) = line.split_once(" - ")?;
             let cgroup = matches!(fs.split(' ').next(), Some("cgroup" | "cgroup2"));
-            cgroup.then(|| mount.split(' ').nth(4))?
+            let mut fields = mount.split(' ').skip(3);
+            let (root, point) = (fields.next()?, fields.next()?);
+            (cgroup && root == "/").then_some(point)
         })
         .map(PathBuf::from)
         .collect()
@@ -96,6 +103,7 @@ mod tests {
 26 25 0:23 / /sys/fs/cgroup/unified rw,nosuid shared:10 - cgroup2 cgroup2 rw
 27 25 0:24 / /sys/fs/cgroup/systemd rw,nosuid shared:11 - cgroup cgroup rw,name=systemd
 31 25 0:28 / /sys/fs/cgroup/blkio rw,nosuid shared:15 - cgroup cgroup rw,blkio
+32 25 0:28 /wharf /mnt/blkio-below rw,nosuid shared:15 - cgroup cgroup rw,blkio
 40 30 8:1 / /mnt/cgroup rw shared:1 - ext4 /dev/sda1 rw
 ";
         let mounts = ["unified", "systemd", "blkio"].map(|h| Path::new("/sys/fs/cgroup").join(h));

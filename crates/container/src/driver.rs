@@ -59,6 +59,10 @@ pub struct ContainerDriver {
     /// of its allocation) waits for the first and then finds the container gone, rather than
     /// racing it over the mount and the directory.
     destroying: Mutex<HashMap<TaskId, Arc<tokio::sync::Mutex<()>>>>,
+    /// Shared by the starts, from before the runtime makes the container's cgroups until it
+    /// has; taken alone to remove the runtime's parents, which would otherwise go between the
+    /// runtime's making of the parent and of the container's cgroup in it.
+    runtime_cgroups: tokio::sync::RwLock<()>,
 }
 
 /// What the driver knows of one container.
@@ -103,6 +107,10 @@ impl ContainerDriver {
         }
         // The runtime's delete first: it leaves the task's cgroup empty for the shim's driver.
         self.clean_up(&container).await?;
+        {
+            let _no_starts = self.runtime_cgroups.write().await;
+            remove_runtime_parents(&self.cgroups);
+        }
         self.inner.destroy_task(task_id, true).await?;
         self.containers.lock().remove(task_id);
         Ok(())
@@ -143,6 +151,7 @@ impl ContainerDriver {
             cgroups,
             containers: Mutex::default(),
             destroying: Mutex::default(),
+            runtime_cgroups: tokio::sync::RwLock::new(()),
         })
     }
 
@@ -353,7 +362,6 @@ impl ContainerDriver {
             action: "delete",
             reason,
         })?;
-        remove_runtime_parents(&self.cgroups);
         match std::fs::remove_dir_all(&container.dir) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -472,6 +480,7 @@ impl Driver for ContainerDriver {
             let _ = self.clean_up(&container).await;
             return Err(error);
         }
+        let creating = self.runtime_cgroups.read().await;
         let inner = match self.inner.start_task(self.waiter_task(&config, &container)).await {
             Ok(handle) => handle,
             Err(error) => {
@@ -484,6 +493,7 @@ impl Driver for ContainerDriver {
             let _ = self.clean_up(&container).await;
             return Err(error);
         }
+        drop(creating);
         let state = SavedState {
             version: STATE_VERSION,
             container: container.clone(),

@@ -671,12 +671,22 @@ fn docker_driver_destroy_task_leaves_nothing() {
             assert!(!parent.join(&cgroup).exists(), "cgroup left in {}", parent.display());
         }
         // Nor the parent the runtime made in the hierarchies that are not the node's (v1's
-        // blkio, devices, ...), once the node's last container is gone.
-        let mounted = std::fs::read_dir("/sys/fs/cgroup").unwrap().flatten().map(|e| e.path());
-        for hierarchy in mounted.filter(|path| path.is_dir()) {
-            let made = hierarchy.join(node.parent.trim_start_matches('/'));
-            if !node.cgroups.parents().contains(&made.as_path()) {
-                assert!(!made.exists(), "{} left", made.display());
+        // blkio, devices, ...), once the node's last container is gone: where the parent's
+        // path is found in a cgroup mount, it is the node's own.
+        let identity = |path: &std::path::Path| {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+        };
+        let own: Vec<_> = node.cgroups.parents().into_iter().filter_map(identity).collect();
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let mounts = mountinfo.lines().filter_map(|line| {
+            let (mount, fs) = line.split_once(" - ")?;
+            fs.starts_with("cgroup").then(|| mount.split(' ').nth(4))?
+        });
+        for mount in mounts {
+            let made = std::path::Path::new(mount).join(node.parent.trim_start_matches('/'));
+            if let Some(found) = identity(&made) {
+                assert!(own.contains(&found), "{} left", made.display());
             }
         }
         assert!(matches!(

@@ -1061,7 +1061,7 @@ mod tests {
     }
 
     /// The directories above the allocations' are looked at once for all of them (until
-    /// they are stale); an allocation's own directory at each of its tasks' starts.
+    /// the look is stale); an allocation's own directory at each of its tasks' starts.
     #[test]
     fn each_start_looks_at_its_allocations_directory_and_the_ones_above_once() {
         assert!(users::running_as_root(), "this test changes owners: run it as root");
@@ -1090,10 +1090,14 @@ mod tests {
         let mode = |path: &Path, mode: u32| {
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
         };
+        // The shared directory closed since: not looked at again while the look is fresh.
+        mode(root.path(), 0o700);
+        isolation.prepare(&second, &exec).unwrap();
         mode(&a2, 0o700);
         let error = isolation.prepare(&second, &exec).unwrap_err().to_string();
         assert!(error.contains("a2: workload users cannot pass through it"), "{error}");
         mode(&a2, 0o755);
+        mode(root.path(), 0o755);
         isolation.prepare(&second, &exec).unwrap();
     }
 }

@@ -19,6 +19,7 @@ use crate::agent_file::AgentFile;
 use crate::config::NodeConfig;
 use anyhow::Context;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use wharf_store::{RedbStore, StateStore};
@@ -45,10 +46,14 @@ pub async fn wipe(config: &NodeConfig) -> anyhow::Result<Wiped> {
     // An agent that has not announced itself yet (a machine destroyed right after it was
     // made) is not in the agent file: it would take the store, or make the directory again
     // once it is removed, and outlive the wipe.
-    for pid in starting_agents(data_dir) {
-        let killed = wharf_exec::process::kill_if(pid, is_agent, Duration::from_secs(10))
-            .with_context(|| format!("cannot kill the starting agent (pid {pid})"))?;
-        wiped.agent_killed |= killed;
+    if let Some(wanted) = identity(data_dir) {
+        for pid in starting_agents(wanted) {
+            // Asked again with the process held (its pidfd open): the same process.
+            let still = |_: &str| agent_data_dir(pid) == Some(wanted);
+            let killed = wharf_exec::process::kill_if(pid, still, Duration::from_secs(10))
+                .with_context(|| format!("cannot kill the starting agent (pid {pid})"))?;
+            wiped.agent_killed |= killed;
+        }
     }
     let store_path = config.store_path();
     if store_path.exists() {
@@ -108,24 +113,24 @@ pub async fn wipe(config: &NodeConfig) -> anyhow::Result<Wiped> {
     Ok(wiped)
 }
 
-/// The processes started as the agent of `data_dir`: `agent` among their arguments, and the
-/// directory given by `--data-dir` or, without it, by `WHARF_DATA_DIR` (relative to their
-/// working directory). An agent configured through `--config` alone is found by its agent
-/// file only.
-fn starting_agents(data_dir: &Path) -> Vec<u32> {
-    let wanted = data_dir.canonicalize().unwrap_or_else(|_| data_dir.to_owned());
+/// The processes started as the agent of the directory `wanted` (device and inode): `agent`
+/// among their arguments (a command of the node's CLI with that word among its own is taken
+/// for one too: the node is going), and the directory given by `--data-dir` or, without it,
+/// by `WHARF_DATA_DIR`, as the process sees it (through its root, or its working directory
+/// for a relative one). An agent configured through `--config` alone, or on the default
+/// directory, is found by its agent file only.
+fn starting_agents(wanted: (u64, u64)) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
     let own = std::process::id();
     entries
         .flatten()
         .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| *pid != own)
-        .filter(|pid| agent_data_dir(*pid).is_some_and(|dir| dir == wanted))
+        .filter(|pid| *pid != own && agent_data_dir(*pid) == Some(wanted))
         .collect()
 }
 
-/// The data directory of process `pid`, if it was started as an agent.
-fn agent_data_dir(pid: u32) -> Option<PathBuf> {
+/// The data directory (device and inode) of process `pid`, if it was started as an agent.
+fn agent_data_dir(pid: u32) -> Option<(u64, u64)> {
     let proc = PathBuf::from(format!("/proc/{pid}"));
     let cmdline = std::fs::read(proc.join("cmdline")).ok()?;
     let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
@@ -147,12 +152,15 @@ fn agent_data_dir(pid: u32) -> Option<PathBuf> {
         }
     };
     let given = Path::new(std::ffi::OsStr::from_bytes(given));
-    let dir = if given.is_absolute() {
-        given.to_owned()
-    } else {
-        std::fs::read_link(proc.join("cwd")).ok()?.join(given)
-    };
-    Some(dir.canonicalize().unwrap_or(dir))
+    identity(&match given.strip_prefix("/") {
+        Ok(below_root) => proc.join("root").join(below_root),
+        Err(_) => proc.join("cwd").join(given),
+    })
+}
+
+/// A path's device and inode.
+fn identity(path: &Path) -> Option<(u64, u64)> {
+    std::fs::metadata(path).ok().map(|meta| (meta.dev(), meta.ino()))
 }
 
 /// The node's cgroups, as its agent had them (the node's configuration with the data

@@ -571,28 +571,35 @@ async fn a_dispatcher_names_allocations_finds_agents_by_data_dir_and_wipes_nodes
 /// command line and kills it, and leaves the agent of another directory alone.
 #[test]
 fn a_wipe_kills_an_agent_that_has_not_announced_itself_yet() {
-    use std::os::unix::process::ExitStatusExt;
+    /// A process killed and reaped when dropped, whatever the test did.
+    struct Held(std::process::Child);
+    impl Drop for Held {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
     let dir = tempfile::tempdir().unwrap();
     let about_to_start = |data_dir: &Path| {
         std::fs::create_dir_all(data_dir).unwrap();
-        Command::new("sh")
+        let child = Command::new("sh")
             .args(["-c", "kill -STOP $$; exec \"$@\"", "sh", WHARF, "--data-dir"])
             .arg(data_dir)
             .args(["agent", "--address", "127.0.0.1:0"])
             .spawn()
-            .unwrap()
+            .unwrap();
+        Held(child)
     };
     let data_dir = dir.path().join("data");
-    let mut starting = about_to_start(&data_dir);
-    let mut other = about_to_start(&dir.path().join("other"));
+    let starting = about_to_start(&data_dir);
+    let other = about_to_start(&dir.path().join("other"));
     assert!(!data_dir.join("agent.json").exists());
 
     let wipe = cli_in(&data_dir, &["wipe"], "");
     assert!(wipe.status.success(), "{wipe:?}");
     assert!(String::from_utf8_lossy(&wipe.stdout).contains("agent killed"), "{wipe:?}");
-    assert_eq!(starting.wait().unwrap().signal(), Some(libc::SIGKILL));
+    let (starting_pid, other_pid) = (starting.0.id() as i32, other.0.id() as i32);
+    eventually("the starting agent is killed", || !alive(starting_pid));
     assert!(!data_dir.exists());
-    assert_eq!(other.try_wait().unwrap(), None, "the other directory's agent was killed");
-    other.kill().unwrap();
-    other.wait().unwrap();
+    assert!(alive(other_pid), "the other directory's agent was killed");
 }
