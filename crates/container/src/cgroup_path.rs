@@ -43,11 +43,11 @@ pub(crate) fn remove_runtime_parents(cgroups: &TaskCgroups) {
     else {
         return;
     };
-    let Ok(mountinfo) = std::fs::read_to_string("/proc/self/mountinfo") else { return };
+    let Ok(mount_points) = wharf_isolate::cgroup::mount_points() else { return };
     // The node's own parents by identity: a hierarchy mounted twice shows one under two names.
     let identity = |path: &Path| std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()));
     let node_parents: Vec<_> = manager.parents().into_iter().filter_map(identity).collect();
-    for mount in cgroup_mounts(&mountinfo) {
+    for mount in mount_points {
         let dir = mount.join(&parent);
         match identity(&dir) {
             Some(id) if !node_parents.contains(&id) => {}
@@ -62,22 +62,6 @@ pub(crate) fn remove_runtime_parents(cgroups: &TaskCgroups) {
     }
 }
 
-/// The mount points of the cgroup hierarchies (v1 and v2) in `mountinfo`, each mounted from
-/// its root (a mount of a cgroup below it names other paths the same way).
-fn cgroup_mounts(mountinfo: &str) -> Vec<PathBuf> {
-    mountinfo
-        .lines()
-        .filter_map(|line| {
-            let (mount, fs) = line.split_once(" - ")?;
-            let cgroup = matches!(fs.split(' ').next(), Some("cgroup" | "cgroup2"));
-            let mut fields = mount.split(' ').skip(3);
-            let (root, point) = (fields.next()?, fields.next()?);
-            (cgroup && root == "/").then_some(point)
-        })
-        .map(PathBuf::from)
-        .collect()
-}
-
 /// `dir`'s path below the root of its cgroup hierarchy: the mount point is the highest
 /// ancestor on the same filesystem.
 fn from_hierarchy_root(dir: &Path) -> Option<PathBuf> {
@@ -90,23 +74,4 @@ fn from_hierarchy_root(dir: &Path) -> Option<PathBuf> {
         root = parent;
     }
     dir.strip_prefix(root).ok().map(Path::to_path_buf)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_cgroup_mounts_are_those_of_both_versions() {
-        let mountinfo = "\
-25 30 0:22 / /sys/fs/cgroup ro,nosuid shared:9 - tmpfs tmpfs ro,mode=755
-26 25 0:23 / /sys/fs/cgroup/unified rw,nosuid shared:10 - cgroup2 cgroup2 rw
-27 25 0:24 / /sys/fs/cgroup/systemd rw,nosuid shared:11 - cgroup cgroup rw,name=systemd
-31 25 0:28 / /sys/fs/cgroup/blkio rw,nosuid shared:15 - cgroup cgroup rw,blkio
-32 25 0:28 /wharf /mnt/blkio-below rw,nosuid shared:15 - cgroup cgroup rw,blkio
-40 30 8:1 / /mnt/cgroup rw shared:1 - ext4 /dev/sda1 rw
-";
-        let mounts = ["unified", "systemd", "blkio"].map(|h| Path::new("/sys/fs/cgroup").join(h));
-        assert_eq!(cgroup_mounts(mountinfo), mounts);
-    }
 }

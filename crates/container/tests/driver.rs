@@ -678,13 +678,8 @@ fn docker_driver_destroy_task_leaves_nothing() {
             std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
         };
         let own: Vec<_> = node.cgroups.parents().into_iter().filter_map(identity).collect();
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-        let mounts = mountinfo.lines().filter_map(|line| {
-            let (mount, fs) = line.split_once(" - ")?;
-            fs.starts_with("cgroup").then(|| mount.split(' ').nth(4))?
-        });
-        for mount in mounts {
-            let made = std::path::Path::new(mount).join(node.parent.trim_start_matches('/'));
+        for mount in wharf_isolate::cgroup::mount_points().unwrap() {
+            let made = mount.join(node.parent.trim_start_matches('/'));
             if let Some(found) = identity(&made) {
                 assert!(own.contains(&found), "{} left", made.display());
             }

@@ -37,8 +37,8 @@ pub struct Wiped {
 pub async fn wipe(config: &NodeConfig) -> anyhow::Result<Wiped> {
     let data_dir = &config.data_dir;
     let mut wiped = Wiped::default();
-    let is_agent = |cmdline: &str| cmdline.split(' ').any(|word| word == "agent");
     if let Some(file) = AgentFile::read(data_dir).map_err(anyhow::Error::msg)? {
+        let is_agent = |cmdline: &str| cmdline.split(' ').any(|word| word == "agent");
         wiped.agent_killed =
             wharf_exec::process::kill_if(file.pid, is_agent, Duration::from_secs(10))
                 .with_context(|| format!("cannot kill the agent (pid {})", file.pid))?;

@@ -136,6 +136,17 @@ pub(crate) fn layout(
     })
 }
 
+/// Where every cgroup hierarchy in `mountinfo` (v1 and v2) is mounted from its root; a mount
+/// of a cgroup below the root is left out, as it names other cgroups by the same paths.
+pub(crate) fn mount_points(mountinfo: &str) -> Vec<PathBuf> {
+    mountinfo
+        .lines()
+        .filter_map(parse_mount)
+        .filter(|mount| mount.root == "/")
+        .map(|mount| mount.point)
+        .collect()
+}
+
 /// One line of mountinfo, if it is a cgroup mount:
 /// `36 25 0:32 / /sys/fs/cgroup/memory rw,relatime shared:15 - cgroup cgroup rw,memory`.
 fn parse_mount(line: &str) -> Option<Mount> {
@@ -186,6 +197,20 @@ fn unescape(field: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_mount_points_are_those_of_both_versions_mounted_from_their_root() {
+        let mountinfo = "\
+25 30 0:22 / /sys/fs/cgroup ro,nosuid shared:9 - tmpfs tmpfs ro,mode=755
+26 25 0:23 / /sys/fs/cgroup/unified rw,nosuid shared:10 - cgroup2 cgroup2 rw
+27 25 0:24 / /sys/fs/cgroup/systemd rw,nosuid shared:11 - cgroup cgroup rw,name=systemd
+31 25 0:28 / /sys/fs/cgroup/blkio rw,nosuid shared:15 - cgroup cgroup rw,blkio
+32 25 0:28 /wharf /mnt/blkio-below rw,nosuid shared:15 - cgroup cgroup rw,blkio
+40 30 8:1 / /mnt/cgroup rw shared:1 - ext4 /dev/sda1 rw
+";
+        let points = ["unified", "systemd", "blkio"].map(|h| Path::new("/sys/fs/cgroup").join(h));
+        assert_eq!(mount_points(mountinfo), points);
+    }
 
     /// This machine's kind: hybrid, v1 controllers each on their own mount, an empty unified
     /// hierarchy, and a memory cgroup that is not the root.

@@ -507,6 +507,14 @@ impl Drop for Cgroups {
     }
 }
 
+/// Where every cgroup hierarchy of this host (v1 and v2) is mounted from its root, as
+/// `/proc/self/mountinfo` says now: the places a container runtime makes a cgroup's path.
+pub fn mount_points() -> Result<Vec<PathBuf>, IsolateError> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
+        .map_err(IsolateError::io("/proc/self/mountinfo"))?;
+    Ok(detect::mount_points(&mountinfo))
+}
+
 /// The cgroup name of a task run's id: `<alloc>/<task>/<run>` becomes `<alloc>.<task>.<run>`,
 /// with anything but letters, digits, `-` and `_` replaced by `_`. A name always holds a `.`,
 /// so it is never `share` or `reserve`.
