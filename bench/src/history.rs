@@ -1,12 +1,18 @@
 //! The kept runs. Every full run of `cargo xtask bench` is appended, dated, as one JSON line
 //! to the history beside the page it writes (`docs/BENCHMARKS-history.jsonl` beside
-//! `docs/BENCHMARKS.md`), and the page reports each row's median across the kept runs, with
-//! how many runs measured it. A run is never replaced by a later one: one that looks wrong
-//! is outvoted by the median, or taken out of the file by hand in a commit that says why.
+//! `docs/BENCHMARKS.md`). A run is never replaced by a later one: one that looks wrong is
+//! outvoted by the median, or taken out of the file by hand in a commit that says why.
+//!
+//! A run records the code it measured ([`code_of`]): the newest commit that changed
+//! anything outside `docs/`. The page judges the newest code: each row's figure is the
+//! median of the medians of the runs made on the same code as the newest run, and every kept
+//! run's range stands beside it, older code's included. A figure across code that changed
+//! would judge code that is gone: a cut made since is outvoted by the runs before it. A run
+//! without a recorded code, or made with uncommitted changes, has no other run on its code.
 //!
 //! A row is the same row across runs when its name, unit and baseline's name are the same;
-//! its target and direction are the newest run's. A row no run measures any more stays on
-//! the page, with its count of runs, until its lines leave the history.
+//! its target and direction are the newest run's. A row the newest code's runs do not
+//! measure stays on the page, from the runs that did, until its lines leave the history.
 
 use crate::report::{self, Better, Line, Row, median, spread};
 use crate::target::Target;
@@ -25,6 +31,9 @@ pub(crate) struct Run {
     pub(crate) date: String,
     /// Cores, memory, kernel.
     pub(crate) machine: String,
+    /// The code measured, as [`code_of`] names it; absent in runs kept before it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) code: Option<String>,
     pub(crate) rows: Vec<RunRow>,
 }
 
@@ -61,8 +70,8 @@ pub(crate) struct RunBaseline {
 }
 
 impl Run {
-    /// A run of `rows`, at `date`, on `machine`.
-    pub(crate) fn new(rows: &[Row], date: String, machine: String) -> Run {
+    /// A run of `rows`, at `date`, on `machine`, of `code`.
+    pub(crate) fn new(rows: &[Row], date: String, machine: String, code: Option<String>) -> Run {
         let rows = rows
             .iter()
             .map(|row| RunRow {
@@ -80,13 +89,42 @@ impl Run {
                 target: row.target.as_ref().map(|t| t.text().to_owned()),
             })
             .collect();
-        Run { version: VERSION, date, machine, rows }
+        Run { version: VERSION, date, machine, code, rows }
     }
 
     /// The day it ran.
     fn day(&self) -> &str {
         self.date.get(..10).unwrap_or(&self.date)
     }
+
+    /// Whether this run measured the same code as `other`, as far as the history can tell.
+    fn same_code_as(&self, other: &Run) -> bool {
+        match (&self.code, &other.code) {
+            (Some(mine), Some(theirs)) => mine == theirs && !mine.ends_with(UNCOMMITTED),
+            _ => false,
+        }
+    }
+}
+
+/// How [`code_of`] marks a tree with changes of its own: such a run has no other on its code.
+const UNCOMMITTED: &str = "+uncommitted";
+
+/// The code in the git work tree holding `dir`: the short id of the newest commit that changed
+/// anything outside `docs/`, with [`UNCOMMITTED`] when files outside `docs/` differ from it;
+/// `None` outside a work tree or without git. Commits of the page alone keep the id.
+pub(crate) fn code_of(dir: &Path) -> Option<String> {
+    let git = |args: &[&str]| {
+        let output = std::process::Command::new("git").arg("-C").arg(dir).args(args).output();
+        output.ok().filter(|o| o.status.success()).map(|o| o.stdout)
+    };
+    let outside_docs = ["--", ":/", ":(top,exclude)docs"];
+    let commit = git(&[&["log", "-1", "--format=%h"][..], &outside_docs].concat())?;
+    let commit = String::from_utf8(commit).ok()?.trim().to_owned();
+    if commit.is_empty() {
+        return None;
+    }
+    let changes = git(&[&["status", "--porcelain"][..], &outside_docs].concat())?;
+    Some(if changes.is_empty() { commit } else { commit + UNCOMMITTED })
 }
 
 /// The history kept beside `page`: `BENCHMARKS.md` keeps `BENCHMARKS-history.jsonl`.
@@ -159,10 +197,24 @@ fn key(row: &RunRow) -> Key {
     (row.name.clone(), row.unit.clone(), row.baseline.as_ref().map(|b| b.name.clone()))
 }
 
-/// Each row's line across `runs` (oldest first): the median of the runs' medians, their
-/// range, how many runs measured it, the median of its baseline's medians, and the newest
-/// run's target. Rows come in the newest run's order, then those only older runs have.
+/// The rows of `runs` that are the row `key`.
+fn measuring<'a>(runs: impl Iterator<Item = &'a Run>, key: &Key) -> Vec<&'a RunRow> {
+    runs.flat_map(|run| &run.rows).filter(|r| self::key(r) == *key).collect()
+}
+
+/// The runs of `runs` (oldest first) on the newest run's code, the newest included.
+fn on_newest_code(runs: &[Run]) -> Vec<&Run> {
+    let Some((newest, older)) = runs.split_last() else { return Vec::new() };
+    older.iter().filter(|run| run.same_code_as(newest)).chain([newest]).collect()
+}
+
+/// Each row's line across `runs` (oldest first), from the runs on the newest run's code (or,
+/// for a row they do not measure, from the runs that do): the median of their medians, their
+/// range and count, the median of its baseline's medians, the newest run's target, and the
+/// count and range of every run that measured it. Rows come in the newest run's order, then
+/// those only older runs have.
 pub(crate) fn merge(runs: &[Run]) -> Result<Vec<Line>, String> {
+    let on_newest_code = on_newest_code(runs);
     let mut order: Vec<Key> = Vec::new();
     let mut newest: std::collections::HashMap<Key, &RunRow> = Default::default();
     for row in runs.iter().rev().flat_map(|run| &run.rows) {
@@ -175,9 +227,14 @@ pub(crate) fn merge(runs: &[Run]) -> Result<Vec<Line>, String> {
     order
         .into_iter()
         .map(|key| {
-            let rows: Vec<&RunRow> =
-                runs.iter().flat_map(|run| &run.rows).filter(|r| self::key(r) == key).collect();
+            let every = measuring(runs.iter(), &key);
+            let mut rows = measuring(on_newest_code.iter().copied(), &key);
+            if rows.is_empty() {
+                rows = every.clone();
+            }
             let medians: Vec<f64> = rows.iter().map(|r| r.median).collect();
+            let every: Vec<f64> = every.iter().map(|r| r.median).collect();
+            let (low, high) = spread(&every).unwrap_or((median(&every), median(&every)));
             let newest = newest[&key];
             let baseline = newest.baseline.as_ref().map(|b| {
                 let theirs: Vec<f64> =
@@ -197,6 +254,7 @@ pub(crate) fn merge(runs: &[Run]) -> Result<Vec<Line>, String> {
                 median: median(&medians),
                 spread: spread(&medians),
                 runs: Some(medians.len()),
+                all_runs: Some((every.len(), low, high)),
                 baseline,
                 target,
             })
@@ -221,19 +279,26 @@ pub(crate) fn page(runs: &[Run], history: &str) -> Result<(String, String), Stri
         [only] => format!("1 run, {}", only.day()),
         [first, .., last] => format!("{} runs, {} to {}", runs.len(), first.day(), last.day()),
     };
+    let on_newest_code = on_newest_code(runs).len();
+    let code = match runs.last().and_then(|run| run.code.as_deref()) {
+        Some(code) => format!("code at {code}"),
+        None => "code not recorded".to_owned(),
+    };
     let _ = writeln!(
         out,
         "Written by `cargo xtask bench` from every run it kept ({kept}; each a line of \
-         [{history}]({history})). Each figure is the median of the runs' medians, with how many \
-         runs measured it and the range of their medians. A full run adds its line; none \
-         replaces another.\n"
+         [{history}]({history})). The targets judge the newest code ({code}, measured by \
+         {on_newest_code} of the runs): each figure is the median of those runs' medians, with \
+         how many they are and the range of their medians. Every kept run's range, older code's \
+         included, stands beside it. A full run adds its line; none replaces another.\n"
     );
     out.push_str(&report::table(&lines));
     out.push('\n');
     out.push_str(&misses);
-    out.push_str("\n## Kept runs\n\n| date | machine | rows |\n|---|---|---:|\n");
+    out.push_str("\n## Kept runs\n\n| date | machine | code | rows |\n|---|---|---|---:|\n");
     for run in runs {
-        let _ = writeln!(out, "| {} | {} | {} |", run.date, run.machine, run.rows.len());
+        let code = run.code.as_deref().unwrap_or("not recorded");
+        let _ = writeln!(out, "| {} | {} | {code} | {} |", run.date, run.machine, run.rows.len());
     }
     Ok((out, misses))
 }
@@ -259,8 +324,14 @@ mod tests {
         }
     }
 
+    /// A run of code `c1`.
     fn run(date: &str, rows: Vec<RunRow>) -> Run {
-        Run { version: VERSION, date: date.into(), machine: "2 cores".into(), rows }
+        run_of(Some("c1"), date, rows)
+    }
+
+    fn run_of(code: Option<&str>, date: &str, rows: Vec<RunRow>) -> Run {
+        let (date, machine, code) = (date.into(), "2 cores".into(), code.map(str::to_owned));
+        Run { version: VERSION, date, machine, code, rows }
     }
 
     #[test]
@@ -275,10 +346,105 @@ mod tests {
         assert_eq!(lines[0].median, 12.0, "one slow run is outvoted, not averaged in");
         assert_eq!(lines[0].runs, Some(3));
         assert_eq!(lines[0].spread, Some((10.0, 30.0)));
+        assert_eq!(lines[0].all_runs, Some((3, 10.0, 30.0)));
         let two = merge(&runs[..2]).unwrap();
         assert_eq!((two[0].median, two[0].runs), (20.0, Some(2)));
         let one = merge(&runs[..1]).unwrap();
         assert_eq!((one[0].median, one[0].runs, one[0].spread), (10.0, Some(1), None));
+        assert_eq!(one[0].all_runs, Some((1, 10.0, 10.0)));
+    }
+
+    #[test]
+    fn the_figures_are_the_newest_codes_and_every_run_stands_beside_them() {
+        let runs = [
+            run_of(Some("c1"), "2026-12-01", vec![row("stop", 30.0, None, Some("≤ 20 ms"))]),
+            run_of(Some("c2"), "2026-12-02", vec![row("stop", 16.0, None, Some("≤ 20 ms"))]),
+            run_of(Some("c1"), "2026-12-03", vec![row("stop", 32.0, None, Some("≤ 20 ms"))]),
+            run_of(Some("c2"), "2026-12-04", vec![row("stop", 18.0, None, Some("≤ 20 ms"))]),
+        ];
+        let lines = merge(&runs).unwrap();
+        assert_eq!((lines[0].median, lines[0].runs), (17.0, Some(2)), "c2's runs only");
+        assert_eq!(lines[0].spread, Some((16.0, 18.0)));
+        assert_eq!(lines[0].all_runs, Some((4, 16.0, 32.0)));
+        let (page, misses) = page(&runs, "h").unwrap();
+        assert!(misses.contains("None: all 1 rows with a target met it."), "{misses}");
+        assert!(page.contains("(code at c2, measured by 2 of the runs)"), "{page}");
+        assert!(
+            page.contains(
+                "| stop | 17.0 ms | 2 | 16.0–18.0 | 4: 16.0–32.0 | - | - | - | ≤ 20 ms | met |"
+            ),
+            "{page}"
+        );
+        assert!(page.ends_with("| 2026-12-04 | 2 cores | c2 | 1 |\n"), "{page}");
+        // Older code's figure is what the page says when the newest code was measured on it.
+        let older = merge(&runs[..3]).unwrap();
+        assert_eq!((older[0].median, older[0].runs), (31.0, Some(2)));
+    }
+
+    #[test]
+    fn a_run_without_its_code_or_with_uncommitted_changes_has_no_other_on_its_code() {
+        let stop = |median| vec![row("stop", median, None, None)];
+        let dirty = Some("c1+uncommitted");
+        let cases: [(Option<&str>, Option<&str>); 3] =
+            [(None, None), (dirty, dirty), (Some("c1"), None)];
+        for (older, newer) in cases {
+            let runs =
+                [run_of(older, "2026-12-01", stop(30.0)), run_of(newer, "2026-12-02", stop(10.0))];
+            let lines = merge(&runs).unwrap();
+            assert_eq!((lines[0].median, lines[0].runs), (10.0, Some(1)), "{older:?} {newer:?}");
+            assert_eq!(lines[0].all_runs, Some((2, 10.0, 30.0)));
+        }
+        let (page, _) = page(&[run_of(None, "2026-12-01", stop(1.0))], "h").unwrap();
+        assert!(page.contains("(code not recorded, measured by 1 of the runs)"), "{page}");
+        assert!(page.ends_with("| 2026-12-01 | 2 cores | not recorded | 1 |\n"), "{page}");
+    }
+
+    #[test]
+    fn a_row_the_newest_code_does_not_measure_keeps_the_figures_of_the_runs_that_did() {
+        let runs = [
+            run_of(Some("c1"), "2026-12-01", vec![row("retired", 5.0, None, None)]),
+            run_of(Some("c2"), "2026-12-02", vec![row("kept", 1.0, None, None)]),
+        ];
+        let lines = merge(&runs).unwrap();
+        assert_eq!(lines[1].name, "retired");
+        assert_eq!(
+            (lines[1].median, lines[1].runs, lines[1].all_runs),
+            (5.0, Some(1), Some((1, 5.0, 5.0)))
+        );
+    }
+
+    #[test]
+    fn the_code_is_the_newest_commit_outside_the_docs_and_says_when_the_tree_differs() {
+        let dir = tempfile::tempdir().unwrap();
+        let git = |args: &[&str]| {
+            let status = std::process::Command::new("git")
+                .args(["-c", "user.name=t", "-c", "user.email=t@t", "-C"])
+                .arg(dir.path())
+                .args(args)
+                .output()
+                .expect("git is needed by this test: apt-get install -y git");
+            assert!(status.status.success(), "git {args:?}: {status:?}");
+            String::from_utf8(status.stdout).unwrap().trim().to_owned()
+        };
+        assert_eq!(code_of(dir.path()), None, "not a work tree");
+        git(&["init", "-q"]);
+        std::fs::create_dir(dir.path().join("docs")).unwrap();
+        std::fs::write(dir.path().join("code.rs"), "1").unwrap();
+        git(&["add", "."]);
+        git(&["commit", "-q", "-m", "code"]);
+        let code = git(&["log", "-1", "--format=%h"]);
+        assert_eq!(code_of(&dir.path().join("docs")), Some(code.clone()));
+        std::fs::write(dir.path().join("docs/BENCHMARKS.md"), "page").unwrap();
+        assert_eq!(code_of(dir.path()).as_deref(), Some(code.as_str()), "the page is not code");
+        git(&["add", "."]);
+        git(&["commit", "-q", "-m", "page"]);
+        assert_eq!(code_of(dir.path()).as_deref(), Some(code.as_str()), "nor is its commit");
+        std::fs::write(dir.path().join("code.rs"), "2").unwrap();
+        assert_eq!(code_of(dir.path()), Some(format!("{code}+uncommitted")));
+        git(&["commit", "-q", "-am", "more code"]);
+        let newer = git(&["log", "-1", "--format=%h"]);
+        assert_ne!(newer, code);
+        assert_eq!(code_of(dir.path()), Some(newer));
     }
 
     #[test]
@@ -350,11 +516,13 @@ mod tests {
             "{misses}"
         );
         assert!(
-            page.contains("| start | 6.00 ms | 3 | 4.00–9.00 | - | - | - | ≤ 5 ms | **missed** |"),
+            page.contains(
+                "| start | 6.00 ms | 3 | 4.00–9.00 | 3: 4.00–9.00 | - | - | - | ≤ 5 ms | **missed** |"
+            ),
             "{page}"
         );
         assert!(page.contains("3 runs, 2026-12-01 to 2026-12-03"), "{page}");
-        assert!(page.ends_with("| 2026-12-03 | 2 cores | 1 |\n"), "{page}");
+        assert!(page.ends_with("| 2026-12-03 | 2 cores | c1 | 1 |\n"), "{page}");
     }
 
     #[test]

@@ -117,6 +117,8 @@ fn main() -> ExitCode {
         eprintln!("unknown scenario {only:?}; {USAGE}");
         return ExitCode::from(2);
     }
+    // The code is named before it is measured: a commit made during the run is not this run's.
+    let code = out.as_deref().and_then(|page| history::code_of(&directory_of(page)));
     let mut rows: Vec<Row> = Vec::new();
     // A scenario that cannot run fails the bench (quick runs included), after the others ran.
     let mut failed = Vec::new();
@@ -145,7 +147,7 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     if let Some(out) = out {
-        match keep(&report, &out) {
+        match keep(&report, &out, code) {
             // The misses across the kept runs end the output, as they end the page.
             Ok(misses) => println!("# Across the kept runs\n\n{misses}"),
             Err(e) => {
@@ -157,12 +159,12 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Appends this run to the history beside `page`, then writes the page from every kept run;
+/// Appends this run (of `code`) to the history beside `page`, then writes the page from every kept run;
 /// returns the page's list of misses. The page is made before the history changes, so a run
 /// that cannot be reported leaves the history as it was.
-fn keep(report: &Report, page: &std::path::Path) -> Result<String, String> {
+fn keep(report: &Report, page: &std::path::Path, code: Option<String>) -> Result<String, String> {
     let path = history::beside(page);
-    let run = history::Run::new(&report.rows, report::now(), report::machine());
+    let run = history::Run::new(&report.rows, report::now(), report::machine(), code);
     let mut runs = history::load(&path)?;
     runs.push(run.clone());
     let (text, misses) = history::page(&runs, &file_name(&path))?;
@@ -187,6 +189,14 @@ fn write_page(page: &std::path::Path, history: &std::path::Path) -> Result<Strin
     std::fs::write(page, text).map_err(|e| format!("cannot write {}: {e}", page.display()))?;
     eprintln!("wrote {} from its history ({} runs kept)", page.display(), runs.len());
     Ok(misses)
+}
+
+/// The directory `path` is in, `.` for a bare file name.
+fn directory_of(path: &std::path::Path) -> PathBuf {
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_owned(),
+        _ => PathBuf::from("."),
+    }
 }
 
 fn file_name(path: &std::path::Path) -> String {

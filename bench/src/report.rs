@@ -32,6 +32,7 @@ impl Row {
             median: median(&self.samples),
             spread: spread(&self.samples),
             runs: None,
+            all_runs: None,
             baseline: self.baseline.as_ref().map(|(name, samples)| (name.clone(), median(samples))),
             target: self.target.clone(),
         }
@@ -68,6 +69,9 @@ pub(crate) struct Line {
     pub(crate) spread: Option<(f64, f64)>,
     /// How many kept runs the median is over; `None` in one run's table.
     pub(crate) runs: Option<usize>,
+    /// Every kept run that measured the line, older code's included: how many, and the
+    /// lowest and highest of their medians; `None` in one run's table.
+    pub(crate) all_runs: Option<(usize, f64, f64)>,
     /// The baseline's name and median.
     pub(crate) baseline: Option<(String, f64)>,
     pub(crate) target: Option<Target>,
@@ -148,9 +152,9 @@ pub(crate) fn table(lines: &[Line]) -> String {
     if kept {
         let _ = writeln!(
             out,
-            "| figure | wharf (median of the runs) | runs | range of the runs | compared with | its figure | ratio | target | met? |"
+            "| figure | wharf (median of the runs on the newest code) | runs | range of the runs | every kept run | compared with | its figure | ratio | target | met? |"
         );
-        let _ = writeln!(out, "|---|---:|---:|---:|---|---:|---:|---|---|");
+        let _ = writeln!(out, "|---|---:|---:|---:|---:|---|---:|---:|---|---|");
     } else {
         let _ = writeln!(
             out,
@@ -178,9 +182,14 @@ pub(crate) fn table(lines: &[Line]) -> String {
             Some(Err(e)) => format!("cannot judge: {e}"),
         };
         let runs = line.runs.map(|n| format!(" {n} |")).unwrap_or_default();
+        let all_runs = match line.all_runs {
+            Some((1, only, _)) => format!(" 1: {} |", figure(only)),
+            Some((n, min, max)) => format!(" {n}: {}–{} |", figure(min), figure(max)),
+            None => String::new(),
+        };
         let _ = writeln!(
             out,
-            "| {} | {} |{runs} {spread} | {peer} | {theirs} | {ratio} | {} | {verdict} |",
+            "| {} | {} |{runs} {spread} |{all_runs} {peer} | {theirs} | {ratio} | {} | {verdict} |",
             line.name,
             with_unit(line.median, &line.unit),
             line.target.as_ref().map_or("-", Target::text),
