@@ -210,7 +210,7 @@ fn on_newest_code(runs: &[Run]) -> Vec<&Run> {
 
 /// Each row's line across `runs` (oldest first), from the runs on the newest run's code (or,
 /// for a row they do not measure, from the runs that do): the median of their medians, their
-/// range and count, the median of its baseline's medians, the newest run's target, and the
+/// range (a lone run's: that of its samples) and count, the median of its baseline's medians, the newest run's target, and the
 /// count and range of every run that measured it. Rows come in the newest run's order, then
 /// those only older runs have.
 pub(crate) fn merge(runs: &[Run]) -> Result<Vec<Line>, String> {
@@ -252,7 +252,11 @@ pub(crate) fn merge(runs: &[Run]) -> Result<Vec<Line>, String> {
                 unit: newest.unit.clone(),
                 better: newest.better,
                 median: median(&medians),
-                spread: spread(&medians),
+                // One run's range is that of its own samples.
+                spread: match rows[..] {
+                    [only] => only.spread.map(|[low, high]| (low, high)),
+                    _ => spread(&medians),
+                },
                 runs: Some(medians.len()),
                 all_runs: Some((every.len(), low, high)),
                 baseline,
@@ -289,7 +293,7 @@ pub(crate) fn page(runs: &[Run], history: &str) -> Result<(String, String), Stri
         "Written by `cargo xtask bench` from every run it kept ({kept}; each a line of \
          [{history}]({history})). The targets judge the newest code ({code}, measured by \
          {on_newest_code} of the runs): each figure is the median of those runs' medians, with \
-         how many they are and the range of their medians. Every kept run's range, older code's \
+         how many they are and the range of their medians (of its samples, for a lone run). Every kept run's range, older code's \
          included, stands beside it. A full run adds its line; none replaces another.\n"
     );
     out.push_str(&report::table(&lines));
@@ -351,6 +355,10 @@ mod tests {
         assert_eq!((two[0].median, two[0].runs), (20.0, Some(2)));
         let one = merge(&runs[..1]).unwrap();
         assert_eq!((one[0].median, one[0].runs, one[0].spread), (10.0, Some(1), None));
+        let mut sampled = row("start", 10.0, None, None);
+        sampled.spread = Some([8.0, 14.0]);
+        let lone = merge(&[run("2026-12-01", vec![sampled])]).unwrap();
+        assert_eq!(lone[0].spread, Some((8.0, 14.0)), "a lone run's range is its samples'");
         assert_eq!(one[0].all_runs, Some((1, 10.0, 10.0)));
     }
 

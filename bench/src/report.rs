@@ -152,7 +152,7 @@ pub(crate) fn table(lines: &[Line]) -> String {
     if kept {
         let _ = writeln!(
             out,
-            "| figure | wharf (median of the runs on the newest code) | runs | range of the runs | every kept run | compared with | its figure | ratio | target | met? |"
+            "| figure | wharf (median of the runs on the newest code) | runs | range | every kept run | compared with | its figure | ratio | target | met? |"
         );
         let _ = writeln!(out, "|---|---:|---:|---:|---:|---|---:|---:|---|---|");
     } else {
