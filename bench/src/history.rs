@@ -106,23 +106,26 @@ impl Run {
     }
 }
 
+/// How many hex digits of a commit's id name the code.
+const CODE_DIGITS: usize = 12;
+
 /// How [`code_of`] marks a tree with changes of its own: such a run has no other on its code.
 const UNCOMMITTED: &str = "+uncommitted";
 
-/// The code in the git work tree holding `dir`: the short id of the newest commit that changed
-/// anything outside `docs/`, with [`UNCOMMITTED`] when files outside `docs/` differ from it;
-/// `None` outside a work tree or without git. Commits of the page alone keep the id.
+/// The code in the git work tree holding `dir`: the id of the newest commit that changed
+/// anything outside `docs/` (its first [`CODE_DIGITS`] hex digits), with [`UNCOMMITTED`] when
+/// files outside `docs/` differ from it; `None` outside a work tree or without git. Commits of
+/// the page alone keep the id.
 pub(crate) fn code_of(dir: &Path) -> Option<String> {
     let git = |args: &[&str]| {
         let output = std::process::Command::new("git").arg("-C").arg(dir).args(args).output();
         output.ok().filter(|o| o.status.success()).map(|o| o.stdout)
     };
     let outside_docs = ["--", ":/", ":(top,exclude)docs"];
-    let commit = git(&[&["log", "-1", "--format=%h"][..], &outside_docs].concat())?;
-    let commit = String::from_utf8(commit).ok()?.trim().to_owned();
-    if commit.is_empty() {
-        return None;
-    }
+    let commit = git(&[&["log", "-1", "--format=%H"][..], &outside_docs].concat())?;
+    // A fixed length: git's own short ids grow with the repository, which would part one
+    // commit's runs.
+    let commit = String::from_utf8(commit).ok()?.trim().get(..CODE_DIGITS)?.to_owned();
     let changes = git(&[&["status", "--porcelain"][..], &outside_docs].concat())?;
     Some(if changes.is_empty() { commit } else { commit + UNCOMMITTED })
 }
@@ -210,9 +213,9 @@ fn on_newest_code(runs: &[Run]) -> Vec<&Run> {
 
 /// Each row's line across `runs` (oldest first), from the runs on the newest run's code (or,
 /// for a row they do not measure, from the runs that do): the median of their medians, their
-/// range (a lone run's: that of its samples) and count, the median of its baseline's medians, the newest run's target, and the
-/// count and range of every run that measured it. Rows come in the newest run's order, then
-/// those only older runs have.
+/// range (a lone run's: that of its samples) and count, the median of its baseline's
+/// medians, the newest run's target, and the count and range of every run that measured it.
+/// Rows come in the newest run's order, then those only older runs have.
 pub(crate) fn merge(runs: &[Run]) -> Result<Vec<Line>, String> {
     let on_newest_code = on_newest_code(runs);
     let mut order: Vec<Key> = Vec::new();
@@ -440,7 +443,7 @@ mod tests {
         std::fs::write(dir.path().join("code.rs"), "1").unwrap();
         git(&["add", "."]);
         git(&["commit", "-q", "-m", "code"]);
-        let code = git(&["log", "-1", "--format=%h"]);
+        let code = git(&["log", "-1", "--format=%H"])[..12].to_owned();
         assert_eq!(code_of(&dir.path().join("docs")), Some(code.clone()));
         std::fs::write(dir.path().join("docs/BENCHMARKS.md"), "page").unwrap();
         assert_eq!(code_of(dir.path()).as_deref(), Some(code.as_str()), "the page is not code");
@@ -450,7 +453,7 @@ mod tests {
         std::fs::write(dir.path().join("code.rs"), "2").unwrap();
         assert_eq!(code_of(dir.path()), Some(format!("{code}+uncommitted")));
         git(&["commit", "-q", "-am", "more code"]);
-        let newer = git(&["log", "-1", "--format=%h"]);
+        let newer = git(&["log", "-1", "--format=%H"])[..12].to_owned();
         assert_ne!(newer, code);
         assert_eq!(code_of(dir.path()), Some(newer));
     }
