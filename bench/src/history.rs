@@ -216,8 +216,8 @@ fn on_newest_code(runs: &[Run]) -> Vec<&Run> {
 /// range (a lone run's: that of its samples) and count, the median of its baseline's
 /// medians, the newest run's target, and the count and range of every run that measured it.
 /// Rows come in the newest run's order, then those only older runs have.
-pub(crate) fn merge(runs: &[Run]) -> Result<Vec<Line>, String> {
-    let on_newest_code = on_newest_code(runs);
+/// `on_newest_code` are those runs, as [`on_newest_code`] picks them.
+fn merge(runs: &[Run], on_newest_code: &[&Run]) -> Result<Vec<Line>, String> {
     let mut order: Vec<Key> = Vec::new();
     let mut newest: std::collections::HashMap<Key, &RunRow> = Default::default();
     for row in runs.iter().rev().flat_map(|run| &run.rows) {
@@ -273,7 +273,8 @@ pub(crate) fn merge(runs: &[Run]) -> Result<Vec<Line>, String> {
 /// across runs, the misses, and the list of runs.
 pub(crate) fn page(runs: &[Run], history: &str) -> Result<(String, String), String> {
     use std::fmt::Write as _;
-    let lines = merge(runs)?;
+    let judged = on_newest_code(runs);
+    let lines = merge(runs, &judged)?;
     for line in &lines {
         if let Some(Err(e)) = line.verdict() {
             return Err(format!("row {:?}: {e}", line.name));
@@ -286,7 +287,7 @@ pub(crate) fn page(runs: &[Run], history: &str) -> Result<(String, String), Stri
         [only] => format!("1 run, {}", only.day()),
         [first, .., last] => format!("{} runs, {} to {}", runs.len(), first.day(), last.day()),
     };
-    let on_newest_code = on_newest_code(runs).len();
+    let judged = judged.len();
     let code = match runs.last().and_then(|run| run.code.as_deref()) {
         Some(code) => format!("code at {code}"),
         None => "code not recorded".to_owned(),
@@ -295,9 +296,9 @@ pub(crate) fn page(runs: &[Run], history: &str) -> Result<(String, String), Stri
         out,
         "Written by `cargo xtask bench` from every run it kept ({kept}; each a line of \
          [{history}]({history})). The targets judge the newest code ({code}, measured by \
-         {on_newest_code} of the runs): each figure is the median of those runs' medians, with \
-         how many they are and the range of their medians (of its samples, for a lone run). Every kept run's range, older code's \
-         included, stands beside it. A full run adds its line; none replaces another.\n"
+         {judged} of the runs): each figure is the median of those runs' medians, with how \
+         many they are and the range of their medians (of its samples, for a lone run). \
+         Every kept run's range, older code's included, stands beside it. A full run adds its line; none replaces another.\n"
     );
     out.push_str(&report::table(&lines));
     out.push('\n');
@@ -313,6 +314,10 @@ pub(crate) fn page(runs: &[Run], history: &str) -> Result<(String, String), Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn merged(runs: &[Run]) -> Result<Vec<Line>, String> {
+        merge(runs, &on_newest_code(runs))
+    }
 
     fn row(name: &str, median: f64, baseline: Option<(&str, f64)>, target: Option<&str>) -> RunRow {
         RunRow {
@@ -348,19 +353,19 @@ mod tests {
             run("2026-12-02", vec![row("start", 30.0, None, None)]),
             run("2026-12-03", vec![row("start", 12.0, None, None)]),
         ];
-        let lines = merge(&runs).unwrap();
+        let lines = merged(&runs).unwrap();
         assert_eq!(lines.len(), 1);
         assert_eq!(lines[0].median, 12.0, "one slow run is outvoted, not averaged in");
         assert_eq!(lines[0].runs, Some(3));
         assert_eq!(lines[0].spread, Some((10.0, 30.0)));
         assert_eq!(lines[0].all_runs, Some((3, 10.0, 30.0)));
-        let two = merge(&runs[..2]).unwrap();
+        let two = merged(&runs[..2]).unwrap();
         assert_eq!((two[0].median, two[0].runs), (20.0, Some(2)));
-        let one = merge(&runs[..1]).unwrap();
+        let one = merged(&runs[..1]).unwrap();
         assert_eq!((one[0].median, one[0].runs, one[0].spread), (10.0, Some(1), None));
         let mut sampled = row("start", 10.0, None, None);
         sampled.spread = Some([8.0, 14.0]);
-        let lone = merge(&[run("2026-12-01", vec![sampled])]).unwrap();
+        let lone = merged(&[run("2026-12-01", vec![sampled])]).unwrap();
         assert_eq!(lone[0].spread, Some((8.0, 14.0)), "a lone run's range is its samples'");
         assert_eq!(one[0].all_runs, Some((1, 10.0, 10.0)));
     }
@@ -373,7 +378,7 @@ mod tests {
             run_of(Some("c1"), "2026-12-03", vec![row("stop", 32.0, None, Some("≤ 20 ms"))]),
             run_of(Some("c2"), "2026-12-04", vec![row("stop", 18.0, None, Some("≤ 20 ms"))]),
         ];
-        let lines = merge(&runs).unwrap();
+        let lines = merged(&runs).unwrap();
         assert_eq!((lines[0].median, lines[0].runs), (17.0, Some(2)), "c2's runs only");
         assert_eq!(lines[0].spread, Some((16.0, 18.0)));
         assert_eq!(lines[0].all_runs, Some((4, 16.0, 32.0)));
@@ -388,7 +393,7 @@ mod tests {
         );
         assert!(page.ends_with("| 2026-12-04 | 2 cores | c2 | 1 |\n"), "{page}");
         // Older code's figure is what the page says when the newest code was measured on it.
-        let older = merge(&runs[..3]).unwrap();
+        let older = merged(&runs[..3]).unwrap();
         assert_eq!((older[0].median, older[0].runs), (31.0, Some(2)));
     }
 
@@ -401,7 +406,7 @@ mod tests {
         for (older, newer) in cases {
             let runs =
                 [run_of(older, "2026-12-01", stop(30.0)), run_of(newer, "2026-12-02", stop(10.0))];
-            let lines = merge(&runs).unwrap();
+            let lines = merged(&runs).unwrap();
             assert_eq!((lines[0].median, lines[0].runs), (10.0, Some(1)), "{older:?} {newer:?}");
             assert_eq!(lines[0].all_runs, Some((2, 10.0, 30.0)));
         }
@@ -416,7 +421,7 @@ mod tests {
             run_of(Some("c1"), "2026-12-01", vec![row("retired", 5.0, None, None)]),
             run_of(Some("c2"), "2026-12-02", vec![row("kept", 1.0, None, None)]),
         ];
-        let lines = merge(&runs).unwrap();
+        let lines = merged(&runs).unwrap();
         assert_eq!(lines[1].name, "retired");
         assert_eq!(
             (lines[1].median, lines[1].runs, lines[1].all_runs),
@@ -479,7 +484,7 @@ mod tests {
                 ],
             ),
         ];
-        let lines = merge(&runs).unwrap();
+        let lines = merged(&runs).unwrap();
         let found: Vec<(&str, Option<&str>, f64, usize)> = lines
             .iter()
             .map(|l| {
@@ -505,7 +510,7 @@ mod tests {
             run("2026-12-01", vec![row("retired", 1.0, None, None), row("b", 1.0, None, None)]),
             run("2026-12-02", vec![row("a", 1.0, None, None), row("b", 2.0, None, None)]),
         ];
-        let names: Vec<String> = merge(&runs).unwrap().into_iter().map(|l| l.name).collect();
+        let names: Vec<String> = merged(&runs).unwrap().into_iter().map(|l| l.name).collect();
         assert_eq!(names, ["a", "b", "retired"]);
     }
 
@@ -516,7 +521,7 @@ mod tests {
             run("2026-12-02", vec![row("start", 6.0, None, Some("≤ 10 ms"))]),
             run("2026-12-03", vec![row("start", 9.0, None, Some("≤ 5 ms"))]),
         ];
-        let lines = merge(&runs).unwrap();
+        let lines = merged(&runs).unwrap();
         assert_eq!(lines[0].target.as_ref().map(Target::text), Some("≤ 5 ms"));
         assert_eq!(lines[0].median, 6.0);
         let (page, misses) = page(&runs, "BENCHMARKS-history.jsonl").unwrap();
@@ -539,7 +544,7 @@ mod tests {
     #[test]
     fn a_target_that_no_longer_reads_fails_the_page() {
         let runs = [run("2026-12-01", vec![row("start", 4.0, None, Some("≤ soon"))])];
-        assert!(merge(&runs).unwrap_err().contains("start"));
+        assert!(merged(&runs).unwrap_err().contains("start"));
         let runs = [run("2026-12-01", vec![row("start", 4.0, None, Some("≥ 2x"))])];
         assert!(page(&runs, "h").unwrap_err().contains("baseline"));
     }

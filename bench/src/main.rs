@@ -159,8 +159,8 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Appends this run (of `code`) to the history beside `page`, then writes the page from every kept run;
-/// returns the page's list of misses. The page is made before the history changes, so a run
+/// Appends this run (of `code`) to the history beside `page`, then writes the page from every
+/// kept run; returns the page's list of misses. The page is made before the history changes, so a run
 /// that cannot be reported leaves the history as it was.
 fn keep(report: &Report, page: &std::path::Path, code: Option<String>) -> Result<String, String> {
     let path = history::beside(page);

@@ -43,16 +43,8 @@ pub(crate) fn remove_runtime_parents(cgroups: &TaskCgroups) {
     else {
         return;
     };
-    let Ok(mount_points) = wharf_isolate::cgroup::mount_points() else { return };
-    // The node's own parents by identity: a hierarchy mounted twice shows one under two names.
-    let identity = |path: &Path| std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()));
-    let node_parents: Vec<_> = manager.parents().into_iter().filter_map(identity).collect();
-    for mount in mount_points {
-        let dir = mount.join(&parent);
-        match identity(&dir) {
-            Some(id) if !node_parents.contains(&id) => {}
-            _ => continue,
-        }
+    let Ok(made) = manager.made_outside_parents(&parent) else { return };
+    for dir in made {
         match std::fs::remove_dir(&dir) {
             Ok(()) => tracing::debug!(dir = %dir.display(), "removed the runtime's cgroup parent"),
             Err(error) => {

@@ -673,17 +673,9 @@ fn docker_driver_destroy_task_leaves_nothing() {
         // Nor the parent the runtime made in the hierarchies that are not the node's (v1's
         // blkio, devices, ...), once the node's last container is gone: where the parent's
         // path is found in a cgroup mount, it is the node's own.
-        let identity = |path: &std::path::Path| {
-            use std::os::unix::fs::MetadataExt;
-            std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
-        };
-        let own: Vec<_> = node.cgroups.parents().into_iter().filter_map(identity).collect();
-        for mount in wharf_isolate::cgroup::mount_points().unwrap() {
-            let made = mount.join(node.parent.trim_start_matches('/'));
-            if let Some(found) = identity(&made) {
-                assert!(own.contains(&found), "{} left", made.display());
-            }
-        }
+        let relative = std::path::Path::new(node.parent.trim_start_matches('/'));
+        let left = node.cgroups.made_outside_parents(relative).unwrap();
+        assert!(left.is_empty(), "left: {left:?}");
         assert!(matches!(
             driver.inspect_task(handle.id()).await,
             Err(DriverError::TaskNotFound { .. })

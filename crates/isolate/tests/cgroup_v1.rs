@@ -329,3 +329,36 @@ fn a_bad_parent_is_refused_with_its_reason() {
         assert!(error.contains(reason), "{parent:?}: {error}");
     }
 }
+
+/// What a container runtime leaves outside the node's hierarchies (its parent's path, made in
+/// every hierarchy mounted) is found there, and the node's own parents never are: on this
+/// hybrid host, the `name=systemd` hierarchy and the empty cgroup2 are not the node's.
+#[test]
+fn directories_made_outside_the_nodes_parents_are_told_from_its_own() {
+    let scratch = scratch();
+    let relative = Path::new(&scratch.name);
+    assert_eq!(scratch.made_outside_parents(relative).unwrap(), Vec::<PathBuf>::new());
+    let parents = scratch.parents();
+    let others: Vec<PathBuf> = wharf_isolate::cgroup::mount_points()
+        .unwrap()
+        .into_iter()
+        .filter(|mount| !parents.iter().any(|parent| parent.starts_with(mount)))
+        .collect();
+    assert!(!others.is_empty(), "this host has no cgroup hierarchy the node leaves alone");
+    /// Removes the directories made in the other hierarchies, whatever happened.
+    struct Made(Vec<PathBuf>);
+    impl Drop for Made {
+        fn drop(&mut self) {
+            self.0.iter().for_each(|dir| drop(std::fs::remove_dir(dir)));
+        }
+    }
+    let made = Made(others.iter().map(|mount| mount.join(relative)).collect());
+    for dir in &made.0 {
+        std::fs::create_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    }
+    let mut found = scratch.made_outside_parents(relative).unwrap();
+    found.sort();
+    let mut expected = made.0.clone();
+    expected.sort();
+    assert_eq!(found, expected);
+}

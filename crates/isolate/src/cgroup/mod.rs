@@ -58,6 +58,7 @@ use partition::Partition;
 use std::collections::HashSet;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -221,6 +222,21 @@ impl Cgroups {
     /// The parent directories, one per hierarchy.
     pub fn parents(&self) -> Vec<&Path> {
         self.manager.places().iter().map(|p| p.parent.as_path()).collect()
+    }
+
+    /// The directories at `relative` (from a hierarchy's root) in every cgroup hierarchy
+    /// mounted on this host (see [`mount_points`]) that exist and are not one of the node's
+    /// [`parents`](Cgroups::parents): what a container runtime, which makes a cgroup's path in
+    /// every hierarchy, made outside the node's. Told apart by device and inode, as a hierarchy
+    /// mounted twice shows one directory under two names.
+    pub fn made_outside_parents(&self, relative: &Path) -> Result<Vec<PathBuf>, IsolateError> {
+        let identity = |path: &Path| std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()));
+        let own: Vec<_> = self.parents().into_iter().filter_map(identity).collect();
+        Ok(mount_points()?
+            .into_iter()
+            .map(|mount| mount.join(relative))
+            .filter(|dir| identity(dir).is_some_and(|id| !own.contains(&id)))
+            .collect())
     }
 
     /// Whether tasks can reserve cores here (the cpuset controller is usable).
