@@ -5,6 +5,10 @@
 //! same task in a cgroup with the same limits, measured in turns so both see the same load.
 //! Both start the driver's own static shim, which takes every containment step `exec` asks for.
 //!
+//! Beside them, the floor under what the containment adds: the same steps taken by a bare
+//! process with nothing around them (see [`containment_floor_ms`]), which is what the kernel
+//! takes for them.
+//!
 //! Needs root and writable cgroups, as the driver does; without them the scenario fails,
 //! saying so.
 
@@ -12,13 +16,19 @@ use crate::Effort;
 use crate::report::{Better, Row};
 use crate::target::Target;
 use std::collections::BTreeMap;
+use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 use wharf_driver::{Driver, LogConfig, TaskConfig, TaskId};
 use wharf_exec::{ExecDriver, ExecOptions, RawExecDriver, RawExecOptions, TaskCgroups};
-use wharf_isolate::{CgroupOptions, CgroupParent, Cgroups, CpuSet};
+use wharf_isolate::landlock::{Access, Mode, Rule};
+use wharf_isolate::namespace::Namespaces;
+use wharf_isolate::users::Ugid;
+use wharf_isolate::{CgroupOptions, CgroupParent, Cgroups, Containment, ContainmentFailure};
+use wharf_isolate::{CpuSet, Prepared};
 use wharf_state::spec::Resources;
 
 const FULL_STARTS: usize = 1_000;
@@ -38,7 +48,7 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
     let runtime =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let (mut exec_p50, mut exec_p99, mut raw_p50, mut raw_p99) = (vec![], vec![], vec![], vec![]);
-    let mut added = Vec::new();
+    let (mut added, mut floor) = (Vec::new(), Vec::new());
     for run in 0..effort.runs {
         let root = crate::scratch::dir("wharf-bench-isolated");
         // Workload users reach their directories by absolute paths.
@@ -65,6 +75,8 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
         exec_p99.push(crate::exec::percentile(&exec_ms, 0.99));
         raw_p50.push(crate::exec::percentile(&raw_ms, 0.50));
         raw_p99.push(crate::exec::percentile(&raw_ms, 0.99));
+        let floor_ms = containment_floor_ms(&root, starts)?;
+        floor.push(crate::exec::percentile(&floor_ms, 0.50));
     }
     if let Err(e) = wharf_exec::destroy_cgroups(&cgroups) {
         eprintln!("cannot remove the bench's cgroups: {e}");
@@ -86,6 +98,14 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
             samples: added,
             baseline: None,
             target: Some(Target::parse("≤ 0.1 ms")?),
+        },
+        Row {
+            name: "exec (isolated): the same containment's steps alone, in a bare process (the floor under the row above), p50".into(),
+            unit: "ms",
+            better: Better::Lower,
+            samples: floor,
+            baseline: None,
+            target: None,
         },
         Row {
             name: "exec (isolated) with limits: start-to-running latency, p99".into(),
@@ -132,4 +152,121 @@ async fn start_ms(driver: &dyn Driver, config: TaskConfig) -> f64 {
     driver.wait_task(handle.id()).await.unwrap();
     driver.destroy_task(handle.id(), true).await.unwrap();
     ms
+}
+
+/// The workload user the floor's processes switch to (one of the default range's).
+const FLOOR_USER: u32 = 89_999;
+
+/// Milliseconds each of `count` bare processes takes for the containment steps a task of
+/// [`task`] gets under `exec`: its parent makes the PID namespace (as the shim does just before
+/// its clone), and it takes every other step (the IPC and mount namespaces, its own `/proc`,
+/// the node's default Landlock rules and the task's, the workload user, `no_new_privs`)
+/// through [`Prepared::apply`], the calls the shim makes, then exits. No driver, shim or
+/// program runs around them, so this is the kernel's part of the containment: what it adds
+/// to a start can come down to it, never below.
+fn containment_floor_ms(root: &Path, count: usize) -> Result<Vec<f64>, String> {
+    let config = task(root, "floor");
+    let all = Mode::ALL.access();
+    let mut rules = wharf_isolate::landlock::default_rules();
+    rules.push(Rule::new(&config.task_dir, all.without(Access::REMOVE_DIR)));
+    for managed in ["local", "secrets"] {
+        rules.push(Rule::new(config.task_dir.join(managed), all));
+    }
+    rules.push(Rule { if_exists: true, ..Rule::new(&config.alloc_dir, all) });
+    let containment = Containment {
+        user: Ugid::new(FLOOR_USER),
+        no_new_privs: true,
+        landlock: Some(rules),
+        namespaces: Namespaces { pid: true, ipc: true },
+        ..Containment::default()
+    };
+    let prepared = containment.prepare().map_err(|e| format!("cannot prepare the floor: {e}"))?;
+    (0..count).map(|_| contained_once(&containment, &prepared)).collect()
+}
+
+/// What the child of [`stand_in_shim`] reports when its containment failed, before the failure.
+const FAILED: u64 = u64::MAX;
+
+/// Forks a stand-in for the shim, which forks one process contained by `prepared`; returns
+/// the milliseconds the containment took them.
+fn contained_once(containment: &Containment, prepared: &Prepared) -> Result<f64, String> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors `pipe2` writes.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(format!("pipe2: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: `pipe2` made both descriptors, and nothing else owns them.
+    let (reader, writer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: this process has other threads, so the child calls only what is safe after a
+    // fork: `stand_in_shim` makes system calls and allocates nothing, then the child exits.
+    let shim = match unsafe { libc::fork() } {
+        -1 => return Err(format!("fork: {}", std::io::Error::last_os_error())),
+        0 => {
+            stand_in_shim(prepared, writer.as_raw_fd());
+            // SAFETY: ends the child without running anything of the parent's.
+            unsafe { libc::_exit(0) }
+        }
+        shim => shim,
+    };
+    drop(writer);
+    let mut reader = std::fs::File::from(reader);
+    let mut report = Vec::new();
+    let read = reader.read_to_end(&mut report);
+    let mut status = 0;
+    // SAFETY: `shim` is this process's child, waited for once.
+    unsafe { libc::waitpid(shim, &mut status, 0) };
+    read.map_err(|e| format!("cannot read the floor's report: {e}"))?;
+    let (nanos, failure) =
+        report.split_at_checked(8).ok_or("the floor's process reported nothing")?;
+    match u64::from_le_bytes(nanos.try_into().unwrap()) {
+        FAILED => Err(match ContainmentFailure::decode(failure) {
+            Some(failure) => {
+                format!("the floor's containment failed: {}", failure.describe(containment))
+            }
+            None => "the floor's containment failed, and its report is unreadable".into(),
+        }),
+        nanos => Ok(nanos as f64 / 1e6),
+    }
+}
+
+/// In the forked stand-in: makes the PID namespace, forks the task's process, which is
+/// contained and writes to `report` how long both took (or [`FAILED`] and the failure), and
+/// waits for it. Allocates nothing.
+fn stand_in_shim(prepared: &Prepared, report: i32) {
+    let started = Instant::now();
+    if prepared.before_fork().is_err() {
+        write_all(report, &FAILED.to_le_bytes());
+        return;
+    }
+    let before_fork = started.elapsed();
+    // SAFETY: as in `contained_once`; this process has one thread.
+    match unsafe { libc::fork() } {
+        -1 => write_all(report, &FAILED.to_le_bytes()),
+        0 => {
+            let contained = Instant::now();
+            match prepared.apply() {
+                Ok(()) => {
+                    let nanos = (before_fork + contained.elapsed()).as_nanos() as u64;
+                    write_all(report, &nanos.to_le_bytes());
+                }
+                Err(failure) => {
+                    write_all(report, &FAILED.to_le_bytes());
+                    write_all(report, &failure.encode());
+                }
+            }
+            // SAFETY: ends the task's process without running anything of its parent's.
+            unsafe { libc::_exit(0) }
+        }
+        task => {
+            let mut status = 0;
+            // SAFETY: `task` is this process's child, waited for once.
+            unsafe { libc::waitpid(task, &mut status, 0) };
+        }
+    }
+}
+
+/// Writes `bytes` to `fd` whole (a pipe takes these few at once); no allocation.
+fn write_all(fd: i32, bytes: &[u8]) {
+    // SAFETY: `bytes` is valid for its length; `fd` is open.
+    unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
 }

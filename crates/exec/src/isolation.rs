@@ -273,14 +273,10 @@ impl Isolation {
         Ok(opened)
     }
 
-    /// The Landlock rules of the node's default paths ([`landlock::default_unveils`]) that
-    /// this host has, each by the path it resolves to (one rule where `/bin` is a link to
-    /// `/usr/bin`) and cut to a file's rights where it is a file: a task's process then makes
-    /// one call per rule, where a path it would look up and find missing, or find a file,
-    /// costs it two. Looked up again at every fingerprint and once the last look is
-    /// [`DEFAULT_RULES_FRESH`] old, so a path that appears later reaches the tasks started
-    /// after that. A path that goes away in between is skipped at the start (the rules say
-    /// `if_exists`).
+    /// The Landlock rules of the node's default paths ([`landlock::default_rules`]), looked
+    /// up again at every fingerprint and once the last look is [`DEFAULT_RULES_FRESH`] old,
+    /// so a path that appears later reaches the tasks started after that. A path that goes
+    /// away in between is skipped at the start (the rules say `if_exists`).
     fn default_rules(&self) -> Arc<Vec<Rule>> {
         let now = tokio::time::Instant::now();
         let mut cached = self.default_rules.lock();
@@ -289,24 +285,7 @@ impl Isolation {
         {
             return rules.clone();
         }
-        let rules = {
-            let mut rules: Vec<Rule> = Vec::new();
-            for unveil in landlock::default_unveils() {
-                let Ok(path) = std::fs::canonicalize(&unveil.path) else { continue };
-                let mut access = unveil.mode.access();
-                if !path.is_dir() {
-                    access = access.intersection(Access::FILE);
-                }
-                match rules.iter_mut().find(|rule| rule.path == path) {
-                    Some(rule) => rule.access = rule.access.union(access),
-                    None if access != Access::NONE => {
-                        rules.push(Rule { path, access, if_exists: true });
-                    }
-                    None => {}
-                }
-            }
-            Arc::new(rules)
-        };
+        let rules = Arc::new(landlock::default_rules());
         *cached = Some((now, rules.clone()));
         rules
     }
@@ -787,8 +766,6 @@ mod tests {
         }
     }
 
-    /// exec2's `Test_doFingerprint_*`: not root, a missing kernel feature, then what breaks
-    /// on this node, each named.
     /// The default rules are this host's paths, once each as they resolve, each with a file's
     /// rights where it is a file; a path missing here has no rule (a task's process would
     /// only look for it in vain).
@@ -825,6 +802,8 @@ mod tests {
         assert_eq!(first, again, "the same host, the same rules");
     }
 
+    /// exec2's `Test_doFingerprint_*`: not root, a missing kernel feature, then what breaks
+    /// on this node, each named.
     #[test]
     fn the_fingerprint_names_what_is_missing() {
         let ready = Probe {
