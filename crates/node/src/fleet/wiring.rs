@@ -132,13 +132,9 @@ fn keep_relay(
     instance: &Instance,
     ssh: &Arc<SshExecutor>,
 ) {
-    match wharf_prober::ChannelConfig::for_runner(runner, instance) {
-        Ok(channel) => {
-            let command = format!(
-                "{} {} {agent_args}agent-relay",
-                channel.program,
-                instance.runner_args.trim()
-            );
+    match wharf_prober::RunnerInvocation::of(runner, instance) {
+        Ok(invocation) => {
+            let command = invocation.command(&format!("{agent_args}agent-relay"));
             let ssh = Arc::downgrade(ssh);
             let worker = instance.id.0.clone();
             let fleet_address = fleet_address.to_owned();

@@ -97,8 +97,7 @@ impl ChannelConfig {
         config: &crate::Prepared,
         instance: &crate::Instance,
     ) -> Result<ChannelConfig, ProberError> {
-        let sudo = if instance.remote_user == "root" { "" } else { "sudo " };
-        Ok(ChannelConfig::new(&format!("{sudo}{}", config.runner_program()?)))
+        Ok(ChannelConfig::new(crate::RunnerInvocation::of(config, instance)?.program()))
     }
 }
 
@@ -302,10 +301,8 @@ impl ChannelExecutor {
 
     fn serve_command(&self) -> String {
         let instance_args = self.target.lock().runner_args.clone();
-        match instance_args.is_empty() {
-            true => format!("{} {}", self.config.program, self.config.serve_args),
-            false => format!("{} {instance_args} {}", self.config.program, self.config.serve_args),
-        }
+        crate::RunnerInvocation::new(self.config.program.as_str(), &instance_args)
+            .command(&self.config.serve_args)
     }
 
     fn open_link(&self) -> Option<Arc<Link>> {

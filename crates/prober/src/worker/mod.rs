@@ -32,6 +32,7 @@ use crate::clock::{Clock, Moment};
 use crate::config::Prepared;
 use crate::executor::Executor;
 use crate::instance::{Instance, InstanceId, Tags};
+use crate::invocation::RunnerInvocation;
 use crate::quote::quote;
 use crate::resources::Resources;
 use crate::runner_list;
@@ -754,17 +755,8 @@ impl Worker {
 
     /// `[sudo ]<runner> [<instance's runner args> ]<args>[ <quoted id>]` for this worker.
     fn runner_command(&self, args: &str, quoted_id: Option<&str>) -> Result<String, ProberError> {
-        let (remote_user, instance_args) = {
-            let slot = self.inner.lock();
-            let instance = &slot.record.instance;
-            (instance.remote_user.clone(), instance.runner_args.trim().to_owned())
-        };
-        let mut command = format!("{}{} ", sudo(&remote_user), self.config.runner_program()?);
-        if !instance_args.is_empty() {
-            command.push_str(&instance_args);
-            command.push(' ');
-        }
-        command.push_str(args);
+        let invocation = RunnerInvocation::of(&self.config, &self.inner.lock().record.instance)?;
+        let mut command = invocation.command(args);
         if let Some(id) = quoted_id {
             command.push(' ');
             command.push_str(id);
@@ -831,10 +823,6 @@ impl Worker {
         self.inner.lock().record.abandon_runners();
         self.executor.close().await;
     }
-}
-
-fn sudo(remote_user: &str) -> &'static str {
-    if remote_user == "root" { "" } else { "sudo " }
 }
 
 #[cfg(test)]
