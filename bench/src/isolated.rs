@@ -159,11 +159,13 @@ const FLOOR_USER: u32 = 89_999;
 
 /// Milliseconds each of `count` bare processes takes for the containment steps a task of
 /// [`task`] gets under `exec`: its parent makes the PID namespace (as the shim does just before
-/// its clone), and it takes every other step (the IPC and mount namespaces, its own `/proc`,
-/// the node's default Landlock rules and the task's, the workload user, `no_new_privs`)
-/// through [`Prepared::apply`], the calls the shim makes, then exits. No driver, shim or
-/// program runs around them, so this is the kernel's part of the containment: what it adds
-/// to a start can come down to it, never below.
+/// its clone), and it takes every other step (the IPC namespace, the node's default Landlock
+/// rules and the task's, the workload user, `no_new_privs`; no `/proc` of its own, as none of
+/// these rules reaches `/proc`) through [`Prepared::apply`], the calls the shim makes, then
+/// exits. No driver, shim or program runs around them, so this is the kernel's part of the
+/// containment: what it adds to a start can come down to it, never below. (The process is a
+/// fork of this one, whose first writes to its pages are copies the shim's small child does
+/// not make: if anything, the floor is a little high.)
 fn containment_floor_ms(root: &Path, count: usize) -> Result<Vec<f64>, String> {
     let config = task(root, "floor");
     let all = Mode::ALL.access();
