@@ -123,6 +123,12 @@ impl Fleet {
 
 impl Drop for Fleet {
     fn drop(&mut self) {
+        if !self.leave_instances {
+            // A command the fleet runs on this host runs on under `timeout` when the fleet
+            // dies (see `LocalExecutor`): an instance's init in flight would start its agent
+            // after the wipe below. They go first, in their process groups.
+            kill_commands(&self.child);
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
         if self.leave_instances {
@@ -134,4 +140,54 @@ impl Drop for Fleet {
             let _ = Command::new(&self.wharf).arg("--data-dir").arg(data).arg("wipe").output();
         }
     }
+}
+
+/// Stops `fleet` (SIGSTOP, so that it starts nothing more) and kills the process group each of
+/// its children leads: the commands it runs on this host, each in a group of its own. An agent
+/// one of them already started has a session of its own, and the wipe finds it.
+fn kill_commands(fleet: &Child) {
+    let Ok(pid) = i32::try_from(fleet.id()) else { return };
+    // SAFETY: signals a process this fixture started and has not waited for.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    // Stopped once every thread is: a spawn under way in one of them has finished by then.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !all_threads_stopped(pid) && std::time::Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+    let Ok(processes) = std::fs::read_dir("/proc") else { return };
+    for entry in processes.flatten() {
+        let Some(child) = entry.file_name().to_str().and_then(|name| name.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // Only a group leader's group: never the fleet's own, nor this process's.
+        if stat_field(&format!("/proc/{child}/stat"), 1) == Some(pid)
+            && stat_field(&format!("/proc/{child}/stat"), 2) == Some(child)
+        {
+            // SAFETY: signals the process group a child of the fleet leads.
+            unsafe { libc::kill(-child, libc::SIGKILL) };
+        }
+    }
+}
+
+/// Whether every thread of `pid` is stopped (or gone).
+fn all_threads_stopped(pid: i32) -> bool {
+    let Ok(threads) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return true };
+    threads.flatten().all(|thread| {
+        let stat = std::fs::read_to_string(thread.path().join("stat")).unwrap_or_default();
+        matches!(after_comm(&stat).split(' ').next(), Some("T" | "t" | "Z" | "X") | None)
+    })
+}
+
+/// Field `index` of what follows the command name in a `/proc/<pid>/stat` (0: the state,
+/// 1: the parent, 2: the process group), as a number.
+fn stat_field(path: &str, index: usize) -> Option<i32> {
+    let stat = std::fs::read_to_string(path).ok()?;
+    after_comm(&stat).split(' ').nth(index)?.parse().ok()
+}
+
+/// What follows the command name in a `/proc/<pid>/stat` line (which may hold spaces and
+/// parentheses): the state first.
+fn after_comm(stat: &str) -> &str {
+    stat.rfind(") ").map_or("", |at| &stat[at + 2..])
 }
