@@ -298,7 +298,8 @@ pub(crate) fn page(runs: &[Run], history: &str) -> Result<(String, String), Stri
          [{history}]({history})). The targets judge the newest code ({code}, measured by \
          {judged} of the runs): each figure is the median of those runs' medians, with how \
          many they are and the range of their medians (of its samples, for a lone run). \
-         Every kept run's range, older code's included, stands beside it. A full run adds its line; none replaces another.\n"
+         Every kept run's range, older code's included, stands beside it. A full run adds \
+         its line; none replaces another.\n"
     );
     out.push_str(&report::table(&lines));
     out.push('\n');

@@ -161,9 +161,7 @@ fn kill_commands(fleet: &Child) {
             continue;
         };
         // Only a group leader's group: never the fleet's own, nor this process's.
-        if stat_field(&format!("/proc/{child}/stat"), 1) == Some(pid)
-            && stat_field(&format!("/proc/{child}/stat"), 2) == Some(child)
-        {
+        if parent_and_group(child) == Some((pid, child)) {
             // SAFETY: signals the process group a child of the fleet leads.
             unsafe { libc::kill(-child, libc::SIGKILL) };
         }
@@ -174,16 +172,17 @@ fn kill_commands(fleet: &Child) {
 fn all_threads_stopped(pid: i32) -> bool {
     let Ok(threads) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return true };
     threads.flatten().all(|thread| {
-        let stat = std::fs::read_to_string(thread.path().join("stat")).unwrap_or_default();
+        let Ok(stat) = std::fs::read_to_string(thread.path().join("stat")) else { return true };
         matches!(after_comm(&stat).split(' ').next(), Some("T" | "t" | "Z" | "X") | None)
     })
 }
 
-/// Field `index` of what follows the command name in a `/proc/<pid>/stat` (0: the state,
-/// 1: the parent, 2: the process group), as a number.
-fn stat_field(path: &str, index: usize) -> Option<i32> {
-    let stat = std::fs::read_to_string(path).ok()?;
-    after_comm(&stat).split(' ').nth(index)?.parse().ok()
+/// The parent and the process group of `pid`, from its `/proc/<pid>/stat`.
+fn parent_and_group(pid: i32) -> Option<(i32, i32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The state, the parent, the process group.
+    let mut fields = after_comm(&stat).split(' ').skip(1);
+    Some((fields.next()?.parse().ok()?, fields.next()?.parse().ok()?))
 }
 
 /// What follows the command name in a `/proc/<pid>/stat` line (which may hold spaces and
