@@ -123,10 +123,12 @@ impl Fleet {
 
 impl Drop for Fleet {
     fn drop(&mut self) {
-        if !self.leave_instances {
-            // A command the fleet runs on this host runs on under `timeout` when the fleet
-            // dies (see `LocalExecutor`): an instance's init in flight would start its agent
-            // after the wipe below. They go first, in their process groups.
+        // A command the fleet runs on this host runs on under `timeout` when the fleet dies
+        // (see `LocalExecutor`): an instance's init in flight would start its agent after the
+        // wipe below. They go first, in their process groups. Not after `terminate`: the fleet
+        // is reaped then, its pid free for another process, and a clean stop leaves no command
+        // of its own running (it waits for its creates, and its runtime kills the rest).
+        if !self.leave_instances && matches!(self.child.try_wait(), Ok(None)) {
             kill_commands(&self.child);
         }
         let _ = self.child.kill();
