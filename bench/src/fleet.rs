@@ -313,6 +313,24 @@ pub(crate) async fn submit_latencies(
     samples: usize,
     store: &str,
 ) -> Result<Vec<f64>, String> {
+    Ok(submit_latencies_beside_the_agents(wharf, samples, store, 0).await?.through_the_fleet)
+}
+
+/// Milliseconds from each submission until running on a worker: through the fleet, and then
+/// (`straight` of them) sent by the bench to the last worker's agent through its API, the same
+/// task on the same host in the same run: the share of the agent alone.
+pub(crate) struct SubmitLatencies {
+    pub(crate) through_the_fleet: Vec<f64>,
+    pub(crate) straight_to_the_agent: Vec<f64>,
+}
+
+/// [`submit_latencies`], and `straight` submissions to a worker's agent as well.
+pub(crate) async fn submit_latencies_beside_the_agents(
+    wharf: &Path,
+    samples: usize,
+    store: &str,
+    straight: usize,
+) -> Result<SubmitLatencies, String> {
     let fleet = FleetProcess::start(
         wharf,
         &format!(
@@ -359,14 +377,34 @@ pub(crate) async fn submit_latencies(
         };
         crate::node::wait_for(&agent, &alloc.id, ClientStatus::Running).await?;
         latencies.push(started.elapsed().as_secs_f64() * 1000.0);
-        ids.push(alloc.id);
+        ids.push((alloc.id, agent));
     }
-    for id in &ids {
+    for (id, _) in &ids {
         let path = format!("/v1/allocations/{id}/stop");
         let _ = fleet.client.call(Method::POST, &path, None).await;
     }
+    // Once the fleet's work is down (the agent has room for as many again), the same task
+    // straight to a worker's agent.
+    let mut straight_latencies = Vec::with_capacity(straight);
+    if straight > 0 {
+        for (id, agent) in &ids {
+            crate::node::wait_for(agent, id, ClientStatus::Complete).await?;
+        }
+        let agent = &ids.last().ok_or("no sample through the fleet")?.1;
+        let mut straight_ids = Vec::with_capacity(straight);
+        for _ in 0..straight {
+            let started = Instant::now();
+            let id = crate::node::submit(agent).await?;
+            crate::node::wait_for(agent, &id, ClientStatus::Running).await?;
+            straight_latencies.push(started.elapsed().as_secs_f64() * 1000.0);
+            straight_ids.push(id);
+        }
+        for id in &straight_ids {
+            let _ = agent.call(Method::POST, &format!("/v1/allocations/{id}/stop"), None).await;
+        }
+    }
     fleet.terminate();
-    Ok(latencies)
+    Ok(SubmitLatencies { through_the_fleet: latencies, straight_to_the_agent: straight_latencies })
 }
 
 struct IdleFleet {
