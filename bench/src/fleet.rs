@@ -19,6 +19,7 @@ use wharf_node::fleet::api::{FleetAlloc, FleetWorker};
 use wharf_state::ClientStatus;
 use wharf_state::resources::Amount;
 use wharf_tests::etcd::Etcd;
+use wharf_tests::proc_stat::ProcStat;
 
 /// The token fleet replicas on etcd share (they must be given one).
 const ETCD_TOKEN: &str = "wharf-bench-etcd-fleet";
@@ -75,16 +76,12 @@ impl FleetProcess {
     }
 }
 
-/// The process's CPU time so far, its own and its reaped children's, in seconds.
+/// The process's CPU time so far, its own and its reaped children's, in seconds (none for a
+/// process gone).
 fn cpu_seconds(pid: u32) -> (f64, f64) {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name, which is in parentheses and may hold spaces.
-    let fields: Vec<f64> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().map(|f| f.parse().unwrap_or(0.0)).collect())
-        .unwrap_or_default();
-    let field = |n: usize| fields.get(n - 3).copied().unwrap_or(0.0) / TICKS_PER_SECOND;
-    (field(14) + field(15), field(16) + field(17))
+    let seconds = |ticks: u64| ticks as f64 / TICKS_PER_SECOND;
+    ProcStat::of(pid)
+        .map_or((0.0, 0.0), |stat| (seconds(stat.cpu_ticks), seconds(stat.reaped_children_ticks)))
 }
 
 pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {

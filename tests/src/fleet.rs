@@ -9,6 +9,7 @@
 #![allow(clippy::disallowed_methods)]
 
 use crate::announce::spawn_announcing;
+use crate::proc_stat::ProcStat;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
 use std::time::Duration;
@@ -163,7 +164,7 @@ fn kill_commands(fleet: &Child) {
             continue;
         };
         // Only a group leader's group: never the fleet's own, nor this process's.
-        if parent_and_group(child) == Some((pid, child)) {
+        if ProcStat::of(child).is_some_and(|stat| stat.parent == pid && stat.group == child) {
             // SAFETY: signals the process group a child of the fleet leads.
             unsafe { libc::kill(-child, libc::SIGKILL) };
         }
@@ -174,21 +175,7 @@ fn kill_commands(fleet: &Child) {
 fn all_threads_stopped(pid: i32) -> bool {
     let Ok(threads) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return true };
     threads.flatten().all(|thread| {
-        let Ok(stat) = std::fs::read_to_string(thread.path().join("stat")) else { return true };
-        matches!(after_comm(&stat).split(' ').next(), Some("T" | "t" | "Z" | "X") | None)
+        ProcStat::read(&thread.path().join("stat"))
+            .is_none_or(|stat| stat.is_stopped() || stat.is_dead())
     })
-}
-
-/// The parent and the process group of `pid`, from its `/proc/<pid>/stat`.
-fn parent_and_group(pid: i32) -> Option<(i32, i32)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The state, the parent, the process group.
-    let mut fields = after_comm(&stat).split(' ').skip(1);
-    Some((fields.next()?.parse().ok()?, fields.next()?.parse().ok()?))
-}
-
-/// What follows the command name in a `/proc/<pid>/stat` line (which may hold spaces and
-/// parentheses): the state first.
-fn after_comm(stat: &str) -> &str {
-    stat.rfind(") ").map_or("", |at| &stat[at + 2..])
 }

@@ -7,12 +7,14 @@
 //! - [`fleet`]: a `wharf fleet` process that wipes what it leaves behind when dropped.
 //! - [`etcd`]: a real etcd on 127.0.0.1 for the fleet's stores and failover tests.
 //! - [`promtool`]: Prometheus' linter on a metrics text.
+//! - [`proc_stat`]: what a process's `/proc/<pid>/stat` says of it.
 //! - [`rng`]: a seeded random number generator for crash and fault rounds.
 
 pub mod announce;
 pub mod etcd;
 pub mod fleet;
 pub mod netns;
+pub mod proc_stat;
 pub mod promtool;
 pub mod rng;
 pub mod sshd;

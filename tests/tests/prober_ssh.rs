@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wharf_prober::ssh::{parse_private_key, parse_public_key};
 use wharf_prober::*;
+use wharf_tests::proc_stat::ProcStat;
 use wharf_tests::sshd::Sshd;
 
 fn sshd() -> Sshd {
@@ -113,7 +114,7 @@ fn a_hung_command_is_cut_at_its_deadline_and_the_connection_survives() {
 
 /// Whether process `pid` has ended (a zombie has).
 fn ended(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| stat.contains(") Z "))
+    ProcStat::of(pid).is_none_or(|stat| stat.is_dead())
 }
 
 #[test]

@@ -12,6 +12,7 @@ use wharf_exec::RawExecDriver;
 use wharf_state::{Allocation, DesiredStatus, TaskEventKind, TaskState, TaskStatus, spec};
 use wharf_store::{RedbStore, StateStore};
 use wharf_task::{TaskRunner, TaskRunnerConfig};
+use wharf_tests::proc_stat::ProcStat;
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -120,7 +121,7 @@ async fn written_pid(path: &std::path::Path) -> i32 {
 }
 
 fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+    ProcStat::of(pid).is_some_and(|stat| !stat.is_dead())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,6 +14,7 @@ use std::time::Duration;
 use wharf_node::api::{AllocDetail, AllocSummary};
 use wharf_node::client::{Client, ClientError};
 use wharf_state::{ClientStatus, TaskEventKind, TaskStatus};
+use wharf_tests::proc_stat::ProcStat;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn submit_run_read_logs_and_stop() {
@@ -201,9 +202,7 @@ async fn the_probe_lists_live_allocations_stale_ones_and_a_broken_node() {
     let (data_dir, config) = agent.kill9();
     // The task's parent is its shim, which records the exit once the task is gone: until it
     // has exited too, the task's end is not known and the probe rightly lists it as running.
-    let stat = std::fs::read_to_string(format!("/proc/{gone_pid}/stat")).unwrap();
-    let shim: i32 =
-        stat.rsplit(')').next().unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
+    let shim = ProcStat::of(gone_pid).expect("the task's stat").parent;
     let killed = Command::new("kill").args(["-KILL", &gone_pid.to_string()]).status().unwrap();
     assert!(killed.success());
     eventually("the task and its shim are gone", || !alive(gone_pid) && !alive(shim));

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use wharf_node::client::Client;
 use wharf_prober::ssh::{parse_private_key, parse_public_key};
 use wharf_prober::*;
+use wharf_tests::proc_stat::ProcStat;
 use wharf_tests::sshd::Sshd;
 
 const DEADLINE: Duration = Duration::from_secs(10);
@@ -119,9 +120,7 @@ fn descends_from(mut pid: u32, ancestor: u32) -> bool {
         if pid == ancestor {
             return true;
         }
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let parent = stat.rsplit_once(") ").and_then(|(_, rest)| rest.split(' ').nth(1));
-        match parent.and_then(|p| p.parse().ok()) {
+        match ProcStat::of(pid).and_then(|stat| u32::try_from(stat.parent).ok()) {
             Some(parent) if parent > 1 => pid = parent,
             _ => return false,
         }

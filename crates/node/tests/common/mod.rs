@@ -13,6 +13,7 @@ use std::time::Duration;
 use wharf_node::api::AllocDetail;
 use wharf_node::client::{ApiPath, Client, ClientError};
 use wharf_tests::announce::spawn_announcing;
+use wharf_tests::proc_stat::ProcStat;
 
 pub const WHARF: &str = env!("CARGO_BIN_EXE_wharf");
 /// Any single wait in these tests; reaching it means something hung.
@@ -219,7 +220,7 @@ pub fn sh_task(name: &str, script: &str) -> String {
 
 pub fn alive(pid: i32) -> bool {
     // A zombie is not alive for our purposes.
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+    ProcStat::of(pid).is_some_and(|stat| !stat.is_dead())
 }
 
 /// Waits (within the bound) until `path` holds a whole pid line, as a task's `echo $$ > pid`
