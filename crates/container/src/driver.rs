@@ -175,7 +175,8 @@ impl ContainerDriver {
     /// a node being wiped, where an agent killed mid-destroy may have left one. Their ids.
     /// One that cannot be deleted (its state half written by the killed agent, say) does not
     /// stop the others: the wipe kills what is left through the node's cgroups after. The
-    /// first such failure is returned once every container was tried.
+    /// first such failure is returned once every container was tried. As a destroy does, it
+    /// then removes the parents the runtime made outside the node's hierarchies.
     pub async fn delete_all_containers(&self) -> Result<Vec<String>, ContainerError> {
         let ids = self.runtime.known();
         let mut failed = None;
@@ -188,6 +189,12 @@ impl ContainerDriver {
                     reason,
                 });
             }
+        }
+        if !ids.is_empty() {
+            // As after a destroy: the runtime's parents outside the node's hierarchies go with
+            // the node's last container, and these may have been the last.
+            let _no_starts = self.runtime_cgroups.write().await;
+            remove_runtime_parents(&self.cgroups);
         }
         match failed {
             Some(error) => Err(error),

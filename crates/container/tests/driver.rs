@@ -631,6 +631,26 @@ fn docker_driver_start_kill_timeout() {
     });
 }
 
+/// A container no task of this driver records (its agent was killed; a node being wiped), once
+/// deleted with the rest, takes with it the parents the runtime made outside the node's
+/// hierarchies, as a destroy does: the wipe of such a node left them before.
+#[test]
+fn containers_deleted_without_their_tasks_leave_no_runtime_parent() {
+    let node = Node::new("delete-all");
+    runtime().block_on(async {
+        let driver = node.driver();
+        let handle = driver.start_task(shell(&node, "orphan", "exec sleep 1000")).await.unwrap();
+        let relative = std::path::Path::new(node.parent.trim_start_matches('/'));
+        let another_driver = node.driver();
+        let deleted = another_driver.delete_all_containers().await.unwrap();
+        assert_eq!(deleted.len(), 1, "{deleted:?}");
+        let left = node.cgroups.made_outside_parents(relative).unwrap();
+        assert!(left.is_empty(), "left: {left:?}");
+        // The task's driver finds its container gone, and ends the rest of the task.
+        driver.destroy_task(handle.id(), true).await.unwrap();
+    });
+}
+
 /// TestDockerDriver_DestroyTask, and wharf's own: destroying a running container (with force)
 /// leaves nothing behind: no runtime state, no mount, no cgroup, no directory.
 #[test]
