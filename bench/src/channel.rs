@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wharf_prober::ssh::{parse_private_key, parse_public_key};
 use wharf_prober::*;
+use wharf_tests::proc_stat::{self, ProcStat};
 use wharf_tests::sshd::Sshd;
 
 const WORKERS: usize = 32;
@@ -185,15 +186,11 @@ impl WorkerCpu {
 /// `agent` (clock ticks of 10 ms).
 fn worker_cpu(sshd: u32, agent: u32) -> WorkerCpu {
     let mut processes: Vec<(u32, u32, bool, u64)> = Vec::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
-        let Some((head, rest)) = stat.rsplit_once(") ") else { continue };
-        let runner = head.ends_with("(wharf");
-        let fields: Vec<&str> = rest.split(' ').collect();
-        let parent = fields.get(1).and_then(|p| p.parse().ok()).unwrap_or(0);
-        let ticks: u64 = (11..15).filter_map(|i| fields.get(i)?.parse::<u64>().ok()).sum();
-        processes.push((pid, parent, runner, ticks));
+    for pid in proc_stat::pids() {
+        let (Some(stat), Ok(pid)) = (ProcStat::of(pid), u32::try_from(pid)) else { continue };
+        let parent = u32::try_from(stat.parent).unwrap_or(0);
+        let ticks = stat.cpu_ticks + stat.reaped_children_ticks;
+        processes.push((pid, parent, stat.name == "wharf", ticks));
     }
     let mut inside: Vec<u32> = vec![sshd];
     let mut grew = true;

@@ -262,8 +262,8 @@ impl Podman {
     /// The mean private memory of podman's conmon processes, which must be `count`.
     fn conmon_kib(&self, count: usize) -> Result<f64, String> {
         let mut kib = Vec::new();
-        for entry in std::fs::read_dir("/proc").map_err(|e| e.to_string())?.flatten() {
-            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        for pid in wharf_tests::proc_stat::pids() {
+            let Ok(pid) = u32::try_from(pid) else { continue };
             if std::fs::read_to_string(format!("/proc/{pid}/comm"))
                 .is_ok_and(|c| c.trim() == "conmon")
             {

@@ -363,9 +363,8 @@ async fn stop_all(client: &Client, ids: &[String]) -> Result<(), String> {
 pub(crate) fn shim_pids(config: &NodeConfig) -> Vec<u32> {
     let data = config.data_dir.canonicalize().unwrap_or_else(|_| config.data_dir.clone());
     let data = data.display().to_string();
-    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+    wharf_tests::proc_stat::pids()
+        .filter_map(|pid| u32::try_from(pid).ok())
         .filter(|pid| {
             let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
             let cmdline = String::from_utf8_lossy(&cmdline);

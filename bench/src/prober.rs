@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wharf_prober::ssh::{parse_private_key, parse_public_key};
 use wharf_prober::*;
+use wharf_tests::proc_stat::{self, ProcStat};
 use wharf_tests::sshd::Sshd;
 
 const WORKERS: usize = 10_000;
@@ -233,22 +234,12 @@ struct Measured {
 /// CPU time of the sshd listening as `pid` and of its connection processes, including the
 /// session processes they have reaped, from /proc (clock ticks of 10 ms).
 fn sshd_cpu(pid: u32) -> Duration {
-    let mut ticks = 0u64;
-    let Ok(entries) = std::fs::read_dir("/proc") else { return Duration::ZERO };
-    for entry in entries.flatten() {
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
-        // Fields after the command name: state ppid ... utime(12) stime(13) cutime(14) cstime(15).
-        let Some((head, rest)) = stat.rsplit_once(") ") else { continue };
-        let fields: Vec<&str> = rest.split(' ').collect();
-        let own = head.split(' ').next().and_then(|p| p.parse::<u32>().ok());
-        let parent = fields.get(1).and_then(|p| p.parse::<u32>().ok());
-        if own != Some(pid) && parent != Some(pid) {
-            continue;
-        }
-        for index in 11..15 {
-            ticks += fields.get(index).and_then(|t| t.parse::<u64>().ok()).unwrap_or(0);
-        }
-    }
+    let Ok(sshd) = i32::try_from(pid) else { return Duration::ZERO };
+    let ticks: u64 = proc_stat::pids()
+        .filter_map(|pid| Some((pid, ProcStat::of(pid)?)))
+        .filter(|(pid, stat)| *pid == sshd || stat.parent == sshd)
+        .map(|(_, stat)| stat.cpu_ticks + stat.reaped_children_ticks)
+        .sum();
     Duration::from_millis(ticks * 10)
 }
 

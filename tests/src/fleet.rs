@@ -157,12 +157,7 @@ fn kill_commands(fleet: &Child) {
     while !all_threads_stopped(pid) && std::time::Instant::now() < deadline {
         std::thread::yield_now();
     }
-    let Ok(processes) = std::fs::read_dir("/proc") else { return };
-    for entry in processes.flatten() {
-        let Some(child) = entry.file_name().to_str().and_then(|name| name.parse::<i32>().ok())
-        else {
-            continue;
-        };
+    for child in crate::proc_stat::pids() {
         // Only a group leader's group: never the fleet's own, nor this process's.
         if ProcStat::of(child).is_some_and(|stat| stat.parent == pid && stat.group == child) {
             // SAFETY: signals the process group a child of the fleet leads.

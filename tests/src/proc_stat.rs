@@ -1,14 +1,17 @@
 //! What the tests and the bench read of a process in its `/proc/<pid>/stat` (proc(5)): its
-//! state, its parent, process group and session, and its CPU time. The command name may hold
-//! spaces and parentheses, so the fields are counted from its last `)`.
+//! name, state, parent, process group and session, and its CPU time. The command name may hold
+//! spaces and parentheses, so the fields are counted from its last `)`. And [`pids`], the
+//! processes there are.
 
 use std::fmt::Display;
 use std::path::Path;
 
 /// The fields of a `/proc/<pid>/stat` (or of one thread's, `/proc/<pid>/task/<tid>/stat`)
 /// that the tests use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcStat {
+    /// Its command name (`comm`: the program's file name, cut to 15 bytes).
+    pub name: String,
     /// R, S, D, T, t, Z, X, ...
     pub state: char,
     /// The parent's pid.
@@ -38,7 +41,9 @@ impl ProcStat {
 
     /// Parses the text of a `stat` file.
     pub fn parse(text: &str) -> Option<ProcStat> {
-        let rest = &text[text.rfind(')')? + 1..];
+        let (opening, closing) = (text.find('(')?, text.rfind(')')?);
+        let name = text.get(opening + 1..closing)?.to_owned();
+        let rest = &text[closing + 1..];
         let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
         // fields[0] is field 3 of proc(5), the state.
         let field = |number: usize| fields.get(number - 3).copied();
@@ -47,6 +52,7 @@ impl ProcStat {
         // The children's times are signed in proc(5), and never negative in practice.
         let child_ticks = |number: usize| u64::try_from(field(number)?.parse::<i64>().ok()?).ok();
         Some(ProcStat {
+            name,
             state: field(3)?.chars().next()?,
             parent: int(4)?,
             group: int(5)?,
@@ -68,6 +74,15 @@ impl ProcStat {
     }
 }
 
+/// The pids of the processes there are now (the numbered entries of `/proc`).
+pub fn pids() -> impl Iterator<Item = i32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::ProcStat;
@@ -78,6 +93,7 @@ mod tests {
         for comm in ["sleep", "a b", "x) S 1 2 3 (y", ""] {
             let stat = ProcStat::parse(&format!("42 ({comm}) {tail}")).expect(comm);
             let expected = ProcStat {
+                name: comm.to_owned(),
                 state: 'S',
                 parent: 7,
                 group: 8,
@@ -105,5 +121,6 @@ mod tests {
         let (session, parent) = unsafe { (libc::getsid(0), libc::getppid()) };
         assert_eq!((me.session, me.parent), (session, parent));
         assert!(ProcStat::of("no-such-process").is_none());
+        assert!(super::pids().any(|pid| u32::try_from(pid) == Ok(std::process::id())));
     }
 }

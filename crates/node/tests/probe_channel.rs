@@ -104,9 +104,8 @@ fn sleeper(id: &str) -> String {
 /// The processes serving a probe channel under `sshd`.
 fn channel_servers(sshd: &Sshd) -> Vec<u32> {
     let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+    for pid in wharf_tests::proc_stat::pids().filter_map(|pid| u32::try_from(pid).ok()) {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
         let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
         if cmdline.contains("probe-channel") && descends_from(pid, sshd.pid()) {
             found.push(pid);
