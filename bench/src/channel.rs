@@ -8,6 +8,7 @@
 
 use crate::Effort;
 use crate::report::{Better, Row};
+use crate::scratch::Storage;
 use crate::target::Target;
 use nix::sys::resource::{UsageWho, getrusage};
 use std::path::{Path, PathBuf};
@@ -363,12 +364,26 @@ fn fleet_rows(wharf: &Path, effort: Effort) -> Result<Vec<Row>, String> {
         latencies[latencies.len() / 2]
     };
     let (mut channel, mut straight, mut command) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut channel_in_memory, mut straight_in_memory) = (Vec::new(), Vec::new());
     for _ in 0..effort.runs.min(3) {
         let over_channel = runtime.block_on(crate::fleet::submit_latencies_beside_the_agents(
-            wharf, samples, "", samples,
+            wharf,
+            samples,
+            "",
+            samples,
+            Storage::Disk,
         ))?;
         channel.push(median(over_channel.through_the_fleet));
         straight.push(median(over_channel.straight_to_the_agent));
+        let in_memory = runtime.block_on(crate::fleet::submit_latencies_beside_the_agents(
+            wharf,
+            samples,
+            "",
+            samples,
+            Storage::Memory,
+        ))?;
+        channel_in_memory.push(median(in_memory.through_the_fleet));
+        straight_in_memory.push(median(in_memory.straight_to_the_agent));
         let settings = "[runner]\nchannel = false\n";
         command.push(median(
             runtime.block_on(crate::fleet::submit_latencies(wharf, samples, settings))?,
@@ -380,7 +395,7 @@ fn fleet_rows(wharf: &Path, effort: Effort) -> Result<Vec<Row>, String> {
                 .into(),
             unit: "ms",
             better: Better::Lower,
-            samples: channel,
+            samples: channel.clone(),
             baseline: Some(("starts as commands (timeout and the wharf CLI)".into(), command)),
             target: Some(Target::parse("≤ 4 ms")?),
         },
@@ -390,8 +405,30 @@ fn fleet_rows(wharf: &Path, effort: Effort) -> Result<Vec<Row>, String> {
                 .into(),
             unit: "ms",
             better: Better::Lower,
-            samples: straight,
+            samples: straight.clone(),
             baseline: None,
+            target: None,
+        },
+        // What the disk costs: the same two, every data directory (the fleet's, its workers'
+        // agents') on tmpfs.
+        Row {
+            name: "fleet (redb): the same, starts over the probe channel, the fleet's and its \
+                   workers' data on tmpfs, p50"
+                .into(),
+            unit: "ms",
+            better: Better::Lower,
+            samples: channel_in_memory,
+            baseline: Some(("the same on the disk".into(), channel)),
+            target: None,
+        },
+        Row {
+            name: "fleet (redb): the same task straight to that worker's agent, its data on \
+                   tmpfs, p50"
+                .into(),
+            unit: "ms",
+            better: Better::Lower,
+            samples: straight_in_memory,
+            baseline: Some(("the same on the disk".into(), straight)),
             target: None,
         },
     ])

@@ -7,10 +7,11 @@
 
 use crate::Effort;
 use crate::report::{Better, Row};
+use crate::scratch::Storage;
 use crate::target::Target;
 use hyper::Method;
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use wharf_fleet::placement::{Placer, Slot};
 use wharf_node::agent_file::AgentFile;
@@ -41,9 +42,14 @@ struct FleetProcess {
 }
 
 impl FleetProcess {
-    /// Starts a fleet with `settings` in a new scratch directory.
+    /// Starts a fleet with `settings` in a new scratch directory on the disk.
     fn start(wharf: &Path, settings: &str) -> FleetProcess {
-        let dir = crate::scratch::dir("wharf-bench-fleet");
+        FleetProcess::start_in(wharf, settings, crate::scratch::dir("wharf-bench-fleet"))
+    }
+
+    /// Starts a fleet with `settings` in `dir` (its loopback workers' agents keep their data
+    /// below it).
+    fn start_in(wharf: &Path, settings: &str, dir: PathBuf) -> FleetProcess {
         // The fleet's own progress, and only warnings from the rest (the loopback agents
         // inherit this), so logging does not weigh on the figures.
         let filter = "warn,wharf_node::fleet=info";
@@ -310,7 +316,8 @@ pub(crate) async fn submit_latencies(
     samples: usize,
     store: &str,
 ) -> Result<Vec<f64>, String> {
-    Ok(submit_latencies_beside_the_agents(wharf, samples, store, 0).await?.through_the_fleet)
+    let disk = Storage::Disk;
+    Ok(submit_latencies_beside_the_agents(wharf, samples, store, 0, disk).await?.through_the_fleet)
 }
 
 /// Milliseconds from each submission until running on a worker: through the fleet, and then
@@ -321,19 +328,22 @@ pub(crate) struct SubmitLatencies {
     pub(crate) straight_to_the_agent: Vec<f64>,
 }
 
-/// [`submit_latencies`], and `straight` submissions to a worker's agent as well.
+/// [`submit_latencies`], and `straight` submissions to a worker's agent as well, with the
+/// fleet's data and its workers' on `storage`.
 pub(crate) async fn submit_latencies_beside_the_agents(
     wharf: &Path,
     samples: usize,
     store: &str,
     straight: usize,
+    storage: Storage,
 ) -> Result<SubmitLatencies, String> {
-    let fleet = FleetProcess::start(
+    let fleet = FleetProcess::start_in(
         wharf,
         &format!(
             "token = {ETCD_TOKEN:?}\nper_worker_limit = {samples}\nprobe_interval = \"1s\"\n\
              [loopback]\ninstances = 2\n{store}"
         ),
+        crate::scratch::dir_on(storage, "wharf-bench-fleet")?,
     );
     fleet.until_idle(2, Duration::from_secs(120)).await;
     let spec = "[job]\nid = \"sleeper\"\ntype = \"service\"\n[group]\nname = \"g\"\n\

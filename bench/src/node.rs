@@ -26,7 +26,7 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
     let runtime =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let count = effort.scaled(FULL_ALLOCS);
-    let mut latencies = Vec::new();
+    let (mut latencies, mut latencies_in_memory) = (Vec::new(), Vec::new());
     let records = effort.scaled(FULL_RECORDS);
     let (mut restore_records, mut overshoot, mut heap_kib, mut restore) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -42,6 +42,12 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
         // is flushed first, not measured as part of a submission's fsync.
         crate::exec::settle();
         latencies.extend(runtime.block_on(submit_latencies(
+            config(&dir, &shim),
+            effort.scaled(FULL_LATENCY_SAMPLES),
+        ))?);
+        // The same with the data directory on tmpfs: what the disk costs a start.
+        let dir = crate::scratch::dir_in_memory("wharf-bench-node")?;
+        latencies_in_memory.extend(runtime.block_on(submit_latencies(
             config(&dir, &shim),
             effort.scaled(FULL_LATENCY_SAMPLES),
         ))?);
@@ -67,6 +73,17 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
             samples: vec![percentile(&latencies, 0.99)],
             baseline: None,
             target: Some(Target::parse("≤ 25 ms")?),
+        },
+        Row {
+            name: "node: submit to running through the API, data directory on tmpfs, p50".into(),
+            unit: "ms",
+            better: Better::Lower,
+            samples: vec![percentile(&latencies_in_memory, 0.50)],
+            baseline: Some((
+                "the data directory on the disk".into(),
+                vec![percentile(&latencies, 0.50)],
+            )),
+            target: None,
         },
         Row {
             name: format!(

@@ -29,6 +29,23 @@ pub(crate) fn dir_in_memory(prefix: &str) -> Result<PathBuf, String> {
     })
 }
 
+/// Where a scenario keeps its data directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Storage {
+    /// The workspace's disk, as a node would ([`dir`]).
+    Disk,
+    /// tmpfs, to show what the disk costs ([`dir_in_memory`]).
+    Memory,
+}
+
+/// A new empty directory on `storage`, named after `prefix`; it lasts until [`remove_all`].
+pub(crate) fn dir_on(storage: Storage, prefix: &str) -> Result<PathBuf, String> {
+    match storage {
+        Storage::Disk => Ok(dir(prefix)),
+        Storage::Memory => dir_in_memory(prefix),
+    }
+}
+
 /// A new directory in `parent`, kept until [`remove_all`].
 fn kept(prefix: &str, parent: &Path) -> std::io::Result<PathBuf> {
     let dir = tempfile::Builder::new().prefix(prefix).tempdir_in(parent)?;
