@@ -26,6 +26,15 @@ pub const VARIABLES_VERSION: u64 = 1;
 /// The most a variable's items may hold, names and values together.
 pub const MAX_VARIABLE_BYTES: usize = 64 * 1024;
 
+/// The variables of `set` (by path) whose path starts with `prefix`, by path: a set's listing,
+/// for whoever holds one.
+pub fn under_prefix(set: &BTreeMap<String, Variable>, prefix: &str) -> Vec<Variable> {
+    set.range(prefix.to_owned()..)
+        .take_while(|(path, _)| path.starts_with(prefix))
+        .map(|(_, variable)| variable.clone())
+        .collect()
+}
+
 /// One variable.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Variable {
@@ -155,13 +164,7 @@ impl VariableFile {
 
     /// Every variable whose path starts with `prefix`, by path.
     pub fn list(&self, prefix: &str) -> Vec<Variable> {
-        self.body
-            .lock()
-            .variables
-            .range(prefix.to_owned()..)
-            .take_while(|(p, _)| p.starts_with(prefix))
-            .map(|(_, v)| v.clone())
-            .collect()
+        under_prefix(&self.body.lock().variables, prefix)
     }
 
     /// Sets the variable at `path` to `items`; returns it once the file holds it.

@@ -116,13 +116,7 @@ impl FleetVariables {
 
     /// The variables under `prefix`, by path.
     pub fn list(&self, prefix: &str) -> Vec<Variable> {
-        let held = self.held.read();
-        held.set
-            .variables
-            .range(prefix.to_owned()..)
-            .take_while(|(p, _)| p.starts_with(prefix))
-            .map(|(_, v)| v.clone())
-            .collect()
+        wharf_store::variables::under_prefix(&self.held.read().set.variables, prefix)
     }
 
     /// Why the variables cannot be served now, if they cannot.
