@@ -176,7 +176,9 @@ impl ContainerDriver {
     /// One that cannot be deleted (its state half written by the killed agent, say) does not
     /// stop the others: the wipe kills what is left through the node's cgroups after. The
     /// first such failure is returned once every container was tried. As a destroy does, it
-    /// then removes the parents the runtime made outside the node's hierarchies.
+    /// then removes the parents the runtime made outside the node's hierarchies, whether or not
+    /// a container was left: an agent killed between a destroy's delete and that removal
+    /// leaves the parents with no container.
     pub async fn delete_all_containers(&self) -> Result<Vec<String>, ContainerError> {
         let ids = self.runtime.known();
         let mut failed = None;
@@ -190,9 +192,9 @@ impl ContainerDriver {
                 });
             }
         }
-        if !ids.is_empty() {
+        {
             // As after a destroy: the runtime's parents outside the node's hierarchies go with
-            // the node's last container, and these may have been the last.
+            // the node's last container.
             let _no_starts = self.runtime_cgroups.write().await;
             remove_runtime_parents(&self.cgroups);
         }

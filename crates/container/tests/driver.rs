@@ -651,6 +651,39 @@ fn containers_deleted_without_their_tasks_leave_no_runtime_parent() {
     });
 }
 
+/// The runtime's parents an agent killed mid-destroy leaves (after the runtime's delete, before
+/// their removal) go with the wipe's deletion of the containers, though none is left to
+/// delete: the wipe of such a node left them before.
+#[test]
+fn runtime_parents_left_with_no_container_go_with_the_deletion_of_all() {
+    let node = Node::new("parents-left");
+    runtime().block_on(async {
+        let driver = node.driver();
+        let handle = driver.start_task(shell(&node, "killed", "exec sleep 1000")).await.unwrap();
+        let info = driver.inspect_task(handle.id()).await.unwrap();
+        let container_id = info.attributes["container_id"].clone();
+        // The runtime's delete, as the killed agent's destroy ran it: it removes the
+        // container's own cgroup and leaves its parents.
+        #[allow(clippy::disallowed_methods)] // The test plays the runtime's part.
+        let deleted = std::process::Command::new(node.options().runtime_program())
+            .arg("--root")
+            .arg(node.dir.path().join("data/runtime"))
+            .args(["delete", "--force", &container_id])
+            .output()
+            .unwrap();
+        assert!(deleted.status.success(), "{deleted:?}");
+        let relative = std::path::Path::new(node.parent.trim_start_matches('/'));
+        let left = node.cgroups.made_outside_parents(relative).unwrap();
+        assert!(!left.is_empty(), "the runtime made no parent outside the node's hierarchies");
+
+        let deleted = node.driver().delete_all_containers().await.unwrap();
+        assert!(deleted.is_empty(), "{deleted:?}");
+        let left = node.cgroups.made_outside_parents(relative).unwrap();
+        assert!(left.is_empty(), "left: {left:?}");
+        driver.destroy_task(handle.id(), true).await.unwrap();
+    });
+}
+
 /// TestDockerDriver_DestroyTask, and wharf's own: destroying a running container (with force)
 /// leaves nothing behind: no runtime state, no mount, no cgroup, no directory.
 #[test]
