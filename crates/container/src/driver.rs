@@ -93,6 +93,14 @@ struct SavedState {
 }
 
 impl ContainerDriver {
+    /// Removes the parents the runtime made outside the node's hierarchies, unless a container of
+    /// the node is still in them (the kernel refuses then); no container is made meanwhile.
+    /// After every deletion of a container: the last one's takes them.
+    async fn clear_runtime_parents(&self) {
+        let _no_starts = self.runtime_cgroups.write().await;
+        remove_runtime_parents(&self.cgroups);
+    }
+
     /// A destroy, with no other of the same task under way.
     async fn destroy_one(&self, task_id: &TaskId, force: bool) -> Result<(), DriverError> {
         let container = self.container(task_id)?;
@@ -107,10 +115,7 @@ impl ContainerDriver {
         }
         // The runtime's delete first: it leaves the task's cgroup empty for the shim's driver.
         self.clean_up(&container).await?;
-        {
-            let _no_starts = self.runtime_cgroups.write().await;
-            remove_runtime_parents(&self.cgroups);
-        }
+        self.clear_runtime_parents().await;
         self.inner.destroy_task(task_id, true).await?;
         self.containers.lock().remove(task_id);
         Ok(())
@@ -192,12 +197,7 @@ impl ContainerDriver {
                 });
             }
         }
-        {
-            // As after a destroy: the runtime's parents outside the node's hierarchies go with
-            // the node's last container.
-            let _no_starts = self.runtime_cgroups.write().await;
-            remove_runtime_parents(&self.cgroups);
-        }
+        self.clear_runtime_parents().await;
         match failed {
             Some(error) => Err(error),
             None => Ok(ids),
@@ -494,12 +494,16 @@ impl Driver for ContainerDriver {
             Ok(handle) => handle,
             Err(error) => {
                 let _ = self.clean_up(&container).await;
+                drop(creating);
+                self.clear_runtime_parents().await;
                 return Err(error);
             }
         };
         if let Err(error) = self.started(&config.id, &container).await {
             let _ = self.inner.destroy_task(&config.id, true).await;
             let _ = self.clean_up(&container).await;
+            drop(creating);
+            self.clear_runtime_parents().await;
             return Err(error);
         }
         drop(creating);

@@ -684,6 +684,26 @@ fn runtime_parents_left_with_no_container_go_with_the_deletion_of_all() {
     });
 }
 
+/// A start the runtime fails after making the container's cgroups (its program is not in the
+/// image) leaves no parent of the runtime's behind, as a destroy would not.
+#[test]
+fn a_start_the_runtime_fails_leaves_no_runtime_parent() {
+    let node = Node::new("start-fails");
+    runtime().block_on(async {
+        let driver = node.driver();
+        let config = config(
+            node.dir.path(),
+            "absent",
+            json!({"image": image("busybox"), "command": "/no/such/program"}),
+        );
+        let failed = driver.start_task(config).await;
+        assert!(failed.is_err(), "{failed:?}");
+        let relative = std::path::Path::new(node.parent.trim_start_matches('/'));
+        let left = node.cgroups.made_outside_parents(relative).unwrap();
+        assert!(left.is_empty(), "left: {left:?}");
+    });
+}
+
 /// TestDockerDriver_DestroyTask, and wharf's own: destroying a running container (with force)
 /// leaves nothing behind: no runtime state, no mount, no cgroup, no directory.
 #[test]
