@@ -27,6 +27,13 @@ fn shell(node: &Node, name: &str, script: &str) -> TaskConfig {
     )
 }
 
+/// The parents the runtime made for `node` outside the node's own hierarchies that are still
+/// there.
+fn runtime_parents_left(node: &Node) -> Vec<std::path::PathBuf> {
+    let relative = std::path::Path::new(node.parent.trim_start_matches('/'));
+    node.cgroups.made_outside_parents(relative).unwrap()
+}
+
 async fn wait(driver: &ContainerDriver, handle: &TaskHandle) -> ExitResult {
     tokio::time::timeout(LIMIT, driver.wait_task(handle.id()))
         .await
@@ -640,11 +647,10 @@ fn containers_deleted_without_their_tasks_leave_no_runtime_parent() {
     runtime().block_on(async {
         let driver = node.driver();
         let handle = driver.start_task(shell(&node, "orphan", "exec sleep 1000")).await.unwrap();
-        let relative = std::path::Path::new(node.parent.trim_start_matches('/'));
         let another_driver = node.driver();
         let deleted = another_driver.delete_all_containers().await.unwrap();
         assert_eq!(deleted.len(), 1, "{deleted:?}");
-        let left = node.cgroups.made_outside_parents(relative).unwrap();
+        let left = runtime_parents_left(&node);
         assert!(left.is_empty(), "left: {left:?}");
         // The task's driver finds its container gone, and ends the rest of the task.
         driver.destroy_task(handle.id(), true).await.unwrap();
@@ -672,13 +678,12 @@ fn runtime_parents_left_with_no_container_go_with_the_deletion_of_all() {
             .output()
             .unwrap();
         assert!(deleted.status.success(), "{deleted:?}");
-        let relative = std::path::Path::new(node.parent.trim_start_matches('/'));
-        let left = node.cgroups.made_outside_parents(relative).unwrap();
+        let left = runtime_parents_left(&node);
         assert!(!left.is_empty(), "the runtime made no parent outside the node's hierarchies");
 
         let deleted = node.driver().delete_all_containers().await.unwrap();
         assert!(deleted.is_empty(), "{deleted:?}");
-        let left = node.cgroups.made_outside_parents(relative).unwrap();
+        let left = runtime_parents_left(&node);
         assert!(left.is_empty(), "left: {left:?}");
         driver.destroy_task(handle.id(), true).await.unwrap();
     });
@@ -698,8 +703,7 @@ fn a_start_the_runtime_fails_leaves_no_runtime_parent() {
         );
         let failed = driver.start_task(config).await;
         assert!(failed.is_err(), "{failed:?}");
-        let relative = std::path::Path::new(node.parent.trim_start_matches('/'));
-        let left = node.cgroups.made_outside_parents(relative).unwrap();
+        let left = runtime_parents_left(&node);
         assert!(left.is_empty(), "left: {left:?}");
     });
 }
@@ -746,8 +750,7 @@ fn docker_driver_destroy_task_leaves_nothing() {
         // Nor the parent the runtime made in the hierarchies that are not the node's (v1's
         // blkio, devices, ...), once the node's last container is gone: where the parent's
         // path is found in a cgroup mount, it is the node's own.
-        let relative = std::path::Path::new(node.parent.trim_start_matches('/'));
-        let left = node.cgroups.made_outside_parents(relative).unwrap();
+        let left = runtime_parents_left(&node);
         assert!(left.is_empty(), "left: {left:?}");
         assert!(matches!(
             driver.inspect_task(handle.id()).await,
