@@ -5,6 +5,7 @@
 
 use crate::Effort;
 use crate::report::{Better, Row};
+use crate::scratch::Storage;
 use crate::target::Target;
 use hyper::Method;
 use std::path::Path;
@@ -37,20 +38,19 @@ pub(crate) fn run(effort: Effort) -> Result<Vec<Row>, String> {
         restore_records.push(runtime.block_on(restore_finished(config(&dir, &shim), records)));
         let dir = crate::scratch::dir("wharf-bench-node");
         overshoot.push(runtime.block_on(stop_overshoot(&dir, &shim))?);
-        let dir = crate::scratch::dir("wharf-bench-node");
         // What the scenarios before wrote (ten thousand records, a thousand task directories)
         // is flushed first, not measured as part of a submission's fsync.
         crate::exec::settle();
-        latencies.extend(runtime.block_on(submit_latencies(
-            config(&dir, &shim),
-            effort.scaled(FULL_LATENCY_SAMPLES),
-        ))?);
-        // The same with the data directory on tmpfs: what the disk costs a start.
-        let dir = crate::scratch::dir_in_memory("wharf-bench-node")?;
-        latencies_in_memory.extend(runtime.block_on(submit_latencies(
-            config(&dir, &shim),
-            effort.scaled(FULL_LATENCY_SAMPLES),
-        ))?);
+        // The same starts with the data directory on tmpfs too: what the disk costs a start.
+        for (storage, latencies) in
+            [(Storage::Disk, &mut latencies), (Storage::Memory, &mut latencies_in_memory)]
+        {
+            let dir = crate::scratch::dir_on(storage, "wharf-bench-node")?;
+            latencies.extend(runtime.block_on(submit_latencies(
+                config(&dir, &shim),
+                effort.scaled(FULL_LATENCY_SAMPLES),
+            ))?);
+        }
         let dir = crate::scratch::dir("wharf-bench-node");
         let held = runtime.block_on(held_and_restored(config(&dir, &shim), count))?;
         heap_kib.push(held.heap_kib);

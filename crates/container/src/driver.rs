@@ -101,6 +101,30 @@ impl ContainerDriver {
         remove_runtime_parents(&self.cgroups);
     }
 
+    /// Deletes a container the runtime has made ([`ContainerDriver::clean_up`]), then the
+    /// runtime's parents if it was the node's last container in them.
+    async fn delete(&self, container: &Container) -> Result<(), DriverError> {
+        let deleted = self.clean_up(container).await;
+        self.clear_runtime_parents().await;
+        deleted
+    }
+
+    /// Starts `container`'s waiter under the shim and waits until the runtime has started the
+    /// container; the shim's task of a start that fails is destroyed again (the container is
+    /// the caller's to delete).
+    async fn launch(
+        &self,
+        config: &TaskConfig,
+        container: &Container,
+    ) -> Result<TaskHandle, DriverError> {
+        let inner = self.inner.start_task(self.waiter_task(config, container)).await?;
+        if let Err(error) = self.started(&config.id, container).await {
+            let _ = self.inner.destroy_task(&config.id, true).await;
+            return Err(error);
+        }
+        Ok(inner)
+    }
+
     /// A destroy, with no other of the same task under way.
     async fn destroy_one(&self, task_id: &TaskId, force: bool) -> Result<(), DriverError> {
         let container = self.container(task_id)?;
@@ -114,8 +138,7 @@ impl ContainerDriver {
             self.inner.stop_task(task_id, Duration::ZERO, Signal::Kill).await?;
         }
         // The runtime's delete first: it leaves the task's cgroup empty for the shim's driver.
-        self.clean_up(&container).await?;
-        self.clear_runtime_parents().await;
+        self.delete(&container).await?;
         self.inner.destroy_task(task_id, true).await?;
         self.containers.lock().remove(task_id);
         Ok(())
@@ -490,23 +513,15 @@ impl Driver for ContainerDriver {
             return Err(error);
         }
         let creating = self.runtime_cgroups.read().await;
-        let inner = match self.inner.start_task(self.waiter_task(&config, &container)).await {
+        let launched = self.launch(&config, &container).await;
+        drop(creating);
+        let inner = match launched {
             Ok(handle) => handle,
             Err(error) => {
-                let _ = self.clean_up(&container).await;
-                drop(creating);
-                self.clear_runtime_parents().await;
+                let _ = self.delete(&container).await;
                 return Err(error);
             }
         };
-        if let Err(error) = self.started(&config.id, &container).await {
-            let _ = self.inner.destroy_task(&config.id, true).await;
-            let _ = self.clean_up(&container).await;
-            drop(creating);
-            self.clear_runtime_parents().await;
-            return Err(error);
-        }
-        drop(creating);
         let state = SavedState {
             version: STATE_VERSION,
             container: container.clone(),
